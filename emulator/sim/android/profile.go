@@ -1,0 +1,132 @@
+package android
+
+import "time"
+
+// Profile describes one simulated device: what it reports about itself, what is
+// installed, which screens its apps show and which faults it injects. Profiles are
+// YAML or JSON files (JSON is read as YAML); see fixtures/profiles for examples.
+type Profile struct {
+	// Name is a label for logs ("pixel7-api34").
+	Name string `yaml:"name"`
+	// APILevel is ro.build.version.sdk (29..34 are modelled on real captures).
+	APILevel int `yaml:"apiLevel"`
+	// Release is ro.build.version.release ("14"). Derived from APILevel when empty.
+	Release string `yaml:"release"`
+	// Model, Product and DeviceName fill ro.product.model / .name / .device and the
+	// CNXN banner. Empty values take the sdk_gphone64 defaults of a Google emulator image.
+	Model      string `yaml:"model"`
+	Product    string `yaml:"product"`
+	DeviceName string `yaml:"device"`
+	// Props are extra or overriding system properties (getprop).
+	Props map[string]string `yaml:"props"`
+	// BootDuration is how long after start-up sys.boot_completed becomes 1.
+	// Zero means booted at once. Phases follow a real boot: init.svc.bootanim=running
+	// first, dev.bootcomplete and sys.boot_completed at the end, bootanim stopped last.
+	BootDuration time.Duration `yaml:"bootDuration"`
+	// DisplayWidth/Height in pixels and Density in dpi (wm size / wm density).
+	DisplayWidth  int `yaml:"displayWidth"`
+	DisplayHeight int `yaml:"displayHeight"`
+	Density       int `yaml:"density"`
+	// FreeStorageBytes bounds /data; an install larger than what is left fails
+	// with INSTALL_FAILED_INSUFFICIENT_STORAGE. Zero means 2 GiB.
+	FreeStorageBytes int64 `yaml:"freeStorageBytes"`
+	// Preinstalled are packages present at start-up without an APK.
+	Preinstalled []Package `yaml:"preinstalled"`
+	// Apps describe the activities and screens of packages by package id; they
+	// apply whether the package is preinstalled or installed later from an APK.
+	Apps []App `yaml:"apps"`
+	// Overrides answer a shell command with a fixed result (e.g. a captured OEM
+	// `dumpsys window`); the first whose Pattern matches the whole command line wins.
+	Overrides []Override `yaml:"overrides"`
+	// Faults to inject.
+	Faults Faults `yaml:"faults"`
+}
+
+// Package is an installed package as the package manager knows it.
+type Package struct {
+	ID          string `yaml:"id"`
+	VersionCode int64  `yaml:"versionCode"`
+	VersionName string `yaml:"versionName"`
+	// System marks a system package (not listed by `pm list packages -3`).
+	System bool `yaml:"system"`
+	// SignerSHA256 are the lowercase hex SHA-256 digests of the signer certificates.
+	SignerSHA256 []string `yaml:"signerSha256"`
+	// TestOnly mirrors android:testOnly in the manifest.
+	TestOnly bool `yaml:"testOnly"`
+}
+
+// App is the UI model of one package.
+type App struct {
+	Package string `yaml:"package"`
+	// LauncherActivity is the MAIN/LAUNCHER activity (fully qualified class name).
+	LauncherActivity string     `yaml:"launcherActivity"`
+	Activities       []Activity `yaml:"activities"`
+	// PID is assigned at launch when zero.
+}
+
+// Activity is one screen of an app.
+type Activity struct {
+	// Name is the fully qualified class name ("com.example.app.HomeActivity").
+	Name string `yaml:"name"`
+	// Exported activities can be started by `am start` from the shell.
+	Exported *bool `yaml:"exported"`
+	// Busy describes what happens right after the activity comes to the front.
+	Busy Busy `yaml:"busy"`
+	// Root is the view hierarchy shown by the activity.
+	Root *Element `yaml:"root"`
+}
+
+// Busy is the activity's unsettled period after it comes to the front.
+type Busy struct {
+	// AnimateFor: frames keep being drawn and the hierarchy keeps changing (a
+	// progress text updates) for this long.
+	AnimateFor time.Duration `yaml:"animateFor"`
+	// NetworkFor: sockets with queued bytes exist for this long.
+	NetworkFor time.Duration `yaml:"networkFor"`
+	// NeverIdle: the screen animates forever (a spinner, a video).
+	NeverIdle bool `yaml:"neverIdle"`
+}
+
+// Element is one node of a view hierarchy, as uiautomator dumps it.
+type Element struct {
+	Class       string `yaml:"class"`
+	ResourceID  string `yaml:"resourceId"`
+	Text        string `yaml:"text"`
+	ContentDesc string `yaml:"contentDesc"`
+	// Bounds are [left, top, right, bottom] in pixels.
+	Bounds    [4]int `yaml:"bounds"`
+	Clickable bool   `yaml:"clickable"`
+	Enabled   *bool  `yaml:"enabled"`
+	Focusable bool   `yaml:"focusable"`
+	// OnClick names an activity of the same app to start when clicked.
+	OnClick  string     `yaml:"onClick"`
+	Children []*Element `yaml:"children"`
+}
+
+// Override answers a command line with a fixed result.
+type Override struct {
+	// Pattern is a Go regular expression matched against the whole command line.
+	Pattern  string `yaml:"pattern"`
+	Stdout   string `yaml:"stdout"`
+	Stderr   string `yaml:"stderr"`
+	ExitCode int    `yaml:"exitCode"`
+}
+
+// Faults are failures the simulator injects.
+type Faults struct {
+	// OfflineAfter/OfflineFor: after OfflineAfter from start, the device goes
+	// offline (adb lists it as `offline`) for OfflineFor, then comes back.
+	// OfflineFor < 0 means it stays offline.
+	OfflineAfter time.Duration `yaml:"offlineAfter"`
+	OfflineFor   time.Duration `yaml:"offlineFor"`
+	// DropConnectionAfter closes the transport connection to the adb server after
+	// this long (once); the device then re-registers like a restarted emulator.
+	DropConnectionAfter time.Duration `yaml:"dropConnectionAfter"`
+	// SlowReplies delays every service's first reply by this much.
+	SlowReplies time.Duration `yaml:"slowReplies"`
+	// InstallFailure makes every install fail with this code
+	// (e.g. "INSTALL_FAILED_INSUFFICIENT_STORAGE"); empty means none.
+	InstallFailure string `yaml:"installFailure"`
+	// BootNeverCompletes keeps sys.boot_completed unset forever.
+	BootNeverCompletes bool `yaml:"bootNeverCompletes"`
+}

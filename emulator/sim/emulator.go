@@ -1,0 +1,281 @@
+// Package sim is the simulated Android emulator: a Go process that speaks the
+// device side of the ADB transport protocol (CNXN without AUTH, OPEN/OKAY/WRTE/CLSE
+// streams with adbd's flow control, shell: and shell,v2, exec:, sync:, tcp:), is
+// found by the adb server the way a real emulator is (adb port 5555+2k, registered
+// with `host:emulator:<port>`, listed as emulator-<port-1>), and injects transport
+// faults (offline periods, dropped connections, slow replies). The device model
+// behind it is emulator/sim/android.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Config is one simulated emulator.
+type Config struct {
+	// ConsolePort is the emulator's console port (even, like `emulator -port`);
+	// the adb port is ConsolePort+1 and the serial emulator-<ConsolePort>.
+	// Zero picks a free pair above 20000 (never the 5554-5585 range real
+	// emulators use).
+	ConsolePort int
+	// ADBServer is the adb server to register with ("127.0.0.1:5037"); empty
+	// means do not register (the server finds ports 5555-5585 itself when it starts).
+	ADBServer string
+	Device    Device
+	Faults    TransportFaults
+	Log       zerolog.Logger
+}
+
+// TransportFaults are the faults the transport injects; durations count from Start.
+type TransportFaults struct {
+	// OfflineAfter/OfflineFor: the device drops its connection after OfflineAfter
+	// and, re-registered, does not answer the host's CNXN for OfflineFor, so the
+	// adb server lists it as "offline". OfflineFor < 0 means for good. Zero
+	// OfflineAfter with zero OfflineFor means no offline period.
+	OfflineAfter, OfflineFor time.Duration
+	// DropConnectionAfter closes the transport connection once; the device
+	// re-registers at once like a restarted emulator.
+	DropConnectionAfter time.Duration
+	// SlowReplies delays the answer to every OPEN.
+	SlowReplies time.Duration
+}
+
+// Emulator is a running simulated emulator.
+type Emulator struct {
+	cfg     Config
+	ln      net.Listener
+	log     zerolog.Logger
+	started time.Time
+
+	mu      sync.Mutex
+	conns   map[*transport]struct{}
+	offline bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Start listens on the adb port, registers with the adb server when one is
+// configured, and serves until ctx ends or Close is called.
+func Start(ctx context.Context, cfg Config) (*Emulator, error) {
+	if cfg.Device == nil {
+		return nil, errors.New("sim: Config.Device is nil")
+	}
+	ln, port, err := listenPair(cfg.ConsolePort)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConsolePort = port
+	ctx, cancel := context.WithCancel(ctx)
+	e := &Emulator{cfg: cfg, ln: ln, started: time.Now(), conns: map[*transport]struct{}{},
+		ctx: ctx, cancel: cancel}
+	e.log = cfg.Log.With().Str("serial", e.Serial()).Logger()
+	e.wg.Add(1)
+	go e.accept()
+	if cfg.ADBServer != "" {
+		if err := e.register(); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	e.scheduleFaults()
+	e.log.Info().Int("adbPort", e.ADBPort()).Str("adbServer", cfg.ADBServer).Msg("simulated emulator started")
+	return e, nil
+}
+
+// listenPair listens on consolePort+1; with consolePort 0 it takes the first free
+// even/odd pair from 20000 up, checking the console port is free too.
+func listenPair(consolePort int) (net.Listener, int, error) {
+	if consolePort != 0 {
+		if consolePort%2 != 0 {
+			return nil, 0, fmt.Errorf("sim: console port %d is odd; emulators use even console ports", consolePort)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(consolePort+1))
+		if err != nil {
+			return nil, 0, fmt.Errorf("sim: adb port %d: %w", consolePort+1, err)
+		}
+		return ln, consolePort, nil
+	}
+	for p := 20000 + 2*int(time.Now().UnixNano()%5000); p < 65000; p += 2 {
+		c, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
+		c.Close()
+		if err == nil {
+			return ln, p, nil
+		}
+	}
+	return nil, 0, errors.New("sim: no free port pair")
+}
+
+// Serial is the serial the adb server gives the device: emulator-<console port>.
+func (e *Emulator) Serial() string { return "emulator-" + strconv.Itoa(e.cfg.ConsolePort) }
+
+// ADBPort is the port the device's adbd listens on.
+func (e *Emulator) ADBPort() int { return e.cfg.ConsolePort + 1 }
+
+// Device is the device model behind the transport.
+func (e *Emulator) Device() Device { return e.cfg.Device }
+
+// register announces the device to the adb server the way the emulator does:
+// `host:emulator:<adb port>` on a fresh connection, with no reply expected.
+func (e *Emulator) register() error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.DialContext(e.ctx, "tcp", e.cfg.ADBServer)
+	if err != nil {
+		return fmt.Errorf("sim: register with adb server %s: %w", e.cfg.ADBServer, err)
+	}
+	defer c.Close()
+	req := "host:emulator:" + strconv.Itoa(e.ADBPort())
+	_, err = fmt.Fprintf(c, "%04x%s", len(req), req)
+	if err != nil {
+		return fmt.Errorf("sim: register with adb server %s: %w", e.cfg.ADBServer, err)
+	}
+	// The server acts on the request once it has read it; give it a moment
+	// before closing so a reset cannot drop it.
+	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	io.Copy(io.Discard, c)
+	return nil
+}
+
+func (e *Emulator) accept() {
+	defer e.wg.Done()
+	for {
+		c, err := e.ln.Accept()
+		if err != nil {
+			return
+		}
+		t := newTransport(e.ctx, c, e.cfg.Device, e.log, e.isOnline, e.cfg.Faults.SlowReplies)
+		e.mu.Lock()
+		e.conns[t] = struct{}{}
+		e.mu.Unlock()
+		e.log.Debug().Str("peer", c.RemoteAddr().String()).Msg("adb server connected")
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			if err := t.run(); err != nil {
+				e.log.Debug().Err(err).Msg("transport ended")
+			}
+			e.mu.Lock()
+			delete(e.conns, t)
+			e.mu.Unlock()
+		}()
+	}
+}
+
+func (e *Emulator) isOnline() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.offline
+}
+
+// dropConnections closes every transport connection, as a crashed adbd would.
+func (e *Emulator) dropConnections() {
+	e.mu.Lock()
+	ts := make([]*transport, 0, len(e.conns))
+	for t := range e.conns {
+		ts = append(ts, t)
+	}
+	e.mu.Unlock()
+	for _, t := range ts {
+		t.cancel()
+	}
+}
+
+// SetOffline takes the device offline (true) or back online (false). Going
+// offline drops the connection and re-registers without answering CNXN, so the
+// adb server lists the serial as "offline"; coming back answers the pending CNXN.
+func (e *Emulator) SetOffline(off bool) {
+	e.mu.Lock()
+	was := e.offline
+	e.offline = off
+	ts := make([]*transport, 0, len(e.conns))
+	for t := range e.conns {
+		ts = append(ts, t)
+	}
+	e.mu.Unlock()
+	if off == was {
+		return
+	}
+	if off {
+		e.log.Info().Msg("fault: device offline")
+		e.dropConnections()
+		if e.cfg.ADBServer != "" {
+			time.Sleep(50 * time.Millisecond)
+			if err := e.register(); err != nil {
+				e.log.Warn().Err(err).Msg("re-register")
+			}
+		}
+		return
+	}
+	e.log.Info().Msg("fault: device back online")
+	for _, t := range ts {
+		if err := t.answerCNXN(); err != nil {
+			t.cancel()
+		}
+	}
+}
+
+// DropConnection closes the connection to the adb server and registers again.
+func (e *Emulator) DropConnection() {
+	e.log.Info().Msg("fault: connection dropped")
+	e.dropConnections()
+	if e.cfg.ADBServer != "" {
+		time.Sleep(50 * time.Millisecond)
+		if err := e.register(); err != nil {
+			e.log.Warn().Err(err).Msg("re-register")
+		}
+	}
+}
+
+func (e *Emulator) after(d time.Duration, fn func()) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			fn()
+		case <-e.ctx.Done():
+		}
+	}()
+}
+
+func (e *Emulator) scheduleFaults() {
+	f := e.cfg.Faults
+	if f.OfflineAfter > 0 || f.OfflineFor != 0 {
+		e.after(f.OfflineAfter, func() {
+			e.SetOffline(true)
+			if f.OfflineFor > 0 {
+				e.after(f.OfflineFor, func() { e.SetOffline(false) })
+			}
+		})
+	}
+	if f.DropConnectionAfter > 0 {
+		e.after(f.DropConnectionAfter, e.DropConnection)
+	}
+}
+
+// Close stops the emulator: the adb server sees its connection end and drops
+// the emulator-<port> entry.
+func (e *Emulator) Close() error {
+	e.cancel()
+	err := e.ln.Close()
+	e.dropConnections()
+	e.wg.Wait()
+	e.log.Info().Msg("simulated emulator stopped")
+	return err
+}
