@@ -2,6 +2,7 @@ package adb
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"strconv"
@@ -185,7 +186,7 @@ func (c *Client) Forward(ctx context.Context, serial, local, remote string) (str
 	// The server answers OKAY for the host request, then OKAY/FAIL for the forward
 	// itself, then (1.0.41) the bound port as a length-prefixed string.
 	if err := cn.request("host-serial:" + serial + ":forward:" + local + ";" + remote); err != nil {
-		return "", err
+		return "", c.explainEmptyFail(ctx, serial, err)
 	}
 	if err := cn.status(); err != nil {
 		return "", err
@@ -196,6 +197,19 @@ func (c *Client) Forward(ctx context.Context, serial, local, remote string) (str
 		return local, nil
 	}
 	return "tcp:" + strings.TrimSpace(port), nil
+}
+
+// explainEmptyFail: adb 1.0.41 answers a forward/killforward for an unknown
+// serial with "FAIL0000" (empty message, measured); ask get-state for the reason.
+func (c *Client) explainEmptyFail(ctx context.Context, serial string, err error) error {
+	var e *Error
+	if !errors.As(err, &e) || e.ID != IDProcessError || !strings.HasSuffix(e.Msg, ": ") {
+		return err
+	}
+	if _, serr := c.GetState(ctx, serial); serr != nil {
+		return serr
+	}
+	return err
 }
 
 // ForwardList lists every forward rule of the server (host:list-forward).
@@ -222,7 +236,7 @@ func (c *Client) ForwardRemove(ctx context.Context, serial, local string) error 
 	}
 	defer cn.Close()
 	if err := cn.request("host-serial:" + serial + ":killforward:" + local); err != nil {
-		return err
+		return c.explainEmptyFail(ctx, serial, err)
 	}
 	return cn.status()
 }

@@ -58,6 +58,8 @@ type Emulator struct {
 
 	mu      sync.Mutex
 	conns   map[*transport]struct{}
+	// accepted is signalled on every new connection from the adb server.
+	accepted chan struct{}
 	offline bool
 
 	ctx    context.Context
@@ -78,7 +80,7 @@ func Start(ctx context.Context, cfg Config) (*Emulator, error) {
 	cfg.ConsolePort = port
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Emulator{cfg: cfg, ln: ln, started: time.Now(), conns: map[*transport]struct{}{},
-		ctx: ctx, cancel: cancel}
+		accepted: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	e.log = cfg.Log.With().Str("serial", e.Serial()).Logger()
 	e.wg.Add(1)
 	go e.accept()
@@ -161,6 +163,10 @@ func (e *Emulator) accept() {
 		e.mu.Lock()
 		e.conns[t] = struct{}{}
 		e.mu.Unlock()
+		select {
+		case e.accepted <- struct{}{}:
+		default:
+		}
 		e.log.Debug().Str("peer", c.RemoteAddr().String()).Msg("adb server connected")
 		e.wg.Add(1)
 		go func() {
@@ -212,12 +218,7 @@ func (e *Emulator) SetOffline(off bool) {
 	if off {
 		e.log.Info().Msg("fault: device offline")
 		e.dropConnections()
-		if e.cfg.ADBServer != "" {
-			time.Sleep(50 * time.Millisecond)
-			if err := e.register(); err != nil {
-				e.log.Warn().Err(err).Msg("re-register")
-			}
-		}
+		e.reRegister()
 		return
 	}
 	e.log.Info().Msg("fault: device back online")
@@ -232,12 +233,33 @@ func (e *Emulator) SetOffline(off bool) {
 func (e *Emulator) DropConnection() {
 	e.log.Info().Msg("fault: connection dropped")
 	e.dropConnections()
-	if e.cfg.ADBServer != "" {
-		time.Sleep(50 * time.Millisecond)
+	e.reRegister()
+}
+
+// reRegister registers again after a dropped connection. The adb server ignores
+// a registration while it still tears the old transport down (the serial is
+// "already connected"), so it retries until the server connects back.
+func (e *Emulator) reRegister() {
+	if e.cfg.ADBServer == "" {
+		return
+	}
+	select {
+	case <-e.accepted:
+	default:
+	}
+	for i := 0; i < 50 && e.ctx.Err() == nil; i++ {
 		if err := e.register(); err != nil {
 			e.log.Warn().Err(err).Msg("re-register")
 		}
+		select {
+		case <-e.accepted:
+			return
+		case <-time.After(200 * time.Millisecond):
+		case <-e.ctx.Done():
+			return
+		}
 	}
+	e.log.Warn().Msg("the adb server did not connect back after re-registering")
 }
 
 func (e *Emulator) after(d time.Duration, fn func()) {

@@ -223,3 +223,59 @@ func TestTransportThroughRealADBServer(t *testing.T) {
 		}
 	})
 }
+
+func TestFaultOfflineSeenByADBServer(t *testing.T) {
+	srv := simtest.StartADBServer(t)
+	e, _ := startFake(t, srv, sim.TransportFaults{OfflineAfter: 300 * time.Millisecond, OfflineFor: 1500 * time.Millisecond})
+	srv.WaitState(t, e.Serial(), "device", 5*time.Second)
+	srv.WaitState(t, e.Serial(), "offline", 5*time.Second)
+	_, errOut, code := srv.Run(t, "-s", e.Serial(), "shell", "echo", "hi")
+	if code == 0 || !strings.Contains(errOut, "offline") {
+		t.Fatalf("shell on an offline device: exit %d, stderr %q", code, errOut)
+	}
+	srv.WaitState(t, e.Serial(), "device", 5*time.Second)
+	if out, _, code := srv.Run(t, "-s", e.Serial(), "shell", "echo", "back"); out != "back\n" || code != 0 {
+		t.Fatalf("after the offline period: %q exit %d", out, code)
+	}
+}
+
+func TestFaultDroppedConnectionRecovers(t *testing.T) {
+	srv := simtest.StartADBServer(t)
+	e, _ := startFake(t, srv, sim.TransportFaults{})
+	srv.WaitState(t, e.Serial(), "device", 5*time.Second)
+	// A long-running shell sees the drop as the end of its stream.
+	done := make(chan int, 1)
+	go func() { _, _, code := srv.Run(t, "-s", e.Serial(), "shell", "block"); done <- code }()
+	time.Sleep(200 * time.Millisecond)
+	e.DropConnection()
+	select {
+	case <-done:
+		// adb 1.0.41 exits 0 when a shell v2 stream ends without an exit
+		// packet; what matters is that the stream ended.
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shell did not end when the connection dropped")
+	}
+	srv.WaitState(t, e.Serial(), "device", 5*time.Second)
+	if out, _, code := srv.Run(t, "-s", e.Serial(), "shell", "echo", "again"); out != "again\n" || code != 0 {
+		t.Fatalf("after re-registering: %q exit %d", out, code)
+	}
+}
+
+func TestFaultSlowReplies(t *testing.T) {
+	srv := simtest.StartADBServer(t)
+	e, _ := startFake(t, srv, sim.TransportFaults{SlowReplies: 400 * time.Millisecond})
+	srv.WaitState(t, e.Serial(), "device", 5*time.Second)
+	start := time.Now()
+	out, _, _ := srv.Run(t, "-s", e.Serial(), "shell", "echo", "slow")
+	if el := time.Since(start); out != "slow\n" || el < 400*time.Millisecond {
+		t.Fatalf("slow reply: %q after %v, want >= 400ms", out, el)
+	}
+}
+
+func TestCloseRemovesEmulatorEntry(t *testing.T) {
+	srv := simtest.StartADBServer(t)
+	e, _ := startFake(t, srv, sim.TransportFaults{})
+	srv.WaitState(t, e.Serial(), "device", 5*time.Second)
+	e.Close()
+	srv.WaitState(t, e.Serial(), "", 5*time.Second)
+}

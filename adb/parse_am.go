@@ -1,0 +1,87 @@
+package adb
+
+import (
+	"strings"
+	"time"
+)
+
+// IDPermissionError is the standard error id for a SecurityException from `am`.
+const IDPermissionError = "permission_error"
+
+// AmStart is the outcome of `am start [-W] …` / `am start-activity -W …`.
+type AmStart struct {
+	// Status is "ok", "timeout" … (-W only; "" without -W).
+	Status string
+	// LaunchState is COLD, WARM, HOT, UNKNOWN (visible) or RELAUNCH (-W, API >= 29).
+	LaunchState string
+	// Activity is the activity on top when the wait ended: not necessarily the one
+	// started (see fixtures/captures/am-start-W/api29plus-cold-encapp.txt).
+	Activity Component
+	// TotalTime and WaitTime are the -W timings; -1 when absent.
+	TotalTime time.Duration
+	WaitTime  time.Duration
+	// Warning holds "Warning: …" lines (e.g. "Activity not started, its current
+	// task has been brought to the front"), which are not failures.
+	Warning string
+	// Complete is true when the output ended with "Complete" (-W).
+	Complete bool
+}
+
+// ParseAmStart parses `am start` output. It returns an *Error when am printed one:
+// "Error: Activity class {…} does not exist." / "Error type 3" / "unable to
+// resolve Intent" → activity_not_found; "SecurityException" → permission_error;
+// any other "Error:" / "Exception" line → process_error. Sources: -W fields from
+// fixtures/captures/am-start-W; error wording "Error type 3" + "Error: Activity
+// class {…} does not exist." as noted in fixtures/captures/SOURCES.md.
+func ParseAmStart(out string) (AmStart, error) {
+	r := AmStart{TotalTime: -1, WaitTime: -1}
+	var errLines []string
+	for _, l := range lines(out) {
+		t := strings.TrimSpace(l)
+		switch {
+		case t == "Complete":
+			r.Complete = true
+		case strings.HasPrefix(t, "Status: "):
+			r.Status = strings.TrimPrefix(t, "Status: ")
+		case strings.HasPrefix(t, "LaunchState: "):
+			r.LaunchState = strings.TrimPrefix(t, "LaunchState: ")
+		case strings.HasPrefix(t, "Activity: "):
+			r.Activity, _ = ParseComponent(strings.TrimPrefix(t, "Activity: "))
+		case strings.HasPrefix(t, "TotalTime: "):
+			r.TotalTime = msField(strings.TrimPrefix(t, "TotalTime: "))
+		case strings.HasPrefix(t, "WaitTime: "):
+			r.WaitTime = msField(strings.TrimPrefix(t, "WaitTime: "))
+		case strings.HasPrefix(t, "Warning: "):
+			r.Warning = strings.TrimPrefix(t, "Warning: ")
+		case strings.HasPrefix(t, "Error"), strings.Contains(t, "Exception"):
+			errLines = append(errLines, t)
+		}
+	}
+	if len(errLines) == 0 {
+		return r, nil
+	}
+	all := strings.Join(errLines, "\n")
+	msg := errLines[len(errLines)-1]
+	for _, e := range errLines {
+		if strings.HasPrefix(e, "Error: ") || strings.Contains(e, "Exception:") {
+			msg = e
+			break
+		}
+	}
+	switch {
+	case strings.Contains(all, "does not exist"), strings.Contains(all, "Error type 3"),
+		strings.Contains(all, "unable to resolve Intent"):
+		return r, &Error{ID: IDActivityNotFound, Msg: msg}
+	case strings.Contains(all, "SecurityException"), strings.Contains(all, "Permission Denial"):
+		return r, &Error{ID: IDPermissionError, Msg: msg}
+	}
+	return r, &Error{ID: IDProcessError, Msg: msg}
+}
+
+func msField(s string) time.Duration {
+	n, ok := atoi64(s)
+	if !ok {
+		return -1
+	}
+	return time.Duration(n) * time.Millisecond
+}

@@ -1,0 +1,334 @@
+package adb
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// capture reads a real captured output from fixtures/captures (see SOURCES.md
+// there for where each file comes from).
+func capture(t testing.TB, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "fixtures", "captures", rel))
+	if err != nil {
+		t.Fatalf("capture %s: %v", rel, err)
+	}
+	return string(b)
+}
+
+// captures lists the files of one capture directory (new captures join the
+// generic property checks automatically).
+func captures(t testing.TB, dir string) []string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join("..", "fixtures", "captures", dir, "*.txt"))
+	var rel []string
+	for _, p := range m {
+		rel = append(rel, filepath.Join(dir, filepath.Base(p)))
+	}
+	return rel
+}
+
+func TestParseInstallOutputCapture(t *testing.T) {
+	err := ParseInstallOutput(capture(t, "adb-install/failure-version-downgrade.txt"))
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err = %v, want *Error", err)
+	}
+	want := &Error{ID: IDInstallFailed, Code: "INSTALL_FAILED_VERSION_DOWNGRADE",
+		Msg: "Downgrade detected: Update version code 1784086171 is older than current 1784097066"}
+	if diff := cmp.Diff(want, e); diff != "" {
+		t.Fatal(diff)
+	}
+}
+
+func TestParseInstallOutputForms(t *testing.T) {
+	// Forms of PackageManagerShellCommand output: "Success"; "Failure [CODE]";
+	// "Failure [CODE: msg]" (capture above); host-prefixed lines; no code at all.
+	cases := []struct {
+		in, code string
+		ok       bool
+	}{
+		{"Success\n", "", true},
+		{"Performing Streamed Install\nSuccess\n", "", true},
+		{"Failure [INSTALL_FAILED_TEST_ONLY]\n", "INSTALL_FAILED_TEST_ONLY", false},
+		{"Failure [INSTALL_PARSE_FAILED_NO_CERTIFICATES: Failed to collect certificates]\n", "INSTALL_PARSE_FAILED_NO_CERTIFICATES", false},
+		{"Failure [DELETE_FAILED_INTERNAL_ERROR]\n", "DELETE_FAILED_INTERNAL_ERROR", false},
+		{"", "", false},
+	}
+	for _, c := range cases {
+		err := ParseInstallOutput(c.in)
+		if c.ok != (err == nil) {
+			t.Errorf("%q: err = %v", c.in, err)
+			continue
+		}
+		if err != nil {
+			e := err.(*Error)
+			if e.ID != IDInstallFailed || e.Code != c.code || e.Retryable {
+				t.Errorf("%q: got %+v, want code %q", c.in, e, c.code)
+			}
+		}
+	}
+}
+
+func TestParseAmStartCapture(t *testing.T) {
+	r, err := ParseAmStart(capture(t, "am-start-W/api29plus-cold-encapp.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := AmStart{Status: "ok", LaunchState: "COLD",
+		Activity:  Component{"com.facebook.alohaapps.launcher", "com.facebook.aloha.app.home.touch.HomeActivity"},
+		TotalTime: 1479 * time.Millisecond, WaitTime: 1482 * time.Millisecond, Complete: true}
+	if diff := cmp.Diff(want, r); diff != "" {
+		t.Fatal(diff)
+	}
+}
+
+func TestParseAmStartErrors(t *testing.T) {
+	// Wording recorded in fixtures/captures/SOURCES.md ("am start of a missing
+	// activity"): Starting / Error type 3 / Error: Activity class {…} does not exist.
+	out := "Starting: Intent { cmp=com.example/.Missing }\nError type 3\nError: Activity class {com.example/com.example.Missing} does not exist.\n"
+	_, err := ParseAmStart(out)
+	e := wantID(t, err, IDActivityNotFound)
+	if !strings.Contains(e.Msg, "does not exist") {
+		t.Errorf("msg = %q", e.Msg)
+	}
+}
+
+func TestParseDumpsysPackageCaptures(t *testing.T) {
+	cases := []struct {
+		file, pkg string
+		want      PackageInfo
+	}{
+		{"dumpsys-package/api30plus-wearos-updated-system-app.txt", "com.tekartik.package1", PackageInfo{
+			UserID: 10057, VersionCode: 20, VersionName: "1.0.16", MinSDK: 27, TargetSDK: 36,
+			FirstInstallTime: time.Date(2009, 1, 1, 1, 0, 0, 0, time.UTC),
+			LastUpdateTime:   time.Date(2025, 7, 4, 1, 16, 34, 0, time.UTC),
+			Signatures:       []string{"b76298ca"}, UpdatedSystemApp: true}},
+		{"dumpsys-package/api30plus-wearos-user-app.txt", "com.tekartik.package2", PackageInfo{
+			UserID: 10090, VersionCode: 248, VersionName: "1.4.73", MinSDK: 26, TargetSDK: 36,
+			FirstInstallTime: time.Date(2025, 6, 18, 8, 27, 4, 0, time.UTC),
+			LastUpdateTime:   time.Date(2025, 7, 3, 23, 31, 21, 0, time.UTC),
+			Signatures:       []string{"2cac3db6"}}},
+		{"dumpsys-package/api34-emulator-adb-installed.txt", "com.example.foodies", PackageInfo{
+			UserID: 10197, VersionCode: 1, VersionName: "1.0", MinSDK: 31, TargetSDK: 34,
+			FirstInstallTime: time.Date(2025, 5, 22, 4, 17, 19, 0, time.UTC),
+			LastUpdateTime:   time.Date(2025, 5, 22, 4, 17, 19, 0, time.UTC),
+			Signatures:       []string{"522e4361"}}},
+	}
+	for _, c := range cases {
+		got, ok := ParseDumpsysPackage(capture(t, c.file), c.pkg)
+		if !ok {
+			t.Errorf("%s: package not found", c.file)
+			continue
+		}
+		c.want.Package = c.pkg
+		if diff := cmp.Diff(c.want, got, cmp.FilterPath(func(p cmp.Path) bool {
+			n := p.Last().String()
+			return n == ".Flags" || n == ".CodePath"
+		}, cmp.Ignore())); diff != "" {
+			t.Errorf("%s: %s", c.file, diff)
+		}
+		if got.CodePath == "" || len(got.Flags) == 0 {
+			t.Errorf("%s: codePath %q flags %v", c.file, got.CodePath, got.Flags)
+		}
+		if _, ok := ParseDumpsysPackage(capture(t, c.file), "com.not.installed"); ok {
+			t.Errorf("%s: found a package that is not there", c.file)
+		}
+	}
+}
+
+func TestParsePackageListCapture(t *testing.T) {
+	got := ParsePackageList(capture(t, "pm-list-packages/api34-f-grep-filtered.txt"))
+	if len(got) != 4 {
+		t.Fatalf("got %d entries: %+v", len(got), got)
+	}
+	want0 := PackageEntry{Package: "com.example.foodies",
+		APKPath: "/data/app/~~oZ0lNhDdkIp2NaWMhGczgw==/com.example.foodies-ttByxQb49HI7GiOb62XhPQ==/base.apk"}
+	if diff := cmp.Diff(want0, got[0]); diff != "" {
+		t.Fatal(diff)
+	}
+	if got[3].Package != "com.google.mainline.adservices" {
+		t.Fatalf("last = %+v", got[3])
+	}
+	// --show-versioncode form (appium-adb app-commands.js regex and test mocks).
+	v := ParsePackageList("package:io.appium.settings versionCode:58\npackage:com.android.shell versionCode:34\n")
+	if len(v) != 2 || v[0].VersionCode != 58 || v[1].Package != "com.android.shell" {
+		t.Fatalf("versioncode form: %+v", v)
+	}
+}
+
+func TestParseGetpropCapture(t *testing.T) {
+	for _, f := range captures(t, "getprop") {
+		props := ParseGetprop(capture(t, f))
+		n := 0
+		for _, l := range lines(capture(t, f)) {
+			if strings.HasPrefix(l, "[") {
+				n++
+			}
+		}
+		if len(props) < n*9/10 || len(props) == 0 {
+			t.Errorf("%s: %d props from %d lines", f, len(props), n)
+		}
+		if props["ro.build.version.sdk"] == "" {
+			t.Errorf("%s: no ro.build.version.sdk", f)
+		}
+	}
+	props := ParseGetprop(capture(t, "getprop/api33-motorola-edge20.txt"))
+	if props["ro.build.version.sdk"] != "33" || props["dev.bootcomplete"] != "1" || props["init.svc.bootanim"] != "stopped" {
+		t.Fatalf("sdk=%q dev.bootcomplete=%q bootanim=%q", props["ro.build.version.sdk"],
+			props["dev.bootcomplete"], props["init.svc.bootanim"])
+	}
+}
+
+func TestParseBootStatus(t *testing.T) {
+	// A booted device answers BootCommand with "1\n1\nstopped" (bitrise go-android).
+	b := ParseBootStatus("1\n1\nstopped\n", "")
+	if !b.Ready {
+		t.Fatalf("booted: %+v", b)
+	}
+	if b := ParseBootStatus("\n\nrunning\n", ""); b.Ready || b.Reason != "sys.boot_completed is not 1" {
+		t.Fatalf("booting: %+v", b)
+	}
+	if b := ParseBootStatus("1\n1\nrunning\n", ""); b.Ready {
+		t.Fatalf("bootanim running: %+v", b)
+	}
+	svc := "Found 3 services:\n0\tactivity: [android.app.IActivityManager]\n1\tpackage: [android.content.pm.IPackageManager]\n2\tSurfaceFlinger: [android.ui.ISurfaceComposer]\n"
+	b = ParseBootStatus("1\n1\nstopped\n", svc)
+	if b.Ready || !cmp.Equal(b.MissingServices, []string{"window"}) {
+		t.Fatalf("window missing: %+v", b)
+	}
+}
+
+func TestParseWindowFocusCaptures(t *testing.T) {
+	// API 34: the DisplayContent dump inside `dumpsys activity activities` is the
+	// same text `dumpsys window displays` prints.
+	ds := ParseWindowFocus(capture(t, "dumpsys-activity-activities/api34.txt"))
+	want := Component{"com.android.launcher3", "com.android.launcher3.uioverrides.QuickstepLauncher"}
+	if len(ds) != 1 || ds[0].DisplayID != 0 || ds[0].CurrentFocus != want || ds[0].FocusedApp != want {
+		t.Fatalf("focus = %+v", ds)
+	}
+	if fg, ok := Foreground(ds); !ok || fg != want {
+		t.Fatalf("foreground = %v %v", fg, ok)
+	}
+	// `dumpsys window windows` on R/S: the captured sections hold no mCurrentFocus
+	// (SOURCES.md), so no focus may be invented.
+	for _, f := range captures(t, "dumpsys-window-windows") {
+		for _, d := range ParseWindowFocus(capture(t, f)) {
+			if !d.CurrentFocus.IsZero() && !strings.Contains(capture(t, f), d.CurrentFocus.Package) {
+				t.Errorf("%s: focus %v not in the text", f, d.CurrentFocus)
+			}
+		}
+	}
+}
+
+func TestForegroundMultiDisplayAndNull(t *testing.T) {
+	// Line forms: Q+ mFocusedApp=ActivityRecord{… u0 pkg/.Act tN} (appium-adb
+	// apk-utils.spec.ts, Samsung sub-display) and mCurrentFocus=null.
+	out := "  Display: mDisplayId=0\n    mCurrentFocus=null\n    mFocusedApp=ActivityRecord{1 u0 com.a/.Main t3}\n" +
+		"  Display: mDisplayId=1\n    mCurrentFocus=Window{2 u0 com.android.systemui/com.android.systemui.subscreen.SubHomeActivity}\n" +
+		"    mFocusedApp=ActivityRecord{14d88c3 u0 com.android.systemui/.subscreen.SubHomeActivity t9}\n"
+	ds := ParseWindowFocus(out)
+	if len(ds) != 2 || !ds[0].CurrentFocusNull || ds[0].FocusedApp.Activity != "com.a.Main" {
+		t.Fatalf("%+v", ds)
+	}
+	fg, ok := Foreground(ds)
+	if !ok || fg.Package != "com.android.systemui" {
+		t.Fatalf("foreground = %v %v", fg, ok)
+	}
+	if _, ok := Foreground(ParseWindowFocus("  mCurrentFocus=null\n  mFocusedApp=null\n")); ok {
+		t.Fatal("null focus reported a foreground")
+	}
+}
+
+func TestParseResumedActivityCapture(t *testing.T) {
+	c, ok := ParseResumedActivity(capture(t, "dumpsys-activity-activities/api34.txt"))
+	want := Component{"com.android.launcher3", "com.android.launcher3.uioverrides.QuickstepLauncher"}
+	if !ok || c != want {
+		t.Fatalf("resumed = %v %v", c, ok)
+	}
+}
+
+func TestParseComponent(t *testing.T) {
+	c, ok := ParseComponent("com.a/.b.Main")
+	if !ok || c != (Component{"com.a", "com.a.b.Main"}) || c.String() != "com.a/com.a.b.Main" {
+		t.Fatal(c, ok)
+	}
+	for _, bad := range []string{"", "noslash", "/x", "a/", "StatusBar"} {
+		if _, ok := ParseComponent(bad); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func TestParseDevicesLong(t *testing.T) {
+	// Lines as measured from adb 1.0.41 (host:devices-l) plus the USB form of
+	// transport.cpp append_transport (devpath "usb:…" first).
+	in := "127.0.0.1:17001        offline transport_id:1\n" +
+		"emulator-5554          device product:sdk_gphone64_x86_64 model:sdk_gphone64_x86_64 device:emu64xa transport_id:2\n" +
+		"0123456789ABCDEF       no permissions (user in plugdev group; are your udev rules wrong?); see [http://developer.android.com/tools/device.html] usb:1-1 transport_id:3\n"
+	got := ParseDevicesLong(in)
+	want := []DeviceInfo{
+		{Serial: "127.0.0.1:17001", State: StateOffline, TransportID: 1},
+		{Serial: "emulator-5554", State: StateDevice, Product: "sdk_gphone64_x86_64", Model: "sdk_gphone64_x86_64", Device: "emu64xa", TransportID: 2},
+		{Serial: "0123456789ABCDEF", State: StateNoPermissions, DevPath: "usb:1-1", TransportID: 3},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatal(diff)
+	}
+	short := ParseDevices("127.0.0.1:17001\toffline\nemulator-5554\tdevice\n")
+	if len(short) != 2 || short[0].State != StateOffline || short[1].State != StateDevice {
+		t.Fatalf("%+v", short)
+	}
+}
+
+func TestDecodeShellV2Framing(t *testing.T) {
+	var b []byte
+	b = append(b, shellPacket(shellStdout, []byte("out1 "))...)
+	b = append(b, shellPacket(shellStderr, []byte("err"))...)
+	b = append(b, shellPacket(shellStdout, []byte("out2"))...)
+	b = append(b, shellPacket(shellExit, []byte{42})...)
+	r, err := DecodeShellV2(strings.NewReader(string(b)))
+	if err != nil || string(r.Stdout) != "out1 out2" || string(r.Stderr) != "err" || r.ExitCode != 42 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// A stream cut before the exit packet is an error, never a 0 exit code.
+	if _, err := DecodeShellV2(strings.NewReader(string(b[:len(b)-6]))); err == nil {
+		t.Fatal("truncated stream accepted")
+	}
+	out, code, ok := splitExitMarker([]byte("hello\n" + exitMarker + "3\r\n"))
+	if !ok || code != 3 || string(out) != "hello\n" {
+		t.Fatalf("%q %d %v", out, code, ok)
+	}
+}
+
+func TestParseWmSizeAndGfxinfoForms(t *testing.T) {
+	// `wm size` forms from appium-adb device-settings.js / README examples cited in
+	// fixtures/captures/SOURCES.md.
+	d, ok := ParseWmSize("Physical size: 1080x1920\nOverride size: 720x1280\n")
+	if w, h := d.Effective(); !ok || w != 720 || h != 1280 || d.PhysicalWidth != 1080 {
+		t.Fatalf("%+v", d)
+	}
+	if _, ok := ParseWmSize(""); ok {
+		t.Fatal("empty wm size parsed")
+	}
+	if _, ok := ParseGfxinfo("No process found for: com.x\n"); ok {
+		t.Fatal("gfxinfo of a missing process parsed")
+	}
+}
+
+func TestParseServiceListForm(t *testing.T) {
+	s := ParseServiceList("Found 2 services:\n0\tandroid.hardware.power.IPower/default: [android.hardware.power.IPower]\n1\tDockObserver: []\n")
+	want := []Service{{0, "android.hardware.power.IPower/default", "android.hardware.power.IPower"}, {1, "DockObserver", ""}}
+	if diff := cmp.Diff(want, s); diff != "" {
+		t.Fatal(diff)
+	}
+	if p := ParsePmPath("package:/data/app/x/base.apk\npackage:/data/app/x/split_config.xhdpi.apk\n"); len(p) != 2 {
+		t.Fatal(p)
+	}
+}

@@ -1,0 +1,72 @@
+// Command screengraph-agent is the ScreenGraph device agent: it prepares Android
+// devices for automated exploration through the adb server and Appium. This
+// file only wires commands; the work is in the packages.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+	"github.com/rs/zerolog"
+)
+
+// Globals are flags every command takes.
+type Globals struct {
+	LogLevel string `help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error"`
+	LogJSON  bool   `help:"Log JSON lines instead of console text." name:"log-json"`
+}
+
+type cli struct {
+	Globals
+	Devices  devicesCmd  `cmd:"" help:"List every device the adb server knows, with state, model, API level and boot readiness."`
+	Emulator emulatorCmd `cmd:"" help:"Emulators: start simulated ones."`
+}
+
+type emulatorCmd struct {
+	Sim simCmd `cmd:"" help:"Start simulated Android emulators that speak the real ADB protocol and register with an adb server."`
+}
+
+func (g Globals) logger() zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(g.LogLevel)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	if g.LogJSON {
+		return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(lvl).With().Timestamp().Logger()
+}
+
+func main() {
+	var c cli
+	kctx := kong.Parse(&c,
+		kong.Name("screengraph-agent"),
+		kong.Description("The ScreenGraph device agent: prepares Android devices through adb and Appium."),
+		kong.UsageOnError())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	if err := kctx.Run(&c.Globals); err != nil {
+		fmt.Fprintln(os.Stderr, "screengraph-agent:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitError carries a process exit code through kong.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+
+func exitCode(err error) int {
+	if e, ok := err.(exitError); ok {
+		return e.code
+	}
+	return 1
+}

@@ -1,0 +1,87 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/screengraph/screengraph-agent/emulator/sim/android"
+	"github.com/screengraph/screengraph-agent/emulator/sim/uia2"
+)
+
+// UiAutomator2Instrumentation is the instrumentation component Appium's
+// uiautomator2 driver runs with `am instrument -w`; on the simulator it starts
+// the in-device UiAutomator2 HTTP server on UiAutomator2Port.
+const (
+	UiAutomator2Instrumentation = "io.appium.uiautomator2.server.test/androidx.test.runner.AndroidJUnitRunner"
+	UiAutomator2Port            = 6790
+)
+
+// LaunchConfig starts a simulated emulator running the Android device model.
+type LaunchConfig struct {
+	ConsolePort int
+	ADBServer   string
+	Profile     android.Profile
+	Log         zerolog.Logger
+	// Now is the device clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Launch builds the device model of cfg.Profile, registers the UiAutomator2
+// server instrumentation, and starts the transport with the profile's faults.
+func Launch(ctx context.Context, cfg LaunchConfig) (*Emulator, *android.Device, error) {
+	dev, err := android.New(cfg.Profile, android.Options{Now: cfg.Now})
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: profile %q: %w", cfg.Profile.Name, err)
+	}
+	dev.RegisterInstrumentation(UiAutomator2Instrumentation, func(ctx context.Context, d *android.Device, args map[string]string) error {
+		ln, err := d.ListenTCP(UiAutomator2Port)
+		if err != nil {
+			return err
+		}
+		return uia2.Serve(ctx, ln, d)
+	})
+	f := cfg.Profile.Faults
+	e, err := Start(ctx, Config{
+		ConsolePort: cfg.ConsolePort,
+		ADBServer:   cfg.ADBServer,
+		Device:      androidDevice{dev},
+		Log:         cfg.Log,
+		Faults: TransportFaults{
+			OfflineAfter:        f.OfflineAfter,
+			OfflineFor:          f.OfflineFor,
+			DropConnectionAfter: f.DropConnectionAfter,
+			SlowReplies:         f.SlowReplies,
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, dev, nil
+}
+
+// androidDevice adapts *android.Device to the transport's Device.
+type androidDevice struct{ *android.Device }
+
+func (a androidDevice) Prompt() string {
+	return a.Prop("ro.product.device") + ":/ $ "
+}
+
+func (a androidDevice) Stat(p string) (FileStat, error) {
+	fi, err := a.Device.Stat(p)
+	return FileStat(fi), err
+}
+
+func (a androidDevice) ReadDir(p string) ([]FileStat, error) {
+	fis, err := a.Device.ReadDir(p)
+	out := make([]FileStat, len(fis))
+	for i, fi := range fis {
+		out[i] = FileStat(fi)
+	}
+	return out, err
+}
+
+func (a androidDevice) DialTCP(port int) (net.Conn, error) { return a.Device.DialTCP(port) }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what the agent and its tests need on a fresh Debian machine, from the
+# package registries only: adb, aapt and apksigner (Debian), the real Appium 3
+# server and appium-adb (npm, pinned in tools/node/package-lock.json), and the
+# uiautomator2 driver into a project-local APPIUM_HOME. Re-running it is cheap.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+export APPIUM_HOME="$root/.cache/appium-home"
+
+sudo_() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need_apt=()
+command -v adb >/dev/null || need_apt+=(adb)
+command -v aapt >/dev/null || need_apt+=(aapt)
+command -v apksigner >/dev/null || need_apt+=(apksigner zipalign)
+command -v keytool >/dev/null || need_apt+=(default-jre-headless)
+command -v node >/dev/null || need_apt+=(nodejs)
+command -v npm >/dev/null || need_apt+=(npm)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: apt-get install ${need_apt[*]}"
+  sudo_ apt-get update -qq
+  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x "$root/tools/node/node_modules/.bin/appium" ] || [ "$root/tools/node/package-lock.json" -nt "$root/tools/node/node_modules/.package-lock.json" ]; then
+  echo "setup: npm ci (appium, appium-adb)"
+  (cd "$root/tools/node" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if [ ! -d "$APPIUM_HOME/node_modules/appium-uiautomator2-driver" ]; then
+  echo "setup: appium driver install uiautomator2@8.7.0 (APPIUM_HOME=$APPIUM_HOME)"
+  mkdir -p "$APPIUM_HOME"
+  "$root/tools/node/node_modules/.bin/appium" driver install uiautomator2@8.7.0 >/dev/null
+fi
+echo "setup: ok (adb $(adb version | head -1 | awk '{print $5}'), appium $("$root/tools/node/node_modules/.bin/appium" --version), node $(node --version))"
