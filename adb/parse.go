@@ -28,10 +28,12 @@ func (c Component) IsZero() bool { return c.Package == "" && c.Activity == "" }
 // form). It returns false when s has no '/' or an empty package.
 func ParseComponent(s string) (Component, bool) {
 	pkg, act, ok := strings.Cut(strings.TrimSpace(s), "/")
-	if !ok || pkg == "" || act == "" || strings.ContainsAny(pkg, " \t{}") {
+	act = strings.TrimRight(act, "}")
+	// Package names never start with '.', and neither part holds blanks or braces.
+	if !ok || pkg == "" || act == "" || act == "." || pkg[0] == '.' ||
+		strings.ContainsAny(pkg, " \t\r\n{}") || strings.ContainsAny(act, " \t\r\n{}") {
 		return Component{}, false
 	}
-	act = strings.TrimRight(act, "}")
 	if strings.HasPrefix(act, ".") {
 		act = pkg + act
 	}

@@ -332,3 +332,63 @@ func TestParseServiceListForm(t *testing.T) {
 		t.Fatal(p)
 	}
 }
+
+func TestParseGfxinfoRealOutputs(t *testing.T) {
+	// Verbatim head of a real `adb shell dumpsys gfxinfo com.tencent.mobileqq`
+	// (Windows host, pre-API-31: no "Frame deadline missed" line), public notes
+	// file, search index id 52156645221.
+	qq := "Applications Graphics Acceleration Info:\nUptime: 27522172 Realtime: 73274303\n\n" +
+		"** Graphics info for pid 18222 [com.tencent.mobileqq] **\n\nStats since: 9858093255087ns\n" +
+		"Total frames rendered: 2546\nJanky frames: 203 (7.97%)\n90th percentile: 14ms\n95th percentile: 20ms\n" +
+		"99th percentile: 53ms\nNumber Missed Vsync: 42\nNumber High input latency: 0\nNumber Slow UI thread: 82\n" +
+		"Number Slow bitmap uploads: 13\nNumber Slow issue draw commands: 108\n\nCaches:\n"
+	got, ok := ParseGfxinfo(qq)
+	want := FrameStats{PID: 18222, Package: "com.tencent.mobileqq", TotalFrames: 2546, JankyFrames: 203,
+		MissedVsync: 42, SlowUIThread: 82, DeadlineMissed: -1, HighInputLatency: 0}
+	if diff := cmp.Diff(want, got); !ok || diff != "" {
+		t.Fatalf("ok=%v %s", ok, diff)
+	}
+	// API 31+ lines ("Janky frames (legacy)", "Number Frame deadline missed"), as in
+	// the test fixture gfxinfoFixture, index id 59216589247.
+	s12 := "** Graphics info for pid 1234 [com.example.app] **\n\nStats since: 91522723936145ns\n" +
+		"Total frames rendered: 6266\nJanky frames: 489 (7.80%)\nJanky frames (legacy): 2300 (36.71%)\n" +
+		"Number Missed Vsync: 4\nNumber High input latency: 10359\nNumber Slow UI thread: 456\n" +
+		"Number Frame deadline missed: 489\nNumber Frame deadline missed (legacy): 517\n"
+	got, ok = ParseGfxinfo(s12)
+	if !ok || got.JankyFrames != 489 || got.DeadlineMissed != 489 || got.SlowUIThread != 456 {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestParseActivityTopRealOutput(t *testing.T) {
+	// Real `dumpsys activity top` lines from a device-diff report (index id
+	// 57371943705): a task with a null affinity, then the Fire launcher.
+	out := "TASK null id=26 userId=0\n  ACTIVITY com.android.launcher3/com.android.quickstep.RecentsActivity eb77636 pid=1948\n" +
+		"    Local Activity 6047dfb State:\n      mResumed=false mStopped=true mFinished=false\n" +
+		"TASK 10120:com.amazon.firelauncher id=2 userId=0\n  ACTIVITY com.amazon.firelauncher/.Launcher f7a5258 pid=1919\n"
+	got := ParseActivityTop(out)
+	want := []TopActivity{
+		{Component{"com.android.launcher3", "com.android.quickstep.RecentsActivity"}, 1948},
+		{Component{"com.amazon.firelauncher", "com.amazon.firelauncher.Launcher"}, 1919},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatal(diff)
+	}
+}
+
+func TestParseServiceListRealOutput(t *testing.T) {
+	// Head of a real `service list` (AndroidQF acquisition, OPPO device), index id
+	// 44341411428: sparse indexes, HAL names with "/default", empty interfaces.
+	out := "Found 368 services:\n0\tAtlasService: [android.atlas.service]\n1\tDockObserver: []\n" +
+		"9\taccessibility: [android.view.accessibility.IAccessibilityManager]\n11\tactivity: [android.app.IActivityManager]\n" +
+		"26\tandroid.hardware.power.IPower/default: [android.hardware.power.IPower]\n27\tandroid.hardware.power.stats.IPowerStats/default: []\n"
+	got := ParseServiceList(out)
+	if len(got) != 6 || got[3] != (Service{11, "activity", "android.app.IActivityManager"}) ||
+		got[4].Name != "android.hardware.power.IPower/default" || got[5].Interface != "" {
+		t.Fatalf("%+v", got)
+	}
+	b := ParseBootStatus("1\n1\nstopped\n", out)
+	if b.Ready || !cmp.Equal(b.MissingServices, []string{"package", "window"}) {
+		t.Fatalf("%+v", b)
+	}
+}

@@ -38,7 +38,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Emulator, *android.Device, 
 		return nil, nil, fmt.Errorf("sim: profile %q: %w", cfg.Profile.Name, err)
 	}
 	dev.RegisterInstrumentation(UiAutomator2Instrumentation, func(ctx context.Context, d *android.Device, args map[string]string) error {
-		ln, err := d.ListenTCP(UiAutomator2Port)
+		ln, err := d.Listen(UiAutomator2Port)
 		if err != nil {
 			return err
 		}
@@ -84,4 +84,6 @@ func (a androidDevice) ReadDir(p string) ([]FileStat, error) {
 	return out, err
 }
 
-func (a androidDevice) DialTCP(port int) (net.Conn, error) { return a.Device.DialTCP(port) }
+func (a androidDevice) DialTCP(port int) (net.Conn, error) {
+	return a.Device.DialTCP(context.Background(), port)
+}

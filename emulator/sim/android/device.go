@@ -47,10 +47,10 @@ type Device struct {
 	mu sync.Mutex // guards the state below and the state of the managers
 
 	props map[string]string // static props; boot-phase props are computed in Prop
-	fs    *memFS             // owned by fs.go
-	pm    *packageManager    // owned by pm.go (packages, install, uninstall)
-	am    *activityManager   // owned by am.go (activity stack, focus, instrumentation)
-	net   *inDeviceNet       // owned by net.go (in-device TCP listeners for tcp:PORT)
+	fs    *memFS            // owned by fs.go
+	pm    *packageManager   // owned by pm.go (packages, install, uninstall)
+	am    *activityManager  // owned by am.go (activity stack, focus, instrumentation)
+	net   *inDeviceNet      // owned by net.go (in-device TCP listeners for tcp:PORT)
 
 	settings map[string]map[string]string // namespace -> key -> value (settings get/put/delete)
 }

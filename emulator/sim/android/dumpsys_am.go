@@ -333,10 +333,10 @@ func dumpsysPower(c *Ctx) int {
 // navigation bar 48dp (portrait) / 42dp (landscape side bar), as in the
 // captures (1080x1920@420: status 63, nav 126, rng=1080x1017-1810x1731).
 type winGeom struct {
-	w, h, dpi                int
-	status, nav, navLand     int
-	appH, swdp, wdp, hdp     int
-	rngA, rngB, rngC, rngD   int
+	w, h, dpi              int
+	status, nav, navLand   int
+	appH, swdp, wdp, hdp   int
+	rngA, rngB, rngC, rngD int
 }
 
 func (d *Device) geom() winGeom {

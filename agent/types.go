@@ -1,0 +1,122 @@
+// Package agent holds the domain of the ScreenGraph device agent: runs and their
+// status machine, the event envelope and its checksum, error ids, and the ports
+// (Store, Publisher, Clock) the orchestrator consumes. It imports no other
+// package of the project; everything else imports it.
+package agent
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// RunStatus is runs.status. Terminal statuses are set only by compare-and-set,
+// so a run has exactly one terminal event.
+type RunStatus string
+
+const (
+	RunPending         RunStatus = "PENDING"
+	RunRunning         RunStatus = "RUNNING"
+	RunPaused          RunStatus = "PAUSED"
+	RunCancelRequested RunStatus = "CANCELED_REQUESTED"
+	RunCanceled        RunStatus = "CANCELED"
+	RunFinished        RunStatus = "FINISHED"
+	RunFailed          RunStatus = "FAILED"
+)
+
+// Terminal reports whether s ends a run.
+func (s RunStatus) Terminal() bool { return s == RunCanceled || s == RunFinished || s == RunFailed }
+
+// Run is one execution of a graph (the setup chain) against one device.
+type Run struct {
+	RunID     string    `json:"runId"`
+	TenantID  string    `json:"tenantId"`
+	ProjectID string    `json:"projectId,omitempty"`
+	Status    RunStatus `json:"status"`
+	// Serial is the device the run holds; Graph names the graph ("setup").
+	Serial string `json:"serial"`
+	Graph  string `json:"graph"`
+	// Input is the run request (node inputs, policy reference) as submitted.
+	Input         json.RawMessage `json:"input"`
+	PolicyVersion int             `json:"policyVersion"`
+	CreatedAt     time.Time       `json:"createdAt"`
+	UpdatedAt     time.Time       `json:"updatedAt"`
+}
+
+// Event kinds (screengraph-nodes.md).
+const (
+	KindRunStarted  = "agent.run.started"
+	KindRunFinished = "agent.run.finished"
+	KindRunFailed   = "agent.run.failed"
+	KindRunCanceled = "agent.run.canceled"
+
+	KindNodeStarted    = "agent.node.started"
+	KindNodeTokenDelta = "agent.node.token_delta"
+	KindNodeFinished   = "agent.node.finished"
+
+	// Incoming control events.
+	KindCancelRequested       = "agent.run.cancellation_requested"
+	KindPauseRequested        = "agent.run.pause_requested"
+	KindResumeRequested       = "agent.run.resume_requested"
+	KindPolicySwitchRequested = "agent.policy.switch_requested"
+)
+
+// EventVersion is the envelope version every event carries.
+const EventVersion = "1"
+
+// Event is the canonical envelope. Sequence is assigned by the orchestrator
+// (1..n per run, no gaps); Checksum = hex(sha256(eventId|runId|sequence|kind|canonical(payload))).
+type Event struct {
+	EventID   string          `json:"eventId"`
+	RunID     string          `json:"runId"`
+	TenantID  string          `json:"tenantId"`
+	ProjectID string          `json:"projectId,omitempty"`
+	Sequence  int64           `json:"sequence"`
+	TS        string          `json:"ts"` // ISO-8601 UTC, RFC 3339 with milliseconds
+	Kind      string          `json:"kind"`
+	Version   string          `json:"version"`
+	Payload   json.RawMessage `json:"payload"`
+	Checksum  string          `json:"checksum"`
+}
+
+// Snapshot is agent_state_snapshot: the small state saved after each step,
+// enough to resume the run without re-running finished nodes and to inspect
+// step N. State holds pointers to artifacts, never the artifacts.
+type Snapshot struct {
+	RunID       string          `json:"runId"`
+	StepOrdinal int             `json:"stepOrdinal"`
+	NodeName    string          `json:"nodeName"`
+	ResumeToken string          `json:"resumeToken"`
+	State       json.RawMessage `json:"state"`
+	CreatedAt   time.Time       `json:"createdAt"`
+}
+
+// OutboxRow is one run_outbox row: an event waiting for the relay.
+type OutboxRow struct {
+	RunID       string
+	Sequence    int64
+	EventID     string
+	Subject     string
+	Body        []byte // the event envelope, JSON
+	PublishedAt *time.Time
+}
+
+// Control is a control request recorded for a run and honored between nodes.
+type Control struct {
+	RunID string `json:"runId"`
+	// Kind is one of the incoming control kinds (KindCancelRequested, …).
+	Kind string `json:"kind"`
+	// PolicyVersion is set for a policy switch.
+	PolicyVersion int       `json:"policyVersion,omitempty"`
+	RequestedAt   time.Time `json:"requestedAt"`
+}
+
+// Clock is time as an input, so tests drive it.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().UTC().
+func (SystemClock) Now() time.Time { return time.Now().UTC() }

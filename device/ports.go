@@ -1,0 +1,63 @@
+package device
+
+import (
+	"context"
+	"io"
+)
+
+// ShellResult is one shell command's outcome.
+type ShellResult struct {
+	Stdout   string
+	Stderr   string
+	ExitCode int
+}
+
+// InstallOptions are `pm install` flags.
+type InstallOptions struct {
+	Replace, AllowDowngrade, AllowTestOnly, GrantAll bool
+	// Progress receives bytes sent of total; may be nil.
+	Progress func(done, total int64)
+}
+
+// Device is the ADB side of one device, as the nodes consume it. Errors are
+// *agent.Error (device_not_found, device_offline, device_unauthorized,
+// timeout, install_failed with the INSTALL_FAILED_* code, …).
+type Device interface {
+	Serial() string
+	// State is the adb server's state word ("device", "offline", …);
+	// a serial the server does not know gives device_not_found.
+	State(ctx context.Context) (string, error)
+	Shell(ctx context.Context, cmd string) (ShellResult, error)
+	Install(ctx context.Context, localAPK string, opt InstallOptions) error
+	Uninstall(ctx context.Context, pkg string) error
+	// Pull copies a device file into w and returns the bytes copied.
+	Pull(ctx context.Context, remote string, w io.Writer) (int64, error)
+}
+
+// Session is a W3C WebDriver session on the Appium server.
+type Session struct {
+	ID           string         `json:"sessionId"`
+	Capabilities map[string]any `json:"capabilities"`
+}
+
+// Health is a session's health probe outcome: HEALTHY (answers quickly),
+// DEGRADED (answers, slowly or partly), UNHEALTHY (gone or failing).
+type Health string
+
+const (
+	Healthy   Health = "HEALTHY"
+	Degraded  Health = "DEGRADED"
+	Unhealthy Health = "UNHEALTHY"
+)
+
+// Driver is the Appium side. Errors are *agent.Error (appium_unreachable,
+// session_create_failed, timeout, …).
+type Driver interface {
+	// CreateSession POSTs /session with {"capabilities":{"alwaysMatch":caps,"firstMatch":[{}]}}.
+	CreateSession(ctx context.Context, caps map[string]any) (Session, error)
+	// Probe checks an existing session by id (also one created before a daemon restart).
+	Probe(ctx context.Context, sessionID string) (Health, map[string]any, error)
+	DeleteSession(ctx context.Context, sessionID string) error
+	// PageSource is the current screen's UI hierarchy XML.
+	PageSource(ctx context.Context, sessionID string) (string, error)
+}
