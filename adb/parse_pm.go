@@ -35,6 +35,9 @@ func ParsePackageList(out string) []PackageEntry {
 		if m[2] != "" {
 			e.VersionCode, _ = atoi64(m[2])
 		}
+		if e.Package == "" {
+			continue
+		}
 		ps = append(ps, e)
 	}
 	return ps

@@ -16,7 +16,7 @@ if ! adb -P "$port" devices | awk 'NR>1 && $2!=""' | grep -q .; then
   echo "demo: no device attached to the adb server on port $port: starting simulated emulators"
   "$bin" emulator sim --count 1 --port 5554 --adb-server "127.0.0.1:$port" &
   sims+=($!)
-  "$bin" emulator sim --count 1 --port 5556 --profile "$root/fixtures/profiles/slow-boot.yaml" --adb-server "127.0.0.1:$port" &
+  "$bin" emulator sim --count 1 --port 5556 --profile slow-boot --adb-server "127.0.0.1:$port" &
   sims+=($!)
   for _ in $(seq 50); do
     [ "$(adb -P "$port" devices | grep -c emulator-555)" -ge 2 ] && break

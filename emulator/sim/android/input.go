@@ -12,6 +12,10 @@ import (
 
 func init() {
 	registerCommand("input", cmdInput)
+	registerWindowCommand("dismiss-keyguard", func(c *Ctx) int {
+		c.Device.DismissKeyguard()
+		return 0
+	})
 }
 
 // Key codes (android.view.KeyEvent) the simulator acts on.

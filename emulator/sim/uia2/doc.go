@@ -20,7 +20,7 @@
 //     Android's org.kxml2.io.KXmlSerializer writes with indent-output ("\r\n" plus two
 //     spaces per level, " />" for empty elements). See source.go.
 //
-// Routes the real server has that the driver answers itself through adb (current
-// activity/package, timeouts, window rect) are not served here, exactly like the
-// real server.
+// Commands the driver answers itself (current activity/package through adb,
+// timeouts, window rect) have no route in the real server; here too they get
+// "unknown command".
 package uia2
