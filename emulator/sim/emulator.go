@@ -56,11 +56,11 @@ type Emulator struct {
 	log     zerolog.Logger
 	started time.Time
 
-	mu      sync.Mutex
-	conns   map[*transport]struct{}
+	mu    sync.Mutex
+	conns map[*transport]struct{}
 	// accepted is signalled on every new connection from the adb server.
 	accepted chan struct{}
-	offline bool
+	offline  bool
 
 	ctx    context.Context
 	cancel context.CancelFunc

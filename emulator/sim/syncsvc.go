@@ -106,16 +106,16 @@ func serveSync(s io.ReadWriter, dev Device, log zerolog.Logger) {
 				b = append(b, make([]byte, 64)...)
 			} else {
 				mt := uint64(st.MTime.Unix())
-				b = binary.LittleEndian.AppendUint64(b, 0xfd00)              // dev
-				b = binary.LittleEndian.AppendUint64(b, inode(req.path))     // ino
-				b = binary.LittleEndian.AppendUint32(b, st.Mode)             // mode
-				b = binary.LittleEndian.AppendUint32(b, 1)                   // nlink
-				b = binary.LittleEndian.AppendUint32(b, 2000)                // uid shell
-				b = binary.LittleEndian.AppendUint32(b, 2000)                // gid shell
-				b = binary.LittleEndian.AppendUint64(b, uint64(st.Size))     // size
-				b = binary.LittleEndian.AppendUint64(b, mt)                  // atime
-				b = binary.LittleEndian.AppendUint64(b, mt)                  // mtime
-				b = binary.LittleEndian.AppendUint64(b, mt)                  // ctime
+				b = binary.LittleEndian.AppendUint64(b, 0xfd00)          // dev
+				b = binary.LittleEndian.AppendUint64(b, inode(req.path)) // ino
+				b = binary.LittleEndian.AppendUint32(b, st.Mode)         // mode
+				b = binary.LittleEndian.AppendUint32(b, 1)               // nlink
+				b = binary.LittleEndian.AppendUint32(b, 2000)            // uid shell
+				b = binary.LittleEndian.AppendUint32(b, 2000)            // gid shell
+				b = binary.LittleEndian.AppendUint64(b, uint64(st.Size)) // size
+				b = binary.LittleEndian.AppendUint64(b, mt)              // atime
+				b = binary.LittleEndian.AppendUint64(b, mt)              // mtime
+				b = binary.LittleEndian.AppendUint64(b, mt)              // ctime
 			}
 			if _, err := s.Write(b); err != nil {
 				return

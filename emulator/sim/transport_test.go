@@ -199,7 +199,8 @@ func TestTransportThroughRealADBServer(t *testing.T) {
 		if !bytes.Equal(got, buf) {
 			t.Fatalf("pulled %d bytes, differing", len(got))
 		}
-		out, errOut, code := srv.Run(t, "-s", s, "pull", "/data/local/tmp/missing", dst); errOut += out
+		out, errOut, code := srv.Run(t, "-s", s, "pull", "/data/local/tmp/missing", dst)
+		errOut += out
 		if code == 0 || !strings.Contains(errOut, "No such file or directory") {
 			t.Fatalf("pull missing: exit %d %q", code, errOut+out)
 		}

@@ -1048,8 +1048,8 @@ func (am *activityManager) instrumentationTargetsLocked() []string {
 // launcher tap. Output as the real monkey script + Monkey.java print it: the
 // "  bash arg: X" echo on stdout, "args: […]", " arg: \"X\"", "data=\"X\"" on
 // stderr, then "Events injected: 1" and the network stats line; no launcher
-// activity → "** No activities found to run, monkey aborted." (exit 253,
-// Monkey.run returns -3).
+// activity → "** No activities found to run, monkey aborted." (exit 252, as
+// measured on a real phone: monkey/no-activities-found.txt in SOURCES.md).
 func cmdMonkey(c *Ctx) int {
 	d := c.Device
 	args := c.Args[1:]
@@ -1093,7 +1093,7 @@ func cmdMonkey(c *Ctx) int {
 	}
 	if pkg == "" {
 		fmt.Fprintln(c.Stdout, "** No activities found to run, monkey aborted.")
-		return 253
+		return 252
 	}
 	a, _, _ := d.activityInfo(pkg, act)
 	it := amIntent{action: "android.intent.action.MAIN", categories: []string{"android.intent.category.LAUNCHER"}, flags: 0x10200000, cmpPkg: pkg, cls: act, explicit: true}

@@ -513,8 +513,8 @@ func TestPsFormat(t *testing.T) {
 		out := amOut(t, d, "ps -A")
 		lines := strings.Split(out, "\n")
 		header := "USER           PID  PPID     VSZ    RSS WCHAN            ADDR S NAME"
-		if api >= 33 {
-			header = "USER           PID  PPID        VSZ    RSS WCHAN            ADDR S NAME"
+		if api >= 34 {
+			header = "USER           PID  PPID        VSZ    RSS WCHAN            ADDR S NAME" // API 34
 		}
 		if lines[0] != header {
 			t.Fatalf("api %d header %q", api, lines[0])

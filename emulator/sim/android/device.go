@@ -20,7 +20,6 @@ package android
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,7 +28,6 @@ import (
 	"sync"
 	"time"
 
-	"gopkg.in/yaml.v3"
 )
 
 // Options tune a Device beyond its Profile.
@@ -254,14 +252,5 @@ func LoadProfile(path string) (Profile, error) {
 	if err != nil {
 		return Profile{}, err
 	}
-	var p Profile
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&p); err != nil && !errors.Is(err, io.EOF) {
-		return Profile{}, fmt.Errorf("profile %s: %w", filepath.Base(path), err)
-	}
-	if p.Name == "" {
-		p.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-	}
-	return p, nil
+	return ParseProfile(strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)), b)
 }

@@ -27,16 +27,16 @@ type psEntry struct {
 
 // Fixed pids of the system processes (an emulator after boot).
 const (
-	pidZygote64    = 352
-	pidZygote      = 353
-	pidSystemSrv   = 560
+	pidZygote64    = 312 // zygote64 and system_server pids and sizes of an API 33
+	pidZygote      = 313 // emulator (toybox-ps/api33-emulator-ps-A-grep-zygote.txt)
+	pidSystemSrv   = 513
 	pidAdbd        = 412
 	psVszApp       = 13821972 // VSZ/RSS of app processes, from the ps capture in SOURCES.md
 	psRssApp       = 135664
-	psVszZygote    = 13588420
-	psRssZygote    = 103248
-	psVszSystemSrv = 14602056
-	psRssSystemSrv = 262864
+	psVszZygote    = 14380132
+	psRssZygote    = 42920
+	psVszSystemSrv = 15566292
+	psRssSystemSrv = 172756
 )
 
 // processesLocked lists every process: init, kthreadd, the native daemons,
@@ -88,8 +88,8 @@ type psField struct {
 
 func psFields(api int) map[string]psField {
 	vsz := 7
-	if api >= 33 {
-		vsz = 10 // toybox in Android 13+ (capture "USER PID PPID        VSZ …", SOURCES.md)
+	if api >= 34 {
+		vsz = 10 // Android 14 toybox (ps-A/api34-head.txt); an API 33 emulator still pads to 7
 	}
 	return map[string]psField{
 		"USER":    {"USER", -12, func(e psEntry) string { return e.user }},
@@ -213,7 +213,7 @@ Which FIELDs to show. (-o HELP for list, default = -o PID,TTY,TIME,CMD)
 // cmdPs is toybox ps. Without a terminal (adb shell COMMAND) plain `ps` lists
 // every process like `ps -A` (capture: "Android 14: adb shell,v2:ps == adb
 // shell ps -A", SOURCES.md). Options: -A/-e, -o FIELD[,FIELD], -p PID[,PID],
-// --help. An unknown -o field: "ps: bad -o FIELD" (exit 1).
+// --help. An unknown -o field: "ps: bad -o 'ARG'" and the field help (exit 1).
 func cmdPs(c *Ctx) int {
 	d := c.Device
 	api := d.APILevel()
@@ -238,7 +238,10 @@ func cmdPs(c *Ctx) int {
 			for _, f := range strings.Split(args[i], ",") {
 				name := strings.ToUpper(strings.SplitN(f, "=", 2)[0])
 				if _, ok := all[name]; !ok {
-					fmt.Fprintf(c.Stderr, "ps: bad -o %s\n", f)
+					// toybox quotes the whole -o argument, then prints its field help
+					// (toybox-ps/api33-emulator-bad-o-field.txt).
+					fmt.Fprintf(c.Stderr, "ps: bad -o '%s'\n", args[i])
+					fmt.Fprint(c.Stderr, psFieldHelp)
 					return 1
 				}
 				order = append(order, name)
@@ -371,3 +374,46 @@ func (d *Device) procNetTCP(v6 bool) []byte {
 	}
 	return b.Bytes()
 }
+
+// psFieldHelp is what toybox prints after "ps: bad -o '…'" (verbatim from
+// fixtures/captures/toybox-ps/api33-emulator-bad-o-field.txt).
+const psFieldHelp = "Command line field types:\n\n" +
+	"  ARGS    CMDLINE minus initial path     CMD     Thread name (/proc/TID/stat:2)\n" +
+	"  CMDLINE Command line (argv[])          COMM    EXE filename (/proc/PID/exe)\n" +
+	"  COMMAND EXE path (/proc/PID/exe)       NAME    Process name (PID's argv[0])\n\n" +
+	"Process attribute field types:\n\n" +
+	"  S       Process state:\n" +
+	"\t  R (running) S (sleeping) D (device I/O) T (stopped)  t (trace stop)\n" +
+	"\t  X (dead)    Z (zombie)   P (parked)     I (idle)\n" +
+	"\t  Also between Linux 2.6.33 and 3.13:\n" +
+	"\t  x (dead)    K (wakekill) W (waking)\n\n" +
+	"  SCH     Scheduling policy (0=other, 1=fifo, 2=rr, 3=batch, 4=iso, 5=idle)\n" +
+	"  STAT    Process state (S) plus:\n" +
+	"\t  < high priority          N low priority L locked memory\n" +
+	"\t  s session leader         + foreground   l multithreaded\n" +
+	"                               ^\n" +
+	"  %CPU    Percentage of CPU time used    %MEM    RSS as % of physical memory\n" +
+	"  %VSZ    VSZ as % of physical memory    ADDR    Instruction pointer\n" +
+	"  BIT     32 or 64                       C       Total %CPU used since start\n" +
+	"  CPU     Which processor running on     DIO     Disk I/O\n" +
+	"  DREAD   Data read from disk            DWRITE  Data written to disk\n" +
+	"  ELAPSED Elapsed time since PID start   F       Flags 1=FORKNOEXEC 4=SUPERPRIV\n" +
+	"  GID     Group ID                       GROUP   Group name\n" +
+	"  IO      Data I/O                       LABEL   Security label\n" +
+	"  MAJFL   Major page faults              MINFL   Minor page faults\n" +
+	"  NI      Niceness (static 19 to -20)    PCY     Android scheduling policy\n" +
+	"  PGID    Process Group ID               PID     Process ID\n" +
+	"  PPID    Parent Process ID              PR      Prio Reversed (dyn 39-0, RT)\n" +
+	"  PRI     Priority (dynamic 0 to 139)    PSR     Processor last executed on\n" +
+	"  READ    Data read                      RES     Short RSS\n" +
+	"  RGID    Real (before sgid) Group ID    RGROUP  Real (before sgid) group name\n" +
+	"  RSS     Resident Set Size (DRAM pages) RTPRIO  Realtime priority\n" +
+	"  RUID    Real (before suid) user ID     RUSER   Real (before suid) user name\n" +
+	"  SHR     Shared memory                  STIME   Start time (ISO 8601)\n" +
+	"  SWAP    Swap I/O                       SZ      4k pages to swap out\n" +
+	"  TCNT    Thread count                   TID     Thread ID\n" +
+	"  TIME    CPU time consumed              TIME+   CPU time (high precision)\n" +
+	"  TTY     Controlling terminal           UID     User id\n" +
+	"  USER    User name                      VIRT    Virtual memory size\n" +
+	"  VSZ     Virtual memory size (1k units) WCHAN   Wait location in kernel\n" +
+	"  WRITE   Data written\n"

@@ -1,0 +1,63 @@
+package device_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/emulator/sim"
+	"github.com/screengraph/screengraph-agent/emulator/sim/android"
+	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
+)
+
+func launch(t *testing.T, srv *simtest.ADBServer, p android.Profile) *sim.Emulator {
+	t.Helper()
+	e, _, err := sim.Launch(context.Background(), sim.LaunchConfig{ADBServer: srv.Addr(), Profile: p, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestDescribeBootingAndOffline: one simulated emulator still booting, one
+// taken offline by a fault; both reported for what they are, through the real
+// adb server.
+func TestDescribeBootingAndOffline(t *testing.T) {
+	srv := simtest.StartADBServer(t)
+	booting := launch(t, srv, android.Profile{Name: "booting", APILevel: 30, BootDuration: time.Hour})
+	offline := launch(t, srv, android.Profile{Name: "offline", APILevel: 33,
+		Faults: android.Faults{OfflineAfter: 300 * time.Millisecond, OfflineFor: -1}})
+	ready := launch(t, srv, android.Profile{Name: "ready", APILevel: 29})
+	srv.WaitState(t, booting.Serial(), "device", 10*time.Second)
+	srv.WaitState(t, ready.Serial(), "device", 10*time.Second)
+	srv.WaitState(t, offline.Serial(), "offline", 10*time.Second)
+
+	list, err := device.Describe(context.Background(), adb.New(srv.Addr()), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]device.Summary{}
+	for _, s := range list {
+		got[s.Serial] = s
+	}
+	if len(got) != 3 {
+		t.Fatalf("want 3 devices, got %+v", list)
+	}
+	b := got[booting.Serial()]
+	if b.State != "device" || b.BootReady || b.APILevel != 30 || b.BootDetail != "sys.boot_completed is not 1" {
+		t.Errorf("booting device: %+v", b)
+	}
+	o := got[offline.Serial()]
+	if o.State != "offline" || o.BootReady || o.APILevel != 0 {
+		t.Errorf("offline device: %+v", o)
+	}
+	r := got[ready.Serial()]
+	if r.State != "device" || !r.BootReady || r.APILevel != 29 || r.Release != "10" || r.Model == "" {
+		t.Errorf("ready device: %+v", r)
+	}
+}
