@@ -221,6 +221,12 @@ func unwrapAll(err error) error {
 	}
 }
 
+const (
+	uia2Dir       = "../.cache/appium-home/node_modules/appium-uiautomator2-driver/node_modules/appium-uiautomator2-server/apks/"
+	uia2ServerAPK = uia2Dir + "appium-uiautomator2-server-v10.6.6.apk"
+	uia2TestAPK   = uia2Dir + "appium-uiautomator2-server-debug-androidTest.apk"
+)
+
 const settingsAPK = "../.cache/appium-home/node_modules/appium-uiautomator2-driver/node_modules/io.appium.settings/apks/settings_apk-debug.apk"
 
 func TestSimInstallUninstall(t *testing.T) {
@@ -338,8 +344,17 @@ func TestSimTrackAppearDisappearAndForward(t *testing.T) {
 		t.Fatalf("get-state %q %v", st, err)
 	}
 
-	// Forward to the on-device UiAutomator2 port: start the server the way the
-	// driver does (`am instrument -w`, which blocks while it serves).
+	// Forward to the on-device UiAutomator2 port: install the real server APKs and
+	// start the server the way the driver does (`am instrument -w`, which blocks
+	// while it serves).
+	for _, apk := range []string{uia2ServerAPK, uia2TestAPK} {
+		if _, err := os.Stat(apk); err != nil {
+			t.Skipf("UiAutomator2 server APK not present: %v", err)
+		}
+		if err := c.Install(ctx, e.Serial(), apk, InstallOptions{Replace: true, AllowTestOnly: true}); err != nil {
+			t.Fatalf("install %s: %v", filepath.Base(apk), err)
+		}
+	}
 	instCtx, stopInst := context.WithCancel(ctx)
 	go func() {
 		_, _ = c.Shell(instCtx, e.Serial(), "am instrument -w "+sim.UiAutomator2Instrumentation)
