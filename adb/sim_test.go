@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -382,6 +383,18 @@ func TestSimTrackAppearDisappearAndForward(t *testing.T) {
 	}
 	if status != 200 {
 		t.Fatalf("GET /status through the forward: %d", status)
+	}
+	// A fixed local port: the server sends no port string after the second OKAY.
+	fixed := "tcp:" + strconv.Itoa(freePort(t))
+	start := time.Now()
+	if got, err := c.Forward(ctx, e.Serial(), fixed, "tcp:6790"); err != nil || got != fixed {
+		t.Fatalf("forward %s: %q %v", fixed, got, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("forward with a fixed port took %v", d)
+	}
+	if err := c.ForwardRemove(ctx, e.Serial(), fixed); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.ForwardRemove(ctx, e.Serial(), local); err != nil {
 		t.Fatal(err)

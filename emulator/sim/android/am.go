@@ -946,13 +946,20 @@ func amInstrument(c *Ctx, args []string) int {
 		}
 	}
 	flat := pkg + "/" + cls
-	if target == "" {
+	fail := func(msg string) int {
 		fmt.Fprintln(c.Stdout, "INSTRUMENTATION_STATUS: id=ActivityManagerService")
-		fmt.Fprintf(c.Stdout, "INSTRUMENTATION_STATUS: Error=Unable to find instrumentation info for: ComponentInfo{%s}\n", flat)
+		fmt.Fprintf(c.Stdout, "INSTRUMENTATION_STATUS: Error=%s\n", msg)
 		fmt.Fprintln(c.Stdout, "INSTRUMENTATION_STATUS_CODE: -1")
 		fmt.Fprintf(c.Stderr, "android.util.AndroidException: INSTRUMENTATION_FAILED: %s\n", flat)
 		fmt.Fprintln(c.Stderr, "\tat com.android.commands.am.Instrument.run(Instrument.java:549)")
 		return 1
+	}
+	if target == "" {
+		return fail("Unable to find instrumentation info for: ComponentInfo{" + flat + "}")
+	}
+	if _, ok := d.packageInfo(target); !ok {
+		// ActivityManagerService.startInstrumentation's second check.
+		return fail("Unable to find instrumentation target package: " + target)
 	}
 	parent := c.Context
 	if !wait {

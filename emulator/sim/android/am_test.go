@@ -371,12 +371,32 @@ func TestGfxinfoFormat(t *testing.T) {
 
 func TestForceStopKillsInstrumentation(t *testing.T) {
 	d, _ := newAMDevice(t, 34)
-	apk := "/work/main/.cache/appium-home/node_modules/appium-uiautomator2-driver/node_modules/appium-uiautomator2-server/apks/appium-uiautomator2-server-debug-androidTest.apk"
-	data, err := os.ReadFile(apk)
+	dir := "/work/main/.cache/appium-home/node_modules/appium-uiautomator2-driver/node_modules/appium-uiautomator2-server/apks/"
+	testAPK, err := os.ReadFile(dir + "appium-uiautomator2-server-debug-androidTest.apk")
 	if err != nil {
 		t.Skipf("real test APK not available: %v", err)
 	}
-	if r := d.install(data, installFlags{}); !r.ok {
+	if r := d.install(testAPK, installFlags{}); !r.ok {
+		t.Fatalf("install: %+v", r)
+	}
+	var comp0 string
+	for _, in := range d.instrumentations() {
+		comp0 = in.Component
+	}
+	// The target (server) package is not installed yet: AMS refuses.
+	out, _, code := amSh(t, d, "am instrument -w "+comp0)
+	if code != 1 || !strings.Contains(out, "INSTRUMENTATION_STATUS: Error=Unable to find instrumentation target package: io.appium.uiautomator2.server\n") {
+		t.Fatalf("missing target: %q %d", out, code)
+	}
+	// The server APK (the target) comes preinstalled here, so this test does
+	// not depend on parsing the 18 MB server APK.
+	p := amProfile(34)
+	p.Preinstalled = append(p.Preinstalled, Package{ID: "io.appium.uiautomator2.server", VersionCode: 1})
+	d, err = New(p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := d.install(testAPK, installFlags{}); !r.ok {
 		t.Fatalf("install: %+v", r)
 	}
 	var comp, target string

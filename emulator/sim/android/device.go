@@ -27,7 +27,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
 )
 
 // Options tune a Device beyond its Profile.

@@ -23,9 +23,9 @@ type fakeClock struct {
 	t  time.Time
 }
 
-func (c *fakeClock) Now() time.Time            { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Advance(d time.Duration)   { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-func newClock() *fakeClock                     { return &fakeClock{t: time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)} }
+func (c *fakeClock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func newClock() *fakeClock                   { return &fakeClock{t: time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)} }
 func newTestDevice(t testing.TB, p Profile) (*Device, *fakeClock) {
 	t.Helper()
 	clk := newClock()

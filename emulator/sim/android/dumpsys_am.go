@@ -44,6 +44,19 @@ type gfxStats struct {
 	segments []frameSegment
 }
 
+// resetLocked starts counting afresh: frames drawn up to now (launch bursts
+// included) are forgotten, running animations keep counting from now.
+func (g *gfxStats) resetLocked(now time.Time) {
+	g.since = now
+	kept := g.launches[:0]
+	for _, b := range g.launches {
+		if b.at.After(now) {
+			kept = append(kept, b)
+		}
+	}
+	g.launches = kept
+}
+
 // frame durations (ms) the model assigns: animation frames, launch frames,
 // janky first frames; and their GPU times.
 const (
@@ -192,7 +205,7 @@ func dumpsysGfxinfo(c *Ctx) int {
 		}
 		d.writeGfxLocked(c.Stdout, proc, g, now)
 		if reset {
-			g.since = now
+			g.resetLocked(now)
 		}
 	}
 	return 0

@@ -74,7 +74,9 @@ func TestShellPipeStagesRunConcurrently(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	done := make(chan int, 1)
-	go func() { done <- d.Shell(ctx, "logcat -v threadtime | grep -c x", nil, new(bytes.Buffer), new(bytes.Buffer)) }()
+	go func() {
+		done <- d.Shell(ctx, "logcat -v threadtime | grep -c x", nil, new(bytes.Buffer), new(bytes.Buffer))
+	}()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

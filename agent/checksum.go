@@ -1,0 +1,213 @@
+package agent
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gowebpki/jcs"
+	"github.com/oklog/ulid/v2"
+)
+
+// TimestampLayout is the layout of Event.TS: ISO-8601 / RFC 3339 in UTC with
+// exactly three fractional digits (milliseconds), e.g. "2025-10-23T12:00:00.000Z".
+const TimestampLayout = "2006-01-02T15:04:05.000Z"
+
+// FormatTS formats t as an event timestamp (TimestampLayout, converted to UTC).
+func FormatTS(t time.Time) string { return t.UTC().Format(TimestampLayout) }
+
+// MaxSafeInteger is the largest integer an RFC 8785 payload carries exactly
+// (2^53-1): JCS serializes every number as an IEEE-754 double, so larger
+// integers in a payload would not survive canonicalization. Seeds and
+// counters the engine writes into payloads stay within it.
+const MaxSafeInteger = 1<<53 - 1
+
+// CanonicalJSON returns the RFC 8785 (JSON Canonicalization Scheme) form of
+// the JSON text raw: object members sorted by their names' UTF-16 code units,
+// no insignificant whitespace, strings with the minimal JSON escapes,
+// numbers in ECMAScript Number-to-String form (so 1.0 -> 1, 1E30 -> 1e+30).
+// It uses github.com/gowebpki/jcs (the Go port of the RFC authors' reference
+// code). Errors: raw is not valid JSON, or an object repeats a member name
+// (RFC 8785 requires I-JSON, RFC 7493).
+func CanonicalJSON(raw []byte) ([]byte, error) {
+	// jcs.Transform drops some syntax errors inside member names, so check
+	// validity first rather than trust a partial result.
+	if !json.Valid(raw) {
+		return nil, errors.New("canonical json: payload is not valid JSON")
+	}
+	out, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("canonical json: %w", err)
+	}
+	return out, nil
+}
+
+// ChecksumInput returns the exact bytes that Checksum hashes. This is the
+// contract for independent verifiers:
+//
+//	eventId  0x7C  runId  0x7C  sequence  0x7C  kind  0x7C  JCS(payload)
+//
+// where 0x7C is the ASCII '|', eventId, runId and kind are their UTF-8 bytes
+// as in the envelope (no quoting, no escaping), sequence is the base-10 ASCII
+// form of the integer without sign or leading zeros ("42"), and JCS(payload)
+// is the RFC 8785 canonical JSON of the envelope's payload (an absent payload
+// is hashed as the four bytes "null"). There is no trailing separator or
+// newline. Checksum is the lowercase hex SHA-256 (64 characters) of these bytes.
+// Errors: the payload is not valid I-JSON.
+func ChecksumInput(eventID, runID string, sequence int64, kind string, payload json.RawMessage) ([]byte, error) {
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	canon, err := CanonicalJSON(payload)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(eventID)+len(runID)+len(kind)+len(canon)+24)
+	b = append(b, eventID...)
+	b = append(b, '|')
+	b = append(b, runID...)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, sequence, 10)
+	b = append(b, '|')
+	b = append(b, kind...)
+	b = append(b, '|')
+	b = append(b, canon...)
+	return b, nil
+}
+
+// Checksum is hex(sha256(ChecksumInput(...))), lowercase, 64 characters.
+func Checksum(eventID, runID string, sequence int64, kind string, payload json.RawMessage) (string, error) {
+	in, err := ChecksumInput(eventID, runID, sequence, kind, payload)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(in)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// ErrChecksumMismatch is returned by VerifyChecksum.
+var ErrChecksumMismatch = errors.New("event checksum mismatch")
+
+// Seal sets e.Checksum from e's eventId, runId, sequence, kind and payload.
+// The orchestrator calls it after it assigns the sequence.
+func (e *Event) Seal() error {
+	sum, err := Checksum(e.EventID, e.RunID, e.Sequence, e.Kind, e.Payload)
+	if err != nil {
+		return err
+	}
+	e.Checksum = sum
+	return nil
+}
+
+// VerifyChecksum recomputes e's checksum; it returns an error wrapping
+// ErrChecksumMismatch when it differs from e.Checksum.
+func VerifyChecksum(e Event) error {
+	sum, err := Checksum(e.EventID, e.RunID, e.Sequence, e.Kind, e.Payload)
+	if err != nil {
+		return err
+	}
+	if sum != e.Checksum {
+		return fmt.Errorf("%w: run %s sequence %d: have %s, computed %s", ErrChecksumMismatch, e.RunID, e.Sequence, e.Checksum, sum)
+	}
+	return nil
+}
+
+// NewEvent builds a sealed event of run with the given sequence and kind:
+// a fresh eventId from ids, ts = clock.Now() (TimestampLayout), version
+// EventVersion, the run's tenantId/projectId, and payload marshaled with
+// encoding/json and stored in its RFC 8785 canonical form (so the stored bytes
+// are the hashed bytes). A nil payload is stored as {}. Errors: the payload
+// does not marshal, or is not I-JSON.
+func NewEvent(run Run, sequence int64, kind string, payload any, clock Clock, ids IDGenerator) (Event, error) {
+	var raw []byte
+	switch p := payload.(type) {
+	case nil:
+		raw = []byte("{}")
+	case json.RawMessage:
+		raw = p
+	default:
+		var err error
+		if raw, err = json.Marshal(payload); err != nil {
+			return Event{}, fmt.Errorf("event %s payload: %w", kind, err)
+		}
+	}
+	canon, err := CanonicalJSON(raw)
+	if err != nil {
+		return Event{}, fmt.Errorf("event %s payload: %w", kind, err)
+	}
+	e := Event{
+		EventID:   ids.NewID(),
+		RunID:     run.RunID,
+		TenantID:  run.TenantID,
+		ProjectID: run.ProjectID,
+		Sequence:  sequence,
+		TS:        FormatTS(clock.Now()),
+		Kind:      kind,
+		Version:   EventVersion,
+		Payload:   canon,
+	}
+	if err := e.Seal(); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// IDGenerator makes the ULID strings of eventIds and resumeTokens.
+type IDGenerator interface {
+	NewID() string
+}
+
+// ULIDs makes ULIDs (26-character Crockford base32 text) whose time part is
+// the Clock's time and whose random part comes from monotonic entropy: ids
+// made within the same millisecond still sort in creation order. Safe for
+// concurrent use.
+type ULIDs struct {
+	mu      sync.Mutex
+	clock   Clock
+	entropy *ulid.MonotonicEntropy
+	lastMS  uint64
+}
+
+// NewULIDs returns a generator reading time from clock and randomness from
+// entropy (crypto/rand when nil; tests pass a seeded reader for repeatable ids).
+func NewULIDs(clock Clock, entropy io.Reader) *ULIDs {
+	if entropy == nil {
+		entropy = rand.Reader
+	}
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	return &ULIDs{clock: clock, entropy: ulid.Monotonic(entropy, 0)}
+}
+
+// NewID returns the next ULID. When the clock stands still or moves back,
+// the previous millisecond is reused so ids stay strictly increasing; on the
+// (2^80 per millisecond) overflow of the monotonic entropy it moves to the next
+// millisecond. It panics only when the entropy reader fails.
+func (g *ULIDs) NewID() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ms := ulid.Timestamp(g.clock.Now())
+	if ms < g.lastMS {
+		ms = g.lastMS
+	}
+	for {
+		id, err := ulid.New(ms, g.entropy)
+		if err == nil {
+			g.lastMS = ms
+			return id.String()
+		}
+		if !errors.Is(err, ulid.ErrMonotonicOverflow) {
+			// Only a broken entropy reader gets here (crypto/rand does not fail).
+			panic(fmt.Sprintf("agent: ulid entropy: %v", err))
+		}
+		ms++
+	}
+}

@@ -1,0 +1,216 @@
+package snapshots
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// Errors the stores return besides agent.ErrNotFound, agent.ErrStatusConflict
+// and agent.ErrSequenceTaken. Each is wrapped with the run and value at fault.
+var (
+	// ErrRunExists: CreateRun with a run id already stored.
+	ErrRunExists = errors.New("run already exists")
+	// ErrSnapshotTaken: CommitStep with a snapshot for a step ordinal the run
+	// already has; nothing of the step is written.
+	ErrSnapshotTaken = errors.New("step already has a snapshot")
+	// ErrSequenceGap: the step's first sequence is not the run's last + 1, or
+	// its sequences are not contiguous; nothing is written.
+	ErrSequenceGap = errors.New("event sequence not contiguous")
+	// ErrInvalid: a malformed argument (not a ULID, empty kind, …).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrReadOnly: a write on a store opened read-only.
+	ErrReadOnly = errors.New("store opened read-only")
+)
+
+// StreamName and SubjectPrefix: every event is published on
+// screengraph.events.<tenantId>.<runId>.<kind> into one JetStream stream.
+const (
+	StreamName    = "SCREENGRAPH_EVENTS"
+	SubjectPrefix = "screengraph.events"
+)
+
+// Subject returns the NATS subject of an event:
+// screengraph.events.<tenantId>.<runId>.<kind>, e.g.
+// screengraph.events.01HZX….01JBD….agent.node.finished. The kind keeps its
+// dots (extra tokens); characters NATS reserves in a token (space, '*', '>',
+// '.') in tenantId or runId are replaced by '_'.
+func Subject(tenantID, runID, kind string) string {
+	return SubjectPrefix + "." + token(tenantID) + "." + token(runID) + "." + kindTokens(kind)
+}
+
+func token(s string) string {
+	if s == "" {
+		return "_"
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '.' || r == '*' || r == '>' || r <= ' ' || r == 0x7f:
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+func kindTokens(kind string) string {
+	parts := strings.Split(kind, ".")
+	for i, p := range parts {
+		parts[i] = token(p)
+	}
+	return strings.Join(parts, ".")
+}
+
+// Notifier is implemented by stores that signal their commits: the channel
+// receives (without blocking the writer, coalesced) after every CommitStep
+// that wrote events, so the relay drains at once instead of waiting for its
+// poll interval. One consumer per store.
+type Notifier interface {
+	Commits() <-chan struct{}
+}
+
+// StepEventer is implemented by stores that know which events were committed
+// with which snapshot (run_events.step_ordinal): Replay uses it.
+type StepEventer interface {
+	StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error)
+}
+
+// Requeuer is implemented by stores that can enqueue published events again
+// (operator recovery after a stream was lost; tests of deduplication). It
+// clears published_at of the run's outbox rows with sequence >= from and
+// returns how many rows it reset.
+type Requeuer interface {
+	Requeue(ctx context.Context, runID string, fromSequence int64) (int, error)
+}
+
+// timeLayout is how the embedded store writes times: fixed width, so text
+// order is time order; microseconds, Postgres' precision.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+func fmtTime(t time.Time) string { return t.UTC().Truncate(time.Microsecond).Format(timeLayout) }
+
+func parseTime(s string) (time.Time, error) { return time.Parse(time.RFC3339Nano, s) }
+
+func storeTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+func checkULID(what, id string) error {
+	if _, err := ulid.ParseStrict(id); err != nil {
+		return fmt.Errorf("%w: %s %q is not a 26-char ULID: %v", ErrInvalid, what, id, err)
+	}
+	return nil
+}
+
+// controlKinds are the incoming control events RequestControl accepts.
+var controlKinds = []string{
+	agent.KindCancelRequested, agent.KindPauseRequested,
+	agent.KindResumeRequested, agent.KindPolicySwitchRequested,
+}
+
+func checkControl(c agent.Control) error {
+	if !slices.Contains(controlKinds, c.Kind) {
+		return fmt.Errorf("%w: control kind %q (want one of %s)", ErrInvalid, c.Kind, strings.Join(controlKinds, ", "))
+	}
+	return nil
+}
+
+// preparedEvent is an event ready to insert: envelope bytes and subject.
+type preparedEvent struct {
+	agent.Event
+	envelope []byte
+	payload  string
+	subject  string
+}
+
+// prepareStep validates a Step independently of the database: ULIDs, one
+// run, contiguous sequences, a CAS with its from-set. It does not know the
+// run's tenant yet; checkTenant does, inside the transaction.
+func prepareStep(s agent.Step) ([]preparedEvent, error) {
+	if s.RunID == "" {
+		return nil, fmt.Errorf("%w: step without run id", ErrInvalid)
+	}
+	if s.StatusTo != "" && len(s.StatusFrom) == 0 {
+		return nil, fmt.Errorf("%w: status compare-and-set to %s without StatusFrom", ErrInvalid, s.StatusTo)
+	}
+	if s.Snapshot != nil {
+		if s.Snapshot.RunID != "" && s.Snapshot.RunID != s.RunID {
+			return nil, fmt.Errorf("%w: snapshot of run %s in a step of run %s", ErrInvalid, s.Snapshot.RunID, s.RunID)
+		}
+		if s.Snapshot.StepOrdinal < 0 || s.Snapshot.NodeName == "" {
+			return nil, fmt.Errorf("%w: snapshot needs stepOrdinal >= 0 and nodeName", ErrInvalid)
+		}
+	}
+	out := make([]preparedEvent, 0, len(s.Events))
+	for i, e := range s.Events {
+		if e.RunID != s.RunID {
+			return nil, fmt.Errorf("%w: event %s of run %q in a step of run %s", ErrInvalid, e.EventID, e.RunID, s.RunID)
+		}
+		if err := checkULID("eventId", e.EventID); err != nil {
+			return nil, err
+		}
+		if e.Kind == "" || e.TS == "" || e.Checksum == "" {
+			return nil, fmt.Errorf("%w: event %s needs kind, ts and checksum", ErrInvalid, e.EventID)
+		}
+		if e.Sequence < 1 {
+			return nil, fmt.Errorf("%w: event %s sequence %d < 1", ErrInvalid, e.EventID, e.Sequence)
+		}
+		if i > 0 && e.Sequence != s.Events[i-1].Sequence+1 {
+			return nil, fmt.Errorf("run %s: sequence %d after %d: %w", s.RunID, e.Sequence, s.Events[i-1].Sequence, ErrSequenceGap)
+		}
+		env, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("%w: event %s: %v", ErrInvalid, e.EventID, err)
+		}
+		payload := "null"
+		if len(e.Payload) > 0 {
+			payload = string(e.Payload)
+		}
+		out = append(out, preparedEvent{Event: e, envelope: env, payload: payload, subject: Subject(e.TenantID, e.RunID, e.Kind)})
+	}
+	return out, nil
+}
+
+// checkStepAgainstRun checks, inside the transaction, what needs the run's
+// row and last sequence: tenant of every event, the CAS, the next sequence.
+func checkStepAgainstRun(s agent.Step, evs []preparedEvent, tenant string, status agent.RunStatus, last int64) error {
+	for _, e := range evs {
+		if e.TenantID != tenant {
+			return fmt.Errorf("%w: event %s tenant %q, run %s belongs to %q", ErrInvalid, e.EventID, e.TenantID, s.RunID, tenant)
+		}
+	}
+	if s.StatusTo != "" && !slices.Contains(s.StatusFrom, status) {
+		return fmt.Errorf("run %s is %s, not one of %v: %w", s.RunID, status, s.StatusFrom, agent.ErrStatusConflict)
+	}
+	if len(evs) > 0 {
+		first := evs[0].Sequence
+		if first <= last {
+			return fmt.Errorf("run %s sequence %d (last is %d): %w", s.RunID, first, last, agent.ErrSequenceTaken)
+		}
+		if first != last+1 {
+			return fmt.Errorf("run %s first sequence %d after last %d: %w", s.RunID, first, last, ErrSequenceGap)
+		}
+	}
+	return nil
+}
+
+func decodeEvent(envelope []byte) (agent.Event, error) {
+	var e agent.Event
+	if err := json.Unmarshal(envelope, &e); err != nil {
+		return e, fmt.Errorf("snapshots: decode stored event envelope: %w", err)
+	}
+	return e, nil
+}
+
+func statusStrings(ss []agent.RunStatus) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}
