@@ -422,3 +422,66 @@ func TestSimTrackAppearDisappearAndForward(t *testing.T) {
 	wantID(t, err, IDDeviceNotFound)
 	t.Logf("states seen while appearing: %v", seen)
 }
+
+func TestSimOfflineAndBack(t *testing.T) {
+	c := adbServer(t)
+	e := startSim(t, c, android.Profile{Name: "offline"})
+	ctx := ctxT(t, 30*time.Second)
+	e.SetOffline(true)
+	waitState(t, c, e.Serial(), StateOffline, 10*time.Second)
+	_, err := c.Shell(ctx, e.Serial(), "echo hi")
+	if ee := wantID(t, err, IDDeviceOffline); !ee.Retryable {
+		t.Fatal("device_offline must be retryable")
+	}
+	e.SetOffline(false)
+	waitState(t, c, e.Serial(), StateDevice, 10*time.Second)
+	if r, err := c.Shell(ctx, e.Serial(), "echo back"); err != nil || string(r.Stdout) != "back\n" {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+// TestSimOutputsParse runs the parsers on what the simulator prints for the
+// commands the daemon uses (the simulator models real captures; a disagreement
+// here means one of the two drifted from real Android).
+func TestSimOutputsParse(t *testing.T) {
+	c := adbServer(t)
+	e := startSim(t, c, android.Profile{Name: "parse", APILevel: 34})
+	ctx := ctxT(t, 30*time.Second)
+	sh := func(cmd string) string {
+		t.Helper()
+		out, err := c.ShellOutput(ctx, e.Serial(), cmd)
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return out
+	}
+	boot := ParseBootStatus(sh(BootCommand), sh("service list"))
+	if !boot.Ready {
+		t.Errorf("boot status %+v", boot)
+	}
+	props := ParseGetprop(sh("getprop"))
+	if props["ro.build.version.sdk"] != "34" || ParseGetpropValue(sh("getprop ro.build.version.sdk")) != "34" {
+		t.Errorf("getprop sdk = %q", props["ro.build.version.sdk"])
+	}
+	if d, ok := ParseWmSize(sh("wm size")); !ok || d.PhysicalWidth == 0 {
+		t.Errorf("wm size %+v", d)
+	}
+	if len(ParsePackageList(sh("pm list packages"))) == 0 {
+		t.Error("pm list packages: nothing parsed")
+	}
+	ds := ParseWindowFocus(sh("dumpsys window displays"))
+	fg, ok := Foreground(ds)
+	if !ok || fg.IsZero() {
+		t.Errorf("no foreground in dumpsys window displays: %+v", ds)
+	}
+	if r, ok := ParseResumedActivity(sh("dumpsys activity activities")); ok && fg.Package != "" && r.Package != fg.Package {
+		t.Errorf("resumed %v vs focus %v", r, fg)
+	}
+	res, err := c.Shell(ctx, e.Serial(), "am start -W -n com.example.none/.Missing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseAmStart(string(res.Stdout) + string(res.Stderr)); IDOf(err) != IDActivityNotFound {
+		t.Errorf("am start of a missing activity: %v (out %q err %q)", err, res.Stdout, res.Stderr)
+	}
+}

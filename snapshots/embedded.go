@@ -1,0 +1,704 @@
+package snapshots
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	sqlite "modernc.org/sqlite"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/migrations"
+)
+
+// Embedded is the single-host default store: one SQLite file in WAL mode.
+// Writes go through one connection (SQLite has one writer anyway; one
+// connection turns lock contention inside the process into a Go queue) and
+// begin IMMEDIATE, so a transaction holds the write lock from its first
+// statement and its reads cannot go stale. Reads use a small pool of
+// query_only connections that WAL lets run beside the writer. Another process
+// (the CLI's `runs cancel`) writes to the same file under busy_timeout.
+type Embedded struct {
+	path    string
+	w       *sql.DB // nil when read-only
+	r       *sql.DB
+	clock   agent.Clock
+	commits chan struct{}
+}
+
+var (
+	_ agent.Store = (*Embedded)(nil)
+	_ Notifier    = (*Embedded)(nil)
+	_ StepEventer = (*Embedded)(nil)
+	_ Requeuer    = (*Embedded)(nil)
+)
+
+// EmbeddedOptions tune OpenEmbedded. The zero value is the default.
+type EmbeddedOptions struct {
+	// Clock stamps created_at/updated_at/published_at; default agent.SystemClock.
+	Clock agent.Clock
+	// ReadOnly opens an existing file for the read-only views (`runs inspect`):
+	// no migration, every write returns ErrReadOnly.
+	ReadOnly bool
+	// BusyTimeout is how long a statement waits for another process's write
+	// lock; default 5 s.
+	BusyTimeout time.Duration
+	// Readers is the read pool size; default 4.
+	Readers int
+}
+
+// DataDir is the per-user data directory of the agent:
+// $XDG_DATA_HOME/screengraph-agent or ~/.local/share/screengraph-agent on
+// Linux and BSDs, ~/Library/Application Support/screengraph-agent on macOS,
+// %LocalAppData%\screengraph-agent on Windows. (Go has os.UserConfigDir and
+// os.UserCacheDir but no data-dir helper, hence this one.)
+func DataDir() (string, error) {
+	var base string
+	switch runtime.GOOS {
+	case "windows":
+		base = os.Getenv("LocalAppData")
+		if base == "" {
+			return "", errors.New("snapshots: %LocalAppData% is not set")
+		}
+	case "darwin", "ios":
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		base = filepath.Join(home, "Library", "Application Support")
+	default:
+		base = os.Getenv("XDG_DATA_HOME")
+		if base == "" || !filepath.IsAbs(base) {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", err
+			}
+			base = filepath.Join(home, ".local", "share")
+		}
+	}
+	return filepath.Join(base, "screengraph-agent"), nil
+}
+
+// DefaultEmbeddedPath is DataDir()/agent.db.
+func DefaultEmbeddedPath() (string, error) {
+	dir, err := DataDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "agent.db"), nil
+}
+
+func sqliteDSN(path string, busy time.Duration, write bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	q.Add("_pragma", "foreign_keys(1)")
+	if write {
+		q.Add("_pragma", "journal_mode(WAL)")
+		// NORMAL in WAL: a commit survives a process crash; an OS crash may lose
+		// the last commits but never corrupts the file.
+		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Set("_txlock", "immediate")
+	} else {
+		q.Add("_pragma", "query_only(1)")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// OpenEmbedded opens (creating the file and its directory, mode 0700, when
+// needed) the SQLite store at path and applies pending migrations. path ""
+// means DefaultEmbeddedPath().
+func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedded, error) {
+	if path == "" {
+		p, err := DefaultEmbeddedPath()
+		if err != nil {
+			return nil, err
+		}
+		path = p
+	}
+	if o.Clock == nil {
+		o.Clock = agent.SystemClock{}
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.Readers <= 0 {
+		o.Readers = 4
+	}
+	s := &Embedded{path: path, clock: o.Clock, commits: make(chan struct{}, 1)}
+	if o.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("snapshots: open %s read-only: %w", path, err)
+		}
+	} else {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("snapshots: data dir: %w", err)
+		}
+		w, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, true))
+		if err != nil {
+			return nil, err
+		}
+		w.SetMaxOpenConns(1)
+		w.SetMaxIdleConns(1)
+		w.SetConnMaxIdleTime(0)
+		w.SetConnMaxLifetime(0)
+		if _, err := migrations.Up(ctx, w, migrations.SQLite); err != nil {
+			w.Close()
+			return nil, err
+		}
+		s.w = w
+	}
+	r, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, false))
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	r.SetMaxOpenConns(o.Readers)
+	r.SetMaxIdleConns(o.Readers)
+	s.r = r
+	if err := r.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("snapshots: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Path is the SQLite file.
+func (s *Embedded) Path() string { return s.path }
+
+// Commits implements Notifier.
+func (s *Embedded) Commits() <-chan struct{} { return s.commits }
+
+// Close closes both pools.
+func (s *Embedded) Close() error {
+	var errs []error
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Embedded) writer() (*sql.DB, error) {
+	if s.w == nil {
+		return nil, ErrReadOnly
+	}
+	return s.w, nil
+}
+
+// sqliteConstraint reports whether err is a SQLite constraint violation whose
+// message names target (e.g. "run_events.run_id, run_events.sequence").
+func sqliteConstraint(err error, target string) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	// SQLITE_CONSTRAINT is 19; extended codes keep it in the low byte.
+	return se.Code()&0xff == 19 && strings.Contains(se.Error(), target)
+}
+
+// CreateRun inserts r. Status defaults to PENDING, CreatedAt to now, UpdatedAt
+// to CreatedAt. Errors: ErrInvalid (run id not a ULID, no tenant),
+// ErrRunExists.
+func (s *Embedded) CreateRun(ctx context.Context, r agent.Run) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	r, err = normalizeRun(r, s.clock)
+	if err != nil {
+		return err
+	}
+	var input any
+	if r.Input != nil {
+		input = string(r.Input)
+	}
+	_, err = w.ExecContext(ctx, `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.RunID, r.TenantID, r.ProjectID, string(r.Status), r.Serial, r.Graph, input, r.PolicyVersion,
+		fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt))
+	if sqliteConstraint(err, "runs.run_id") {
+		return fmt.Errorf("run %s: %w", r.RunID, ErrRunExists)
+	}
+	return err
+}
+
+func normalizeRun(r agent.Run, clock agent.Clock) (agent.Run, error) {
+	if err := checkULID("runId", r.RunID); err != nil {
+		return r, err
+	}
+	if r.TenantID == "" {
+		return r, fmt.Errorf("%w: run %s without tenantId", ErrInvalid, r.RunID)
+	}
+	if r.Status == "" {
+		r.Status = agent.RunPending
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = clock.Now()
+	}
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = r.CreatedAt
+	}
+	r.CreatedAt, r.UpdatedAt = storeTime(r.CreatedAt), storeTime(r.UpdatedAt)
+	return r, nil
+}
+
+const runColumns = `run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at`
+
+func scanRun(sc interface{ Scan(...any) error }) (agent.Run, error) {
+	var (
+		r                    agent.Run
+		status               string
+		input                sql.NullString
+		created, updated     string
+	)
+	if err := sc.Scan(&r.RunID, &r.TenantID, &r.ProjectID, &status, &r.Serial, &r.Graph, &input, &r.PolicyVersion, &created, &updated); err != nil {
+		return r, err
+	}
+	r.Status = agent.RunStatus(status)
+	if input.Valid {
+		r.Input = []byte(input.String)
+	}
+	var err error
+	if r.CreatedAt, err = parseTime(created); err != nil {
+		return r, err
+	}
+	r.UpdatedAt, err = parseTime(updated)
+	return r, err
+}
+
+// GetRun returns the run or an error wrapping agent.ErrNotFound.
+func (s *Embedded) GetRun(ctx context.Context, runID string) (agent.Run, error) {
+	r, err := scanRun(s.r.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE run_id = ?`, runID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("run %s: %w", runID, agent.ErrNotFound)
+	}
+	return r, err
+}
+
+// ListRuns returns runs newest first (created_at, then run id, descending).
+// Limit <= 0 means no limit.
+func (s *Embedded) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
+	q := `SELECT ` + runColumns + ` FROM runs WHERE 1=1`
+	var args []any
+	if len(f.Status) > 0 {
+		q += ` AND status IN (?` + strings.Repeat(`, ?`, len(f.Status)-1) + `)`
+		args = append(args, statusStrings(f.Status)...)
+	}
+	if f.Serial != "" {
+		q += ` AND serial = ?`
+		args = append(args, f.Serial)
+	}
+	q += ` ORDER BY created_at DESC, run_id DESC`
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// CommitStep writes the step in one IMMEDIATE transaction: the CAS on
+// runs.status (when StatusTo is set), the events with their outbox rows, the
+// snapshot. Any failure rolls all of it back. Errors wrap agent.ErrNotFound
+// (no such run), agent.ErrStatusConflict, agent.ErrSequenceTaken,
+// ErrSequenceGap, ErrSnapshotTaken or ErrInvalid.
+func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	evs, err := prepareStep(st)
+	if err != nil {
+		return err
+	}
+	now := fmtTime(s.clock.Now())
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+
+	var tenant, status string
+	var last int64
+	err = tx.QueryRowContext(ctx, `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?), 0) FROM runs WHERE run_id = ?`,
+		st.RunID, st.RunID).Scan(&tenant, &status, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	if err := checkStepAgainstRun(st, evs, tenant, agent.RunStatus(status), last); err != nil {
+		return err
+	}
+	if st.StatusTo != "" {
+		// The write lock is held since BEGIN IMMEDIATE, so the status read above
+		// is current; the WHERE repeats it to keep the statement a CAS on its own.
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`,
+			string(st.StatusTo), now, st.RunID, status); err != nil {
+			return err
+		}
+	}
+	var step any
+	if st.Snapshot != nil {
+		step = st.Snapshot.StepOrdinal
+	}
+	if len(evs) > 0 {
+		insEv, err := tx.PrepareContext(ctx, `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer insEv.Close()
+		insOb, err := tx.PrepareContext(ctx, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES (?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer insOb.Close()
+		for _, e := range evs {
+			if _, err := insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.payload, e.Checksum, string(e.envelope), step); err != nil {
+				switch {
+				case sqliteConstraint(err, "run_events.sequence"):
+					return fmt.Errorf("run %s sequence %d: %w", e.RunID, e.Sequence, agent.ErrSequenceTaken)
+				case sqliteConstraint(err, "run_events.event_id"):
+					return fmt.Errorf("%w: event id %s already recorded", ErrInvalid, e.EventID)
+				}
+				return err
+			}
+			if _, err := insOb.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.subject, e.envelope); err != nil {
+				if sqliteConstraint(err, "run_outbox") {
+					return fmt.Errorf("run %s sequence %d still unpublished in the outbox: %w", e.RunID, e.Sequence, agent.ErrSequenceTaken)
+				}
+				return err
+			}
+		}
+	}
+	if sn := st.Snapshot; sn != nil {
+		var state any
+		if sn.State != nil {
+			state = string(sn.State)
+		}
+		created := now
+		if !sn.CreatedAt.IsZero() {
+			created = fmtTime(sn.CreatedAt)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			st.RunID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, state, created)
+		if sqliteConstraint(err, "agent_state_snapshot") {
+			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, ErrSnapshotTaken)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	if len(evs) > 0 {
+		select {
+		case s.commits <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+	return nil
+}
+
+// LastSequence is the run's highest event sequence, 0 when it has none.
+func (s *Embedded) LastSequence(ctx context.Context, runID string) (int64, error) {
+	var last int64
+	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = ?`, runID).Scan(&last)
+	return last, err
+}
+
+func collectEvents(rows *sql.Rows, err error) ([]agent.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Event
+	for rows.Next() {
+		var env []byte
+		if err := rows.Scan(&env); err != nil {
+			return nil, err
+		}
+		e, err := decodeEvent(env)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Events returns the run's events with sequence > after, in sequence order,
+// decoded from the stored envelopes (byte-for-byte the committed payloads).
+func (s *Embedded) Events(ctx context.Context, runID string, after int64) ([]agent.Event, error) {
+	return collectEvents(s.r.QueryContext(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND sequence > ? ORDER BY sequence`, runID, after))
+}
+
+// StepEvents returns the events committed together with step N's snapshot,
+// in sequence order (empty when the step has none; ErrNotFound when the run
+// has no such snapshot).
+func (s *Embedded) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
+	var one int
+	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("run %s step %d: %w", runID, stepOrdinal, agent.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return collectEvents(s.r.QueryContext(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND step_ordinal = ? ORDER BY sequence`, runID, stepOrdinal))
+}
+
+func scanSnapshot(row *sql.Row, runID string, what string) (agent.Snapshot, error) {
+	var (
+		sn      agent.Snapshot
+		state   sql.NullString
+		created string
+	)
+	err := row.Scan(&sn.RunID, &sn.StepOrdinal, &sn.NodeName, &sn.ResumeToken, &state, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sn, fmt.Errorf("run %s %s snapshot: %w", runID, what, agent.ErrNotFound)
+	}
+	if err != nil {
+		return sn, err
+	}
+	if state.Valid {
+		sn.State = []byte(state.String)
+	}
+	sn.CreatedAt, err = parseTime(created)
+	return sn, err
+}
+
+const snapshotColumns = `run_id, step_ordinal, node_name, resume_token, state, created_at`
+
+// Snapshot returns step N's snapshot or an error wrapping agent.ErrNotFound.
+func (s *Embedded) Snapshot(ctx context.Context, runID string, stepOrdinal int) (agent.Snapshot, error) {
+	return scanSnapshot(s.r.QueryRowContext(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal),
+		runID, fmt.Sprintf("step %d", stepOrdinal))
+}
+
+// LatestSnapshot returns the snapshot with the highest step ordinal.
+func (s *Embedded) LatestSnapshot(ctx context.Context, runID string) (agent.Snapshot, error) {
+	return scanSnapshot(s.r.QueryRowContext(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? ORDER BY step_ordinal DESC LIMIT 1`, runID),
+		runID, "latest")
+}
+
+// SetStatus is the compare-and-set UPDATE runs SET status = to WHERE status
+// IN (from). Errors wrap agent.ErrStatusConflict or agent.ErrNotFound.
+func (s *Embedded) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	if len(from) == 0 || to == "" {
+		return fmt.Errorf("%w: SetStatus needs from and to", ErrInvalid)
+	}
+	args := append([]any{string(to), fmtTime(s.clock.Now()), runID}, statusStrings(from)...)
+	res, err := w.ExecContext(ctx, `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status IN (?`+strings.Repeat(`, ?`, len(from)-1)+`)`, args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	r, err := s.GetRun(ctx, runID)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("run %s is %s, not one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
+}
+
+// RequestControl records a control request (kind: one of the incoming
+// control kinds). RequestedAt defaults to now. Errors wrap ErrInvalid or
+// agent.ErrNotFound.
+func (s *Embedded) RequestControl(ctx context.Context, c agent.Control) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	if err := checkControl(c); err != nil {
+		return err
+	}
+	if c.RequestedAt.IsZero() {
+		c.RequestedAt = s.clock.Now()
+	}
+	// ulid.Make is monotonic within the process, so ids sort in request order.
+	_, err = w.ExecContext(ctx, `INSERT INTO run_control (id, run_id, kind, policy_version, requested_at) VALUES (?, ?, ?, ?, ?)`,
+		ulid.Make().String(), c.RunID, c.Kind, c.PolicyVersion, fmtTime(c.RequestedAt))
+	if sqliteConstraint(err, "FOREIGN KEY") {
+		return fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
+	}
+	return err
+}
+
+// TakeControl returns the run's pending control requests in request order and
+// marks them taken, in one transaction: each request is returned once.
+func (s *Embedded) TakeControl(ctx context.Context, runID string) ([]agent.Control, error) {
+	w, err := s.writer()
+	if err != nil {
+		return nil, err
+	}
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = ? AND taken_at IS NULL ORDER BY id`, runID)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out []agent.Control
+		ids []any
+	)
+	for rows.Next() {
+		var (
+			id, at string
+			c      = agent.Control{RunID: runID}
+		)
+		if err := rows.Scan(&id, &c.Kind, &c.PolicyVersion, &at); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if c.RequestedAt, err = parseTime(at); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, c)
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := append([]any{fmtTime(s.clock.Now())}, ids...)
+	if _, err := tx.ExecContext(ctx, `UPDATE run_control SET taken_at = ? WHERE id IN (?`+strings.Repeat(`, ?`, len(ids)-1)+`)`, args...); err != nil {
+		return nil, err
+	}
+	return out, tx.Commit()
+}
+
+// Unpublished returns up to limit (default 100) unpublished outbox rows
+// ordered by run id, then sequence.
+func (s *Embedded) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.OutboxRow
+	for rows.Next() {
+		var o agent.OutboxRow
+		if err := rows.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// MarkPublished sets published_at on the unpublished row (run, sequence). A
+// row already published is not an error (two relays raced); no row at all
+// wraps agent.ErrNotFound.
+func (s *Embedded) MarkPublished(ctx context.Context, runID string, sequence int64) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	res, err := w.ExecContext(ctx, `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence = ? AND published_at IS NULL`,
+		fmtTime(s.clock.Now()), runID, sequence)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return nil
+	}
+	var one int
+	err = w.QueryRowContext(ctx, `SELECT 1 FROM run_outbox WHERE run_id = ? AND sequence = ? LIMIT 1`, runID, sequence).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("outbox row run %s sequence %d: %w", runID, sequence, agent.ErrNotFound)
+	}
+	return err
+}
+
+// Requeue implements Requeuer: it clears published_at of the run's published
+// outbox rows with sequence >= fromSequence (skipping any sequence that
+// already has an unpublished row) and wakes the relay.
+func (s *Embedded) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
+	w, err := s.writer()
+	if err != nil {
+		return 0, err
+	}
+	res, err := w.ExecContext(ctx, `UPDATE run_outbox SET published_at = NULL
+		WHERE run_id = ? AND sequence >= ? AND published_at IS NOT NULL
+		AND id = (SELECT MAX(o2.id) FROM run_outbox o2 WHERE o2.run_id = run_outbox.run_id AND o2.sequence = run_outbox.sequence)
+		AND NOT EXISTS (SELECT 1 FROM run_outbox o3 WHERE o3.run_id = run_outbox.run_id AND o3.sequence = run_outbox.sequence AND o3.published_at IS NULL)`,
+		runID, fromSequence)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	if n > 0 {
+		select {
+		case s.commits <- struct{}{}:
+		default:
+		}
+	}
+	return int(n), nil
+}
+
+// GetKV returns the value of key or an error wrapping agent.ErrNotFound.
+func (s *Embedded) GetKV(ctx context.Context, key string) ([]byte, error) {
+	var v []byte
+	err := s.r.QueryRowContext(ctx, `SELECT value FROM agent_kv WHERE key = ?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("kv %q: %w", key, agent.ErrNotFound)
+	}
+	if v == nil && err == nil {
+		v = []byte{}
+	}
+	return v, err
+}
+
+// PutKV inserts or replaces key.
+func (s *Embedded) PutKV(ctx context.Context, key string, value []byte) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	_, err = w.ExecContext(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, fmtTime(s.clock.Now()))
+	return err
+}
