@@ -19,7 +19,7 @@ func seedCaptures(f *testing.F, dirs ...string) {
 }
 
 func FuzzParseGetprop(f *testing.F) {
-	seedCaptures(f, "getprop")
+	seedCaptures(f, "getprop", "getprop-single")
 	f.Add("[a]: [1]\n[b]: [multi\nline]\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		for k := range ParseGetprop(s) {
@@ -46,6 +46,7 @@ func FuzzParseBootStatus(f *testing.F) {
 }
 
 func FuzzParseServiceList(f *testing.F) {
+	seedCaptures(f, "service-list")
 	f.Add("Found 2 services:\n0\tDockObserver: []\n1\tactivity: [android.app.IActivityManager]\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, svc := range ParseServiceList(s) {
@@ -57,7 +58,7 @@ func FuzzParseServiceList(f *testing.F) {
 }
 
 func FuzzParsePackageList(f *testing.F) {
-	seedCaptures(f, "pm-list-packages")
+	seedCaptures(f, "pm-list-packages", "pm-path")
 	f.Add("package:a.b versionCode:3\npackage:/x==/base.apk=c.d\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, p := range ParsePackageList(s) {
@@ -121,7 +122,7 @@ func FuzzParseWindowFocus(f *testing.F) {
 }
 
 func FuzzParseAmStart(f *testing.F) {
-	seedCaptures(f, "am-start-W")
+	seedCaptures(f, "am-start-W", "am-start", "am-start-errors")
 	f.Add("Error type 3\nError: Activity class {a/a.B} does not exist.\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		_, err := ParseAmStart(s)
@@ -133,6 +134,7 @@ func FuzzParseAmStart(f *testing.F) {
 }
 
 func FuzzParseGfxinfo(f *testing.F) {
+	seedCaptures(f, "dumpsys-gfxinfo")
 	f.Add("** Graphics info for pid 1 [a] **\nTotal frames rendered: 3\nJanky frames: 1 (33.3%)\n")
 	f.Add("Physical size: 1080x1920\nOverride size: 720x1280\n")
 	f.Fuzz(func(t *testing.T, s string) {
@@ -146,7 +148,7 @@ func FuzzParseGfxinfo(f *testing.F) {
 }
 
 func FuzzParseInstallOutput(f *testing.F) {
-	seedCaptures(f, "adb-install")
+	seedCaptures(f, "adb-install", "pm-install", "adb-uninstall")
 	f.Add("Success\n")
 	f.Add("Failure [INSTALL_FAILED_TEST_ONLY]")
 	f.Fuzz(func(t *testing.T, s string) {

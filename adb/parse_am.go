@@ -44,7 +44,10 @@ func ParseAmStart(out string) (AmStart, error) {
 		case strings.HasPrefix(t, "Status: "):
 			r.Status = strings.TrimPrefix(t, "Status: ")
 		case strings.HasPrefix(t, "LaunchState: "):
-			r.LaunchState = strings.TrimPrefix(t, "LaunchState: ")
+			// "UNKNOWN (0)" on API 29+ when the launch was not observed: keep the word.
+			if f := strings.Fields(strings.TrimPrefix(t, "LaunchState: ")); len(f) > 0 {
+				r.LaunchState = f[0]
+			}
 		case strings.HasPrefix(t, "Activity: "):
 			r.Activity, _ = ParseComponent(strings.TrimPrefix(t, "Activity: "))
 		case strings.HasPrefix(t, "TotalTime: "):

@@ -175,9 +175,6 @@ func TestParseGetpropCapture(t *testing.T) {
 		if len(props) < n*9/10 || len(props) == 0 {
 			t.Errorf("%s: %d props from %d lines", f, len(props), n)
 		}
-		if props["ro.build.version.sdk"] == "" {
-			t.Errorf("%s: no ro.build.version.sdk", f)
-		}
 	}
 	props := ParseGetprop(capture(t, "getprop/api33-motorola-edge20.txt"))
 	if props["ro.build.version.sdk"] != "33" || props["dev.bootcomplete"] != "1" || props["init.svc.bootanim"] != "stopped" {
@@ -390,5 +387,98 @@ func TestParseServiceListRealOutput(t *testing.T) {
 	b := ParseBootStatus("1\n1\nstopped\n", out)
 	if b.Ready || !cmp.Equal(b.MissingServices, []string{"package", "window"}) {
 		t.Fatalf("%+v", b)
+	}
+}
+
+func TestParseAmStartCaptures(t *testing.T) {
+	cases := []struct {
+		file  string
+		want  AmStart
+		errID string
+	}{
+		{"am-start-W/api29plus-already-top-delivered.txt", AmStart{Status: "ok", LaunchState: "UNKNOWN",
+			Activity:  Component{"moe.nb4a.debug", "io.nekohasekai.sagernet.ui.MainActivity"},
+			TotalTime: 0, WaitTime: 10 * time.Millisecond, Complete: true,
+			Warning: "Activity not started, intent has been delivered to currently running top-most instance."}, ""},
+		{"am-start-W/api29plus-hot-brought-to-front.txt", AmStart{Status: "ok", LaunchState: "HOT",
+			Activity:  Component{"com.google.android.calculator", "com.android.calculator2.CalculatorGoogle"},
+			TotalTime: 60 * time.Millisecond, WaitTime: 67 * time.Millisecond, Complete: true,
+			Warning: "Activity not started, its current task has been brought to the front"}, ""},
+		{"am-start-W/api29plus-unknown-no-totaltime.txt", AmStart{Status: "ok", LaunchState: "UNKNOWN",
+			Activity:  Component{"com.android.settings", "com.android.settings.HWSettings"},
+			TotalTime: -1, WaitTime: 37 * time.Millisecond, Complete: true}, ""},
+		{"am-start/success-explicit-component-shortened.txt", AmStart{TotalTime: -1, WaitTime: -1}, ""},
+		{"am-start-errors/api30-not-exported.txt", AmStart{TotalTime: -1, WaitTime: -1}, IDPermissionError},
+		{"am-start-errors/api31plus-not-exported.txt", AmStart{TotalTime: -1, WaitTime: -1}, IDPermissionError},
+	}
+	for _, c := range cases {
+		got, err := ParseAmStart(capture(t, c.file))
+		if diff := cmp.Diff(c.want, got); diff != "" {
+			t.Errorf("%s: %s", c.file, diff)
+		}
+		if IDOf(err) != c.errID {
+			t.Errorf("%s: err %v, want id %q", c.file, err, c.errID)
+		}
+		if err != nil && !strings.Contains(err.Error(), "Permission Denial") {
+			t.Errorf("%s: message %q lacks the exception text", c.file, err)
+		}
+	}
+}
+
+func TestParseInstallCaptures(t *testing.T) {
+	cases := map[string]string{
+		"adb-install/failure-update-incompatible-existing-package.txt":     "INSTALL_FAILED_UPDATE_INCOMPATIBLE",
+		"adb-install/failure-update-incompatible-previously-installed.txt": "INSTALL_FAILED_UPDATE_INCOMPATIBLE",
+		"pm-install/failure-test-only-api31plus.txt":                       "INSTALL_FAILED_TEST_ONLY",
+		"pm-install/failure-test-only-legacy-installPackageLI.txt":         "INSTALL_FAILED_TEST_ONLY",
+		"adb-uninstall/success-emulator.txt":                               "",
+	}
+	for f, code := range cases {
+		err := ParseInstallOutput(capture(t, f))
+		if code == "" {
+			if err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Code != code || e.Msg == "" || strings.Contains(e.Msg, "]") {
+			t.Errorf("%s: %+v, want code %s and a clean message", f, err, code)
+		}
+	}
+}
+
+func TestParseSmallCaptures(t *testing.T) {
+	paths := ParsePmPath(capture(t, "pm-path/api35-moto-g45-split-apks.txt"))
+	if len(paths) != 2 || !strings.HasSuffix(paths[0], "/base.apk") || !strings.HasSuffix(paths[1], "/split_config.arm64_v8a.apk") {
+		t.Errorf("pm path: %q", paths)
+	}
+	if v := ParseGetpropValue(capture(t, "getprop-single/api33-emulator-ro.build.version.sdk.txt")); v != "33" {
+		t.Errorf("getprop sdk %q", v)
+	}
+	if v := ParseGetpropValue(capture(t, "getprop-single/api33-emulator-unset-ro.boot.verifiedbootstate.txt")); v != "" {
+		t.Errorf("unset prop %q", v)
+	}
+	fp := "google/sdk_gphone64_x86_64/emu64x:13/TE1A.240213.009/12342917:userdebug/dev-keys"
+	if v := ParseGetpropValue(capture(t, "getprop-single/api33-emulator-ro.build.fingerprint.txt")); v != fp {
+		t.Errorf("fingerprint %q", v)
+	}
+	apex := ParsePackageList(capture(t, "pm-list-packages/api33-emulator-apex-only.txt"))
+	if len(apex) == 0 || apex[0].Package != "com.google.android.appsearch" {
+		t.Errorf("apex list %+v", apex)
+	}
+	svc := capture(t, "service-list/api33-emulator.txt")
+	list := ParseServiceList(svc)
+	if len(list) < 200 || list[1] != (Service{1, "SurfaceFlinger", "android.ui.ISurfaceComposer"}) {
+		t.Errorf("service list: %d services, [1]=%+v", len(list), list[1])
+	}
+	if b := ParseBootStatus("1\n1\nstopped\n", svc); !b.Ready {
+		t.Errorf("API 33 emulator service list not ready: %+v", b)
+	}
+	g, ok := ParseGfxinfo(capture(t, "dumpsys-gfxinfo/api31plus-phone-instagram.txt"))
+	want := FrameStats{PID: 31185, Package: "com.instagram.android", TotalFrames: 51, JankyFrames: 9,
+		MissedVsync: 7, SlowUIThread: 9, DeadlineMissed: 9, HighInputLatency: 83}
+	if diff := cmp.Diff(want, g); !ok || diff != "" {
+		t.Errorf("gfxinfo: %s", diff)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -208,18 +210,7 @@ func TestSimPushPull20MB(t *testing.T) {
 }
 
 func errorsIsNotExist(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "") && IDOf(err) == IDProcessError &&
-		(os.IsNotExist(unwrapAll(err)))
-}
-
-func unwrapAll(err error) error {
-	for {
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok || u.Unwrap() == nil {
-			return err
-		}
-		err = u.Unwrap()
-	}
+	return IDOf(err) == IDProcessError && errors.Is(err, fs.ErrNotExist)
 }
 
 const (

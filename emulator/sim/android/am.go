@@ -112,7 +112,7 @@ func newActivityManager(d *Device) *activityManager {
 		gfx: map[string]*gfxStats{}, fgService: map[string]string{},
 	}
 	home := &amTask{id: 1, hash: am.hash(), pkg: homePackage, root: homeActivity, home: true,
-		intent: amIntent{action: "android.intent.action.MAIN", categories: []string{"android.intent.category.HOME"}, flags: 0x10000100, pkg: homePackage, cls: homeActivity}}
+		intent: amIntent{action: "android.intent.action.MAIN", categories: []string{"android.intent.category.HOME"}, flags: 0x10000100, cmpPkg: homePackage, cls: homeActivity, explicit: true, hasExtras: true}}
 	home.records = []*amRecord{{hash: am.hash(), winHash: am.hash(), pkg: homePackage, cls: homeActivity, shownAt: d.started}}
 	am.tasks = []*amTask{home}
 	am.procs[homePackage] = &amProcess{pid: 1163, pkg: homePackage, uid: homeUID, started: d.started}
@@ -534,6 +534,11 @@ func cmdAm(c *Ctx) int {
 	if len(c.Args) > 1 && c.Args[1] == "instrument" {
 		return amInstrument(c, c.Args[2:])
 	}
+	if !c.Device.serviceRegistered("activity") {
+		// The script's `cmd activity` before system_server published the service.
+		fmt.Fprintln(c.Stderr, "cmd: Can't find service: activity")
+		return 20
+	}
 	return amDispatch(c, c.Args[1:])
 }
 
@@ -553,10 +558,6 @@ func amDispatch(c *Ctx, args []string) int {
 		return amForceStop(c, args[1:])
 	case "instrument":
 		return amInstrument(c, args[1:])
-	case "stack":
-		if len(args) > 1 && args[1] == "list" {
-			return amStackList(c)
-		}
 	case "kill":
 		return amKill(c, args[1:])
 	}
@@ -867,29 +868,6 @@ func amKill(c *Ctx, args []string) int {
 		return 0
 	}
 	d.am.forceStopLocked(pkg)
-	return 0
-}
-
-// amStackList prints `am stack list` in the API 29 ("Stack id=N … displayId=0
-// userId=0" then "  taskId=N: pkg/act bounds=[…] userId=0 visible=true
-// topActivity=ComponentInfo{pkg/act}") form. Only the pieces the simulator
-// models are printed.
-func amStackList(c *Ctx) int {
-	d := c.Device
-	w, h, _ := d.DisplaySize()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for i, t := range d.am.tasks {
-		typ := "standard"
-		if t.home {
-			typ = "home"
-		}
-		top := t.records[len(t.records)-1]
-		fmt.Fprintf(c.Stdout, "RootTask id=%d bounds=[0,0][%d,%d] displayId=0 userId=0\n", t.id, w, h)
-		fmt.Fprintf(c.Stdout, " configuration={ mActivityType=%s}\n", typ)
-		fmt.Fprintf(c.Stdout, "  taskId=%d: %s bounds=[0,0][%d,%d] userId=0 visible=%t topActivity=ComponentInfo{%s/%s}\n",
-			t.id, shortComponent(t.pkg, t.root), w, h, i == 0, top.pkg, top.cls)
-	}
 	return 0
 }
 

@@ -557,3 +557,16 @@ func TestPsFormat(t *testing.T) {
 		}
 	}
 }
+
+func TestAmBeforeBoot(t *testing.T) {
+	p := amProfile(34)
+	p.BootDuration = time.Hour
+	d, err := New(p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	if code != 20 || errOut != "cmd: Can't find service: activity\n" {
+		t.Fatalf("before boot: %q %d", errOut, code)
+	}
+}

@@ -566,25 +566,30 @@ func (d *Device) dumpWindowWindows(w io.Writer) {
 	f := d.focusLocked()
 	type win struct {
 		hash, name, pkg string
-		uid             int
+		uid, pid        int
 		rec             string
 		ty              string
 		frame           string
 		visible         bool
 	}
 	var wins []win
-	wins = append(wins, win{hash: f.navWin, name: "NavigationBar0", pkg: systemUIPackage, uid: d.uidOfLocked(systemUIPackage),
+	sysPid := d.am.procs[systemUIPackage].pid
+	wins = append(wins, win{hash: f.navWin, name: "NavigationBar0", pkg: systemUIPackage, uid: d.uidOfLocked(systemUIPackage), pid: sysPid,
 		ty: "NAVIGATION_BAR", frame: fmt.Sprintf("[0,%d][%d,%d]", g.appH, g.w, g.h), visible: true})
 	if api >= 30 {
-		wins = append(wins, win{hash: f.lockWin, name: "NotificationShade", pkg: systemUIPackage, uid: d.uidOfLocked(systemUIPackage),
+		wins = append(wins, win{hash: f.lockWin, name: "NotificationShade", pkg: systemUIPackage, uid: d.uidOfLocked(systemUIPackage), pid: sysPid,
 			ty: "NOTIFICATION_SHADE", frame: fmt.Sprintf("[0,0][%d,%d]", g.w, g.h), visible: f.keyguard})
 	}
-	wins = append(wins, win{hash: f.statusWin, name: "StatusBar", pkg: systemUIPackage, uid: d.uidOfLocked(systemUIPackage),
+	wins = append(wins, win{hash: f.statusWin, name: "StatusBar", pkg: systemUIPackage, uid: d.uidOfLocked(systemUIPackage), pid: sysPid,
 		ty: "STATUS_BAR", frame: fmt.Sprintf("[0,0][%d,%d]", g.w, g.status), visible: true})
 	for i, t := range d.am.tasks {
 		for j := len(t.records) - 1; j >= 0; j-- {
 			r := t.records[j]
-			wins = append(wins, win{hash: r.winHash, name: r.pkg + "/" + r.cls, pkg: r.pkg, uid: d.uidOfLocked(r.pkg),
+			pid := 0
+			if p, ok := d.am.procs[r.pkg]; ok {
+				pid = p.pid
+			}
+			wins = append(wins, win{hash: r.winHash, name: r.pkg + "/" + r.cls, pkg: r.pkg, uid: d.uidOfLocked(r.pkg), pid: pid,
 				rec: recordString(r.pkg, r.cls, r.hash, t.id), ty: "BASE_APPLICATION",
 				frame: fmt.Sprintf("[0,0][%d,%d]", g.w, g.h), visible: i == 0 && j == len(t.records)-1})
 		}
@@ -604,7 +609,7 @@ func (d *Device) dumpWindowWindows(w io.Writer) {
 	fmt.Fprintln(w, "WINDOW MANAGER WINDOWS (dumpsys window windows)")
 	for i, x := range wins {
 		fmt.Fprintf(w, "  Window #%d Window{%s u0 %s}:\n", len(wins)-1-i, x.hash, x.name)
-		fmt.Fprintf(w, "    mDisplayId=0 rootTaskId=1 mSession=Session{%s %d:u0a%d} mClient=android.os.BinderProxy@%s\n", rev(x.hash), 684+i*97, x.uid%100000-10000, x.hash)
+		fmt.Fprintf(w, "    mDisplayId=0 rootTaskId=1 mSession=Session{%s %d:u0a%d} mClient=android.os.BinderProxy@%s\n", rev(x.hash), x.pid, x.uid%100000-10000, x.hash)
 		fmt.Fprintf(w, "    mOwnerUid=%d showForAllUsers=%t package=%s appop=NONE\n", x.uid, x.rec == "", x.pkg)
 		if x.rec != "" {
 			fmt.Fprintf(w, "    mActivityRecord=%s\n", x.rec)

@@ -396,7 +396,8 @@ func (d *Device) installLocked(data []byte, f installFlags) (installResult, bool
 		return *fail, false, ""
 	}
 	if a.testOnly && !f.testOnly {
-		if d.profile.APILevel >= 30 {
+		// fixtures/captures/pm-install: the "Did you forget" text from API 31.
+		if d.profile.APILevel >= 31 {
 			return failure("INSTALL_FAILED_TEST_ONLY", "Failed to install test-only apk. Did you forget to add -t?"), false, ""
 		}
 		return failure("INSTALL_FAILED_TEST_ONLY", "installPackageLI"), false, ""

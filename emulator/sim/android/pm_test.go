@@ -159,7 +159,7 @@ func TestInstallFailures(t *testing.T) {
 		want    string
 	}{
 		{"test-only without -t", Profile{}, "fixtures/apks/demo-testonly.apk", "", "Failure [INSTALL_FAILED_TEST_ONLY: Failed to install test-only apk. Did you forget to add -t?]\n"},
-		{"test-only API 29", Profile{APILevel: 29}, "fixtures/apks/demo-testonly.apk", "", "Failure [INSTALL_FAILED_TEST_ONLY: installPackageLI]\n"},
+		{"test-only API 30", Profile{APILevel: 30}, "fixtures/apks/demo-testonly.apk", "", "Failure [INSTALL_FAILED_TEST_ONLY: installPackageLI]\n"},
 		{"test-only with -t", Profile{}, "fixtures/apks/demo-testonly.apk", "-t", "Success\n"},
 		{"not an APK", Profile{}, "fixtures/apks/not-an-apk.apk", "", "Failure [INSTALL_PARSE_FAILED_NOT_APK: Failed to parse /data/app/vmdlN.tmp/0.apk: Failed to load asset path /data/app/vmdlN.tmp/0.apk]\n"},
 		{"insufficient storage", Profile{FreeStorageBytes: 12000}, "fixtures/apks/demo-v1.apk", "", "Failure [INSTALL_FAILED_INSUFFICIENT_STORAGE]\n"},

@@ -22,22 +22,30 @@ const (
 // release's build id.
 var buildIDByAPI = map[int]string{
 	29: "QSR1.210802.001", 30: "RSR1.201013.001", 31: "SE1A.220203.002", 32: "SE1B.220616.007",
-	33: "TE1A.220922.034", 34: "UE1A.230829.036.A2", 35: "AE3A.240806.005",
+	33: "TE1A.240213.009", 34: "UE1A.230829.036.A2", 35: "AE3A.240806.005",
 }
+
+// buildNumberByAPI are the incremental build numbers of the captured images
+// (API 33: fixtures/captures/getprop-single/api33-emulator-ro.build.fingerprint.txt).
+var buildNumberByAPI = map[int]string{33: "12342917", 34: "11596452"}
 
 func staticProps(p Profile) map[string]string {
 	buildID := buildIDByAPI[p.APILevel]
 	if buildID == "" {
 		buildID = "UE1A.230829.036.A2"
 	}
-	fp := fmt.Sprintf("google/%s/%s:%s/%s/11596452:userdebug/dev-keys", p.Product, p.DeviceName, p.Release, buildID)
+	num := buildNumberByAPI[p.APILevel]
+	if num == "" {
+		num = "11596452"
+	}
+	fp := fmt.Sprintf("google/%s/%s:%s/%s/%s:userdebug/dev-keys", p.Product, p.DeviceName, p.Release, buildID, num)
 	m := map[string]string{
 		"ro.build.version.sdk":            strconv.Itoa(p.APILevel),
 		"ro.build.version.release":        p.Release,
 		"ro.build.version.codename":       "REL",
 		"ro.build.version.preview_sdk":    "0",
 		"ro.build.id":                     buildID,
-		"ro.build.display.id":             p.Product + "-userdebug " + p.Release + " " + buildID + " 11596452 dev-keys",
+		"ro.build.display.id":             p.Product + "-userdebug " + p.Release + " " + buildID + " " + num + " dev-keys",
 		"ro.build.type":                   "userdebug",
 		"ro.build.tags":                   "dev-keys",
 		"ro.build.fingerprint":            fp,

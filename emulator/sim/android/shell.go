@@ -80,6 +80,11 @@ func (sh *shellState) interactive(ctx context.Context, stdin io.Reader, stdout, 
 	sc := bufio.NewScanner(stdin)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for {
+		// mksh's Android prompt: "<device>:<dir> $ ", prefixed by the last
+		// status when it is not 0 ("127|OnePlus7Pro:/ $ ", fixtures/captures/mksh).
+		if sh.status != 0 {
+			fmt.Fprintf(stdout, "%d|", sh.status)
+		}
 		fmt.Fprintf(stdout, "%s:%s $ ", sh.d.profile.DeviceName, sh.dir)
 		if !sc.Scan() {
 			return sh.status

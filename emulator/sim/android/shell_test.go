@@ -101,7 +101,7 @@ func TestShellInteractive(t *testing.T) {
 	d, _ := newTestDevice(t, Profile{})
 	var o, e bytes.Buffer
 	st := d.Shell(context.Background(), "", strings.NewReader("echo hi\nfalse\nexit\n"), &o, &e)
-	if st != 1 || o.String() != "emu64xa:/ $ hi\nemu64xa:/ $ emu64xa:/ $ " {
+	if st != 1 || o.String() != "emu64xa:/ $ hi\nemu64xa:/ $ 1|emu64xa:/ $ " {
 		t.Errorf("interactive: %d %q", st, o.String())
 	}
 }

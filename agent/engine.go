@@ -1,0 +1,678 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sleeper is the optional part of a Clock the engine waits with (pause
+// polling, retry backoff, the grace after a node's deadline). A Clock without
+// it waits on the Go runtime timers, which testing/synctest fakes.
+type Sleeper interface {
+	After(d time.Duration) <-chan time.Time
+}
+
+// After is time.After.
+func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Engine is the orchestrator: the single writer of a run's events. It runs
+// a Graph's nodes one step at a time and after each attempt commits, in one
+// Store.CommitStep, the attempt's events (agent.node.started, its
+// agent.node.token_delta lines, agent.node.finished; sequences contiguous
+// from Store.LastSequence+1, checksummed) and the snapshot (stepOrdinal,
+// a fresh ULID resumeToken, RunState). Between steps, and before the
+// terminal transition, it honors control requests (Store.TakeControl) and
+// runs.status: cancel -> agent.run.canceled + CAS to CANCELED in one commit;
+// pause -> PAUSED until resume; policy switch -> later steps use the new
+// version. Never half-way through a node.
+//
+// Retries are state-based (node-catalog.md): a failed attempt whose errorId
+// the policy retries is recorded as its own step with the attempt count and
+// the backoff deadline in RunState, and the next step runs the node again.
+//
+// Stopping the daemon (ctx canceled) is not canceling the run: the attempt
+// in flight is discarded (nothing committed), the status stays as it is, and
+// a later Run continues from the latest snapshot. The node of a discarded
+// attempt runs again then, so nodes must be safe to repeat.
+type Engine struct {
+	Store    Store
+	Policies PolicySource
+	// Clock is the engine's time (event ts, backoff deadlines); SystemClock when nil.
+	Clock Clock
+	// IDs makes eventIds and resumeTokens; NewULIDs(Clock, nil) when nil.
+	IDs IDGenerator
+	// PollInterval is how often a paused run checks for resume/cancel
+	// (default 500 ms: a human-driven resume feels immediate, a store poll
+	// twice a second per paused run is cheap).
+	PollInterval time.Duration
+	// AbandonGrace is how long after its deadline a node may take to return
+	// before the engine records a timeout without it (default 5 s).
+	AbandonGrace time.Duration
+	// Logf reports what the engine ignored (an unknown policy version in a
+	// switch request); nil drops it.
+	Logf func(format string, args ...any)
+}
+
+// Run executes or resumes run runID with graph g until the run reaches a
+// terminal status, and returns that status. A run already terminal returns
+// its status at once. Errors: ctx done (daemon stop; the run stays
+// resumable), a store failure, an error wrapping ErrSequenceTaken when another
+// engine writes the same run, ErrNotFound for an unknown run, and a graph
+// whose name differs from the run's Graph.
+func (e *Engine) Run(ctx context.Context, runID string, g *Graph) (RunStatus, error) {
+	r := &runner{e: e, g: g, clock: e.Clock, ids: e.IDs}
+	if r.clock == nil {
+		r.clock = SystemClock{}
+	}
+	if r.ids == nil {
+		r.ids = NewULIDs(r.clock, nil)
+	}
+	if err := r.load(ctx, runID); err != nil {
+		return r.run.Status, err
+	}
+	return r.loop(ctx)
+}
+
+type runner struct {
+	e     *Engine
+	g     *Graph
+	clock Clock
+	ids   IDGenerator
+	run   Run
+	st    RunState
+	pol   RetryPolicy
+	step  int   // last committed step ordinal, -1 before the first
+	seq   int64 // last committed event sequence
+}
+
+func (r *runner) logf(format string, args ...any) {
+	if r.e.Logf != nil {
+		r.e.Logf(format, args...)
+	}
+}
+
+func (r *runner) load(ctx context.Context, runID string) error {
+	run, err := r.e.Store.GetRun(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", runID, err)
+	}
+	r.run = run
+	if run.Graph != "" && run.Graph != r.g.Name {
+		return fmt.Errorf("run %s is of graph %q, engine was given %q", runID, run.Graph, r.g.Name)
+	}
+	if run.Status.Terminal() {
+		return nil
+	}
+	if r.seq, err = r.e.Store.LastSequence(ctx, runID); err != nil {
+		return fmt.Errorf("run %s: last sequence: %w", runID, err)
+	}
+	snap, err := r.e.Store.LatestSnapshot(ctx, runID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		r.step = -1
+		r.st = RunState{
+			Graph: r.g.Name, Next: r.g.Start, PolicyVersion: run.PolicyVersion, Seed: RunSeed(run),
+			Attempts: map[string]int{}, Outputs: map[string]json.RawMessage{},
+		}
+	case err != nil:
+		return fmt.Errorf("run %s: latest snapshot: %w", runID, err)
+	default:
+		if r.st, err = DecodeRunState(snap); err != nil {
+			return err
+		}
+		r.step = snap.StepOrdinal
+	}
+	r.st.Pass++
+	if r.pol, err = r.e.Policies.Policy(ctx, r.st.PolicyVersion); err != nil {
+		return fmt.Errorf("run %s: policy version %d: %w", runID, r.st.PolicyVersion, err)
+	}
+	r.st.PolicyVersion = r.pol.Version()
+	return nil
+}
+
+func (r *runner) loop(ctx context.Context) (RunStatus, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return r.run.Status, err
+		}
+		switch {
+		case r.run.Status.Terminal():
+			return r.run.Status, nil
+		case r.run.Status == RunPending:
+			if err := r.start(ctx); err != nil {
+				return r.run.Status, err
+			}
+			continue
+		}
+		if err := r.waitUntil(ctx, r.st.NotBefore); err != nil {
+			return r.run.Status, err
+		}
+		done, err := r.boundary(ctx)
+		if err != nil || done {
+			return r.run.Status, err
+		}
+		switch {
+		case r.st.Failure != nil:
+			err = r.finish(ctx, KindRunFailed, RunFailed)
+		case r.st.Next == End:
+			err = r.finish(ctx, KindRunFinished, RunFinished)
+		default:
+			err = r.runStep(ctx)
+		}
+		if err != nil {
+			return r.run.Status, err
+		}
+	}
+}
+
+// refresh re-reads the run row (status).
+func (r *runner) refresh(ctx context.Context) error {
+	run, err := r.e.Store.GetRun(ctx, r.run.RunID)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", r.run.RunID, err)
+	}
+	r.run = run
+	return nil
+}
+
+// commit writes events (sequences from r.seq+1, in order) and an optional
+// snapshot with an optional CAS. It reports false, nil on a CAS conflict
+// (nothing written; r.run refreshed).
+func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, from []RunStatus, to RunStatus) (bool, error) {
+	for i := range events {
+		if events[i].Sequence != r.seq+int64(i)+1 {
+			return false, fmt.Errorf("internal: event %d has sequence %d, want %d", i, events[i].Sequence, r.seq+int64(i)+1)
+		}
+	}
+	err := r.e.Store.CommitStep(ctx, Step{RunID: r.run.RunID, Events: events, Snapshot: snap, StatusFrom: from, StatusTo: to})
+	if errors.Is(err, ErrStatusConflict) {
+		return false, r.refresh(ctx)
+	}
+	if err != nil {
+		return false, fmt.Errorf("run %s: commit: %w", r.run.RunID, err)
+	}
+	r.seq += int64(len(events))
+	if to != "" {
+		r.run.Status = to
+	}
+	return true, nil
+}
+
+func (r *runner) base() PayloadBase {
+	return PayloadBase{TenantID: r.run.TenantID, ProjectID: r.run.ProjectID, RunID: r.run.RunID}
+}
+
+func (r *runner) event(seq int64, kind string, payload any) (Event, error) {
+	return NewEvent(r.run, seq, kind, payload, r.clock, r.ids)
+}
+
+func (r *runner) startedEvent(seq int64) (Event, error) {
+	return r.event(seq, KindRunStarted, RunStartedPayload{
+		PayloadBase: r.base(), Graph: r.g.Name, StartNode: r.g.Start, Serial: r.run.Serial,
+		PolicyVersion: r.st.PolicyVersion, RandomSeed: r.st.Seed,
+	})
+}
+
+// start emits agent.run.started with PENDING -> RUNNING.
+func (r *runner) start(ctx context.Context) error {
+	ev, err := r.startedEvent(r.seq + 1)
+	if err != nil {
+		return err
+	}
+	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunPending}, RunRunning)
+	return err
+}
+
+func (r *runner) completedNames() []string {
+	names := make([]string, 0, len(r.st.Completed))
+	for _, c := range r.st.Completed {
+		names = append(names, c.Node)
+	}
+	return names
+}
+
+// cancel commits agent.run.canceled with the CAS to CANCELED (preceded by
+// agent.run.started when the run never started). It reports done.
+func (r *runner) cancel(ctx context.Context) (bool, error) {
+	for range 3 {
+		if r.run.Status.Terminal() {
+			return true, nil
+		}
+		var events []Event
+		if r.seq == 0 {
+			ev, err := r.startedEvent(1)
+			if err != nil {
+				return false, err
+			}
+			events = append(events, ev)
+		}
+		ev, err := r.event(r.seq+int64(len(events))+1, KindRunCanceled, RunEndedPayload{
+			PayloadBase: r.base(), Status: RunCanceled, CompletedNodes: r.completedNames(),
+			CanceledBeforeNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion,
+		})
+		if err != nil {
+			return false, err
+		}
+		events = append(events, ev)
+		ok, err := r.commit(ctx, events, nil, []RunStatus{RunPending, RunRunning, RunPaused, RunCancelRequested}, RunCanceled)
+		if err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, fmt.Errorf("run %s: cancel: status keeps changing (now %s)", r.run.RunID, r.run.Status)
+}
+
+func (r *runner) nextForReport() string {
+	if r.st.Next == End {
+		return ""
+	}
+	return r.st.Next
+}
+
+// finish commits agent.run.finished / agent.run.failed with RUNNING -> to.
+// On a CAS conflict (a cancel or pause request moved the status) it returns
+// nil and the loop's next boundary decides.
+func (r *runner) finish(ctx context.Context, kind string, to RunStatus) error {
+	p := RunEndedPayload{PayloadBase: r.base(), Status: to, CompletedNodes: r.completedNames(), PolicyVersion: r.st.PolicyVersion}
+	if f := r.st.Failure; f != nil {
+		id := f.ErrorID
+		p.FailedNode, p.ErrorID, p.Summary = f.Node, &id, f.Summary
+	}
+	ev, err := r.event(r.seq+1, kind, p)
+	if err != nil {
+		return err
+	}
+	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunRunning}, to)
+	return err
+}
+
+// boundary honors control between steps. It reports done when the run
+// became (or already was) terminal.
+func (r *runner) boundary(ctx context.Context) (bool, error) {
+	ctrl, err := r.e.Store.TakeControl(ctx, r.run.RunID)
+	if err != nil {
+		return false, fmt.Errorf("run %s: take control: %w", r.run.RunID, err)
+	}
+	if err := r.refresh(ctx); err != nil {
+		return false, err
+	}
+	if r.run.Status.Terminal() {
+		return true, nil
+	}
+	paused := r.run.Status == RunPaused
+	cancel := r.run.Status == RunCancelRequested
+	r.apply(ctx, ctrl, &cancel, &paused)
+	for {
+		if cancel {
+			return r.cancel(ctx)
+		}
+		if !paused {
+			if r.run.Status == RunPaused {
+				ok, err := r.commit(ctx, nil, nil, []RunStatus{RunPaused}, RunRunning)
+				if err != nil {
+					return false, err
+				}
+				if !ok {
+					return r.afterConflict(&cancel, &paused)
+				}
+			}
+			return false, nil
+		}
+		if r.run.Status != RunPaused {
+			ok, err := r.commit(ctx, nil, nil, []RunStatus{RunRunning}, RunPaused)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				if done, err := r.afterConflict(&cancel, &paused); done || err != nil {
+					return done, err
+				}
+				continue
+			}
+		}
+		// Paused: wait for resume or cancel, by request or by status.
+		if err := r.sleep(ctx, r.pollInterval()); err != nil {
+			return false, err
+		}
+		if ctrl, err = r.e.Store.TakeControl(ctx, r.run.RunID); err != nil {
+			return false, fmt.Errorf("run %s: take control: %w", r.run.RunID, err)
+		}
+		if err := r.refresh(ctx); err != nil {
+			return false, err
+		}
+		if r.run.Status.Terminal() {
+			return true, nil
+		}
+		switch r.run.Status {
+		case RunCancelRequested:
+			cancel = true
+		case RunRunning: // resumed by status
+			paused = false
+		}
+		r.apply(ctx, ctrl, &cancel, &paused)
+	}
+}
+
+// afterConflict re-reads the decision inputs after a status CAS lost.
+func (r *runner) afterConflict(cancel, paused *bool) (bool, error) {
+	switch r.run.Status {
+	case RunCanceled, RunFinished, RunFailed:
+		return true, nil
+	case RunCancelRequested:
+		*cancel = true
+	case RunPaused:
+		*paused = true
+	}
+	return false, nil
+}
+
+func (r *runner) apply(ctx context.Context, ctrl []Control, cancel, paused *bool) {
+	for _, c := range ctrl {
+		switch c.Kind {
+		case KindCancelRequested:
+			*cancel = true
+		case KindPauseRequested:
+			*paused = true
+		case KindResumeRequested:
+			*paused = false
+		case KindPolicySwitchRequested:
+			pol, err := r.e.Policies.Policy(ctx, c.PolicyVersion)
+			if err != nil {
+				r.logf("run %s: policy switch to version %d ignored: %v", r.run.RunID, c.PolicyVersion, err)
+				continue
+			}
+			r.pol = pol
+			r.st.PolicyVersion = pol.Version()
+		default:
+			r.logf("run %s: unknown control kind %q ignored", r.run.RunID, c.Kind)
+		}
+	}
+}
+
+func (r *runner) pollInterval() time.Duration {
+	if r.e.PollInterval > 0 {
+		return r.e.PollInterval
+	}
+	return 500 * time.Millisecond
+}
+
+func (r *runner) after(d time.Duration) <-chan time.Time {
+	if s, ok := r.clock.(Sleeper); ok {
+		return s.After(d)
+	}
+	return time.After(d)
+}
+
+func (r *runner) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.after(d):
+		return nil
+	}
+}
+
+func (r *runner) waitUntil(ctx context.Context, ts string) error {
+	if ts == "" {
+		return nil
+	}
+	t, err := time.Parse(TimestampLayout, ts)
+	if err != nil {
+		return fmt.Errorf("run %s: bad notBefore %q: %w", r.run.RunID, ts, err)
+	}
+	return r.sleep(ctx, t.Sub(r.clock.Now()))
+}
+
+// runStep runs one attempt of r.st.Next and commits it.
+func (r *runner) runStep(ctx context.Context) error {
+	name := r.st.Next
+	stepOrd := r.step + 1
+	attempt := r.st.Attempts[name] + 1
+	token := r.ids.NewID()
+	timeout := r.pol.Timeout(name)
+	in := NodeInput{
+		Run: r.run, NodeName: name, StepOrdinal: stepOrd, Attempt: attempt,
+		IterationOrdinalNumber: r.st.IterationOrdinalNumber, PolicyVersion: r.st.PolicyVersion,
+		Policy: r.pol, ResumeToken: token, RandomSeed: StepSeed(r.st.Seed, stepOrd, name),
+		Outputs: cloneRaw(r.st.Outputs), Carry: cloneRaw(r.st.Carry), Clock: r.clock,
+	}
+	started, err := r.event(r.seq+1, KindNodeStarted, NodeStartedPayload{
+		PayloadBase: r.base(), NodeName: name, StepOrdinal: stepOrd, Attempt: attempt,
+		PolicyVersion: r.st.PolicyVersion, ResumeToken: token, TimeoutMillis: timeout.Milliseconds(),
+	})
+	if err != nil {
+		return err
+	}
+	t0 := r.clock.Now()
+	var res NodeResult
+	deadlineHit := false
+	if node, ok := r.g.Node(name); ok {
+		res, deadlineHit = r.invoke(ctx, node, in, timeout)
+	} else {
+		res = NodeResult{Err: Errorf(ErrInternal, "graph %q has no node %q", r.g.Name, name)}
+	}
+	if err := ctx.Err(); err != nil {
+		return err // daemon stop: discard the attempt, the run stays resumable
+	}
+	now := r.clock.Now()
+
+	obj, fe := outputObject(res.Output)
+	if fe == nil {
+		fe = Classify(res.Err)
+	}
+	if fe == nil {
+		fe = failureFromOutput(obj)
+	}
+	if fe != nil && deadlineHit {
+		fe = &Error{ID: ErrTimeout, Msg: fmt.Sprintf("%s exceeded its %s timeout", name, timeout), Err: fe}
+	}
+	if fe == nil {
+		if _, ok := r.g.Node(res.Next); !ok && res.Next != End {
+			fe = Errorf(ErrInternal, "%s returned unknown next node %q", name, res.Next)
+		}
+	}
+
+	common := in.Common()
+	fin := NodeFinishedPayload{
+		PayloadBase: r.base(), NodeName: name, StepOrdinal: stepOrd, Attempt: attempt,
+		NodeExecutionOutcomeStatus: OutcomeSuccess, DurationMillis: now.Sub(t0).Milliseconds(),
+	}
+	st := &r.st
+	if fe == nil {
+		fin.NextNode = res.Next
+		st.Completed = append(st.Completed, CompletedNode{Node: name, StepOrdinal: stepOrd, Pass: st.Pass})
+		delete(st.Attempts, name)
+		st.Next, st.NotBefore = res.Next, ""
+		for k, v := range res.Carry {
+			if st.Carry == nil {
+				st.Carry = map[string]json.RawMessage{}
+			}
+			st.Carry[k] = v
+		}
+	} else {
+		id := fe.ID
+		retryable := r.pol.Retryable(name, id)
+		summary := failureSummary(fe)
+		common.NodeExecutionOutcomeStatus = OutcomeFailure
+		common.ErrorID, common.Retryable, common.HumanReadableFailureSummary = &id, &retryable, &summary
+		fin.NodeExecutionOutcomeStatus = OutcomeFailure
+		fin.ErrorID, fin.ErrorCode, fin.Retryable, fin.HumanReadableFailureSummary = &id, fe.Code, &retryable, &summary
+		retry, backoff := r.pol.Decide(name, id, attempt)
+		if retry {
+			st.Attempts[name] = attempt
+			st.NotBefore = FormatTS(now.Add(backoff))
+			ms := backoff.Milliseconds()
+			fin.RetryBackoffMillis = &ms
+		} else {
+			st.Attempts[name] = attempt
+			st.Next, st.NotBefore = "", ""
+			st.Failure = &NodeFailure{
+				Node: name, StepOrdinal: stepOrd, Pass: st.Pass, ErrorID: id, Code: fe.Code,
+				Summary: summary, Retryable: retryable, Attempts: attempt,
+			}
+		}
+	}
+	out, err := stampCommon(obj, common)
+	if err != nil {
+		return err
+	}
+	fin.Output = out
+	if fe == nil {
+		st.Outputs[name] = out
+	}
+
+	events := []Event{started}
+	for _, d := range res.Deltas {
+		clk := r.clock
+		if !d.At.IsZero() {
+			clk = fixedClock(d.At)
+		}
+		ev, err := NewEvent(r.run, r.seq+int64(len(events))+1, KindNodeTokenDelta, TokenDeltaPayload{
+			PayloadBase: r.base(), NodeName: name, StepOrdinal: stepOrd, Attempt: attempt, TokenDelta: d,
+		}, clk, r.ids)
+		if err != nil {
+			return err
+		}
+		events = append(events, ev)
+	}
+	finEv, err := r.event(r.seq+int64(len(events))+1, KindNodeFinished, fin)
+	if err != nil {
+		return err
+	}
+	events = append(events, finEv)
+	stateJSON, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("run %s: state: %w", r.run.RunID, err)
+	}
+	snap := &Snapshot{RunID: r.run.RunID, StepOrdinal: stepOrd, NodeName: name, ResumeToken: token, State: stateJSON, CreatedAt: now}
+	if _, err := r.commit(ctx, events, snap, nil, ""); err != nil {
+		return err
+	}
+	r.step = stepOrd
+	return nil
+}
+
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+// invoke runs one attempt under the node's timeout. It reports whether the
+// node's own deadline (not the daemon's ctx) expired.
+func (r *runner) invoke(ctx context.Context, node Node, in NodeInput, timeout time.Duration) (NodeResult, bool) {
+	nctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		nctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	defer cancel()
+	ch := make(chan NodeResult, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ch <- NodeResult{Err: Errorf(ErrInternal, "node %s panicked: %v", in.NodeName, p)}
+			}
+		}()
+		ch <- node.Run(nctx, in)
+	}()
+	hit := func() bool { return ctx.Err() == nil && errors.Is(nctx.Err(), context.DeadlineExceeded) }
+	select {
+	case res := <-ch:
+		return res, hit()
+	case <-nctx.Done():
+	}
+	grace := r.e.AbandonGrace
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	select {
+	case res := <-ch:
+		return res, hit()
+	case <-r.after(grace):
+		return NodeResult{Err: Errorf(ErrTimeout, "%s did not return within %s after its deadline; abandoned", in.NodeName, grace)}, hit()
+	}
+}
+
+// outputObject encodes a node's Output as a JSON object.
+func outputObject(out any) (map[string]json.RawMessage, *Error) {
+	obj := map[string]json.RawMessage{}
+	if out == nil {
+		return obj, nil
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return obj, Wrap(ErrInternal, err, "node output does not encode as JSON")
+	}
+	if string(b) == "null" {
+		return obj, nil
+	}
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return map[string]json.RawMessage{}, Wrap(ErrInternal, err, "node output is not a JSON object")
+	}
+	return obj, nil
+}
+
+// failureFromOutput reads a failure a node reported through its Output's
+// common fields instead of NodeResult.Err.
+func failureFromOutput(obj map[string]json.RawMessage) *Error {
+	var c Common
+	for _, k := range []string{"nodeExecutionOutcomeStatus", "errorId", "humanReadableFailureSummary"} {
+		if v, ok := obj[k]; ok {
+			one, _ := json.Marshal(map[string]json.RawMessage{k: v})
+			_ = json.Unmarshal(one, &c)
+		}
+	}
+	if !c.Failed() {
+		return nil
+	}
+	e := &Error{ID: ErrInternal, Msg: "node reported FAILURE without errorId"}
+	if c.ErrorID != nil && *c.ErrorID != "" {
+		e = &Error{ID: *c.ErrorID, Retryable: DefaultRetryable(*c.ErrorID)}
+	}
+	if c.HumanReadableFailureSummary != nil {
+		e.Msg = *c.HumanReadableFailureSummary
+	}
+	return e
+}
+
+// stampCommon writes the engine-owned common fields over obj's.
+func stampCommon(obj map[string]json.RawMessage, c Common) (json.RawMessage, error) {
+	cb, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	var cm map[string]json.RawMessage
+	if err := json.Unmarshal(cb, &cm); err != nil {
+		return nil, err
+	}
+	for _, k := range commonKeys {
+		obj[k] = cm[k]
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	return CanonicalJSON(b)
+}
+
+func failureSummary(e *Error) string {
+	if e.Msg == "" {
+		return e.Error()
+	}
+	if e.Err != nil {
+		return e.Msg + ": " + e.Err.Error()
+	}
+	return e.Msg
+}
+
+func cloneRaw(m map[string]json.RawMessage) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

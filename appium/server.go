@@ -1,0 +1,308 @@
+package appium
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// ServerConfig starts a local Appium server.
+type ServerConfig struct {
+	// Bin is the appium executable; "" means <repo>/tools/node/node_modules/.bin/appium
+	// when that exists, else `appium` on PATH.
+	Bin string
+	// AppiumHome is APPIUM_HOME (where the uiautomator2 driver is installed);
+	// "" means <repo>/.cache/appium-home when that exists, else the inherited value.
+	AppiumHome string
+	// Address to listen on; "" means 127.0.0.1.
+	Address string
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// ADBServerPort is the adb server Appium's adb calls go to: it sets
+	// ANDROID_ADB_SERVER_PORT and ADB_EMU=0 in Appium's environment. 0 leaves the
+	// environment alone (port 5037).
+	ADBServerPort int
+	// AndroidHome is ANDROID_HOME; "" means /usr/lib/android-sdk (Debian's adb is in
+	// its platform-tools).
+	AndroidHome string
+	// LogFile receives Appium's log (stdout and stderr); "" keeps only the last
+	// 256 KiB in memory (Server.LogTail).
+	LogFile string
+	// StartTimeout bounds the wait for GET /status ready; 0 means 60 s.
+	StartTimeout time.Duration
+	// StopTimeout is how long Stop waits after SIGTERM before SIGKILL; 0 means 20 s.
+	StopTimeout time.Duration
+	// ExtraArgs are appended to the server flags.
+	ExtraArgs []string
+}
+
+// InsecureFeatures are the --allow-insecure features the agent needs:
+// `mobile: shell` (uiautomator2:adb_shell) and GET /appium/sessions
+// (*:session_discovery). Flag form verified on Appium 3.8.0 (its log echoes
+// allowInsecure: [ 'uiautomator2:adb_shell', '*:session_discovery' ]).
+const InsecureFeatures = "uiautomator2:adb_shell,*:session_discovery"
+
+// Server is a running Appium server started by StartServer.
+type Server struct {
+	// URL is the server's base URL, "http://127.0.0.1:<port>".
+	URL string
+	// Port is the port it listens on.
+	Port int
+
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the process has exited
+	waitErr  error
+	tail     *tailBuffer
+	logFile  *os.File
+	stopOnce sync.Once
+	stopTo   time.Duration
+}
+
+// StartServer runs `appium server --address A --port P
+// --allow-insecure=uiautomator2:adb_shell,*:session_discovery --log-no-colors
+// --log-timestamp` and waits until GET /status answers ready. The process is in
+// its own process group so Stop can also end the adb children it spawned.
+// Errors: process_error when the binary is missing or the server exits or does
+// not become ready in time (the message carries the end of its log); ctx's
+// cancellation stops the start.
+func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	root := repoRoot()
+	bin := cfg.Bin
+	if bin == "" {
+		bin = "appium"
+		if p := filepath.Join(root, "tools", "node", "node_modules", ".bin", "appium"); root != "" && fileExists(p) {
+			bin = p
+		}
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		return nil, agent.Wrap(agent.ErrProcess, err, "appium: server binary %q not found", bin)
+	}
+	home := cfg.AppiumHome
+	if home == "" && root != "" && fileExists(filepath.Join(root, ".cache", "appium-home")) {
+		home = filepath.Join(root, ".cache", "appium-home")
+	}
+	addr := cfg.Address
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	port := cfg.Port
+	if port == 0 {
+		p, err := freePort(addr)
+		if err != nil {
+			return nil, agent.Wrap(agent.ErrProcess, err, "appium: choose a port")
+		}
+		port = p
+	}
+	androidHome := cfg.AndroidHome
+	if androidHome == "" {
+		androidHome = "/usr/lib/android-sdk"
+	}
+	startTO := cfg.StartTimeout
+	if startTO <= 0 {
+		startTO = 60 * time.Second
+	}
+	stopTO := cfg.StopTimeout
+	if stopTO <= 0 {
+		stopTO = 20 * time.Second
+	}
+
+	args := []string{"server", "--address", addr, "--port", strconv.Itoa(port),
+		"--allow-insecure=" + InsecureFeatures, "--log-no-colors", "--log-timestamp"}
+	args = append(args, cfg.ExtraArgs...)
+	cmd := exec.Command(bin, args...)
+	env := withEnv(os.Environ(), "ANDROID_HOME", androidHome)
+	env = withEnv(env, "ANDROID_SDK_ROOT", androidHome)
+	if home != "" {
+		env = withEnv(env, "APPIUM_HOME", home)
+	}
+	if cfg.ADBServerPort != 0 {
+		env = withEnv(env, "ANDROID_ADB_SERVER_PORT", strconv.Itoa(cfg.ADBServerPort))
+		env = withEnv(env, "ADB_EMU", "0")
+	}
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+
+	s := &Server{URL: fmt.Sprintf("http://%s", net.JoinHostPort(addr, strconv.Itoa(port))), Port: port,
+		cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: 256 << 10}, stopTo: stopTO}
+	var w io.Writer = s.tail
+	if cfg.LogFile != "" {
+		f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, agent.Wrap(agent.ErrProcess, err, "appium: open log file")
+		}
+		s.logFile = f
+		w = io.MultiWriter(f, s.tail)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		s.closeLog()
+		return nil, agent.Wrap(agent.ErrProcess, err, "appium: start %s", bin)
+	}
+	go func() {
+		s.waitErr = cmd.Wait()
+		s.closeLog()
+		close(s.done)
+	}()
+
+	c, _ := New(s.URL, Options{Timeout: 2 * time.Second})
+	deadline := time.NewTimer(startTO)
+	defer deadline.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := c.Status(ctx)
+		if err == nil && st.Ready {
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			return nil, agent.Errorf(agent.ErrProcess, "appium: server exited before ready (%v); log tail:\n%s", s.waitErr, s.LogTail(4096))
+		case <-ctx.Done():
+			s.Stop()
+			return nil, agent.Wrap(agent.ErrInterrupted, ctx.Err(), "appium: server start")
+		case <-deadline.C:
+			s.Stop()
+			return nil, agent.Errorf(agent.ErrProcess, "appium: server not ready within %v (last: %v); log tail:\n%s", startTO, err, s.LogTail(4096))
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop sends SIGTERM (Appium deletes its sessions and exits), waits up to
+// StopTimeout, then SIGKILLs what is left of the process group (adb children
+// such as `am instrument` streams). It is safe to call more than once; it
+// returns the process's exit error, nil after a clean exit or a SIGTERM exit.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		pgid := s.cmd.Process.Pid
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(s.stopTo):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-s.done
+		}
+		// Children of the group that outlived the server (adb clients it spawned).
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	})
+	<-s.done
+	var ee *exec.ExitError
+	if errors.As(s.waitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
+			return nil
+		}
+	}
+	return s.waitErr
+}
+
+// Exited reports whether the server process has ended.
+func (s *Server) Exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// LogTail is the last n bytes (at most 256 KiB) of the server's log.
+func (s *Server) LogTail(n int) string { return s.tail.last(n) }
+
+// LogLines returns the log lines (of the in-memory tail) that contain substr.
+func (s *Server) LogLines(substr string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(s.tail.last(s.tail.max)))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), substr) {
+			out = append(out, sc.Text())
+		}
+	}
+	return out
+}
+
+func (s *Server) closeLog() {
+	if s.logFile != nil {
+		s.logFile.Close()
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) last(n int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n > len(t.b) {
+		n = len(t.b)
+	}
+	return string(t.b[len(t.b)-n:])
+}
+
+func withEnv(env []string, k, v string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, k+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, k+"="+v)
+}
+
+func freePort(addr string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// repoRoot is the nearest directory above the working directory whose go.mod
+// declares this module; "" when there is none (an installed daemon).
+func repoRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/screengraph/screengraph-agent\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,201 @@
+package nodes
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
+)
+
+// Node names, as the spec writes them (screengraph-nodes.md) and as the schema
+// files are named (schemas/<NodeName>.input.json / .output.json).
+const (
+	NodeEnsureDevice   = "EnsureDevice"
+	NodeProvisionApp   = "ProvisionApp"
+	NodeLaunchOrAttach = "LaunchOrAttach"
+	NodeWaitIdle       = "WaitIdle"
+)
+
+// Common is the block of fields every node Output carries (screengraph-nodes.md,
+// "Common Node Output fields"): nodeName, stepOrdinal, iterationOrdinalNumber,
+// policyVersion, resumeToken, randomSeed, nodeExecutionOutcomeStatus
+// ("SUCCESS"/"FAILURE"), errorId, retryable and humanReadableFailureSummary
+// (the last three JSON null on success). It is agent.Common itself, so the
+// engine fills and reads the same struct the nodes embed.
+type Common = agent.Common
+
+// Outcome statuses of nodeExecutionOutcomeStatus.
+const (
+	OutcomeSuccess = agent.OutcomeSuccess
+	OutcomeFailure = agent.OutcomeFailure
+)
+
+// Step is what the orchestrator knows about the step a node runs as; it
+// becomes the identifying half of Common.
+type Step struct {
+	NodeName               string
+	StepOrdinal            int
+	IterationOrdinalNumber int
+	PolicyVersion          int
+	ResumeToken            string
+	RandomSeed             int64
+}
+
+// Common returns the step's common fields with a SUCCESS outcome and null
+// error fields.
+func (s Step) Common() Common {
+	return Common{
+		NodeName: s.NodeName, StepOrdinal: s.StepOrdinal, IterationOrdinalNumber: s.IterationOrdinalNumber,
+		PolicyVersion: s.PolicyVersion, ResumeToken: s.ResumeToken, RandomSeed: s.RandomSeed,
+		NodeExecutionOutcomeStatus: OutcomeSuccess,
+	}
+}
+
+// MarkSuccess sets c to SUCCESS with errorId, retryable and
+// humanReadableFailureSummary null.
+func MarkSuccess(c *Common) {
+	c.NodeExecutionOutcomeStatus = OutcomeSuccess
+	c.ErrorID, c.Retryable, c.HumanReadableFailureSummary = nil, nil, nil
+}
+
+// MarkFailure sets c to FAILURE from err (classified with agent.Classify: an
+// *agent.Error keeps its id and retryability, a context deadline becomes
+// timeout, anything unknown internal_error, not retryable) and returns the
+// classified error. A nil err marks success and returns nil.
+func MarkFailure(c *Common, err error) *agent.Error {
+	e := agent.Classify(err)
+	if e == nil {
+		MarkSuccess(c)
+		return nil
+	}
+	id, retryable, summary := e.ID, e.Retryable, Summary(e)
+	c.NodeExecutionOutcomeStatus = OutcomeFailure
+	c.ErrorID, c.Retryable, c.HumanReadableFailureSummary = &id, &retryable, &summary
+	return e
+}
+
+// FailureOf returns the *agent.Error a FAILURE Common describes (id,
+// retryable, summary as Msg), nil for SUCCESS.
+func FailureOf(c Common) *agent.Error {
+	if c.NodeExecutionOutcomeStatus != OutcomeFailure {
+		return nil
+	}
+	e := &agent.Error{ID: agent.ErrInternal}
+	if c.ErrorID != nil {
+		e.ID = *c.ErrorID
+	}
+	if c.Retryable != nil {
+		e.Retryable = *c.Retryable
+	}
+	if c.HumanReadableFailureSummary != nil {
+		e.Msg = *c.HumanReadableFailureSummary
+	}
+	return e
+}
+
+// Summary is the humanReadableFailureSummary of e: its message and cause,
+// with the refining code (INSTALL_FAILED_…) in front when there is one.
+func Summary(e *agent.Error) string {
+	s := e.Msg
+	if e.Err != nil {
+		if s != "" {
+			s += ": "
+		}
+		s += e.Err.Error()
+	}
+	if e.Code != "" {
+		s = e.Code + ": " + s
+	}
+	if s == "" {
+		s = string(e.ID)
+	}
+	return s
+}
+
+// Ports are everything a node may touch. Nodes are DB-blind and network-blind:
+// they reach the device and the Appium server only through Device and Driver,
+// and get time and randomness only from Clock, Sleep and Rand, so tests can
+// drive them with scripted fakes and a fake clock.
+type Ports struct {
+	// Device is the ADB side of the run's device.
+	Device device.Device
+	// Driver is the Appium side (W3C sessions on the Appium server).
+	Driver device.Driver
+	// Clock gives the current time; nil means agent.SystemClock.
+	Clock agent.Clock
+	// Rand is the step's seeded generator (agent.NodeInput.Rand); nil means a
+	// generator seeded with 0, so a node's draws stay deterministic.
+	Rand *rand.Rand
+	// Progress receives one human-readable line per notable step; the engine
+	// records each as an agent.node.token_delta. May be nil.
+	Progress func(line string)
+	// Sleep waits d or until ctx ends (then it returns ctx.Err()); nil means a
+	// timer-based wait. Tests pass a fake that advances their clock.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Capabilities are the base Appium capabilities for a new session (the
+	// appium package's capability builder output); EnsureDevice overlays the
+	// ones it must control (udid, suppressKillServer, adbPort). May be nil.
+	Capabilities map[string]any
+	// ADBServerPort is the port of the adb server the daemon shares with
+	// Appium (appium:adbPort); 0 means 5037 unless the input names one.
+	ADBServerPort int
+}
+
+// Now returns the ports' current time in UTC.
+func (p Ports) Now() time.Time {
+	if p.Clock == nil {
+		return time.Now().UTC()
+	}
+	return p.Clock.Now().UTC()
+}
+
+// Wait sleeps d through p.Sleep (or a timer), returning early with ctx.Err().
+func (p Ports) Wait(ctx context.Context, d time.Duration) error {
+	if p.Sleep != nil {
+		return p.Sleep(ctx, d)
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Logf sends one progress line to p.Progress when set.
+func (p Ports) Logf(format string, args ...any) {
+	if p.Progress != nil {
+		p.Progress(fmt.Sprintf(format, args...))
+	}
+}
+
+// RandOrDefault returns p.Rand, or a PCG generator seeded with 0.
+func (p Ports) RandOrDefault() *rand.Rand {
+	if p.Rand != nil {
+		return p.Rand
+	}
+	return rand.New(rand.NewPCG(0, 0))
+}
+
+// Timestamp formats t as the spec's ISO-8601 UTC string with milliseconds
+// ("2025-10-23T12:00:20.123Z").
+func Timestamp(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// ctxErr turns a context's end into the node's error: deadline -> timeout
+// (retryable), cancellation -> interrupted.
+func ctxErr(ctx context.Context, what string) *agent.Error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return agent.Wrap(agent.ErrTimeout, ctx.Err(), "%s", what)
+	}
+	return agent.Wrap(agent.ErrInterrupted, ctx.Err(), "%s", what)
+}
