@@ -201,6 +201,19 @@ func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, fro
 	return true, nil
 }
 
+// setStatus is a CAS without events; false, nil on a conflict (r.run refreshed).
+func (r *runner) setStatus(ctx context.Context, from []RunStatus, to RunStatus) (bool, error) {
+	err := r.e.Store.SetStatus(ctx, r.run.RunID, from, to)
+	if errors.Is(err, ErrStatusConflict) {
+		return false, r.refresh(ctx)
+	}
+	if err != nil {
+		return false, fmt.Errorf("run %s: status %s: %w", r.run.RunID, to, err)
+	}
+	r.run.Status = to
+	return true, nil
+}
+
 func (r *runner) base() PayloadBase {
 	return PayloadBase{TenantID: r.run.TenantID, ProjectID: r.run.ProjectID, RunID: r.run.RunID}
 }
@@ -311,18 +324,21 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 		}
 		if !paused {
 			if r.run.Status == RunPaused {
-				ok, err := r.commit(ctx, nil, nil, []RunStatus{RunPaused}, RunRunning)
+				ok, err := r.setStatus(ctx, []RunStatus{RunPaused}, RunRunning)
 				if err != nil {
 					return false, err
 				}
 				if !ok {
-					return r.afterConflict(&cancel, &paused)
+					if done, err := r.afterConflict(&cancel, &paused); done || err != nil {
+						return done, err
+					}
+					continue
 				}
 			}
 			return false, nil
 		}
 		if r.run.Status != RunPaused {
-			ok, err := r.commit(ctx, nil, nil, []RunStatus{RunRunning}, RunPaused)
+			ok, err := r.setStatus(ctx, []RunStatus{RunRunning}, RunPaused)
 			if err != nil {
 				return false, err
 			}

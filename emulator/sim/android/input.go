@@ -225,6 +225,9 @@ func (d *Device) Foreground() (pkg, activity string, root *Element) {
 	rec := d.am.topLocked()
 	now := d.now()
 	root = cloneElement(rec.root)
+	if root == nil && rec.pkg == homePackage {
+		root = d.homeScreenLocked()
+	}
 	if root != nil && d.am.animatingLocked(rec, now) {
 		tick := int(now.Sub(rec.shownAt) / (100 * time.Millisecond))
 		w, _, _ := d.displaySizeLocked()

@@ -38,3 +38,22 @@ func TestTextTools(t *testing.T) {
 		}
 	}
 }
+
+func TestHomeScreenListsLaunchableApps(t *testing.T) {
+	d, err := New(Profile{Name: "t", Preinstalled: []Package{{ID: "com.example.app", VersionCode: 1}},
+		Apps: []App{{Package: "com.example.app", LauncherActivity: "com.example.app.Home", Activities: []Activity{{Name: "com.example.app.Home"}}}}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg, _, root := d.Foreground()
+	if pkg != homePackage || root == nil || len(root.Children) != 1 {
+		t.Fatalf("home: %s %+v", pkg, root)
+	}
+	var labels []string
+	for _, c := range root.Children[0].Children {
+		labels = append(labels, c.ContentDesc)
+	}
+	if strings.Join(labels, ",") != "App" {
+		t.Fatalf("home icons %v, want [App]", labels)
+	}
+}

@@ -1,0 +1,790 @@
+// Package storetest is the contract every agent.Store implementation passes
+// (the embedded SQLite store, Postgres, any in-memory fake): call
+// Run(t, newStore) from the implementation's tests. It depends on the agent
+// package only, so a store outside snapshots/ can use it too.
+package storetest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// NewRun returns a PENDING run of tenant with a fresh ULID.
+func NewRun(tenant, serial string) agent.Run {
+	return agent.Run{
+		RunID:         ulid.Make().String(),
+		TenantID:      tenant,
+		ProjectID:     "01HZX0PROJECT12345678",
+		Status:        agent.RunPending,
+		Serial:        serial,
+		Graph:         "setup",
+		Input:         json.RawMessage(`{"deviceConfiguration":{"platformName":"android","deviceName":"` + serial + `"},"driverReusePolicy":"REUSE_OR_CREATE"}`),
+		PolicyVersion: 1,
+	}
+}
+
+// Event returns a complete envelope of run r at sequence seq with a fresh
+// eventId and the checksum sha256(eventId|runId|sequence|kind|payload), hex.
+func Event(r agent.Run, seq int64, kind string, payload string) agent.Event {
+	e := agent.Event{
+		EventID:   ulid.Make().String(),
+		RunID:     r.RunID,
+		TenantID:  r.TenantID,
+		ProjectID: r.ProjectID,
+		Sequence:  seq,
+		TS:        time.Now().UTC().Format("2006-01-02T15:04:05.000Z"),
+		Kind:      kind,
+		Version:   agent.EventVersion,
+		Payload:   json.RawMessage(payload),
+	}
+	sum := sha256.Sum256([]byte(e.EventID + "|" + e.RunID + "|" + strconv.FormatInt(seq, 10) + "|" + kind + "|" + payload))
+	e.Checksum = hex.EncodeToString(sum[:])
+	return e
+}
+
+// NodeStep returns the step of one node: started, one token_delta, finished
+// at sequences from, from+1, from+2, and the snapshot of stepOrdinal.
+func NodeStep(r agent.Run, from int64, stepOrdinal int, node string) agent.Step {
+	p := fmt.Sprintf(`{"nodeName":%q,"stepOrdinal":%d}`, node, stepOrdinal)
+	return agent.Step{
+		RunID: r.RunID,
+		Events: []agent.Event{
+			Event(r, from, agent.KindNodeStarted, p),
+			Event(r, from+1, agent.KindNodeTokenDelta, `{"line":"adb shell getprop sys.boot_completed -> 1"}`),
+			Event(r, from+2, agent.KindNodeFinished, p),
+		},
+		Snapshot: &agent.Snapshot{
+			RunID: r.RunID, StepOrdinal: stepOrdinal, NodeName: node, ResumeToken: ulid.Make().String(),
+			State: json.RawMessage(fmt.Sprintf(`{"next":"after-%s","artifacts":{"apk":"s3://bucket/app.apk"}}`, node)),
+		},
+	}
+}
+
+// Run runs the contract against stores made by newStore (a fresh, empty,
+// migrated store per call; newStore registers its own cleanup).
+func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s agent.Store)
+	}{
+		{"Runs", testRuns},
+		{"CommitStep", testCommitStep},
+		{"CommitStepCASFailureWritesNothing", testCASFailureWritesNothing},
+		{"CommitStepDuplicateSequenceWritesNothing", testDuplicateSequence},
+		{"CommitStepGapAndInvalid", testGapAndInvalid},
+		{"CommitStepDuplicateSnapshotWritesNothing", testDuplicateSnapshot},
+		{"UniqueRunSequenceConcurrent", testUniqueSequenceConcurrent},
+		{"OutboxUniqueWhileUnpublished", testOutbox},
+		{"ConcurrentTerminalCAS", testConcurrentTerminalCAS},
+		{"ConcurrentTerminalCommitStep", testConcurrentTerminalCommit},
+		{"Snapshots", testSnapshots},
+		{"Control", testControl},
+		{"KV", testKV},
+		{"EventsAfter", testEventsAfter},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			tc.fn(t, s)
+		})
+	}
+}
+
+func ctx(t *testing.T) context.Context { return t.Context() }
+
+func mustCreate(t *testing.T, s agent.Store, r agent.Run) agent.Run {
+	t.Helper()
+	if err := s.CreateRun(ctx(t), r); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	got, err := s.GetRun(ctx(t), r.RunID)
+	if err != nil {
+		t.Fatalf("GetRun: %v", err)
+	}
+	return got
+}
+
+func mustCommit(t *testing.T, s agent.Store, st agent.Step) {
+	t.Helper()
+	if err := s.CommitStep(ctx(t), st); err != nil {
+		t.Fatalf("CommitStep: %v", err)
+	}
+}
+
+// sameJSON compares JSON semantically: Postgres JSONB does not keep bytes.
+func sameJSON(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	if len(want) == 0 && len(got) == 0 {
+		return
+	}
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("%s: stored JSON %q does not parse: %v", what, got, err)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatalf("%s: want JSON %q: %v", what, want, err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("%s = %s, want %s", what, got, want)
+	}
+}
+
+func sameEvent(t *testing.T, got, want agent.Event) {
+	t.Helper()
+	gp, wp := got.Payload, want.Payload
+	got.Payload, want.Payload = nil, nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("event = %+v, want %+v", got, want)
+	}
+	sameJSON(t, "payload of "+want.EventID, gp, wp)
+}
+
+func state(t *testing.T, s agent.Store, runID string) (status agent.RunStatus, events []agent.Event, outbox []agent.OutboxRow, snaps int) {
+	t.Helper()
+	r, err := s.GetRun(ctx(t), runID)
+	if err != nil {
+		t.Fatalf("GetRun: %v", err)
+	}
+	events, err = s.Events(ctx(t), runID, 0)
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	all, err := s.Unpublished(ctx(t), 10000)
+	if err != nil {
+		t.Fatalf("Unpublished: %v", err)
+	}
+	for _, o := range all {
+		if o.RunID == runID {
+			outbox = append(outbox, o)
+		}
+	}
+	if sn, err := s.LatestSnapshot(ctx(t), runID); err == nil {
+		snaps = sn.StepOrdinal + 1
+	} else if !errors.Is(err, agent.ErrNotFound) {
+		t.Fatalf("LatestSnapshot: %v", err)
+	}
+	return r.Status, events, outbox, snaps
+}
+
+func testRuns(t *testing.T, s agent.Store) {
+	base := time.Date(2025, 10, 23, 12, 0, 0, 123456000, time.UTC)
+	var runs []agent.Run
+	for i, serial := range []string{"emulator-5554", "emulator-5556", "emulator-5554"} {
+		r := NewRun("01HZX0TENANT1234567890", serial)
+		r.CreatedAt = base.Add(time.Duration(i) * time.Minute)
+		r.UpdatedAt = r.CreatedAt
+		got := mustCreate(t, s, r)
+		sameJSON(t, "input", got.Input, r.Input)
+		got.Input, r.Input = nil, nil
+		if !got.CreatedAt.Equal(r.CreatedAt) || !got.UpdatedAt.Equal(r.UpdatedAt) {
+			t.Errorf("times = %v/%v, want %v", got.CreatedAt, got.UpdatedAt, r.CreatedAt)
+		}
+		got.CreatedAt, got.UpdatedAt, r.CreatedAt, r.UpdatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		if !reflect.DeepEqual(got, r) {
+			t.Errorf("GetRun = %+v, want %+v", got, r)
+		}
+		runs = append(runs, mustCreate(t, s, NewRun("T2", "other")))
+		runs[len(runs)-1] = agent.Run{}
+		runs = append(runs[:len(runs)-1], got)
+		runs[len(runs)-1].RunID = r.RunID
+	}
+	// Defaults: status PENDING, created/updated now.
+	d := NewRun("T3", "emulator-5558")
+	d.Status = ""
+	before := time.Now().Add(-time.Second)
+	got := mustCreate(t, s, d)
+	if got.Status != agent.RunPending || got.CreatedAt.Before(before) || !got.UpdatedAt.Equal(got.CreatedAt) {
+		t.Errorf("defaults: status %q created %v updated %v", got.Status, got.CreatedAt, got.UpdatedAt)
+	}
+
+	if _, err := s.GetRun(ctx(t), ulid.Make().String()); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("GetRun(unknown) err = %v, want ErrNotFound", err)
+	}
+	dup := NewRun("T-other", "x")
+	dup.RunID = runs[0].RunID
+	if err := s.CreateRun(ctx(t), dup); err == nil {
+		t.Errorf("CreateRun(duplicate id) = nil, want an error")
+	}
+	if r, _ := s.GetRun(ctx(t), runs[0].RunID); r.TenantID != "01HZX0TENANT1234567890" {
+		t.Errorf("duplicate CreateRun overwrote the run: tenant %q", r.TenantID)
+	}
+
+	list, err := s.ListRuns(ctx(t), agent.RunFilter{Serial: "emulator-5554"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := runIDs(list); !slices.Equal(ids, []string{runs[2].RunID, runs[0].RunID}) {
+		t.Errorf("ListRuns(serial) = %v, want newest first %v", ids, []string{runs[2].RunID, runs[0].RunID})
+	}
+	if err := s.SetStatus(ctx(t), runs[1].RunID, []agent.RunStatus{agent.RunPending}, agent.RunRunning); err != nil {
+		t.Fatal(err)
+	}
+	list, err = s.ListRuns(ctx(t), agent.RunFilter{Status: []agent.RunStatus{agent.RunRunning, agent.RunPaused}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := runIDs(list); !slices.Equal(ids, []string{runs[1].RunID}) {
+		t.Errorf("ListRuns(RUNNING|PAUSED) = %v, want [%s]", ids, runs[1].RunID)
+	}
+	list, err = s.ListRuns(ctx(t), agent.RunFilter{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 {
+		t.Errorf("ListRuns(limit 2) returned %d runs", len(list))
+	}
+	all, err := s.ListRuns(ctx(t), agent.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 7 {
+		t.Errorf("ListRuns() returned %d runs, want 7", len(all))
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].CreatedAt.After(all[i-1].CreatedAt) {
+			t.Errorf("ListRuns not newest first at %d: %v after %v", i, all[i].CreatedAt, all[i-1].CreatedAt)
+		}
+	}
+}
+
+func runIDs(rs []agent.Run) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.RunID)
+	}
+	return out
+}
+
+func testCommitStep(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("01HZX0TENANT1234567890", "emulator-5554"))
+	start := agent.Step{RunID: r.RunID, Events: []agent.Event{Event(r, 1, agent.KindRunStarted, `{"graph":"setup"}`)},
+		StatusFrom: []agent.RunStatus{agent.RunPending}, StatusTo: agent.RunRunning}
+	mustCommit(t, s, start)
+	step := NodeStep(r, 2, 0, "EnsureDevice")
+	mustCommit(t, s, step)
+
+	status, events, outbox, _ := state(t, s, r.RunID)
+	if status != agent.RunRunning {
+		t.Errorf("status = %s, want RUNNING (CAS in the step)", status)
+	}
+	want := append(slices.Clone(start.Events), step.Events...)
+	if len(events) != len(want) {
+		t.Fatalf("Events = %d events, want %d", len(events), len(want))
+	}
+	for i := range want {
+		sameEvent(t, events[i], want[i])
+	}
+	if last, err := s.LastSequence(ctx(t), r.RunID); err != nil || last != 4 {
+		t.Errorf("LastSequence = %d, %v; want 4", last, err)
+	}
+	if len(outbox) != 4 {
+		t.Fatalf("outbox has %d rows, want 4", len(outbox))
+	}
+	for i, o := range outbox {
+		e := want[i]
+		if o.Sequence != e.Sequence || o.EventID != e.EventID || o.PublishedAt != nil {
+			t.Errorf("outbox[%d] = %+v, want sequence %d event %s unpublished", i, o, e.Sequence, e.EventID)
+		}
+		if wantSubj := "screengraph.events." + r.TenantID + "." + r.RunID + "." + e.Kind; o.Subject != wantSubj {
+			t.Errorf("outbox[%d].Subject = %q, want %q", i, o.Subject, wantSubj)
+		}
+		var body agent.Event
+		if err := json.Unmarshal(o.Body, &body); err != nil {
+			t.Fatalf("outbox body is not an event envelope: %v", err)
+		}
+		sameEvent(t, body, e)
+	}
+	sn, err := s.Snapshot(ctx(t), r.RunID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.RunID != r.RunID || sn.NodeName != "EnsureDevice" || sn.ResumeToken != step.Snapshot.ResumeToken || sn.CreatedAt.IsZero() {
+		t.Errorf("Snapshot = %+v", sn)
+	}
+	sameJSON(t, "snapshot state", sn.State, step.Snapshot.State)
+
+	// A step with nothing but a CAS is allowed.
+	if err := s.CommitStep(ctx(t), agent.Step{RunID: r.RunID, StatusFrom: []agent.RunStatus{agent.RunRunning}, StatusTo: agent.RunPaused}); err != nil {
+		t.Fatalf("CAS-only step: %v", err)
+	}
+	if got, _ := s.GetRun(ctx(t), r.RunID); got.Status != agent.RunPaused || !got.UpdatedAt.After(r.UpdatedAt) && !got.UpdatedAt.Equal(r.UpdatedAt) {
+		t.Errorf("after CAS-only step: %+v", got)
+	}
+	// Unknown run.
+	other := NewRun("T", "x")
+	if err := s.CommitStep(ctx(t), NodeStep(other, 1, 0, "EnsureDevice")); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("CommitStep(unknown run) = %v, want ErrNotFound", err)
+	}
+}
+
+func testCASFailureWritesNothing(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	mustCommit(t, s, agent.Step{RunID: r.RunID, Events: []agent.Event{Event(r, 1, agent.KindRunStarted, `{}`)},
+		StatusFrom: []agent.RunStatus{agent.RunPending}, StatusTo: agent.RunRunning})
+	st := NodeStep(r, 2, 0, "EnsureDevice")
+	st.Events = append(st.Events, Event(r, 5, agent.KindRunFinished, `{}`))
+	st.Events[3].Sequence = 5
+	st.Events = st.Events[:3]
+	st.Events = append(st.Events, Event(r, 5, agent.KindRunFinished, `{}`))
+	st.StatusFrom = []agent.RunStatus{agent.RunPending, agent.RunPaused} // run is RUNNING
+	st.StatusTo = agent.RunFinished
+	err := s.CommitStep(ctx(t), st)
+	if !errors.Is(err, agent.ErrStatusConflict) {
+		t.Fatalf("CommitStep with failing CAS = %v, want ErrStatusConflict", err)
+	}
+	status, events, outbox, snaps := state(t, s, r.RunID)
+	if status != agent.RunRunning || len(events) != 1 || len(outbox) != 1 || snaps != 0 {
+		t.Errorf("after failed CAS: status %s, %d events, %d outbox rows, %d snapshots; want RUNNING, 1, 1, 0", status, len(events), len(outbox), snaps)
+	}
+	if _, err := s.Snapshot(ctx(t), r.RunID, 0); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("snapshot of the failed step exists: %v", err)
+	}
+	// The same step succeeds with the right from-set.
+	st.StatusFrom = []agent.RunStatus{agent.RunRunning}
+	mustCommit(t, s, st)
+	if status, events, outbox, snaps = state(t, s, r.RunID); status != agent.RunFinished || len(events) != 5 || len(outbox) != 5 || snaps != 1 {
+		t.Errorf("after retried step: status %s, %d events, %d outbox rows, %d snapshots", status, len(events), len(outbox), snaps)
+	}
+}
+
+func testDuplicateSequence(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	mustCommit(t, s, NodeStep(r, 1, 0, "EnsureDevice")) // 1..3
+	st := NodeStep(r, 3, 1, "ProvisionApp")            // 3..5: 3 is taken
+	st.StatusFrom, st.StatusTo = []agent.RunStatus{agent.RunPending}, agent.RunRunning
+	err := s.CommitStep(ctx(t), st)
+	if !errors.Is(err, agent.ErrSequenceTaken) {
+		t.Fatalf("CommitStep(taken sequence) = %v, want ErrSequenceTaken", err)
+	}
+	status, events, outbox, snaps := state(t, s, r.RunID)
+	if status != agent.RunPending || len(events) != 3 || len(outbox) != 3 || snaps != 1 {
+		t.Errorf("after duplicate sequence: status %s, %d events, %d outbox, latest step+1 %d; want PENDING, 3, 3, 1", status, len(events), len(outbox), snaps)
+	}
+	for _, e := range st.Events {
+		for _, got := range events {
+			if got.EventID == e.EventID {
+				t.Errorf("event %s of the rejected step was written", e.EventID)
+			}
+		}
+	}
+	// Re-sending an already committed step (same events) is also rejected.
+	if err := s.CommitStep(ctx(t), NodeStep(r, 1, 5, "X")); !errors.Is(err, agent.ErrSequenceTaken) {
+		t.Errorf("CommitStep(1..3 again) = %v, want ErrSequenceTaken", err)
+	}
+}
+
+func testGapAndInvalid(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	bad := map[string]agent.Step{
+		"gap after last": NodeStep(r, 4, 0, "EnsureDevice"),
+		"gap inside": {RunID: r.RunID, Events: []agent.Event{
+			Event(r, 1, agent.KindNodeStarted, `{}`), Event(r, 3, agent.KindNodeFinished, `{}`)}},
+		"other tenant": {RunID: r.RunID, Events: []agent.Event{func() agent.Event {
+			e := Event(r, 1, agent.KindRunStarted, `{}`)
+			e.TenantID = "someone-else"
+			return e
+		}()}},
+		"event of other run": {RunID: r.RunID, Events: []agent.Event{Event(NewRun("T", "y"), 1, agent.KindRunStarted, `{}`)}},
+	}
+	for name, st := range bad {
+		if err := s.CommitStep(ctx(t), st); err == nil {
+			t.Errorf("CommitStep(%s) = nil, want an error", name)
+		}
+	}
+	if _, events, outbox, snaps := state(t, s, r.RunID); len(events) != 0 || len(outbox) != 0 || snaps != 0 {
+		t.Errorf("rejected steps wrote %d events, %d outbox rows, %d snapshots", len(events), len(outbox), snaps)
+	}
+}
+
+func testDuplicateSnapshot(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	first := NodeStep(r, 1, 0, "EnsureDevice")
+	mustCommit(t, s, first)
+	again := NodeStep(r, 4, 0, "EnsureDevice") // step 0 again
+	again.StatusFrom, again.StatusTo = []agent.RunStatus{agent.RunPending}, agent.RunRunning
+	if err := s.CommitStep(ctx(t), again); err == nil {
+		t.Fatal("CommitStep(step 0 twice) = nil, want an error")
+	}
+	status, events, outbox, _ := state(t, s, r.RunID)
+	if status != agent.RunPending || len(events) != 3 || len(outbox) != 3 {
+		t.Errorf("after duplicate snapshot: status %s, %d events, %d outbox rows; want PENDING, 3, 3", status, len(events), len(outbox))
+	}
+	sn, err := s.Snapshot(ctx(t), r.RunID, 0)
+	if err != nil || sn.ResumeToken != first.Snapshot.ResumeToken {
+		t.Errorf("step 0 snapshot = %+v, %v; want the first one", sn, err)
+	}
+}
+
+func testUniqueSequenceConcurrent(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.CommitStep(context.Background(), NodeStep(r, 1, i, "EnsureDevice"))
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, agent.ErrSequenceTaken):
+			t.Errorf("losing CommitStep err = %v, want ErrSequenceTaken", err)
+		}
+	}
+	if wins != 1 {
+		t.Errorf("%d of %d concurrent commits of sequences 1..3 won, want exactly 1", wins, n)
+	}
+	_, events, outbox, _ := state(t, s, r.RunID)
+	if len(events) != 3 || len(outbox) != 3 {
+		t.Errorf("%d events, %d outbox rows, want 3 and 3", len(events), len(outbox))
+	}
+}
+
+func testOutbox(t *testing.T, s agent.Store) {
+	a := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	b := mustCreate(t, s, NewRun("T", "emulator-5556"))
+	mustCommit(t, s, NodeStep(b, 1, 0, "EnsureDevice"))
+	mustCommit(t, s, NodeStep(a, 1, 0, "EnsureDevice"))
+	mustCommit(t, s, NodeStep(a, 4, 1, "ProvisionApp"))
+
+	rows, err := s.Unpublished(ctx(t), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOrdered(t, rows, 9)
+	if got, _ := s.Unpublished(ctx(t), 4); len(got) != 4 || got[0] != rows[0] && got[0].EventID != rows[0].EventID {
+		t.Errorf("Unpublished(4) = %d rows", len(got))
+	}
+	// Mark the first run's first two rows.
+	first := rows[0].RunID
+	for _, o := range rows[:2] {
+		if err := s.MarkPublished(ctx(t), o.RunID, o.Sequence); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.MarkPublished(ctx(t), first, 1); err != nil {
+		t.Errorf("MarkPublished twice = %v, want nil (idempotent)", err)
+	}
+	if err := s.MarkPublished(ctx(t), first, 99); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("MarkPublished(no row) = %v, want ErrNotFound", err)
+	}
+	rows2, err := s.Unpublished(ctx(t), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOrdered(t, rows2, 7)
+	if rows2[0].RunID != first || rows2[0].Sequence != 3 {
+		t.Errorf("after marking 1..2, first unpublished = %s/%d, want %s/3", rows2[0].RunID, rows2[0].Sequence, first)
+	}
+
+	rq, ok := s.(interface {
+		Requeue(ctx context.Context, runID string, fromSequence int64) (int, error)
+	})
+	if !ok {
+		return
+	}
+	n, err := rq.Requeue(ctx(t), first, 1)
+	if err != nil || n != 2 {
+		t.Fatalf("Requeue(from 1) = %d, %v; want 2 (only published rows)", n, err)
+	}
+	if n, err := rq.Requeue(ctx(t), first, 1); err != nil || n != 0 {
+		t.Errorf("Requeue again = %d, %v; want 0: rows are unique while unpublished", n, err)
+	}
+	rows3, err := s.Unpublished(ctx(t), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOrdered(t, rows3, 9)
+}
+
+// checkOrdered: n rows, ordered by (run, sequence), no (run, sequence) twice.
+func checkOrdered(t *testing.T, rows []agent.OutboxRow, n int) {
+	t.Helper()
+	if len(rows) != n {
+		t.Errorf("Unpublished = %d rows, want %d", len(rows), n)
+	}
+	for i := 1; i < len(rows); i++ {
+		p, c := rows[i-1], rows[i]
+		if c.RunID < p.RunID || c.RunID == p.RunID && c.Sequence <= p.Sequence {
+			t.Errorf("Unpublished not ordered by (run, sequence) or duplicated at %d: %s/%d after %s/%d", i, c.RunID, c.Sequence, p.RunID, p.Sequence)
+		}
+	}
+}
+
+var nonTerminal = []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused, agent.RunCancelRequested}
+
+func testConcurrentTerminalCAS(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	if err := s.SetStatus(ctx(t), r.RunID, []agent.RunStatus{agent.RunPending}, agent.RunRunning); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetStatus(ctx(t), r.RunID, []agent.RunStatus{agent.RunPending}, agent.RunRunning); !errors.Is(err, agent.ErrStatusConflict) {
+		t.Errorf("SetStatus(PENDING->RUNNING) on a RUNNING run = %v, want ErrStatusConflict", err)
+	}
+	if err := s.SetStatus(ctx(t), ulid.Make().String(), nonTerminal, agent.RunFailed); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("SetStatus(unknown run) = %v, want ErrNotFound", err)
+	}
+	const n = 16
+	terminals := []agent.RunStatus{agent.RunFinished, agent.RunFailed, agent.RunCanceled}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.SetStatus(context.Background(), r.RunID, nonTerminal, terminals[i%3])
+		}()
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			if winner >= 0 {
+				t.Errorf("goroutines %d and %d both won the terminal CAS", winner, i)
+			}
+			winner = i
+		case !errors.Is(err, agent.ErrStatusConflict):
+			t.Errorf("losing SetStatus = %v, want ErrStatusConflict", err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no goroutine won the terminal CAS")
+	}
+	if got, _ := s.GetRun(ctx(t), r.RunID); got.Status != terminals[winner%3] {
+		t.Errorf("status = %s, want the winner's %s", got.Status, terminals[winner%3])
+	}
+}
+
+func testConcurrentTerminalCommit(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	mustCommit(t, s, agent.Step{RunID: r.RunID, Events: []agent.Event{Event(r, 1, agent.KindRunStarted, `{}`)},
+		StatusFrom: []agent.RunStatus{agent.RunPending}, StatusTo: agent.RunRunning})
+	const n = 12
+	kinds := map[agent.RunStatus]string{agent.RunFinished: agent.KindRunFinished, agent.RunFailed: agent.KindRunFailed, agent.RunCanceled: agent.KindRunCanceled}
+	terminals := []agent.RunStatus{agent.RunFinished, agent.RunFailed, agent.RunCanceled}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		to := terminals[i%3]
+		// Half of them race with a sequence that is free, half with a CAS that
+		// must fail once anyone won: either way exactly one terminal event.
+		st := agent.Step{RunID: r.RunID, Events: []agent.Event{Event(r, 2, kinds[to], `{}`)}, StatusFrom: nonTerminal, StatusTo: to}
+		go func() {
+			defer wg.Done()
+			errs[i] = s.CommitStep(context.Background(), st)
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, agent.ErrStatusConflict) && !errors.Is(err, agent.ErrSequenceTaken):
+			t.Errorf("losing terminal CommitStep = %v, want ErrStatusConflict or ErrSequenceTaken", err)
+		}
+	}
+	status, events, outbox, _ := state(t, s, r.RunID)
+	if wins != 1 || len(events) != 2 || len(outbox) != 2 {
+		t.Fatalf("%d winners, %d events, %d outbox rows; want 1, 2, 2", wins, len(events), len(outbox))
+	}
+	if kinds[status] != events[1].Kind {
+		t.Errorf("status %s but terminal event %s", status, events[1].Kind)
+	}
+}
+
+func testSnapshots(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	if _, err := s.LatestSnapshot(ctx(t), r.RunID); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("LatestSnapshot(none) = %v, want ErrNotFound", err)
+	}
+	nodes := []string{"EnsureDevice", "ProvisionApp", "LaunchOrAttach", "WaitIdle"}
+	var steps []agent.Step
+	for i, node := range nodes {
+		st := NodeStep(r, int64(1+3*i), i, node)
+		mustCommit(t, s, st)
+		steps = append(steps, st)
+	}
+	for i, st := range steps {
+		sn, err := s.Snapshot(ctx(t), r.RunID, i)
+		if err != nil {
+			t.Fatalf("Snapshot(%d): %v", i, err)
+		}
+		if sn.StepOrdinal != i || sn.NodeName != nodes[i] || sn.ResumeToken != st.Snapshot.ResumeToken {
+			t.Errorf("Snapshot(%d) = %+v", i, sn)
+		}
+		sameJSON(t, "state", sn.State, st.Snapshot.State)
+	}
+	latest, err := s.LatestSnapshot(ctx(t), r.RunID)
+	if err != nil || latest.StepOrdinal != 3 || latest.NodeName != "WaitIdle" {
+		t.Errorf("LatestSnapshot = %+v, %v; want step 3 WaitIdle", latest, err)
+	}
+	if _, err := s.Snapshot(ctx(t), r.RunID, 4); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("Snapshot(4) = %v, want ErrNotFound", err)
+	}
+	// Step events, when the store can tell them.
+	if se, ok := s.(interface {
+		StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error)
+	}); ok {
+		evs, err := se.StepEvents(ctx(t), r.RunID, 2)
+		if err != nil || len(evs) != 3 || evs[0].Sequence != 7 || evs[2].Sequence != 9 {
+			t.Errorf("StepEvents(2) = %d events (%v), want sequences 7..9", len(evs), err)
+		}
+		if _, err := se.StepEvents(ctx(t), r.RunID, 9); !errors.Is(err, agent.ErrNotFound) {
+			t.Errorf("StepEvents(9) = %v, want ErrNotFound", err)
+		}
+	}
+}
+
+func testControl(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	other := mustCreate(t, s, NewRun("T", "emulator-5556"))
+	if got, err := s.TakeControl(ctx(t), r.RunID); err != nil || len(got) != 0 {
+		t.Errorf("TakeControl(none) = %v, %v", got, err)
+	}
+	at := time.Date(2025, 10, 23, 12, 0, 0, 0, time.UTC)
+	reqs := []agent.Control{
+		{RunID: r.RunID, Kind: agent.KindPauseRequested, RequestedAt: at},
+		{RunID: r.RunID, Kind: agent.KindPolicySwitchRequested, PolicyVersion: 3, RequestedAt: at.Add(time.Millisecond)},
+		{RunID: r.RunID, Kind: agent.KindResumeRequested, RequestedAt: at.Add(2 * time.Millisecond)},
+		{RunID: r.RunID, Kind: agent.KindCancelRequested, RequestedAt: at.Add(3 * time.Millisecond)},
+	}
+	for _, c := range reqs {
+		if err := s.RequestControl(ctx(t), c); err != nil {
+			t.Fatalf("RequestControl(%s): %v", c.Kind, err)
+		}
+	}
+	if err := s.RequestControl(ctx(t), agent.Control{RunID: other.RunID, Kind: agent.KindCancelRequested}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: "agent.run.explode"}); err == nil {
+		t.Errorf("RequestControl(unknown kind) = nil, want an error")
+	}
+	if err := s.RequestControl(ctx(t), agent.Control{RunID: ulid.Make().String(), Kind: agent.KindCancelRequested}); err == nil {
+		t.Errorf("RequestControl(unknown run) = nil, want an error")
+	}
+	got, err := s.TakeControl(ctx(t), r.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(reqs) {
+		t.Fatalf("TakeControl = %d requests, want %d", len(got), len(reqs))
+	}
+	for i := range reqs {
+		if got[i].RunID != reqs[i].RunID || got[i].Kind != reqs[i].Kind || got[i].PolicyVersion != reqs[i].PolicyVersion || !got[i].RequestedAt.Equal(reqs[i].RequestedAt) {
+			t.Errorf("TakeControl[%d] = %+v, want %+v", i, got[i], reqs[i])
+		}
+	}
+	if again, err := s.TakeControl(ctx(t), r.RunID); err != nil || len(again) != 0 {
+		t.Errorf("second TakeControl = %v, %v; want none (taken once)", again, err)
+	}
+	if o, err := s.TakeControl(ctx(t), other.RunID); err != nil || len(o) != 1 || o[0].Kind != agent.KindCancelRequested {
+		t.Errorf("other run's TakeControl = %v, %v", o, err)
+	}
+	// Concurrent takers each get a request at most once.
+	const n = 20
+	for range n {
+		if err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: agent.KindPauseRequested}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu    sync.Mutex
+		total int
+		wg    sync.WaitGroup
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cs, err := s.TakeControl(context.Background(), r.RunID)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			total += len(cs)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if total != n {
+		t.Errorf("4 concurrent TakeControl took %d requests, want %d", total, n)
+	}
+}
+
+func testKV(t *testing.T, s agent.Store) {
+	if _, err := s.GetKV(ctx(t), "appium.session/emulator-5554"); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("GetKV(missing) = %v, want ErrNotFound", err)
+	}
+	vals := [][]byte{[]byte(`{"sessionId":"a1b2"}`), {0, 1, 2, 0xff, 0xfe}, {}}
+	for _, v := range vals {
+		if err := s.PutKV(ctx(t), "appium.session/emulator-5554", v); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.GetKV(ctx(t), "appium.session/emulator-5554")
+		if err != nil || string(got) != string(v) {
+			t.Errorf("GetKV = %q, %v; want %q", got, err, v)
+		}
+	}
+	if err := s.PutKV(ctx(t), "other", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetKV(ctx(t), "appium.session/emulator-5554"); len(got) != 0 {
+		t.Errorf("another key's Put changed this one: %q", got)
+	}
+}
+
+func testEventsAfter(t *testing.T, s agent.Store) {
+	a := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	b := mustCreate(t, s, NewRun("T", "emulator-5556"))
+	mustCommit(t, s, NodeStep(a, 1, 0, "EnsureDevice"))
+	mustCommit(t, s, NodeStep(b, 1, 0, "EnsureDevice"))
+	mustCommit(t, s, NodeStep(a, 4, 1, "ProvisionApp"))
+	for _, tc := range []struct {
+		after int64
+		want  []int64
+	}{{0, []int64{1, 2, 3, 4, 5, 6}}, {2, []int64{3, 4, 5, 6}}, {5, []int64{6}}, {6, nil}, {100, nil}} {
+		evs, err := s.Events(ctx(t), a.RunID, tc.after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []int64
+		for _, e := range evs {
+			if e.RunID != a.RunID {
+				t.Errorf("Events(a) returned an event of run %s", e.RunID)
+			}
+			seqs = append(seqs, e.Sequence)
+		}
+		if !slices.Equal(seqs, tc.want) {
+			t.Errorf("Events(after %d) = %v, want %v", tc.after, seqs, tc.want)
+		}
+	}
+	if last, _ := s.LastSequence(ctx(t), b.RunID); last != 3 {
+		t.Errorf("LastSequence(b) = %d, want 3", last)
+	}
+	if last, err := s.LastSequence(ctx(t), ulid.Make().String()); err != nil || last != 0 {
+		t.Errorf("LastSequence(no events) = %d, %v; want 0", last, err)
+	}
+}
