@@ -197,10 +197,9 @@ func testRuns(t *testing.T, s agent.Store) {
 		if !reflect.DeepEqual(got, r) {
 			t.Errorf("GetRun = %+v, want %+v", got, r)
 		}
-		runs = append(runs, mustCreate(t, s, NewRun("T2", "other")))
-		runs[len(runs)-1] = agent.Run{}
-		runs = append(runs[:len(runs)-1], got)
+		runs = append(runs, got)
 		runs[len(runs)-1].RunID = r.RunID
+		mustCreate(t, s, NewRun("T2", "other")) // created now: newer than all three
 	}
 	// Defaults: status PENDING, created/updated now.
 	d := NewRun("T3", "emulator-5558")
@@ -337,9 +336,6 @@ func testCASFailureWritesNothing(t *testing.T, s agent.Store) {
 		StatusFrom: []agent.RunStatus{agent.RunPending}, StatusTo: agent.RunRunning})
 	st := NodeStep(r, 2, 0, "EnsureDevice")
 	st.Events = append(st.Events, Event(r, 5, agent.KindRunFinished, `{}`))
-	st.Events[3].Sequence = 5
-	st.Events = st.Events[:3]
-	st.Events = append(st.Events, Event(r, 5, agent.KindRunFinished, `{}`))
 	st.StatusFrom = []agent.RunStatus{agent.RunPending, agent.RunPaused} // run is RUNNING
 	st.StatusTo = agent.RunFinished
 	err := s.CommitStep(ctx(t), st)
@@ -364,7 +360,7 @@ func testCASFailureWritesNothing(t *testing.T, s agent.Store) {
 func testDuplicateSequence(t *testing.T, s agent.Store) {
 	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
 	mustCommit(t, s, NodeStep(r, 1, 0, "EnsureDevice")) // 1..3
-	st := NodeStep(r, 3, 1, "ProvisionApp")            // 3..5: 3 is taken
+	st := NodeStep(r, 3, 1, "ProvisionApp")             // 3..5: 3 is taken
 	st.StatusFrom, st.StatusTo = []agent.RunStatus{agent.RunPending}, agent.RunRunning
 	err := s.CommitStep(ctx(t), st)
 	if !errors.Is(err, agent.ErrSequenceTaken) {
@@ -472,7 +468,7 @@ func testOutbox(t *testing.T, s agent.Store) {
 		t.Fatal(err)
 	}
 	checkOrdered(t, rows, 9)
-	if got, _ := s.Unpublished(ctx(t), 4); len(got) != 4 || got[0] != rows[0] && got[0].EventID != rows[0].EventID {
+	if got, _ := s.Unpublished(ctx(t), 4); len(got) != 4 || got[0].EventID != rows[0].EventID {
 		t.Errorf("Unpublished(4) = %d rows", len(got))
 	}
 	// Mark the first run's first two rows.
