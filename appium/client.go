@@ -151,11 +151,23 @@ func (c *Client) CreateSession(ctx context.Context, caps map[string]any) (device
 // round trip). A session the server does not know gives an error for which
 // IsSessionGone is true.
 func (c *Client) Attach(ctx context.Context, sessionID string) (device.Session, error) {
-	var caps map[string]any
-	if err := c.call(ctx, c.opt.Timeout, http.MethodGet, sessPath(sessionID, "/appium/capabilities"), nil, &caps, false); err != nil {
+	caps, err := c.sessionCaps(ctx, c.opt.Timeout, sessionID)
+	if err != nil {
 		return device.Session{}, err
 	}
 	return device.Session{ID: sessionID, Capabilities: caps}, nil
+}
+
+// sessionCaps is GET /session/{id}/appium/capabilities, whose value is
+// {"capabilities":{…}} (base-driver getAppiumSessionCapabilities).
+func (c *Client) sessionCaps(ctx context.Context, limit time.Duration, sessionID string) (map[string]any, error) {
+	var v struct {
+		Capabilities map[string]any `json:"capabilities"`
+	}
+	if err := c.call(ctx, limit, http.MethodGet, sessPath(sessionID, "/appium/capabilities"), nil, &v, false); err != nil {
+		return nil, err
+	}
+	return v.Capabilities, nil
 }
 
 // Probe checks the session sessionID in two calls, bounded together by
@@ -175,16 +187,15 @@ func (c *Client) Attach(ctx context.Context, sessionID string) (device.Session, 
 //     verdict is certain), or the server cannot be asked (appium_unreachable,
 //     timeout, interrupted: err is that *agent.Error).
 //
-// details always holds "latencyMs" (int64) when a verdict was reached, and
-// "capabilities" when (1) answered.
+// details always holds "latencyMs" (int64), and "capabilities" when (1) answered.
 func (c *Client) Probe(ctx context.Context, sessionID string) (device.Health, map[string]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opt.ProbeTimeout)
 	defer cancel()
 	start := c.nowFn()
 	details := map[string]any{}
-	var caps map[string]any
 	// Each call gets the probe's remaining time: c.call's own bound is the probe timeout.
-	if err := c.call(ctx, c.opt.ProbeTimeout, http.MethodGet, sessPath(sessionID, "/appium/capabilities"), nil, &caps, false); err != nil {
+	caps, err := c.sessionCaps(ctx, c.opt.ProbeTimeout, sessionID)
+	if err != nil {
 		return c.unhealthy(details, start, err)
 	}
 	details["capabilities"] = caps
@@ -214,8 +225,8 @@ func (c *Client) unhealthy(details map[string]any, start time.Time, err error) (
 	details["errorId"] = string(e.ID)
 	details["code"] = e.Code
 	details["reason"] = e.Error()
+	details["latencyMs"] = c.nowFn().Sub(start).Milliseconds()
 	if IsSessionGone(e) {
-		details["latencyMs"] = c.nowFn().Sub(start).Milliseconds()
 		return device.Unhealthy, details, nil
 	}
 	return device.Unhealthy, details, e

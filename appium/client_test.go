@@ -95,14 +95,14 @@ func agentErr(t *testing.T, err error) *agent.Error {
 
 func TestCreateSessionRequestAndAnswer(t *testing.T) {
 	f, c := newFake(t, map[string]func(http.ResponseWriter, *http.Request){
-		"POST /session": reply(200, []byte(`{"value":{"capabilities":{"platformName":"Android","automationName":"UiAutomator2","udid":"emulator-5554"},"sessionId":"9f3c1c1e-2b8c-4a59-9d0a-6c1e4b0c7d11"}}`)),
+		"POST /session": reply(200, capture0("create_session_200.json")),
 	})
 	caps := map[string]any{"platformName": "Android", "appium:automationName": "UiAutomator2"}
 	s, err := c.CreateSession(context.Background(), caps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.ID != "9f3c1c1e-2b8c-4a59-9d0a-6c1e4b0c7d11" || s.Capabilities["udid"] != "emulator-5554" {
+	if s.ID != "f891f954-71a5-4f76-aa7e-e13daa331010" || s.Capabilities["udid"] != "emulator-21584" || s.Capabilities["automationName"] != "UiAutomator2" {
 		t.Errorf("session = %+v", s)
 	}
 	if len(f.reqs) != 1 {
@@ -193,13 +193,13 @@ func (c *fakeClock) Now() time.Time {
 
 func probeRoutes(rect func(http.ResponseWriter, *http.Request)) map[string]func(http.ResponseWriter, *http.Request) {
 	return map[string]func(http.ResponseWriter, *http.Request){
-		"GET /session/s1/appium/capabilities": reply(200, []byte(`{"value":{"platformName":"Android","automationName":"UiAutomator2","udid":"emulator-5554"}}`)),
+		"GET /session/s1/appium/capabilities": reply(200, capture0("session_capabilities_200.json")),
 		"GET /session/s1/window/rect":         rect,
 	}
 }
 
 func TestProbeVerdicts(t *testing.T) {
-	okRect := reply(200, []byte(`{"value":{"width":1080,"height":2400,"x":0,"y":0}}`))
+	okRect := reply(200, capture(t, "window_rect_200.json"))
 	ctx := context.Background()
 
 	t.Run("healthy", func(t *testing.T) {
@@ -208,7 +208,7 @@ func TestProbeVerdicts(t *testing.T) {
 		if h != device.Healthy || err != nil {
 			t.Fatalf("= %s %v %v", h, d, err)
 		}
-		if caps, _ := d["capabilities"].(map[string]any); caps["udid"] != "emulator-5554" {
+		if caps, _ := d["capabilities"].(map[string]any); caps["udid"] != "emulator-21584" {
 			t.Errorf("details = %v", d)
 		}
 		if len(f.reqs) != 2 || f.reqs[0].Path != "/session/s1/appium/capabilities" || f.reqs[1].Path != "/session/s1/window/rect" {
@@ -365,19 +365,42 @@ func TestStatusAndListSessions(t *testing.T) {
 
 func TestElementsAndExecute(t *testing.T) {
 	f, c := newFake(t, map[string]func(http.ResponseWriter, *http.Request){
-		"POST /session/s1/element":             reply(200, []byte(`{"value":{"element-6066-11e4-a52e-4f735466cecf":"00000000-0000-0011-ffff-ffff00000012","ELEMENT":"00000000-0000-0011-ffff-ffff00000012"}}`)),
-		"POST /session/s1/elements":            reply(200, []byte(`{"value":[]}`)),
-		"POST /session/s1/element/e%2F1/click": reply(200, []byte(`{"value":null}`)),
-		"POST /session/s1/execute/sync":        reply(200, []byte(`{"value":"com.android.settings"}`)),
-		"GET /session/s1/window/rect":          reply(200, []byte(`{"value":{"width":1080,"height":2400,"x":0,"y":0}}`)),
-		"GET /session/s1/appium/capabilities":  reply(200, []byte(`{"value":{"udid":"emulator-5554"}}`)),
+		"POST /session/s1/element":             reply(200, capture(t, "find_element_200.json")),
+		"POST /session/s1/elements":            reply(200, capture(t, "find_elements_none_200.json")),
+		"POST /session/s1/element/e%2F1/click": reply(200, capture(t, "click_200.json")),
+		"POST /session/s1/execute/sync": func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			var req struct{ Script string }
+			json.Unmarshal(b, &req)
+			file := map[string]string{
+				"mobile: getCurrentPackage":  "current_package_200.json",
+				"mobile: getCurrentActivity": "current_activity_200.json",
+				"mobile: shell":              "shell_200.json",
+				"mobile: queryAppState":      "query_app_state_200.json",
+			}[req.Script]
+			reply(200, capture0(file))(w, r)
+		},
+		"GET /session/s1/window/rect":         reply(200, capture(t, "window_rect_200.json")),
+		"GET /session/s1/appium/capabilities": reply(200, capture(t, "session_capabilities_200.json")),
+		"GET /appium/sessions":                reply(200, capture(t, "appium_sessions_one_200.json")),
 	})
+	// ServeHTTP reads the body before the handler; re-serve it for the execute handler.
+	f.routes["POST /session/s1/execute/sync"] = func(next func(http.ResponseWriter, *http.Request)) func(http.ResponseWriter, *http.Request) {
+		return func(w http.ResponseWriter, r *http.Request) {
+			f.mu.Lock()
+			last := f.reqs[len(f.reqs)-1].Body
+			f.mu.Unlock()
+			r.Body = io.NopCloser(strings.NewReader(string(last)))
+			next(w, r)
+		}
+	}(f.routes["POST /session/s1/execute/sync"])
+
 	ctx := context.Background()
-	id, err := c.FindElement(ctx, "s1", ByID, "android:id/title")
-	if err != nil || id != "00000000-0000-0011-ffff-ffff00000012" {
+	id, err := c.FindElement(ctx, "s1", ByXPath, "//*")
+	if err != nil || id != "11f86f72-3e6f-4d84-8483-a95f492c8f2b" {
 		t.Errorf("FindElement = %q %v", id, err)
 	}
-	ids, err := c.FindElements(ctx, "s1", ByXPath, "//nothing")
+	ids, err := c.FindElements(ctx, "s1", ByID, "no.such:id/thing")
 	if err != nil || ids == nil || len(ids) != 0 {
 		t.Errorf("FindElements = %#v %v", ids, err)
 	}
@@ -385,20 +408,29 @@ func TestElementsAndExecute(t *testing.T) {
 	if err := c.Click(ctx, "s1", "e/1"); err != nil {
 		t.Errorf("Click: %v", err)
 	}
-	pkg, err := c.CurrentPackage(ctx, "s1")
-	if err != nil || pkg != "com.android.settings" {
+	if pkg, err := c.CurrentPackage(ctx, "s1"); err != nil || pkg != "com.google.android.apps.nexuslauncher" {
 		t.Errorf("CurrentPackage = %q %v", pkg, err)
 	}
-	if _, err := c.Shell(ctx, "s1", "getprop", "ro.build.version.sdk"); err != nil {
-		t.Errorf("Shell: %v", err)
+	if act, err := c.CurrentActivity(ctx, "s1"); err != nil || act != ".NexusLauncherActivity" {
+		t.Errorf("CurrentActivity = %q %v", act, err)
+	}
+	if out, err := c.Shell(ctx, "s1", "getprop", "ro.build.version.sdk"); err != nil || out != "34\n" {
+		t.Errorf("Shell = %q %v", out, err)
+	}
+	if st, err := c.QueryAppState(ctx, "s1", "com.example.app"); err != nil || st != AppStateNotRunning {
+		t.Errorf("QueryAppState = %d %v", st, err)
 	}
 	w, h, err := c.WindowSize(ctx, "s1")
 	if err != nil || w != 1080 || h != 2400 {
 		t.Errorf("WindowSize = %d %d %v", w, h, err)
 	}
 	s, err := c.Attach(ctx, "s1")
-	if err != nil || s.ID != "s1" || s.Capabilities["udid"] != "emulator-5554" {
+	if err != nil || s.ID != "s1" || s.Capabilities["udid"] != "emulator-21584" {
 		t.Errorf("Attach = %+v %v", s, err)
+	}
+	list, err := c.ListSessions(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "f891f954-71a5-4f76-aa7e-e13daa331010" || list[0].CreatedMs != 1795248058551 || list[0].Capabilities["udid"] != "emulator-21584" {
+		t.Errorf("ListSessions = %+v %v", list, err)
 	}
 	var execBodies []string
 	for _, r := range f.reqs {
@@ -408,10 +440,20 @@ func TestElementsAndExecute(t *testing.T) {
 	}
 	want := []string{
 		`{"args":[],"script":"mobile: getCurrentPackage"}`,
+		`{"args":[],"script":"mobile: getCurrentActivity"}`,
 		`{"args":[{"args":["ro.build.version.sdk"],"command":"getprop"}],"script":"mobile: shell"}`,
+		`{"args":[{"appId":"com.example.app"}],"script":"mobile: queryAppState"}`,
 	}
 	if strings.Join(execBodies, "\n") != strings.Join(want, "\n") {
 		t.Errorf("execute bodies:\n%s\nwant:\n%s", strings.Join(execBodies, "\n"), strings.Join(want, "\n"))
+	}
+
+	_, c2 := newFake(t, map[string]func(http.ResponseWriter, *http.Request){
+		"POST /session/s1/element": reply(404, capture(t, "find_element_none_404.json")),
+	})
+	_, err = c2.FindElement(ctx, "s1", ByID, "no.such:id/thing")
+	if e := agentErr(t, err); !IsW3CError(err, "no such element") || e.ID != agent.ErrInternal || IsSessionGone(err) {
+		t.Errorf("no such element: %+v", e)
 	}
 }
 

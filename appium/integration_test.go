@@ -98,6 +98,14 @@ func TestRealAppiumOnSimulator(t *testing.T) {
 		t.Errorf("WindowSize = %d x %d %v (profile: 1080 x 2400)", w, hgt, err)
 	}
 
+	// `mobile: shell` works only because StartServer passes --allow-insecure uiautomator2:adb_shell.
+	if out, err := c2.Shell(ctx, s.ID, "getprop", "ro.build.version.sdk"); err != nil || out != "34\n" {
+		t.Errorf("Shell getprop = %q %v (profile default: API 34)", out, err)
+	}
+	if pkg, err := c2.CurrentPackage(ctx, s.ID); err != nil || pkg == "" {
+		t.Errorf("CurrentPackage = %q %v", pkg, err)
+	}
+
 	if err := c.DeleteSession(ctx, s.ID); err != nil {
 		t.Errorf("DeleteSession: %v", err)
 	}

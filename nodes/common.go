@@ -135,10 +135,16 @@ type Ports struct {
 	// Sleep waits d or until ctx ends (then it returns ctx.Err()); nil means a
 	// timer-based wait. Tests pass a fake that advances their clock.
 	Sleep func(ctx context.Context, d time.Duration) error
-	// Capabilities are the base Appium capabilities for a new session (the
-	// appium package's capability builder output); EnsureDevice overlays the
-	// ones it must control (udid, suppressKillServer, adbPort). May be nil.
-	Capabilities map[string]any
+	// Capabilities builds the Appium capabilities of a new session for the
+	// device serial on the adb server at adbPort; the daemon wires it to
+	// appium.Capabilities. EnsureDevice then enforces appium:udid,
+	// appium:suppressKillServer=true and appium:adbPort whatever the builder
+	// returned. nil means a minimal set (see SessionCapabilities).
+	Capabilities func(serial string, adbPort int) (map[string]any, error)
+	// Resolve finds the device a deviceConfiguration.deviceName names (a
+	// serial, or an AVD/model name); errors device_not_found. nil means
+	// EnsureDevice uses Device as it is.
+	Resolve func(ctx context.Context, deviceName string) (device.Device, error)
 	// ADBServerPort is the port of the adb server the daemon shares with
 	// Appium (appium:adbPort); 0 means 5037 unless the input names one.
 	ADBServerPort int
@@ -198,4 +204,26 @@ func ctxErr(ctx context.Context, what string) *agent.Error {
 		return agent.Wrap(agent.ErrTimeout, ctx.Err(), "%s", what)
 	}
 	return agent.Wrap(agent.ErrInterrupted, ctx.Err(), "%s", what)
+}
+
+// DeviceRuntimeContext is what EnsureDevice establishes and later nodes receive.
+type DeviceRuntimeContext struct {
+	DriverSessionID string `json:"driverSessionId"`
+	// DeviceID is the device's adb serial.
+	DeviceID string `json:"deviceId"`
+	// CapabilitiesEcho is what the session runs with: the capabilities the
+	// Appium server answered with (new session) or reports (reused session).
+	CapabilitiesEcho  map[string]any `json:"capabilitiesEcho"`
+	HealthProbeStatus device.Health  `json:"healthProbeStatus"`
+}
+
+// ApplicationUnderTestDescriptor names the app under test
+// (applicationUnderTestDescriptor of ProvisionApp, LaunchOrAttach, WaitIdle).
+type ApplicationUnderTestDescriptor struct {
+	AndroidPackageID string `json:"androidPackageId"`
+	// AndroidLaunchActivityName is the activity LaunchOrAttach starts, fully
+	// qualified or ".Short"; resolved from the package when empty. Extension.
+	AndroidLaunchActivityName    string `json:"androidLaunchActivityName,omitempty"`
+	APKStorageObjectReference    string `json:"apkStorageObjectReference,omitempty"`
+	ExpectedBuildSignatureSHA256 string `json:"expectedBuildSignatureSha256,omitempty"`
 }

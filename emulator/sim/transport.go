@@ -330,19 +330,70 @@ func (t *transport) shellRaw(s *stream, cmd string) {
 		interactive(s, t.dev)
 		return
 	}
-	w := &lockedWriter{w: s}
+	w := newCoalescer(s)
 	t.dev.Shell(s.ctx, cmd, s, w, w)
+	w.Close()
 }
 
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+// coalescer batches a service's small writes into few WRTEs: each WRTE costs
+// a round trip through the adb server (we wait for its OKAY), so a short
+// command's output and its exit packet travel in one message. Buffered bytes
+// go out when the buffer reaches the stream's max payload, flushDelay after
+// the first unflushed write (so streamed output such as logcat still flows),
+// and on Close. It is safe for concurrent use (stdout and stderr share it).
+type coalescer struct {
+	mu    sync.Mutex
+	w     io.Writer
+	limit int
+	buf   []byte
+	timer *time.Timer
+	err   error
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+const flushDelay = 2 * time.Millisecond
+
+func newCoalescer(s *stream) *coalescer {
+	return &coalescer{w: s, limit: s.maxData}
+}
+
+func (c *coalescer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	c.buf = append(c.buf, p...)
+	if len(c.buf) >= c.limit {
+		c.flushLocked()
+	} else if c.timer == nil {
+		c.timer = time.AfterFunc(flushDelay, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.timer = nil
+			c.flushLocked()
+		})
+	}
+	return len(p), c.err
+}
+
+func (c *coalescer) flushLocked() {
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	if len(c.buf) == 0 || c.err != nil {
+		return
+	}
+	_, c.err = c.w.Write(c.buf)
+	c.buf = c.buf[:0]
+}
+
+// Close flushes what is left.
+func (c *coalescer) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flushLocked()
+	return c.err
 }
 
 // Shell protocol v2 packet ids (adb shell_protocol.h).
@@ -414,8 +465,9 @@ func (t *transport) shellV2(s *stream, cmd string) {
 		}
 	}()
 	var mu sync.Mutex
-	stdout := packetWriter{mu: &mu, s: s, id: shellStdout}
-	stderr := packetWriter{mu: &mu, s: s, id: shellStderr}
+	out := newCoalescer(s)
+	stdout := packetWriter{mu: &mu, s: out, id: shellStdout}
+	stderr := packetWriter{mu: &mu, s: out, id: shellStderr}
 	var code int
 	if strings.TrimSpace(cmd) == "" {
 		interactive(readWriter{stdinR, stdout}, t.dev)
@@ -423,7 +475,8 @@ func (t *transport) shellV2(s *stream, cmd string) {
 		code = t.dev.Shell(s.ctx, cmd, stdinR, stdout, stderr)
 	}
 	stdinR.Close()
-	packetWriter{mu: &mu, s: s, id: shellExit}.Write([]byte{byte(code)})
+	packetWriter{mu: &mu, s: out, id: shellExit}.Write([]byte{byte(code)})
+	out.Close()
 }
 
 type readWriter struct {

@@ -1,0 +1,370 @@
+// Package agenttest holds test doubles for package agent: an in-memory Store
+// that keeps the Store contract (CAS on runs.status, unique event sequences,
+// atomic steps), scriptable fake nodes with named knobs, and a simple
+// versioned retry policy.
+package agenttest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// Store is an in-memory agent.Store. CommitStep is atomic: it checks the CAS
+// and every sequence before writing anything. Safe for concurrent use.
+type Store struct {
+	// BeforeCommit, when set, runs before each CommitStep is applied, outside
+	// the lock: tests use it to race a control request against a commit.
+	BeforeCommit func(s agent.Step)
+	// CommitErr, when set, is consulted before each CommitStep; a non-nil
+	// result fails the commit (nothing written).
+	CommitErr func(s agent.Step) error
+
+	mu        sync.Mutex
+	runs      map[string]agent.Run
+	events    map[string][]agent.Event
+	snapshots map[string]map[int]agent.Snapshot
+	outbox    []agent.OutboxRow
+	control   map[string][]agent.Control
+	kv        map[string][]byte
+	commits   int
+	closed    bool
+}
+
+var _ agent.Store = (*Store)(nil)
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{
+		runs: map[string]agent.Run{}, events: map[string][]agent.Event{},
+		snapshots: map[string]map[int]agent.Snapshot{}, control: map[string][]agent.Control{},
+		kv: map[string][]byte{},
+	}
+}
+
+func (s *Store) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed {
+		return fmt.Errorf("agenttest store: closed")
+	}
+	return nil
+}
+
+// CreateRun inserts r; an existing runId is an error.
+func (s *Store) CreateRun(ctx context.Context, r agent.Run) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if _, ok := s.runs[r.RunID]; ok {
+		return fmt.Errorf("run %s exists", r.RunID)
+	}
+	if r.Status == "" {
+		r.Status = agent.RunPending
+	}
+	s.runs[r.RunID] = r
+	return nil
+}
+
+func (s *Store) GetRun(ctx context.Context, runID string) (agent.Run, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return agent.Run{}, err
+	}
+	r, ok := s.runs[runID]
+	if !ok {
+		return agent.Run{}, fmt.Errorf("run %s: %w", runID, agent.ErrNotFound)
+	}
+	return r, nil
+}
+
+func (s *Store) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []agent.Run
+	for _, r := range s.runs {
+		if len(f.Status) > 0 && !slices.Contains(f.Status, r.Status) {
+			continue
+		}
+		if f.Serial != "" && r.Serial != f.Serial {
+			continue
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].RunID < out[j].RunID })
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+// CommitStep applies s atomically (see agent.Step).
+func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
+	if s.BeforeCommit != nil {
+		s.BeforeCommit(st)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if s.CommitErr != nil {
+		if err := s.CommitErr(st); err != nil {
+			return err
+		}
+	}
+	r, ok := s.runs[st.RunID]
+	if !ok {
+		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
+	}
+	if st.StatusTo != "" && !slices.Contains(st.StatusFrom, r.Status) {
+		return fmt.Errorf("run %s is %s, want one of %v: %w", st.RunID, r.Status, st.StatusFrom, agent.ErrStatusConflict)
+	}
+	seen := map[int64]bool{}
+	for _, e := range s.events[st.RunID] {
+		seen[e.Sequence] = true
+	}
+	for _, e := range st.Events {
+		if e.RunID != st.RunID {
+			return fmt.Errorf("event %s of run %s in a step of run %s", e.EventID, e.RunID, st.RunID)
+		}
+		if seen[e.Sequence] {
+			return fmt.Errorf("run %s sequence %d: %w", st.RunID, e.Sequence, agent.ErrSequenceTaken)
+		}
+		seen[e.Sequence] = true
+	}
+	if st.Snapshot != nil {
+		if _, dup := s.snapshots[st.RunID][st.Snapshot.StepOrdinal]; dup {
+			return fmt.Errorf("run %s snapshot step %d exists", st.RunID, st.Snapshot.StepOrdinal)
+		}
+	}
+	// All checks passed: write.
+	for _, e := range st.Events {
+		s.events[st.RunID] = append(s.events[st.RunID], e)
+		body, _ := json.Marshal(e)
+		s.outbox = append(s.outbox, agent.OutboxRow{RunID: e.RunID, Sequence: e.Sequence, EventID: e.EventID, Subject: "agent.events." + e.RunID, Body: body})
+	}
+	sort.Slice(s.events[st.RunID], func(i, j int) bool { return s.events[st.RunID][i].Sequence < s.events[st.RunID][j].Sequence })
+	if st.Snapshot != nil {
+		if s.snapshots[st.RunID] == nil {
+			s.snapshots[st.RunID] = map[int]agent.Snapshot{}
+		}
+		s.snapshots[st.RunID][st.Snapshot.StepOrdinal] = *st.Snapshot
+	}
+	if st.StatusTo != "" {
+		r.Status = st.StatusTo
+		r.UpdatedAt = time.Now().UTC()
+		s.runs[st.RunID] = r
+	}
+	s.commits++
+	return nil
+}
+
+func (s *Store) LastSequence(ctx context.Context, runID string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	ev := s.events[runID]
+	if len(ev) == 0 {
+		return 0, nil
+	}
+	return ev[len(ev)-1].Sequence, nil
+}
+
+func (s *Store) Events(ctx context.Context, runID string, after int64) ([]agent.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []agent.Event
+	for _, e := range s.events[runID] {
+		if e.Sequence > after {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) Snapshot(ctx context.Context, runID string, stepOrdinal int) (agent.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return agent.Snapshot{}, err
+	}
+	sn, ok := s.snapshots[runID][stepOrdinal]
+	if !ok {
+		return agent.Snapshot{}, fmt.Errorf("run %s snapshot %d: %w", runID, stepOrdinal, agent.ErrNotFound)
+	}
+	return sn, nil
+}
+
+func (s *Store) LatestSnapshot(ctx context.Context, runID string) (agent.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return agent.Snapshot{}, err
+	}
+	best := -1
+	for k := range s.snapshots[runID] {
+		best = max(best, k)
+	}
+	if best < 0 {
+		return agent.Snapshot{}, fmt.Errorf("run %s snapshot: %w", runID, agent.ErrNotFound)
+	}
+	return s.snapshots[runID][best], nil
+}
+
+func (s *Store) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	r, ok := s.runs[runID]
+	if !ok {
+		return fmt.Errorf("run %s: %w", runID, agent.ErrNotFound)
+	}
+	if !slices.Contains(from, r.Status) {
+		return fmt.Errorf("run %s is %s, want one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
+	}
+	r.Status = to
+	r.UpdatedAt = time.Now().UTC()
+	s.runs[runID] = r
+	return nil
+}
+
+func (s *Store) RequestControl(ctx context.Context, c agent.Control) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if _, ok := s.runs[c.RunID]; !ok {
+		return fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
+	}
+	s.control[c.RunID] = append(s.control[c.RunID], c)
+	return nil
+}
+
+func (s *Store) TakeControl(ctx context.Context, runID string) ([]agent.Control, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	c := s.control[runID]
+	delete(s.control, runID)
+	return c, nil
+}
+
+func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []agent.OutboxRow
+	for _, o := range s.outbox {
+		if o.PublishedAt == nil {
+			out = append(out, o)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].RunID != out[j].RunID {
+			return out[i].RunID < out[j].RunID
+		}
+		return out[i].Sequence < out[j].Sequence
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	for i := range s.outbox {
+		if s.outbox[i].RunID == runID && s.outbox[i].Sequence == sequence {
+			now := time.Now().UTC()
+			s.outbox[i].PublishedAt = &now
+			return nil
+		}
+	}
+	return fmt.Errorf("outbox %s/%d: %w", runID, sequence, agent.ErrNotFound)
+}
+
+func (s *Store) GetKV(ctx context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	v, ok := s.kv[key]
+	if !ok {
+		return nil, fmt.Errorf("kv %q: %w", key, agent.ErrNotFound)
+	}
+	return slices.Clone(v), nil
+}
+
+func (s *Store) PutKV(ctx context.Context, key string, value []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.kv[key] = slices.Clone(value)
+	return nil
+}
+
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+// AllEvents returns every event of runID, in sequence order (test helper).
+func (s *Store) AllEvents(runID string) []agent.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events[runID])
+}
+
+// Snapshots returns the run's snapshots by ascending stepOrdinal.
+func (s *Store) Snapshots(runID string) []agent.Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []agent.Snapshot
+	for _, sn := range s.snapshots[runID] {
+		out = append(out, sn)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StepOrdinal < out[j].StepOrdinal })
+	return out
+}
+
+// Commits is the number of successful CommitStep calls.
+func (s *Store) Commits() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.commits
+}

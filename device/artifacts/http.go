@@ -1,0 +1,93 @@
+package artifacts
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/device/artifacts/apk"
+)
+
+// HTTPDoer is the part of *http.Client the fetcher uses.
+type HTTPDoer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+func defaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = time.Minute
+	return &http.Client{Transport: t}
+}
+
+// fetchHTTP GETs ref, conditionally when the index holds a validator.
+func (f *Fetcher) fetchHTTP(ctx context.Context, ref string, u *url.URL, progress Progress) (apk.Artifact, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.opt.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return apk.Artifact{}, unavailable(false, err, "%s", redact(u))
+	}
+	prev, cached := f.lookup(ref)
+	if cached {
+		switch {
+		case prev.ETag != "":
+			req.Header.Set("If-None-Match", prev.ETag)
+		case prev.LastModified != "":
+			req.Header.Set("If-Modified-Since", prev.LastModified)
+		default:
+			cached = false
+		}
+	}
+	resp, err := f.opt.HTTPClient.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redact(u)
+		}
+		return apk.Artifact{}, unavailable(!finalTransportErr(err), err, "GET %s", redact(u))
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotModified && cached:
+		return f.hit(ref, prev), nil
+	case resp.StatusCode == http.StatusOK:
+	default:
+		return apk.Artifact{}, unavailable(retryableStatus(resp.StatusCode), nil, "GET %s: HTTP %s", redact(u), resp.Status)
+	}
+	sum, n, err := f.store(resp.Body, resp.ContentLength, progress)
+	if err != nil {
+		return apk.Artifact{}, err
+	}
+	f.record(ref, indexEntry{SHA256: sum, Size: n, ETag: resp.Header.Get("ETag"),
+		LastModified: resp.Header.Get("Last-Modified"), FetchedAt: time.Now().UTC()})
+	return apk.Artifact{Path: f.blobPath(sum), SHA256: sum, Size: n}, nil
+}
+
+// retryableStatus: server-side and throttling statuses are worth another
+// attempt; a missing object or denied access is not.
+func retryableStatus(code int) bool {
+	return code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests
+}
+
+// redact drops the query (pre-signed URLs carry credentials there) and userinfo.
+func redact(u *url.URL) string {
+	c := *u
+	c.User = nil
+	if c.RawQuery != "" {
+		c.RawQuery = "REDACTED"
+	}
+	return c.String()
+}
+
+// finalTransportErr reports transport failures that another attempt cannot
+// cure: the server's certificate is not trusted or does not match.
+func finalTransportErr(err error) bool {
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	return errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn)
+}

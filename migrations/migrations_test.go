@@ -1,0 +1,83 @@
+package migrations_test
+
+import (
+	"database/sql"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/screengraph/screengraph-agent/migrations"
+)
+
+func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
+	ctx := t.Context()
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "m.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	applied, err := migrations.Up(ctx, db, migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(applied, []int64{1}) {
+		t.Errorf("first Up applied %v, want [1]", applied)
+	}
+	again, err := migrations.Up(ctx, db, migrations.SQLite)
+	if err != nil || len(again) != 0 {
+		t.Errorf("second Up applied %v, %v; want nothing", again, err)
+	}
+	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 1 {
+		t.Errorf("Version = %d, %v", v, err)
+	}
+	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv"} {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n); err != nil || n != 1 {
+			t.Errorf("table %s: %d, %v", table, n, err)
+		}
+	}
+	// The partial unique index: a second unpublished (run, sequence) row is
+	// refused, a published one is not.
+	mustExec(t, db, `INSERT INTO runs (run_id, tenant_id, status, created_at, updated_at) VALUES ('r', 't', 'PENDING', 'x', 'x')`)
+	mustExec(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body, published_at) VALUES ('r', 1, 'e', 's', x'00', 'x')`)
+	mustExec(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES ('r', 1, 'e', 's', x'00')`)
+	if _, err := db.Exec(`INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES ('r', 1, 'e', 's', x'00')`); err == nil {
+		t.Error("a second unpublished outbox row for (r, 1) was accepted")
+	}
+	mustExec(t, db, `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope) VALUES ('r', 1, 'e1', 'k', 'ts', '{}', 'c', '{}')`)
+	if _, err := db.Exec(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope) VALUES ('r', 1, 'e2', 'k', 'ts', '{}', 'c', '{}')`); err == nil {
+		t.Error("run_events accepted (r, 1) twice")
+	}
+}
+
+func mustExec(t *testing.T, db *sql.DB, q string) {
+	t.Helper()
+	if _, err := db.Exec(q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// Both dialects carry the same migration versions and names.
+func TestDialectsInStep(t *testing.T) {
+	names := func(d migrations.Dialect) []string {
+		fsys, err := migrations.FS(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := fs.Glob(fsys, "*.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	s, p := names(migrations.SQLite), names(migrations.Postgres)
+	if len(s) == 0 || !slices.Equal(s, p) {
+		t.Errorf("sqlite migrations %v, postgres %v: must match", s, p)
+	}
+	if _, err := migrations.FS("mysql"); err == nil {
+		t.Error("FS(mysql) = nil error")
+	}
+}

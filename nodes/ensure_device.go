@@ -1,0 +1,426 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
+)
+
+// DriverReusePolicy is EnsureDevice's driverReusePolicy.
+type DriverReusePolicy string
+
+const (
+	// ReuseOrCreate reuses the session remembered for the serial when its
+	// probe says HEALTHY or DEGRADED, else creates one (the default).
+	ReuseOrCreate DriverReusePolicy = "REUSE_OR_CREATE"
+	// CreateNew deletes the remembered session (best effort) and creates one.
+	CreateNew DriverReusePolicy = "CREATE_NEW"
+	// ReuseOnly reuses the remembered session or fails with
+	// invalid_request_error, Code NoReusableSession (not retryable: the
+	// request demands a session that does not exist; retrying cannot make
+	// one, and creating one would break the caller's stated intent).
+	ReuseOnly DriverReusePolicy = "REUSE_ONLY"
+)
+
+// NoReusableSession is the agent.Error Code of a REUSE_ONLY EnsureDevice that
+// found no live session for the device.
+const NoReusableSession = "NO_REUSABLE_SESSION"
+
+// Defaults of EnsureDevice (the schema's "default" values say the same).
+const (
+	DefaultBootTimeout = 120 * time.Second
+	// BootPollInterval spaces the boot readiness probes (Appium polls every
+	// 3 s; a probe is one shell round trip, so a shorter step costs little).
+	BootPollInterval = 500 * time.Millisecond
+	// OfflineGrace bounds how long EnsureDevice waits for a device in a
+	// transient adb state (offline, authorizing, connecting) to come online: a
+	// fresh adb server reports devices offline for a moment (android-recipes.md).
+	OfflineGrace = 5 * time.Second
+	// DefaultADBServerPort is the adb server port when neither the input nor
+	// the ports name one.
+	DefaultADBServerPort = 5037
+)
+
+// DeviceConfiguration is EnsureDevice's deviceConfiguration.
+type DeviceConfiguration struct {
+	PlatformName string `json:"platformName,omitempty"`
+	// DeviceName is an adb serial, or a name Ports.Resolve maps to one.
+	DeviceName      string `json:"deviceName"`
+	PlatformVersion string `json:"platformVersion,omitempty"`
+	AppiumServerURL string `json:"appiumServerUrl,omitempty"`
+	// ADBServerPort is the port of the adb server shared with Appium
+	// (appium:adbPort); 0 = Ports.ADBServerPort, else 5037. Extension.
+	ADBServerPort int `json:"adbServerPort,omitempty"`
+	// BootTimeoutMillis bounds the boot readiness wait; 0 = 120000. Extension.
+	BootTimeoutMillis int64 `json:"bootTimeoutMillis,omitempty"`
+}
+
+// EnsureDeviceInput is EnsureDevice's Input (screengraph-nodes.md §1).
+type EnsureDeviceInput struct {
+	RunID                  string              `json:"runId"`
+	TenantID               string              `json:"tenantId,omitempty"`
+	ProjectID              string              `json:"projectId,omitempty"`
+	IterationOrdinalNumber int                 `json:"iterationOrdinalNumber,omitempty"`
+	DeviceConfiguration    DeviceConfiguration `json:"deviceConfiguration"`
+	DriverReusePolicy      DriverReusePolicy   `json:"driverReusePolicy,omitempty"`
+}
+
+// EnsureDeviceOutput is EnsureDevice's Output; DeviceRuntimeContext is null on failure.
+type EnsureDeviceOutput struct {
+	RunID                string                `json:"runId"`
+	DeviceRuntimeContext *DeviceRuntimeContext `json:"deviceRuntimeContext"`
+	Common
+}
+
+// SessionMemory remembers the Appium session id last used on each serial, so
+// REUSE_OR_CREATE finds it again, also after a daemon restart (the daemon
+// backs it with its store). Get returns "" when nothing is remembered.
+type SessionMemory interface {
+	Get(ctx context.Context, serial string) (string, error)
+	Put(ctx context.Context, serial, sessionID string) error
+	Forget(ctx context.Context, serial string) error
+}
+
+// MemorySessions is an in-process SessionMemory (tests, one-shot CLI runs).
+type MemorySessions struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (s *MemorySessions) Get(_ context.Context, serial string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[serial], nil
+}
+
+func (s *MemorySessions) Put(_ context.Context, serial, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]string{}
+	}
+	s.m[serial] = id
+	return nil
+}
+
+func (s *MemorySessions) Forget(_ context.Context, serial string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, serial)
+	return nil
+}
+
+var _ SessionMemory = (*MemorySessions)(nil)
+
+// EnsureDevice checks that the device is present, online and booted, and that
+// an Appium session is ready on it.
+//
+//  1. Device: Ports.Resolve(deviceName) when set, else Ports.Device. Its adb
+//     state must be "device": an unknown serial is device_not_found, an
+//     unauthorized one device_unauthorized (not retryable), a transient one
+//     (offline, authorizing, connecting) is waited for up to OfflineGrace and
+//     then device_offline (retryable); bootloader/recovery/sideload are
+//     device_offline, not retryable.
+//  2. Boot: adb.BootCommand and `service list` every BootPollInterval until
+//     adb.ParseBootStatus says Ready (sys.boot_completed=1, boot animation
+//     stopped, activity/package/window services up), bounded by
+//     bootTimeoutMillis: boot_timeout with what was still missing.
+//  3. Session, per driverReusePolicy (see the constants). The session id is
+//     remembered in memory under the serial. A reused session must probe
+//     HEALTHY or DEGRADED and, when its capabilities name a udid, name this
+//     serial. New sessions get Ports.Capabilities (or SessionCapabilities)
+//     with appium:udid, appium:suppressKillServer=true and appium:adbPort
+//     enforced, so Appium never restarts the adb server the daemon shares.
+//
+// The output carries the failure in its Common block too; err is the same
+// *agent.Error (nil on success).
+func EnsureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory SessionMemory) (EnsureDeviceOutput, error) {
+	out := EnsureDeviceOutput{RunID: in.RunID, Common: Common{NodeName: NodeEnsureDevice}}
+	drc, err := ensureDevice(ctx, in, p, memory)
+	if e := MarkFailure(&out.Common, err); e != nil {
+		p.Logf("EnsureDevice failed: %s", e.Error())
+		return out, e
+	}
+	out.DeviceRuntimeContext = drc
+	return out, nil
+}
+
+func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory SessionMemory) (*DeviceRuntimeContext, error) {
+	policy := in.DriverReusePolicy
+	if policy == "" {
+		policy = ReuseOrCreate
+	}
+	switch policy {
+	case ReuseOrCreate, CreateNew, ReuseOnly:
+	default:
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "driverReusePolicy %q: expected REUSE_OR_CREATE, CREATE_NEW or REUSE_ONLY", policy)
+	}
+	if p.Driver == nil || memory == nil {
+		return nil, agent.Errorf(agent.ErrInternal, "EnsureDevice needs a Driver and a SessionMemory port")
+	}
+	dev, err := resolveDevice(ctx, in.DeviceConfiguration.DeviceName, p)
+	if err != nil {
+		return nil, err
+	}
+	serial := dev.Serial()
+	bootTimeout := DefaultBootTimeout
+	if ms := in.DeviceConfiguration.BootTimeoutMillis; ms > 0 {
+		bootTimeout = time.Duration(ms) * time.Millisecond
+	}
+	deadline := p.Now().Add(bootTimeout)
+	if err := waitOnline(ctx, dev, p, min(bootTimeout, OfflineGrace)); err != nil {
+		return nil, err
+	}
+	if err := waitBooted(ctx, dev, p, deadline, bootTimeout); err != nil {
+		return nil, err
+	}
+
+	adbPort := in.DeviceConfiguration.ADBServerPort
+	if adbPort == 0 {
+		adbPort = p.ADBServerPort
+	}
+	if adbPort == 0 {
+		adbPort = DefaultADBServerPort
+	}
+	remembered, err := memory.Get(ctx, serial)
+	if err != nil {
+		return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+	}
+	if policy == CreateNew && remembered != "" {
+		p.Logf("driverReusePolicy CREATE_NEW: deleting remembered session %s", remembered)
+		if derr := p.Driver.DeleteSession(ctx, remembered); derr != nil {
+			// A new UiAutomator2 session on this udid ends the old one anyway.
+			p.Logf("delete session %s: %v (continuing)", remembered, derr)
+		}
+		if err := memory.Forget(ctx, serial); err != nil {
+			return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+		}
+		remembered = ""
+	}
+	if remembered != "" {
+		drc, why, err := tryReuse(ctx, p, serial, remembered)
+		if err != nil {
+			return nil, err
+		}
+		if drc != nil {
+			p.Logf("reusing Appium session %s on %s (%s)", remembered, serial, drc.HealthProbeStatus)
+			return drc, nil
+		}
+		p.Logf("remembered session %s not reusable: %s", remembered, why)
+		if err := memory.Forget(ctx, serial); err != nil {
+			return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+		}
+		if policy == ReuseOnly {
+			return nil, &agent.Error{ID: agent.ErrInvalidRequest, Code: NoReusableSession,
+				Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: session %s remembered for %s is not live: %s", remembered, serial, why)}
+		}
+	} else if policy == ReuseOnly {
+		return nil, &agent.Error{ID: agent.ErrInvalidRequest, Code: NoReusableSession,
+			Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: no Appium session remembered for %s", serial)}
+	}
+
+	caps, err := SessionCapabilities(p, serial, adbPort, in.DeviceConfiguration.PlatformVersion)
+	if err != nil {
+		return nil, err
+	}
+	p.Logf("creating Appium session on %s", serial)
+	sess, err := p.Driver.CreateSession(ctx, caps)
+	if err != nil {
+		return nil, err
+	}
+	if sess.ID == "" {
+		return nil, agent.Errorf(agent.ErrSessionCreateFailed, "Appium answered without a session id")
+	}
+	if err := memory.Put(ctx, serial, sess.ID); err != nil {
+		return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+	}
+	health, _, perr := p.Driver.Probe(ctx, sess.ID)
+	if perr != nil {
+		return nil, perr
+	}
+	if health == device.Unhealthy {
+		_ = memory.Forget(ctx, serial)
+		return nil, agent.Errorf(agent.ErrSessionCreateFailed, "new session %s probes UNHEALTHY", sess.ID)
+	}
+	echo := sess.Capabilities
+	if len(echo) == 0 {
+		echo = caps
+	}
+	p.Logf("Appium session %s ready on %s (%s)", sess.ID, serial, health)
+	return &DeviceRuntimeContext{DriverSessionID: sess.ID, DeviceID: serial, CapabilitiesEcho: echo, HealthProbeStatus: health}, nil
+}
+
+// SessionCapabilities returns the capabilities of a new session on serial:
+// Ports.Capabilities(serial, adbPort) when wired, else platformName Android and
+// appium:automationName UiAutomator2; then, whatever the builder said,
+// appium:udid = serial, appium:suppressKillServer = true (never let Appium
+// kill-server the shared adb server) and appium:adbPort = adbPort; and
+// appium:platformVersion when the input names one and the builder did not.
+func SessionCapabilities(p Ports, serial string, adbPort int, platformVersion string) (map[string]any, error) {
+	var caps map[string]any
+	if p.Capabilities != nil {
+		c, err := p.Capabilities(serial, adbPort)
+		if err != nil {
+			return nil, err
+		}
+		caps = maps.Clone(c)
+	}
+	if caps == nil {
+		caps = map[string]any{}
+	}
+	if _, ok := caps["platformName"]; !ok {
+		caps["platformName"] = "Android"
+	}
+	if _, ok := caps["appium:automationName"]; !ok {
+		caps["appium:automationName"] = "UiAutomator2"
+	}
+	if _, ok := caps["appium:platformVersion"]; !ok && platformVersion != "" {
+		caps["appium:platformVersion"] = platformVersion
+	}
+	caps["appium:udid"] = serial
+	caps["appium:suppressKillServer"] = true
+	caps["appium:adbPort"] = adbPort
+	return caps, nil
+}
+
+// tryReuse probes a remembered session. It returns the context to use, or a
+// reason it cannot be used; err only when the Appium server cannot be asked.
+func tryReuse(ctx context.Context, p Ports, serial, id string) (*DeviceRuntimeContext, string, error) {
+	health, details, err := p.Driver.Probe(ctx, id)
+	if err != nil {
+		e := agent.Classify(err)
+		if e.ID == agent.ErrAppiumUnreachable || e.ID == agent.ErrTimeout || e.ID == agent.ErrInterrupted || e.ID == agent.ErrNetwork {
+			return nil, "", e
+		}
+		return nil, "probe: " + e.Error(), nil
+	}
+	if health == device.Unhealthy {
+		why := "probe says UNHEALTHY"
+		if r, ok := details["reason"].(string); ok && r != "" {
+			why += ": " + r
+		}
+		return nil, why, nil
+	}
+	caps, _ := details["capabilities"].(map[string]any)
+	if udid := capUDID(caps); udid != "" && udid != serial {
+		return nil, fmt.Sprintf("session drives %s, not %s", udid, serial), nil
+	}
+	return &DeviceRuntimeContext{DriverSessionID: id, DeviceID: serial, CapabilitiesEcho: caps, HealthProbeStatus: health}, "", nil
+}
+
+// capUDID reads the device a session's capabilities name (Appium echoes
+// "udid" and "deviceUDID" without prefix, requests carry "appium:udid").
+func capUDID(caps map[string]any) string {
+	for _, k := range []string{"appium:udid", "udid", "deviceUDID"} {
+		if s, ok := caps[k].(string); ok && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func resolveDevice(ctx context.Context, name string, p Ports) (device.Device, error) {
+	if p.Resolve != nil {
+		if name == "" {
+			return nil, agent.Errorf(agent.ErrInvalidRequest, "deviceConfiguration.deviceName is empty")
+		}
+		return p.Resolve(ctx, name)
+	}
+	if p.Device == nil {
+		return nil, agent.Errorf(agent.ErrInternal, "EnsureDevice needs a Device or a Resolve port")
+	}
+	if name != "" && name != p.Device.Serial() {
+		p.Logf("deviceName %q runs on leased device %s", name, p.Device.Serial())
+	}
+	return p.Device, nil
+}
+
+// waitOnline waits for adb state "device", retrying transient states for grace.
+func waitOnline(ctx context.Context, dev device.Device, p Ports, grace time.Duration) error {
+	until := p.Now().Add(grace)
+	for {
+		st, err := dev.State(ctx)
+		if err != nil {
+			e := agent.Classify(err)
+			if e.ID != agent.ErrDeviceOffline {
+				return e
+			}
+			st = string(adb.StateOffline)
+		}
+		switch adb.DeviceState(st) {
+		case adb.StateDevice:
+			return nil
+		case adb.StateUnauthorized, adb.StateNoPermissions:
+			return &agent.Error{ID: agent.ErrDeviceUnauthorized, Msg: fmt.Sprintf("%s is %s: accept the RSA key prompt on the device (or fix udev permissions)", dev.Serial(), st)}
+		case adb.StateOffline, adb.StateAuthorizing, adb.StateConnecting:
+			if !p.Now().Before(until) {
+				return &agent.Error{ID: agent.ErrDeviceOffline, Retryable: true,
+					Msg: fmt.Sprintf("%s still %s after %v", dev.Serial(), st, grace)}
+			}
+		default:
+			return &agent.Error{ID: agent.ErrDeviceOffline, Msg: fmt.Sprintf("%s is in state %q, not usable by adb services", dev.Serial(), st)}
+		}
+		if err := p.Wait(ctx, BootPollInterval); err != nil {
+			return ctxErr(ctx, "waiting for "+dev.Serial()+" to come online")
+		}
+	}
+}
+
+// waitBooted polls boot readiness until deadline.
+func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration) error {
+	last := "no answer yet"
+	for attempt := 0; ; attempt++ {
+		st, err := bootStatus(ctx, dev)
+		if err == nil && st.Ready {
+			if attempt > 0 {
+				p.Logf("%s boot-ready", dev.Serial())
+			}
+			return nil
+		}
+		if err != nil {
+			e := agent.Classify(err)
+			if !e.Retryable || errors.Is(err, context.Canceled) {
+				return e
+			}
+			last = e.Error()
+		} else {
+			last = st.Reason
+		}
+		if attempt == 0 {
+			p.Logf("waiting for %s to boot: %s", dev.Serial(), last)
+		}
+		if !p.Now().Before(deadline) {
+			return agent.Errorf(agent.ErrBootTimeout, "%s not boot-ready after %v: %s", dev.Serial(), bound, last)
+		}
+		if err := p.Wait(ctx, min(BootPollInterval, max(deadline.Sub(p.Now()), time.Millisecond))); err != nil {
+			return ctxErr(ctx, "waiting for "+dev.Serial()+" to boot")
+		}
+	}
+}
+
+func bootStatus(ctx context.Context, dev device.Device) (adb.BootStatus, error) {
+	r, err := dev.Shell(ctx, adb.BootCommand)
+	if err != nil {
+		return adb.BootStatus{}, err
+	}
+	st := adb.ParseBootStatus(r.Stdout, "")
+	if !st.Ready {
+		return st, nil
+	}
+	sl, err := dev.Shell(ctx, "service list")
+	if err != nil {
+		return adb.BootStatus{}, err
+	}
+	if strings.TrimSpace(sl.Stdout) == "" {
+		return adb.BootStatus{Reason: "service list is empty"}, nil
+	}
+	return adb.ParseBootStatus(r.Stdout, sl.Stdout), nil
+}

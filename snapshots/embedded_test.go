@@ -1,0 +1,102 @@
+package snapshots_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/migrations"
+	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/storetest"
+)
+
+func newEmbedded(t testing.TB) *snapshots.Embedded {
+	t.Helper()
+	s, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestEmbeddedContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) agent.Store { return newEmbedded(t) })
+}
+
+func TestEmbeddedReopenKeepsDataAndMigratesOnce(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "sub", "agent.db")
+	s, err := snapshots.OpenEmbedded(ctx, path, snapshots.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := storetest.NewRun("T", "emulator-5554")
+	if err := s.CreateRun(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CommitStep(ctx, storetest.NodeStep(r, 1, 0, "EnsureDevice")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("data dir mode = %v, %v; want 0700", fi.Mode().Perm(), err)
+	}
+
+	s2, err := snapshots.OpenEmbedded(ctx, path, snapshots.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if evs, err := s2.Events(ctx, r.RunID, 0); err != nil || len(evs) != 3 {
+		t.Errorf("after reopen: %d events, %v", len(evs), err)
+	}
+	// The read-only view sees the data and refuses writes.
+	ro, err := snapshots.OpenEmbedded(ctx, path, snapshots.EmbeddedOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if sn, err := ro.LatestSnapshot(ctx, r.RunID); err != nil || sn.NodeName != "EnsureDevice" {
+		t.Errorf("read-only LatestSnapshot = %+v, %v", sn, err)
+	}
+	if err := ro.PutKV(ctx, "k", []byte("v")); !errors.Is(err, snapshots.ErrReadOnly) {
+		t.Errorf("read-only PutKV = %v, want ErrReadOnly", err)
+	}
+	if _, err := snapshots.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "missing.db"), snapshots.EmbeddedOptions{ReadOnly: true}); err == nil {
+		t.Error("read-only open of a missing file succeeded")
+	}
+}
+
+func TestEmbeddedPragmas(t *testing.T) {
+	s := newEmbedded(t)
+	db, err := sql.Open("sqlite", s.Path()) // the driver snapshots registers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var mode string
+	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
+	}
+	v, err := migrations.Version(t.Context(), db, migrations.SQLite)
+	if err != nil || v != 1 {
+		t.Errorf("schema version = %d, %v; want 1", v, err)
+	}
+}
+
+func TestDataDirXDG(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", "/xdg/data")
+	if d, err := snapshots.DataDir(); err != nil || d != "/xdg/data/screengraph-agent" {
+		t.Errorf("DataDir = %q, %v", d, err)
+	}
+	t.Setenv("XDG_DATA_HOME", "")
+	t.Setenv("HOME", "/home/u")
+	if p, err := snapshots.DefaultEmbeddedPath(); err != nil || p != "/home/u/.local/share/screengraph-agent/agent.db" {
+		t.Errorf("DefaultEmbeddedPath = %q, %v", p, err)
+	}
+}

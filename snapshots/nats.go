@@ -1,0 +1,153 @@
+package snapshots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// DuplicateWindow is the stream's deduplication window: a re-publish of an
+// eventId within it is acknowledged as a duplicate and not stored again. It
+// must exceed the worst delay between a publish and its MarkPublished
+// (relay crash, store outage); 10 minutes.
+const DuplicateWindow = 10 * time.Minute
+
+// StreamConfig is the SCREENGRAPH_EVENTS stream: subjects
+// screengraph.events.>, file storage, limits retention, 10-minute duplicate
+// window.
+func StreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "ScreenGraph run events, published by the agent's outbox relay",
+		Subjects:    []string{SubjectPrefix + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Duplicates:  DuplicateWindow,
+	}
+}
+
+// EnsureStream creates the stream or updates it to cfg.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: ensure stream %s: %w", cfg.Name, err)
+	}
+	return st, nil
+}
+
+// JetStreamPublisher publishes outbox rows to JetStream with the eventId as
+// Nats-Msg-Id and waits for the stream's ack. A duplicate ack (the eventId was
+// stored before, inside the window) counts as success.
+type JetStreamPublisher struct {
+	js         jetstream.JetStream
+	duplicates atomic.Int64
+}
+
+var _ agent.Publisher = (*JetStreamPublisher)(nil)
+
+// NewJetStreamPublisher ensures the SCREENGRAPH_EVENTS stream on nc's server
+// and returns a publisher over it.
+func NewJetStreamPublisher(ctx context.Context, nc *nats.Conn) (*JetStreamPublisher, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := EnsureStream(ctx, js, StreamConfig()); err != nil {
+		return nil, err
+	}
+	return &JetStreamPublisher{js: js}, nil
+}
+
+// JetStream is the underlying context (consumers in tests and tools).
+func (p *JetStreamPublisher) JetStream() jetstream.JetStream { return p.js }
+
+// Publish sends body on subject with header Nats-Msg-Id: msgID and returns
+// once the stream acknowledged it; ctx bounds the wait.
+func (p *JetStreamPublisher) Publish(ctx context.Context, subject, msgID string, body []byte) error {
+	ack, err := p.js.Publish(ctx, subject, body, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(StreamName))
+	if err != nil {
+		return fmt.Errorf("snapshots: publish %s (%s): %w", subject, msgID, err)
+	}
+	if ack.Duplicate {
+		p.duplicates.Add(1)
+	}
+	return nil
+}
+
+// Duplicates counts acks the stream flagged as duplicates (re-publishes it
+// deduplicated by Nats-Msg-Id).
+func (p *JetStreamPublisher) Duplicates() int64 { return p.duplicates.Load() }
+
+// EmbeddedNATSOptions configure StartEmbeddedNATSWith.
+type EmbeddedNATSOptions struct {
+	// Dir holds JetStream's file store (required).
+	Dir string
+	// Host and Port to listen on; default 127.0.0.1 and a random free port.
+	// A fixed Port lets a restarted server take its clients back.
+	Host string
+	Port int
+	// MaxMemory and MaxStore cap JetStream (the server's default is 75% of RAM
+	// and of the disk); default 64 MiB and 1 GiB.
+	MaxMemory, MaxStore int64
+}
+
+// StartEmbeddedNATS starts an in-process NATS server with JetStream storing
+// under dir, listening on 127.0.0.1 at a random port, and returns it with its
+// client URL (nats://127.0.0.1:PORT). Shut it down with s.Shutdown().
+func StartEmbeddedNATS(dir string) (*server.Server, string, error) {
+	return StartEmbeddedNATSWith(EmbeddedNATSOptions{Dir: dir})
+}
+
+// StartEmbeddedNATSWith is StartEmbeddedNATS with options.
+func StartEmbeddedNATSWith(o EmbeddedNATSOptions) (*server.Server, string, error) {
+	if o.Dir == "" {
+		return nil, "", errors.New("snapshots: embedded NATS needs a store dir")
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.Port == 0 {
+		o.Port = server.RANDOM_PORT
+	}
+	if o.MaxMemory == 0 {
+		o.MaxMemory = 64 << 20
+	}
+	if o.MaxStore == 0 {
+		o.MaxStore = 1 << 30
+	}
+	s, err := server.NewServer(&server.Options{
+		ServerName:         "screengraph-agent",
+		Host:               o.Host,
+		Port:               o.Port,
+		JetStream:          true,
+		StoreDir:           o.Dir,
+		JetStreamMaxMemory: o.MaxMemory,
+		JetStreamMaxStore:  o.MaxStore,
+		NoSigs:             true, // the daemon owns the process's signals
+		NoLog:              true,
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("snapshots: embedded NATS: %w", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, "", errors.New("snapshots: embedded NATS not ready after 10s")
+	}
+	return s, s.ClientURL(), nil
+}
+
+// ConnectNATS connects to url and keeps reconnecting forever (the relay
+// retries its publishes meanwhile).
+func ConnectNATS(url string, opts ...nats.Option) (*nats.Conn, error) {
+	base := []nats.Option{nats.Name("screengraph-agent relay"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	return nats.Connect(url, append(base, opts...)...)
+}

@@ -1,0 +1,206 @@
+package snapshots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// Relay is the outbox forwarder: it drains unpublished run_outbox rows and
+// publishes each, strictly in sequence order per run: sequence n+1 of a run
+// is never handed to the Publisher before n was acknowledged, and a row is
+// marked published only after its ack. A crash between the ack and the mark
+// re-publishes the row on restart; the Publisher deduplicates by eventId
+// (JetStream Nats-Msg-Id), so subscribers see each event once.
+//
+// Runs are independent: up to Concurrency runs publish side by side. On a
+// failure the relay backs off (MinBackoff doubling to MaxBackoff, with
+// jitter) and drains again from the first unpublished row.
+type Relay struct {
+	Store     agent.Store
+	Publisher agent.Publisher
+	// Wake wakes the relay at once (commit notifications); default: the
+	// store's Commits() when it is a Notifier. PollInterval (default 1 s) is
+	// the fallback for commits made by another process.
+	Wake         <-chan struct{}
+	PollInterval time.Duration
+	// BatchSize rows are read per Unpublished call (default 256).
+	BatchSize int
+	// Concurrency: runs published in parallel (default 4).
+	Concurrency int
+	// PublishTimeout bounds one publish's wait for its ack (default 5 s).
+	PublishTimeout time.Duration
+	MinBackoff     time.Duration // default 50 ms
+	MaxBackoff     time.Duration // default 5 s
+	Log            zerolog.Logger
+
+	once      sync.Once
+	published atomic.Int64
+	failures  atomic.Int64
+}
+
+// RelayStats are counters since the Relay was made.
+type RelayStats struct {
+	Published int64 // rows acked and marked published
+	Failures  int64 // drain passes that stopped on an error
+}
+
+// Stats returns the counters.
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{Published: r.published.Load(), Failures: r.failures.Load()}
+}
+
+func (r *Relay) defaults() { r.once.Do(r.setDefaults) }
+
+func (r *Relay) setDefaults() {
+	if r.PollInterval <= 0 {
+		r.PollInterval = time.Second
+	}
+	if r.BatchSize <= 0 {
+		r.BatchSize = 256
+	}
+	if r.Concurrency <= 0 {
+		r.Concurrency = 4
+	}
+	if r.PublishTimeout <= 0 {
+		r.PublishTimeout = 5 * time.Second
+	}
+	if r.MinBackoff <= 0 {
+		r.MinBackoff = 50 * time.Millisecond
+	}
+	if r.MaxBackoff < r.MinBackoff {
+		r.MaxBackoff = max(5*time.Second, r.MinBackoff)
+	}
+	if r.Wake == nil {
+		if n, ok := r.Store.(Notifier); ok {
+			r.Wake = n.Commits()
+		}
+	}
+}
+
+// Run drains until ctx is done, then returns nil. A row in flight when ctx
+// ends is left unpublished (or published but not marked): the next Run
+// re-publishes it and the stream deduplicates it.
+func (r *Relay) Run(ctx context.Context) error {
+	if r.Store == nil || r.Publisher == nil {
+		return errors.New("snapshots: relay needs a Store and a Publisher")
+	}
+	r.defaults()
+	poll := time.NewTicker(r.PollInterval)
+	defer poll.Stop()
+	backoff := r.MinBackoff
+	for {
+		_, err := r.Drain(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			r.failures.Add(1)
+			wait := backoff/2 + rand.N(backoff/2+1)
+			r.Log.Warn().Err(err).Dur("retry_in", wait).Msg("outbox relay: publish failed")
+			backoff = min(2*backoff, r.MaxBackoff)
+			// New commits do not cut a backoff short: the publisher is failing.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+			continue
+		}
+		backoff = r.MinBackoff
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.Wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// Drain publishes unpublished rows until there are none left or an error
+// stops a run's sequence; it returns how many rows it published. Rows of a run
+// after a failed one stay for the next Drain. Not to be called while Run runs.
+func (r *Relay) Drain(ctx context.Context) (int, error) {
+	r.defaults()
+	total := 0
+	for {
+		rows, err := r.Store.Unpublished(ctx, r.BatchSize)
+		if err != nil {
+			return total, fmt.Errorf("snapshots: relay read outbox: %w", err)
+		}
+		if len(rows) == 0 {
+			return total, nil
+		}
+		n, err := r.publishBatch(ctx, rows)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if len(rows) < r.BatchSize {
+			return total, nil
+		}
+	}
+}
+
+// publishBatch publishes rows (ordered by run, sequence) with one goroutine
+// per run, at most Concurrency at once.
+func (r *Relay) publishBatch(ctx context.Context, rows []agent.OutboxRow) (int, error) {
+	var runs [][]agent.OutboxRow
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j].RunID == rows[i].RunID {
+			j++
+		}
+		runs = append(runs, rows[i:j])
+		i = j
+	}
+	var (
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, r.Concurrency)
+		mu       sync.Mutex
+		firstErr error
+		count    atomic.Int64
+	)
+	for _, run := range runs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, row := range run {
+				if err := r.publishOne(ctx, row); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return // n+1 waits until n is acked
+				}
+				count.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(count.Load()), firstErr
+}
+
+func (r *Relay) publishOne(ctx context.Context, row agent.OutboxRow) error {
+	pctx, cancel := context.WithTimeout(ctx, r.PublishTimeout)
+	err := r.Publisher.Publish(pctx, row.Subject, row.EventID, row.Body)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("run %s sequence %d: %w", row.RunID, row.Sequence, err)
+	}
+	if err := r.Store.MarkPublished(ctx, row.RunID, row.Sequence); err != nil {
+		return fmt.Errorf("run %s sequence %d acked, mark published: %w", row.RunID, row.Sequence, err)
+	}
+	r.published.Add(1)
+	return nil
+}
