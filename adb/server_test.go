@@ -48,7 +48,7 @@ func adbCmd(port int, args ...string) *exec.Cmd {
 func adbServer(t testing.TB) *Client {
 	t.Helper()
 	if _, err := exec.LookPath("adb"); err != nil {
-		t.Skip("adb not installed")
+		t.Fatal("adb not installed")
 	}
 	srvOnce.Do(func() {
 		srvPort = freePort(t)

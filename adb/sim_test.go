@@ -223,7 +223,7 @@ const settingsAPK = "../.cache/appium-home/node_modules/appium-uiautomator2-driv
 
 func TestSimInstallUninstall(t *testing.T) {
 	if _, err := os.Stat(settingsAPK); err != nil {
-		t.Skipf("io.appium.settings APK not present: %v", err)
+		t.Fatalf("io.appium.settings APK not present: %v", err)
 	}
 	c := adbServer(t)
 	e := startSim(t, c, android.Profile{Name: "install"})
@@ -282,7 +282,7 @@ func TestSimInstallUninstall(t *testing.T) {
 
 func TestSimInstallFailureCode(t *testing.T) {
 	if _, err := os.Stat(settingsAPK); err != nil {
-		t.Skipf("io.appium.settings APK not present: %v", err)
+		t.Fatalf("io.appium.settings APK not present: %v", err)
 	}
 	c := adbServer(t)
 	e := startSim(t, c, android.Profile{Name: "full", Faults: android.Faults{InstallFailure: "INSTALL_FAILED_INSUFFICIENT_STORAGE"}})
@@ -341,7 +341,7 @@ func TestSimTrackAppearDisappearAndForward(t *testing.T) {
 	// while it serves).
 	for _, apk := range []string{uia2ServerAPK, uia2TestAPK} {
 		if _, err := os.Stat(apk); err != nil {
-			t.Skipf("UiAutomator2 server APK not present: %v", err)
+			t.Fatalf("UiAutomator2 server APK not present: %v", err)
 		}
 		if err := c.Install(ctx, e.Serial(), apk, InstallOptions{Replace: true, AllowTestOnly: true}); err != nil {
 			t.Fatalf("install %s: %v", filepath.Base(apk), err)

@@ -541,6 +541,8 @@ func (r *runner) runStep(ctx context.Context) error {
 	fin.Output = out
 	if fe == nil {
 		st.Outputs[name] = out
+	} else if st.Failure != nil && st.Failure.Node == name && st.Failure.StepOrdinal == stepOrd {
+		st.Failure.Output = out
 	}
 
 	events := []Event{started}

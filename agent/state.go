@@ -58,6 +58,9 @@ type NodeFailure struct {
 	Retryable bool   `json:"retryable"`
 	// Attempts is how many attempts the node had, this one included.
 	Attempts int `json:"attempts"`
+	// Output is the failed attempt's Output (common fields included), the
+	// rich context of the agent error format.
+	Output json.RawMessage `json:"output,omitempty"`
 }
 
 // DecodeRunState parses a snapshot's State.

@@ -23,9 +23,6 @@ import (
 // capabilities, probe it, attach from a second client, read the page source,
 // delete it and probe again.
 func TestRealAppiumOnSimulator(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts adb, a simulated emulator and Appium")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 

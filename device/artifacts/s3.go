@@ -37,9 +37,6 @@ func (f *Fetcher) s3Client(ctx context.Context) (s3API, error) {
 		if o.MaxAttempts > 0 {
 			lo = append(lo, config.WithRetryMaxAttempts(o.MaxAttempts))
 		}
-		if hc, ok := f.opt.HTTPClient.(*http.Client); ok {
-			lo = append(lo, config.WithHTTPClient(hc))
-		}
 		cfg, err := config.LoadDefaultConfig(ctx, lo...)
 		if err != nil {
 			f.s3err = unavailable(false, err, "s3: load AWS configuration")

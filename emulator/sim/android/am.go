@@ -968,6 +968,11 @@ func amInstrument(c *Ctx, args []string) int {
 		stopped := run.stopped
 		if d.am.instrRuns[target] == run {
 			delete(d.am.instrRuns, target)
+			// ActivityManagerService.finishInstrumentationLocked force-stops
+			// the instrumented package ("finished inst"): its process is gone
+			// from ps once am instrument returns, which Appium's driver waits
+			// for on session delete.
+			d.am.forceStopLocked(target)
 		}
 		d.mu.Unlock()
 		cancel()

@@ -374,7 +374,7 @@ func TestForceStopKillsInstrumentation(t *testing.T) {
 	dir := "/work/main/.cache/appium-home/node_modules/appium-uiautomator2-driver/node_modules/appium-uiautomator2-server/apks/"
 	testAPK, err := os.ReadFile(dir + "appium-uiautomator2-server-debug-androidTest.apk")
 	if err != nil {
-		t.Skipf("real test APK not available: %v", err)
+		t.Fatalf("real test APK not available: %v", err)
 	}
 	if r := d.install(testAPK, installFlags{}); !r.ok {
 		t.Fatalf("install: %+v", r)

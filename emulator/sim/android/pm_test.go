@@ -20,7 +20,7 @@ func readAPK(t testing.TB, rel string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
 	if err != nil {
-		t.Skipf("APK not available: %v", err)
+		t.Fatalf("APK not available: %v", err)
 	}
 	return b
 }

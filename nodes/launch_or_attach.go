@@ -1,0 +1,399 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
+)
+
+// LaunchAttachMode is LaunchOrAttach's launchAttachMode.
+type LaunchAttachMode string
+
+const (
+	// LaunchOrAttachMode brings the app's task forward when it exists (same
+	// process), else launches it; an app already in front is left alone.
+	LaunchOrAttachMode LaunchAttachMode = "LAUNCH_OR_ATTACH"
+	// ForceRestart force-stops the app and launches it fresh (am start -S).
+	ForceRestart LaunchAttachMode = "FORCE_RESTART"
+	// AttachOnly only confirms the app is in front; otherwise it fails with
+	// activity_not_found, Code NotInForeground, not retryable.
+	AttachOnly LaunchAttachMode = "ATTACH_ONLY"
+)
+
+// NotInForeground is the agent.Error Code of an ATTACH_ONLY LaunchOrAttach
+// whose app is not the foreground one.
+const NotInForeground = "APP_NOT_IN_FOREGROUND"
+
+// Defaults of LaunchOrAttach.
+const (
+	DefaultLaunchTimeout = 20 * time.Second
+	// ForegroundPollInterval spaces foreground checks: mCurrentFocus is null
+	// for a moment during transitions (android-recipes.md: retry ~250 ms).
+	ForegroundPollInterval = 250 * time.Millisecond
+	// AttachConfirmWindow is how long ATTACH_ONLY keeps looking for the app in
+	// front (a transition in progress) before it gives up.
+	AttachConfirmWindow = time.Second
+)
+
+// LaunchFlags are the intent flags of the launch: FLAG_ACTIVITY_NEW_TASK |
+// FLAG_ACTIVITY_RESET_TASK_IF_NEEDED, what a launcher tap sends, so an
+// existing task is brought forward instead of stacking a new activity
+// (android-recipes.md; appium-adb's startApp uses the same).
+const LaunchFlags = "0x10200000"
+
+// LaunchOrAttachInput is LaunchOrAttach's Input (screengraph-nodes.md §3).
+type LaunchOrAttachInput struct {
+	RunID                          string                         `json:"runId"`
+	TenantID                       string                         `json:"tenantId,omitempty"`
+	ProjectID                      string                         `json:"projectId,omitempty"`
+	IterationOrdinalNumber         int                            `json:"iterationOrdinalNumber,omitempty"`
+	DeviceRuntimeContext           *DeviceRuntimeContext          `json:"deviceRuntimeContext,omitempty"`
+	ApplicationUnderTestDescriptor ApplicationUnderTestDescriptor `json:"applicationUnderTestDescriptor"`
+	LaunchAttachMode               LaunchAttachMode               `json:"launchAttachMode,omitempty"`
+	// LaunchTimeoutMillis bounds am start plus the foreground confirmation;
+	// 0 = 20000. Extension.
+	LaunchTimeoutMillis int64 `json:"launchTimeoutMillis,omitempty"`
+}
+
+// ApplicationForegroundContext says which activity is in front, and since when.
+type ApplicationForegroundContext struct {
+	CurrentPackageID    string `json:"currentPackageId"`
+	CurrentActivityName string `json:"currentActivityName"`
+	// AppBroughtToForegroundTimestamp is when the foreground was confirmed
+	// (ISO-8601 UTC, milliseconds).
+	AppBroughtToForegroundTimestamp string `json:"appBroughtToForegroundTimestamp"`
+}
+
+// LaunchOrAttachOutput is LaunchOrAttach's Output; the context is null on failure.
+type LaunchOrAttachOutput struct {
+	RunID                        string                        `json:"runId"`
+	ApplicationForegroundContext *ApplicationForegroundContext `json:"applicationForegroundContext"`
+	Common
+}
+
+// LaunchOrAttach puts the app in front according to launchAttachMode (see the
+// constants) and confirms it with the foreground chain of ForegroundActivity,
+// polled every ForegroundPollInterval up to launchTimeoutMillis.
+//
+// The launch command is `am start-activity -W [-S] -n PKG/ACT -a
+// android.intent.action.MAIN -c android.intent.category.LAUNCHER -f
+// 0x10200000`. ACT is androidLaunchActivityName, or the launcher activity from
+// ResolveLauncherActivity. Errors: activity_not_found (am's "Error type 3",
+// "does not exist", "unable to resolve Intent"; no launcher activity; or
+// ATTACH_ONLY with the app not in front), permission_error (a non-exported
+// activity), launch_timeout (retryable: not in front within the bound),
+// invalid_request_error (no package id, unknown mode), and the device's
+// errors (device_offline, timeout, …).
+func LaunchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (LaunchOrAttachOutput, error) {
+	out := LaunchOrAttachOutput{RunID: in.RunID, Common: Common{NodeName: NodeLaunchOrAttach}}
+	fc, err := launchOrAttach(ctx, in, p)
+	if e := MarkFailure(&out.Common, err); e != nil {
+		p.Logf("LaunchOrAttach failed: %s", e.Error())
+		return out, e
+	}
+	out.ApplicationForegroundContext = fc
+	return out, nil
+}
+
+func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (*ApplicationForegroundContext, error) {
+	pkg := in.ApplicationUnderTestDescriptor.AndroidPackageID
+	if pkg == "" {
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "applicationUnderTestDescriptor.androidPackageId is empty")
+	}
+	mode := in.LaunchAttachMode
+	if mode == "" {
+		mode = LaunchOrAttachMode
+	}
+	if mode != LaunchOrAttachMode && mode != ForceRestart && mode != AttachOnly {
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "launchAttachMode %q: expected LAUNCH_OR_ATTACH, FORCE_RESTART or ATTACH_ONLY", mode)
+	}
+	if p.Device == nil {
+		return nil, agent.Errorf(agent.ErrInternal, "LaunchOrAttach needs a Device port")
+	}
+	bound := DefaultLaunchTimeout
+	if ms := in.LaunchTimeoutMillis; ms > 0 {
+		bound = time.Duration(ms) * time.Millisecond
+	}
+	deadline := p.Now().Add(bound)
+
+	if mode == AttachOnly {
+		fc, last, err := awaitForeground(ctx, p, pkg, p.Now().Add(min(bound, AttachConfirmWindow)))
+		if err != nil || fc != nil {
+			return fc, err
+		}
+		return nil, &agent.Error{ID: agent.ErrActivityNotFound, Code: NotInForeground,
+			Msg: fmt.Sprintf("launchAttachMode ATTACH_ONLY: %s is not in the foreground (foreground: %s)", pkg, describe0(last))}
+	}
+	if mode == LaunchOrAttachMode {
+		// Already in front: attach without touching the task.
+		fg, _, err := ForegroundActivity(ctx, p.Device)
+		if err != nil {
+			return nil, err
+		}
+		if fg.Package == pkg {
+			p.Logf("%s already in front (%s): attaching", pkg, fg.Activity)
+			return &ApplicationForegroundContext{CurrentPackageID: fg.Package, CurrentActivityName: fg.Activity,
+				AppBroughtToForegroundTimestamp: Timestamp(p.Now())}, nil
+		}
+	}
+
+	act, err := launchActivity(ctx, p.Device, pkg, in.ApplicationUnderTestDescriptor.AndroidLaunchActivityName)
+	if err != nil {
+		return nil, err
+	}
+	cmd := LaunchCommand(act, mode == ForceRestart)
+	p.Logf("%s", cmd)
+	lctx, cancel := context.WithDeadline(ctx, deadline)
+	res, err := p.Device.Shell(lctx, cmd)
+	cancel()
+	if err != nil {
+		if e := agent.Classify(err); e.ID == agent.ErrTimeout && ctx.Err() == nil {
+			return nil, agent.Wrap(agent.ErrLaunchTimeout, err, "%s did not return within %v", cmd, bound)
+		}
+		return nil, err
+	}
+	am, err := adb.ParseAmStart(res.Stdout + "\n" + res.Stderr)
+	if err != nil {
+		return nil, amError(err, act)
+	}
+	if res.ExitCode != 0 {
+		return nil, agent.Errorf(agent.ErrProcess, "%s exited %d: %s", cmd, res.ExitCode, strings.TrimSpace(res.Stdout+" "+res.Stderr))
+	}
+	if am.Warning != "" {
+		p.Logf("am: %s", am.Warning)
+	}
+	fc, last, err := awaitForeground(ctx, p, pkg, deadline)
+	if err != nil || fc != nil {
+		return fc, err
+	}
+	return nil, agent.Errorf(agent.ErrLaunchTimeout, "%s not in the foreground within %v after launch (foreground: %s)", pkg, bound, describe0(last))
+}
+
+func describe0(c adb.Component) string {
+	if c.IsZero() {
+		return "none"
+	}
+	return c.String()
+}
+
+// LaunchCommand is the am command line that starts component act (forceStop: -S).
+func LaunchCommand(act adb.Component, forceStop bool) string {
+	s := "am start-activity -W"
+	if forceStop {
+		s += " -S"
+	}
+	return s + " -n " + act.String() + " -a android.intent.action.MAIN -c android.intent.category.LAUNCHER -f " + LaunchFlags
+}
+
+// amError maps ParseAmStart's *adb.Error to the node's error ids.
+func amError(err error, act adb.Component) error {
+	var ae *adb.Error
+	if !errors.As(err, &ae) {
+		return agent.Wrap(agent.ErrProcess, err, "am start %s", act)
+	}
+	switch ae.ID {
+	case adb.IDActivityNotFound:
+		return &agent.Error{ID: agent.ErrActivityNotFound, Msg: fmt.Sprintf("%s: %s", act, ae.Msg)}
+	case adb.IDPermissionError:
+		return &agent.Error{ID: agent.ErrPermission, Msg: fmt.Sprintf("%s: %s", act, ae.Msg)}
+	}
+	return &agent.Error{ID: agent.ErrProcess, Msg: fmt.Sprintf("%s: %s", act, ae.Msg)}
+}
+
+// awaitForeground polls ForegroundActivity until pkg is in front or until.
+// It returns the context (nil when not in front in time) and the last
+// foreground seen.
+func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time) (*ApplicationForegroundContext, adb.Component, error) {
+	var last adb.Component
+	for {
+		fg, _, err := ForegroundActivity(ctx, p.Device)
+		if err != nil {
+			if e := agent.Classify(err); !e.Retryable {
+				return nil, last, e
+			}
+		} else {
+			last = fg
+			if fg.Package == pkg {
+				return &ApplicationForegroundContext{CurrentPackageID: fg.Package, CurrentActivityName: fg.Activity,
+					AppBroughtToForegroundTimestamp: Timestamp(p.Now())}, fg, nil
+			}
+		}
+		left := until.Sub(p.Now())
+		if left <= 0 {
+			return nil, last, nil
+		}
+		if err := p.Wait(ctx, min(ForegroundPollInterval, left)); err != nil {
+			return nil, last, ctxErr(ctx, "waiting for "+pkg+" in the foreground")
+		}
+	}
+}
+
+// ForegroundActivity returns the activity in front and which source said so,
+// through the fallback chain of android-recipes.md (adbutils' order):
+//  1. `dumpsys window displays` (API >= 29; `dumpsys window windows` when it
+//     has no focus lines), mCurrentFocus / mFocusedApp, intersected across
+//     displays (adb.Foreground);
+//  2. `dumpsys activity activities`: mResumedActivity / topResumedActivity;
+//  3. `dumpsys activity top`: the last ACTIVITY line.
+//
+// A zero Component with a nil error means nothing is focused right now
+// (transitions): callers poll.
+func ForegroundActivity(ctx context.Context, dev device.Device) (adb.Component, string, error) {
+	out, err := shellOut(ctx, dev, "dumpsys window displays")
+	if err != nil {
+		return adb.Component{}, "", err
+	}
+	ds := adb.ParseWindowFocus(out)
+	if len(ds) == 0 {
+		if out, err = shellOut(ctx, dev, "dumpsys window windows"); err != nil {
+			return adb.Component{}, "", err
+		}
+		ds = adb.ParseWindowFocus(out)
+	}
+	if c, ok := adb.Foreground(ds); ok {
+		return c, "dumpsys window", nil
+	}
+	if out, err = shellOut(ctx, dev, "dumpsys activity activities"); err != nil {
+		return adb.Component{}, "", err
+	}
+	if c, ok := adb.ParseResumedActivity(out); ok {
+		return c, "dumpsys activity activities", nil
+	}
+	if out, err = shellOut(ctx, dev, "dumpsys activity top"); err != nil {
+		return adb.Component{}, "", err
+	}
+	if tops := adb.ParseActivityTop(out); len(tops) > 0 {
+		return tops[len(tops)-1].Component, "dumpsys activity top", nil
+	}
+	return adb.Component{}, "", nil
+}
+
+// shellOut runs cmd and returns stdout; a non-zero exit is process_error.
+func shellOut(ctx context.Context, dev device.Device, cmd string) (string, error) {
+	r, err := dev.Shell(ctx, cmd)
+	if err != nil {
+		return "", err
+	}
+	if r.ExitCode != 0 {
+		return r.Stdout, agent.Errorf(agent.ErrProcess, "`%s` exited %d: %s", cmd, r.ExitCode, strings.TrimSpace(r.Stderr+" "+r.Stdout))
+	}
+	return r.Stdout, nil
+}
+
+// launchActivity returns the component to start: the named activity (".X"
+// and "pkg/act" forms accepted) or the resolved launcher activity.
+func launchActivity(ctx context.Context, dev device.Device, pkg, name string) (adb.Component, error) {
+	if name == "" {
+		return ResolveLauncherActivity(ctx, dev, pkg)
+	}
+	if strings.Contains(name, "/") {
+		c, ok := adb.ParseComponent(name)
+		if !ok {
+			return adb.Component{}, agent.Errorf(agent.ErrInvalidRequest, "androidLaunchActivityName %q is not a component", name)
+		}
+		return c, nil
+	}
+	if strings.HasPrefix(name, ".") {
+		name = pkg + name
+	}
+	return adb.Component{Package: pkg, Activity: name}, nil
+}
+
+// ResolveLauncherActivity finds pkg's MAIN/LAUNCHER activity with `cmd package
+// resolve-activity --brief -c android.intent.category.LAUNCHER PKG` (API >= 24;
+// the last line is the component; "No activity found" when there is none),
+// falling back to the Activity Resolver Table of `dumpsys package PKG` when
+// the command is missing (capture:
+// fixtures/captures/dumpsys-package/api34-emulator-adb-installed.txt).
+// Errors: activity_not_found when the package has no launcher activity.
+func ResolveLauncherActivity(ctx context.Context, dev device.Device, pkg string) (adb.Component, error) {
+	r, err := dev.Shell(ctx, "cmd package resolve-activity --brief -c android.intent.category.LAUNCHER "+pkg)
+	if err != nil {
+		return adb.Component{}, err
+	}
+	if r.ExitCode == 0 {
+		if c, ok := ParseResolveActivity(r.Stdout); ok && c.Package == pkg {
+			return c, nil
+		}
+		if strings.Contains(r.Stdout, "No activity found") {
+			return adb.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity (not installed, or no MAIN/LAUNCHER filter)", pkg)
+		}
+	}
+	out, err := shellOut(ctx, dev, "dumpsys package "+pkg)
+	if err != nil {
+		return adb.Component{}, err
+	}
+	if c, ok := ParseLauncherActivity(out, pkg); ok {
+		return c, nil
+	}
+	return adb.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity in dumpsys package", pkg)
+}
+
+// ParseResolveActivity reads `cmd package resolve-activity --brief` output: a
+// match line ("priority=0 preferredOrder=0 match=0x108000 …") then the
+// component ("com.example.app/.HomeActivity"); the last component line wins.
+func ParseResolveActivity(out string) (adb.Component, bool) {
+	var c adb.Component
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		t := strings.TrimSpace(l)
+		if strings.Contains(t, "=") || t == "" {
+			continue
+		}
+		if x, ok := adb.ParseComponent(t); ok {
+			c, found = x, true
+		}
+	}
+	return c, found
+}
+
+var resolverEntryRe = regexp.MustCompile(`^\s+[0-9a-f]+ (\S+/\S+) filter [0-9a-f]+`)
+
+// ParseLauncherActivity finds pkg's activity with Action
+// "android.intent.action.MAIN" and Category "android.intent.category.LAUNCHER"
+// in the Activity Resolver Table of `dumpsys package PKG` ("      797c103
+// com.example.foodies/.MainActivity filter 3be4880" then its Action:/Category:
+// lines).
+func ParseLauncherActivity(out, pkg string) (adb.Component, bool) {
+	var cur adb.Component
+	var main, launcher bool
+	flush := func() (adb.Component, bool) {
+		if !cur.IsZero() && cur.Package == pkg && main && launcher {
+			return cur, true
+		}
+		return adb.Component{}, false
+	}
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimRight(l, "\r")
+		if strings.HasPrefix(l, "Activity Resolver Table:") || (l != "" && l[0] != ' ' && !cur.IsZero()) {
+			if c, ok := flush(); ok {
+				return c, true
+			}
+			cur, main, launcher = adb.Component{}, false, false
+			continue
+		}
+		if m := resolverEntryRe.FindStringSubmatch(l); m != nil {
+			if c, ok := flush(); ok {
+				return c, true
+			}
+			cur, _ = adb.ParseComponent(m[1])
+			main, launcher = false, false
+			continue
+		}
+		t := strings.TrimSpace(l)
+		switch t {
+		case `Action: "android.intent.action.MAIN"`:
+			main = true
+		case `Category: "android.intent.category.LAUNCHER"`:
+			launcher = true
+		}
+	}
+	return flush()
+}
