@@ -35,6 +35,14 @@ const (
 	ErrCanceled            ErrorID = "canceled"
 )
 
+// ErrorIDs lists every ErrorID above, for validation (policy retryOn lists).
+var ErrorIDs = []ErrorID{
+	ErrTimeout, ErrInterrupted, ErrInvalidRequest, ErrPermission, ErrNetwork, ErrProcess, ErrInternal,
+	ErrNodeStopped, ErrDeviceNotFound, ErrDeviceOffline, ErrDeviceUnauthorized, ErrBootTimeout,
+	ErrAppiumUnreachable, ErrSessionCreateFailed, ErrArtifactUnavailable, ErrSignatureMismatch,
+	ErrInstallFailed, ErrVersionDowngrade, ErrActivityNotFound, ErrLaunchTimeout, ErrIdleTimeout, ErrCanceled,
+}
+
 // retryableByDefault lists the ids that are worth another attempt unless the
 // policy says otherwise. Unknown ids are not retryable.
 var retryableByDefault = map[ErrorID]bool{

@@ -150,7 +150,7 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (*Appl
 	}
 	cmd := LaunchCommand(act, mode == ForceRestart)
 	p.Logf("%s", cmd)
-	lctx, cancel := context.WithDeadline(ctx, deadline)
+	lctx, cancel := context.WithTimeout(ctx, max(deadline.Sub(p.Now()), time.Millisecond))
 	res, err := p.Device.Shell(lctx, cmd)
 	cancel()
 	if err != nil {

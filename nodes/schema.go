@@ -443,7 +443,12 @@ func (w *coercer) convert(v any, types []string, path []string) any {
 					w.note(path, RuleObjectToArray, v, arr)
 					return arr
 				}
-			} else if v != nil {
+				if numericKeys(obj) {
+					// {"0":a,"2":b}: a broken index list, not one element.
+					continue
+				}
+			}
+			if v != nil {
 				arr := []any{v}
 				w.note(path, RuleValueToArray, v, arr)
 				return arr
@@ -464,6 +469,15 @@ func parseInteger(s string) (json.Number, bool) {
 		return "", false
 	}
 	return json.Number(strconv.FormatInt(int64(f), 10)), true
+}
+
+func numericKeys(obj map[string]any) bool {
+	for k := range obj {
+		if _, err := strconv.Atoi(k); err != nil {
+			return false
+		}
+	}
+	return len(obj) > 0
 }
 
 // indexedArray turns {"0":a,"1":b,…} (keys exactly 0..n-1) into [a,b,…].
@@ -604,6 +618,16 @@ func describe(e *jsonschema.ValidationError, inst any, doc map[string]any) []Sch
 				Received: received(valueAt(inst, sub))})
 		}
 		return ps
+	case *kind.Minimum:
+		return []SchemaProblem{{Path: path, Expected: "a number >= " + k.Want.RatString(), Received: received(got)}}
+	case *kind.Maximum:
+		return []SchemaProblem{{Path: path, Expected: "a number <= " + k.Want.RatString(), Received: received(got)}}
+	case *kind.MinLength:
+		return []SchemaProblem{{Path: path, Expected: fmt.Sprintf("a string of at least %d characters", k.Want), Received: received(got)}}
+	case *kind.Pattern:
+		return []SchemaProblem{{Path: path, Expected: "a string matching " + k.Want, Received: received(got)}}
+	case *kind.Format:
+		return []SchemaProblem{{Path: path, Expected: "a " + k.Want + " string", Received: received(got)}}
 	}
 	return []SchemaProblem{{Path: path, Expected: e.ErrorKind.LocalizedString(printer), Received: received(got)}}
 }

@@ -100,3 +100,5 @@ func TestDataDirXDG(t *testing.T) {
 		t.Errorf("DefaultEmbeddedPath = %q, %v", p, err)
 	}
 }
+
+func openSQLite(path string) (*sql.DB, error) { return sql.Open("sqlite", path) }

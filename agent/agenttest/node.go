@@ -22,6 +22,10 @@ type Node struct {
 	FailTimes int
 	FailWith  agent.ErrorID
 	FailCode  string
+	// FailMsg is the failure's message ("<name> scripted failure <n>" when empty).
+	FailMsg string
+	// Detail is copied into the Output's "detail" field on every attempt.
+	Detail map[string]any
 	// FailViaOutput reports failures through the Output's common fields
 	// instead of NodeResult.Err.
 	FailViaOutput bool
@@ -49,8 +53,9 @@ type Node struct {
 
 // Output is the fake node's output: a marker field plus the common fields.
 type Output struct {
-	Echo    string `json:"echo"`
-	Attempt int    `json:"attempt"`
+	Echo    string         `json:"echo"`
+	Attempt int            `json:"attempt"`
+	Detail  map[string]any `json:"detail,omitempty"`
 	agent.Common
 }
 
@@ -74,7 +79,7 @@ func (n *Node) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult {
 	if n.OnRun != nil {
 		n.OnRun(ctx, in)
 	}
-	out := &Output{Echo: "from " + n.NodeName, Attempt: in.Attempt}
+	out := &Output{Echo: "from " + n.NodeName, Attempt: in.Attempt, Detail: n.Detail}
 	if n.BlockUntilDone {
 		if n.IgnoreCtx {
 			<-n.rel()
@@ -92,6 +97,9 @@ func (n *Node) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult {
 	}
 	if n.FailTimes < 0 || calls <= n.FailTimes {
 		e := &agent.Error{ID: n.FailWith, Code: n.FailCode, Msg: fmt.Sprintf("%s scripted failure %d", n.NodeName, calls)}
+		if n.FailMsg != "" {
+			e.Msg = n.FailMsg
+		}
 		if n.FailViaOutput {
 			out.NodeExecutionOutcomeStatus = agent.OutcomeFailure
 			out.ErrorID = &e.ID
@@ -131,7 +139,7 @@ type Policy struct {
 
 var _ agent.RetryPolicy = (*Policy)(nil)
 
-func (p *Policy) Version() int                       { return p.V }
+func (p *Policy) Version() int                      { return p.V }
 func (p *Policy) Timeout(node string) time.Duration { return p.Timeouts[node] }
 
 func (p *Policy) Retryable(node string, id agent.ErrorID) bool {

@@ -40,9 +40,6 @@ import (
 	"github.com/screengraph/screengraph-agent/device/artifacts/apk"
 )
 
-// Progress receives bytes downloaded so far and the total (-1 when unknown).
-type Progress func(done, total int64)
-
 // Options configure a Fetcher.
 type Options struct {
 	// CacheDir is the cache root (created when missing). Required.
@@ -128,7 +125,8 @@ func New(opt Options) (*Fetcher, error) {
 }
 
 // Fetch makes the artifact at ref available on local disk and returns where.
-// progress (may be nil) sees download progress; a cache hit reports nothing.
+// progress (may be nil) receives the bytes downloaded so far and the total
+// (-1 when unknown); a cache hit reports nothing.
 //
 // Errors are *agent.Error: invalid_request_error for a malformed or
 // unsupported ref; artifact_unavailable otherwise, retryable for network
@@ -136,7 +134,7 @@ func New(opt Options) (*Fetcher, error) {
 // a missing object (404, NoSuchKey, NoSuchBucket), denied access (401/403,
 // AccessDenied, bad credentials) or an unreadable local file; interrupted when
 // ctx is canceled.
-func (f *Fetcher) Fetch(ctx context.Context, ref string, progress Progress) (apk.Artifact, error) {
+func (f *Fetcher) Fetch(ctx context.Context, ref string, progress func(done, total int64)) (apk.Artifact, error) {
 	u, err := parseRef(ref, f.opt.AllowHTTP)
 	if err != nil {
 		return apk.Artifact{}, err
@@ -263,7 +261,7 @@ func (f *Fetcher) hit(ref string, e indexEntry) apk.Artifact {
 // store copies r into the cache, hashing while writing, and renames the temp
 // file to sha256/<hex>.apk. want >= 0 is the expected size: fewer bytes mean
 // a truncated transfer (retryable).
-func (f *Fetcher) store(r io.Reader, want int64, progress Progress) (sum string, n int64, err error) {
+func (f *Fetcher) store(r io.Reader, want int64, progress func(done, total int64)) (sum string, n int64, err error) {
 	tmp, err := os.CreateTemp(filepath.Join(f.opt.CacheDir, "tmp"), "fetch-*.part")
 	if err != nil {
 		return "", 0, unavailable(false, err, "cache: create temp file")
@@ -304,7 +302,7 @@ type progressWriter struct {
 	w     io.Writer
 	done  int64
 	total int64
-	fn    Progress
+	fn    func(done, total int64)
 }
 
 func (p *progressWriter) Write(b []byte) (int, error) {
@@ -318,7 +316,7 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 
 // fetchFile copies a local file into the cache (so the artifact stays stable
 // while it is installed even if the source is rewritten).
-func (f *Fetcher) fetchFile(_ context.Context, ref, path string, progress Progress) (apk.Artifact, error) {
+func (f *Fetcher) fetchFile(_ context.Context, ref, path string, progress func(done, total int64)) (apk.Artifact, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return apk.Artifact{}, unavailable(false, err, "%s", ref)

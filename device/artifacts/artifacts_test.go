@@ -157,7 +157,10 @@ func TestFetchHTTPSConditional(t *testing.T) {
 			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 			w.Write(body[:100])
 		case "/slow.apk":
-			time.Sleep(2 * time.Second)
+			select {
+			case <-r.Context().Done():
+			case <-time.After(2 * time.Second):
+			}
 		}
 	}))
 	defer srv.Close()

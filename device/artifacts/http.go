@@ -24,7 +24,7 @@ func defaultHTTPClient() *http.Client {
 }
 
 // fetchHTTP GETs ref, conditionally when the index holds a validator.
-func (f *Fetcher) fetchHTTP(ctx context.Context, ref string, u *url.URL, progress Progress) (apk.Artifact, error) {
+func (f *Fetcher) fetchHTTP(ctx context.Context, ref string, u *url.URL, progress func(done, total int64)) (apk.Artifact, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.opt.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)

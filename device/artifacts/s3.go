@@ -50,6 +50,8 @@ func (f *Fetcher) s3Client(ctx context.Context) (s3API, error) {
 				so.BaseEndpoint = aws.String(o.Endpoint)
 			}
 			so.UsePathStyle = o.PathStyle
+			// Objects stored without a checksum (most) make the SDK log a line per GET.
+			so.DisableLogOutputChecksumValidationSkipped = true
 		})
 	})
 	return f.s3, f.s3err
@@ -57,7 +59,7 @@ func (f *Fetcher) s3Client(ctx context.Context) (s3API, error) {
 
 // fetchS3 heads the object and downloads it unless the index holds the same
 // ETag and size.
-func (f *Fetcher) fetchS3(ctx context.Context, ref, bucket, key string, progress Progress) (apk.Artifact, error) {
+func (f *Fetcher) fetchS3(ctx context.Context, ref, bucket, key string, progress func(done, total int64)) (apk.Artifact, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.opt.Timeout)
 	defer cancel()
 	cl, err := f.s3Client(ctx)
@@ -110,7 +112,8 @@ func s3Failure(err error, what string) error {
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) {
 		code := re.HTTPStatusCode()
-		return unavailable(retryableStatus(code) || code == http.StatusPreconditionFailed, err, "%s", what)
+		// Status 0: the request never got a response (refused, reset, DNS).
+		return unavailable(code == 0 || retryableStatus(code) || code == http.StatusPreconditionFailed, err, "%s", what)
 	}
 	// No HTTP response at all: connection refused, DNS, reset, timeout.
 	return unavailable(true, err, "%s", what)

@@ -1,10 +1,12 @@
 -- ScreenGraph agent store, Postgres dialect (fleet mode).
 -- Keep in step with ../sqlite/00001_runs_events_outbox.sql: same tables,
 -- same columns, same constraints; only the column types differ.
+-- Ids are ULIDs (ASCII): COLLATE "C" makes ORDER BY run_id byte order, the
+-- order SQLite uses, whatever the database's locale.
 
 -- +goose Up
 CREATE TABLE runs (
-    run_id         TEXT        PRIMARY KEY,
+    run_id         TEXT        COLLATE "C" PRIMARY KEY,
     tenant_id      TEXT        NOT NULL,
     project_id     TEXT        NOT NULL DEFAULT '',
     status         TEXT        NOT NULL,
@@ -20,7 +22,7 @@ CREATE INDEX runs_serial_idx ON runs (serial);
 CREATE INDEX runs_created_idx ON runs (created_at);
 
 CREATE TABLE run_events (
-    run_id       TEXT    NOT NULL REFERENCES runs (run_id),
+    run_id       TEXT    COLLATE "C" NOT NULL REFERENCES runs (run_id),
     sequence     BIGINT  NOT NULL,
     event_id     TEXT    NOT NULL UNIQUE,
     kind         TEXT    NOT NULL,
@@ -35,7 +37,7 @@ CREATE INDEX run_events_step_idx ON run_events (run_id, step_ordinal);
 
 CREATE TABLE run_outbox (
     id           BIGINT      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    run_id       TEXT        NOT NULL REFERENCES runs (run_id),
+    run_id       TEXT        COLLATE "C" NOT NULL REFERENCES runs (run_id),
     sequence     BIGINT      NOT NULL,
     event_id     TEXT        NOT NULL,
     subject      TEXT        NOT NULL,
@@ -45,7 +47,7 @@ CREATE TABLE run_outbox (
 CREATE UNIQUE INDEX run_outbox_unpublished_key ON run_outbox (run_id, sequence) WHERE published_at IS NULL;
 
 CREATE TABLE agent_state_snapshot (
-    run_id       TEXT        NOT NULL REFERENCES runs (run_id),
+    run_id       TEXT        COLLATE "C" NOT NULL REFERENCES runs (run_id),
     step_ordinal INTEGER     NOT NULL,
     node_name    TEXT        NOT NULL,
     resume_token TEXT        NOT NULL,
@@ -55,8 +57,8 @@ CREATE TABLE agent_state_snapshot (
 );
 
 CREATE TABLE run_control (
-    id             TEXT        PRIMARY KEY,
-    run_id         TEXT        NOT NULL REFERENCES runs (run_id),
+    id             TEXT        COLLATE "C" PRIMARY KEY,
+    run_id         TEXT        COLLATE "C" NOT NULL REFERENCES runs (run_id),
     kind           TEXT        NOT NULL,
     policy_version INTEGER     NOT NULL DEFAULT 0,
     requested_at   TIMESTAMPTZ NOT NULL,

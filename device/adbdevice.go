@@ -1,0 +1,203 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// ADBDevice is Device over an adb server (host protocol, package adb) for one
+// serial. Every error it returns is an *agent.Error (see AgentError).
+type ADBDevice struct {
+	client *adb.Client
+	serial string
+}
+
+var _ Device = (*ADBDevice)(nil)
+
+// NewADBDevice returns the device serial on the adb server c talks to.
+func NewADBDevice(c *adb.Client, serial string) *ADBDevice {
+	return &ADBDevice{client: c, serial: serial}
+}
+
+// Serial is the adb serial.
+func (d *ADBDevice) Serial() string { return d.serial }
+
+// State returns the adb server's state word for the serial: host-serial:S:get-state
+// first ("device", "bootloader", …); when the server refuses it (it answers FAIL
+// for offline, unauthorized, authorizing devices) the state comes from
+// host:devices-l. A serial in neither is device_not_found.
+func (d *ADBDevice) State(ctx context.Context) (string, error) {
+	st, err := d.client.GetState(ctx, d.serial)
+	if err == nil {
+		return string(st), nil
+	}
+	id := adb.IDOf(err)
+	if id != adb.IDDeviceOffline && id != adb.IDDeviceUnauthorized && id != adb.IDDeviceNotFound {
+		return "", AgentError(err)
+	}
+	infos, lerr := d.client.Devices(ctx)
+	if lerr != nil {
+		return "", AgentError(lerr)
+	}
+	for _, in := range infos {
+		if in.Serial == d.serial {
+			return string(in.State), nil
+		}
+	}
+	return "", &agent.Error{ID: agent.ErrDeviceNotFound, Msg: fmt.Sprintf("adb server does not know %s", d.serial), Err: err}
+}
+
+// Shell runs cmd through the adb shell v2 protocol (separate stderr, exit code;
+// shell: with an exit marker on devices without shell_v2).
+func (d *ADBDevice) Shell(ctx context.Context, cmd string) (ShellResult, error) {
+	r, err := d.client.Shell(ctx, d.serial, cmd)
+	if err != nil {
+		return ShellResult{}, AgentError(err)
+	}
+	return ShellResult{Stdout: string(r.Stdout), Stderr: string(r.Stderr), ExitCode: r.ExitCode}, nil
+}
+
+// Install installs the local APK (streamed install with feature cmd, else push
+// + pm install), reporting bytes sent through opt.Progress. Errors:
+// install_failed with Code INSTALL_FAILED_*/INSTALL_PARSE_FAILED_*,
+// version_downgrade for INSTALL_FAILED_VERSION_DOWNGRADE, and the transport ids.
+func (d *ADBDevice) Install(ctx context.Context, localAPK string, opt InstallOptions) error {
+	o := adb.InstallOptions{Replace: opt.Replace, AllowDowngrade: opt.AllowDowngrade,
+		AllowTestOnly: opt.AllowTestOnly, GrantAll: opt.GrantAll}
+	if opt.Progress != nil {
+		o.Progress = adb.Progress(opt.Progress)
+	}
+	return AgentError(d.client.Install(ctx, d.serial, localAPK, o))
+}
+
+// Uninstall removes pkg and its data.
+func (d *ADBDevice) Uninstall(ctx context.Context, pkg string) error {
+	return AgentError(d.client.Uninstall(ctx, d.serial, pkg, false))
+}
+
+// Pull copies the device file remote into w over the sync protocol.
+func (d *ADBDevice) Pull(ctx context.Context, remote string, w io.Writer) (int64, error) {
+	n, err := d.client.Pull(ctx, d.serial, remote, w, nil)
+	return n, AgentError(err)
+}
+
+// AgentError classifies an error of package adb into the agent's ids, once, at
+// this boundary: device_not_found, device_offline (retryable),
+// device_unauthorized, timeout (retryable), interrupted (canceled),
+// network_error (retryable), install_failed with Code, version_downgrade
+// (Code INSTALL_FAILED_VERSION_DOWNGRADE), activity_not_found,
+// permission_error, process_error; anything else internal_error. Retryability
+// is the agent's default for the id (unknown = not retryable). nil stays nil;
+// an *agent.Error passes through.
+func AgentError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var e *adb.Error
+	if !errors.As(err, &e) {
+		return agent.Classify(err)
+	}
+	id := agent.ErrInternal
+	switch e.ID {
+	case adb.IDDeviceNotFound:
+		id = agent.ErrDeviceNotFound
+	case adb.IDDeviceOffline:
+		id = agent.ErrDeviceOffline
+	case adb.IDDeviceUnauthorized:
+		id = agent.ErrDeviceUnauthorized
+	case adb.IDTimeout:
+		id = agent.ErrTimeout
+	case adb.IDCanceled:
+		id = agent.ErrInterrupted
+	case adb.IDNetworkError:
+		id = agent.ErrNetwork
+	case adb.IDInstallFailed:
+		id = agent.ErrInstallFailed
+		if e.Code == "INSTALL_FAILED_VERSION_DOWNGRADE" {
+			id = agent.ErrVersionDowngrade
+		}
+	case adb.IDActivityNotFound:
+		id = agent.ErrActivityNotFound
+	case adb.IDPermissionError:
+		id = agent.ErrPermission
+	case adb.IDProcessError:
+		id = agent.ErrProcess
+	}
+	return &agent.Error{ID: id, Code: e.Code, Retryable: agent.DefaultRetryable(id), Msg: e.Msg, Err: e.Err}
+}
+
+// Resolver returns a function that finds the device a name designates on the
+// adb server c talks to (for nodes.Ports.Resolve): the device whose serial is
+// name; else the one whose model, product or device (host:devices-l) equals
+// name ignoring case and with blanks as '_'; else the emulator whose AVD name
+// (getprop ro.boot.qemu.avd_name, ro.kernel.qemu.avd_name on older images)
+// is name. Errors: device_not_found (none, or more than one: name a serial).
+func Resolver(c *adb.Client) func(ctx context.Context, name string) (Device, error) {
+	return func(ctx context.Context, name string) (Device, error) {
+		serial, err := ResolveSerial(ctx, c, name)
+		if err != nil {
+			return nil, err
+		}
+		return NewADBDevice(c, serial), nil
+	}
+}
+
+// ResolveSerial is Resolver's lookup.
+func ResolveSerial(ctx context.Context, c *adb.Client, name string) (string, error) {
+	infos, err := c.Devices(ctx)
+	if err != nil {
+		return "", AgentError(err)
+	}
+	for _, in := range infos {
+		if in.Serial == name {
+			return in.Serial, nil
+		}
+	}
+	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), " ", "_")) }
+	want := norm(name)
+	var hits []string
+	for _, in := range infos {
+		if want != "" && (norm(in.Model) == want || norm(in.Product) == want || norm(in.Device) == want) {
+			hits = append(hits, in.Serial)
+		}
+	}
+	if len(hits) == 0 {
+		for _, in := range infos {
+			if !in.State.Online() || !strings.HasPrefix(in.Serial, "emulator-") {
+				continue
+			}
+			out, err := c.ShellOutput(ctx, in.Serial, "getprop ro.boot.qemu.avd_name; getprop ro.kernel.qemu.avd_name")
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(out, "\n") {
+				if l = strings.TrimSpace(l); l != "" && norm(l) == want {
+					hits = append(hits, in.Serial)
+					break
+				}
+			}
+		}
+	}
+	switch len(hits) {
+	case 1:
+		return hits[0], nil
+	case 0:
+		known := make([]string, len(infos))
+		for i, in := range infos {
+			known[i] = in.Serial + " (" + string(in.State) + ")"
+		}
+		return "", agent.Errorf(agent.ErrDeviceNotFound, "no device named %q (serial, model, product, device or AVD name); adb knows: %s",
+			name, strings.Join(known, ", "))
+	}
+	return "", agent.Errorf(agent.ErrDeviceNotFound, "%q names %d devices (%s): use a serial", name, len(hits), strings.Join(hits, ", "))
+}

@@ -1,0 +1,337 @@
+package nodes
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// Defaults of WaitIdle (the schema's "default" values say the same).
+const (
+	DefaultMinQuiet       = 400 * time.Millisecond
+	DefaultMaxWait        = 5 * time.Second
+	DefaultSampleInterval = 200 * time.Millisecond
+	// ProbeSlack bounds a sample that starts just before maxWaitMillis: it is
+	// abandoned this long after the deadline, so a hung probe cannot hold the
+	// node.
+	ProbeSlack = time.Second
+)
+
+// NetworkInFlightStatus is networkInFlightStatus.
+type NetworkInFlightStatus string
+
+const (
+	NetworkNone    NetworkInFlightStatus = "NONE"
+	NetworkActive  NetworkInFlightStatus = "ACTIVE"
+	NetworkUnknown NetworkInFlightStatus = "UNKNOWN"
+)
+
+// IdleHeuristicsConfiguration is WaitIdle's idleHeuristicsConfiguration. A nil
+// field takes its default (400, 5000, 200 ms).
+type IdleHeuristicsConfiguration struct {
+	MinQuietMillis *int64 `json:"minQuietMillis,omitempty"`
+	MaxWaitMillis  *int64 `json:"maxWaitMillis,omitempty"`
+	// SamplingIntervalMillis spaces the samples. Extension.
+	SamplingIntervalMillis *int64 `json:"samplingIntervalMillis,omitempty"`
+}
+
+// WaitIdleInput is WaitIdle's Input (screengraph-nodes.md §4). The spec's
+// input names only the heuristics; the session (for the UI hierarchy) and the
+// package (for frame counters and sockets) come from the earlier nodes'
+// deviceRuntimeContext and applicationUnderTestDescriptor. Without a package
+// the foreground app's package is used.
+type WaitIdleInput struct {
+	RunID                          string                          `json:"runId"`
+	TenantID                       string                          `json:"tenantId,omitempty"`
+	ProjectID                      string                          `json:"projectId,omitempty"`
+	IterationOrdinalNumber         int                             `json:"iterationOrdinalNumber,omitempty"`
+	DeviceRuntimeContext           *DeviceRuntimeContext           `json:"deviceRuntimeContext,omitempty"`
+	ApplicationUnderTestDescriptor *ApplicationUnderTestDescriptor `json:"applicationUnderTestDescriptor,omitempty"`
+	IdleHeuristicsConfiguration    IdleHeuristicsConfiguration     `json:"idleHeuristicsConfiguration"`
+}
+
+// UIStabilityAssessment is WaitIdle's verdict.
+type UIStabilityAssessment struct {
+	// QuietWindowObservedMillis is how long all signals had been unchanged
+	// at the last sample (>= minQuietMillis on success).
+	QuietWindowObservedMillis int64                 `json:"quietWindowObservedMillis"`
+	NetworkInFlightStatus     NetworkInFlightStatus `json:"networkInFlightStatus"`
+}
+
+// WaitIdleOutput is WaitIdle's Output. On idle_timeout the assessment is still
+// filled (the quiet window reached, the network status last seen); on other
+// failures it is null.
+type WaitIdleOutput struct {
+	RunID                 string                 `json:"runId"`
+	UIStabilityAssessment *UIStabilityAssessment `json:"uiStabilityAssessment"`
+	Common
+}
+
+// sampleSplit separates the parts of one sample's combined shell command.
+const sampleSplit = "--SCREENGRAPH-SAMPLE-SPLIT--"
+
+// WaitIdle waits until the UI is quiet: every samplingIntervalMillis it takes
+// one sample of three signals and calls the UI idle once all of them stayed
+// unchanged for minQuietMillis:
+//   - the UI hierarchy: SHA-256 of Driver.PageSource of the session (skipped
+//     when there is no session id);
+//   - frames: "Total frames rendered" of `dumpsys gfxinfo PKG` not growing
+//     (adb.ParseGfxinfo; skipped while the package has no process);
+//   - focus: the focused window and focused app of `dumpsys window displays`
+//     (adb.ParseWindowFocus) unchanged.
+//
+// gfxinfo, window focus and the socket tables are read in one shell round
+// trip per sample. A sample whose reads fail with a retryable error counts as
+// a change; a non-retryable error ends the node with it.
+//
+// networkInFlightStatus is measured from the last sample's /proc/net/tcp and
+// /proc/net/tcp6 (kernel tcp4_seq_show/tcp6_seq_show format): ACTIVE when a
+// row owned by the app's uid (`dumpsys package PKG` userId=/appId=) has a
+// non-zero tx_queue or rx_queue (bytes not yet acknowledged / not yet read),
+// NONE when the app's rows (if any) all have empty queues, UNKNOWN when the
+// uid or the tables cannot be read. Idle sockets with empty queues (keep-alive
+// connections) do not count as in flight.
+//
+// idle_timeout (not retryable) when the window is not reached within
+// maxWaitMillis; samples are clipped to that deadline, so the node returns at
+// most one sample (plus ProbeSlack for a hung one) after it.
+func WaitIdle(ctx context.Context, in WaitIdleInput, p Ports) (WaitIdleOutput, error) {
+	out := WaitIdleOutput{RunID: in.RunID, Common: Common{NodeName: NodeWaitIdle}}
+	a, err := waitIdle(ctx, in, p)
+	out.UIStabilityAssessment = a
+	if e := MarkFailure(&out.Common, err); e != nil {
+		p.Logf("WaitIdle failed: %s", e.Error())
+		if e.ID != agent.ErrIdleTimeout {
+			out.UIStabilityAssessment = nil
+		}
+		return out, e
+	}
+	return out, nil
+}
+
+func millisOr(v *int64, def time.Duration) time.Duration {
+	if v == nil || *v < 0 {
+		return def
+	}
+	return time.Duration(*v) * time.Millisecond
+}
+
+type idleSignature struct {
+	hierarchy string
+	frames    int64
+	focus     string
+}
+
+func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAssessment, error) {
+	if p.Device == nil {
+		return nil, agent.Errorf(agent.ErrInternal, "WaitIdle needs a Device port")
+	}
+	h := in.IdleHeuristicsConfiguration
+	minQuiet := millisOr(h.MinQuietMillis, DefaultMinQuiet)
+	maxWait := millisOr(h.MaxWaitMillis, DefaultMaxWait)
+	interval := millisOr(h.SamplingIntervalMillis, DefaultSampleInterval)
+	if interval <= 0 {
+		interval = DefaultSampleInterval
+	}
+	start := p.Now()
+	deadline := start.Add(maxWait)
+	sctx, cancel := context.WithTimeout(ctx, maxWait+ProbeSlack)
+	defer cancel()
+
+	sessionID := ""
+	if in.DeviceRuntimeContext != nil {
+		sessionID = in.DeviceRuntimeContext.DriverSessionID
+	}
+	if p.Driver == nil {
+		sessionID = ""
+	}
+	pkg := ""
+	if in.ApplicationUnderTestDescriptor != nil {
+		pkg = in.ApplicationUnderTestDescriptor.AndroidPackageID
+	}
+	if pkg == "" {
+		fg, _, err := ForegroundActivity(sctx, p.Device)
+		if err != nil {
+			return nil, deadlineAware(ctx, sctx, err)
+		}
+		pkg = fg.Package
+	}
+	uid := -1
+	if pkg != "" {
+		uid = appUID(sctx, p, pkg)
+	}
+	var signals []string
+	if sessionID != "" {
+		signals = append(signals, "hierarchy")
+	}
+	if pkg != "" {
+		signals = append(signals, "frames")
+	}
+	signals = append(signals, "focus")
+	p.Logf("waiting for idle: quiet %v within %v, sampling every %v; signals %s; package %q uid %d",
+		minQuiet, maxWait, interval, strings.Join(signals, "+"), pkg, uid)
+
+	var prev *idleSignature
+	var quietSince time.Time
+	net := NetworkUnknown
+	for n := 0; ; n++ {
+		sig, ns, changedByError, err := takeSample(sctx, p, sessionID, pkg, uid)
+		if err != nil {
+			return nil, deadlineAware(ctx, sctx, err)
+		}
+		now := p.Now()
+		if ns != "" {
+			net = ns
+		}
+		if changedByError || prev == nil || *sig != *prev {
+			prev, quietSince = sig, now
+		}
+		quiet := now.Sub(quietSince)
+		a := &UIStabilityAssessment{QuietWindowObservedMillis: quiet.Milliseconds(), NetworkInFlightStatus: net}
+		if quiet >= minQuiet && !changedByError {
+			p.Logf("idle after %v (%d samples), quiet for %v, network %s", now.Sub(start).Round(time.Millisecond), n+1, quiet, net)
+			return a, nil
+		}
+		left := deadline.Sub(now)
+		if left <= 0 {
+			return a, agent.Errorf(agent.ErrIdleTimeout, "UI not idle within %v: quiet for %v at most recently, %v needed (signals %s)",
+				maxWait, quiet.Round(time.Millisecond), minQuiet, strings.Join(signals, "+"))
+		}
+		if err := p.Wait(ctx, min(interval, left)); err != nil {
+			return nil, ctxErr(ctx, "waiting for idle")
+		}
+	}
+}
+
+// deadlineAware reports a probe cut by the node's own sampling bound as
+// idle_timeout, not as the caller's timeout.
+func deadlineAware(ctx, sctx context.Context, err error) error {
+	if ctx.Err() == nil && sctx.Err() != nil {
+		return agent.Wrap(agent.ErrIdleTimeout, err, "probe did not answer before maxWaitMillis")
+	}
+	return err
+}
+
+// takeSample reads all signals once. changedByError is true when a signal
+// could not be read for a retryable reason.
+func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int) (*idleSignature, NetworkInFlightStatus, bool, error) {
+	sig := &idleSignature{frames: -1}
+	changed := false
+	if sessionID != "" {
+		src, err := p.Driver.PageSource(ctx, sessionID)
+		if err != nil {
+			if e := agent.Classify(err); !e.Retryable {
+				return nil, "", false, e
+			}
+			changed = true
+		} else {
+			sum := sha256.Sum256([]byte(src))
+			sig.hierarchy = fmt.Sprintf("%x", sum)
+		}
+	}
+	cmd := "dumpsys window displays; echo " + sampleSplit + "; cat /proc/net/tcp /proc/net/tcp6"
+	if pkg != "" {
+		cmd = "dumpsys gfxinfo " + pkg + "; echo " + sampleSplit + "; " + cmd
+	}
+	r, err := p.Device.Shell(ctx, cmd)
+	if err != nil {
+		if e := agent.Classify(err); !e.Retryable {
+			return nil, "", false, e
+		}
+		return sig, "", true, nil
+	}
+	parts := strings.Split(r.Stdout, sampleSplit)
+	if pkg != "" {
+		if len(parts) != 3 {
+			return sig, "", true, nil
+		}
+		if fs, ok := adb.ParseGfxinfo(parts[0]); ok {
+			sig.frames = fs.TotalFrames
+		}
+		parts = parts[1:]
+	}
+	if len(parts) != 2 {
+		return sig, "", true, nil
+	}
+	for _, d := range adb.ParseWindowFocus(parts[0]) {
+		sig.focus += fmt.Sprintf("%d:%s|%s|%v;", d.DisplayID, d.CurrentFocusWindow, d.FocusedApp, d.CurrentFocusNull)
+	}
+	return sig, NetworkStatus(parts[1], uid), changed, nil
+}
+
+// appUID returns pkg's uid from `dumpsys package PKG` (userId=/appId=), or
+// `pm list packages -U PKG` ("package:PKG uid:N"); -1 when neither says.
+func appUID(ctx context.Context, p Ports, pkg string) int {
+	if r, err := p.Device.Shell(ctx, "dumpsys package "+pkg); err == nil {
+		if info, ok := adb.ParseDumpsysPackage(r.Stdout, pkg); ok && info.UserID > 0 {
+			return int(info.UserID)
+		}
+	}
+	if r, err := p.Device.Shell(ctx, "pm list packages -U "+pkg); err == nil {
+		for _, l := range strings.Split(r.Stdout, "\n") {
+			f := strings.Fields(l)
+			if len(f) == 2 && f[0] == "package:"+pkg && strings.HasPrefix(f[1], "uid:") {
+				if n, err := strconv.Atoi(strings.TrimPrefix(f[1], "uid:")); err == nil {
+					return n
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// TCPRow is one socket row of /proc/net/tcp or /proc/net/tcp6.
+type TCPRow struct {
+	State   int // st, hex in the table (01 ESTABLISHED, 0A LISTEN, …)
+	TxQueue int64
+	RxQueue int64
+	UID     int
+}
+
+// ParseProcNetTCP parses /proc/net/tcp and /proc/net/tcp6 (one or both,
+// concatenated): a header line "  sl  local_address rem_address   st
+// tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode", then rows
+// "   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 00000000:00000000 00:00000000
+// 00000000 10123 0 12345 …" (Linux net/ipv4/tcp_ipv4.c get_tcp4_sock,
+// net/ipv6/tcp_ipv6.c get_tcp6_sock: fields 4 = st, 5 = tx:rx in hex, 8 = uid).
+func ParseProcNetTCP(out string) []TCPRow {
+	var rows []TCPRow
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 8 || !strings.HasSuffix(f[0], ":") {
+			continue
+		}
+		if _, err := strconv.Atoi(strings.TrimSuffix(f[0], ":")); err != nil {
+			continue
+		}
+		st, err1 := strconv.ParseInt(f[3], 16, 32)
+		tx, rx, ok := strings.Cut(f[4], ":")
+		txq, err2 := strconv.ParseInt(tx, 16, 64)
+		rxq, err3 := strconv.ParseInt(rx, 16, 64)
+		uid, err4 := strconv.Atoi(f[7])
+		if !ok || err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+			continue
+		}
+		rows = append(rows, TCPRow{State: int(st), TxQueue: txq, RxQueue: rxq, UID: uid})
+	}
+	return rows
+}
+
+// NetworkStatus classifies the socket tables for uid (see WaitIdle).
+func NetworkStatus(tables string, uid int) NetworkInFlightStatus {
+	if uid < 0 || !strings.Contains(tables, "local_address") {
+		return NetworkUnknown
+	}
+	for _, r := range ParseProcNetTCP(tables) {
+		if r.UID == uid && (r.TxQueue > 0 || r.RxQueue > 0) {
+			return NetworkActive
+		}
+	}
+	return NetworkNone
+}

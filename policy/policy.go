@@ -1,0 +1,335 @@
+// Package policy holds the versioned policy documents of the device agent:
+// per-node timeouts, retry rules, the driver reuse / installation /
+// launch-attach modes and the idle heuristics. A document is immutable once
+// stored under its version; switching means pointing at another version.
+// Decide is pure. *Policy implements agent.RetryPolicy and *Store
+// agent.PolicySource, so package agent stays import-free.
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// Node names of the setup chain (screengraph-nodes.md).
+const (
+	NodeEnsureDevice   = "EnsureDevice"
+	NodeProvisionApp   = "ProvisionApp"
+	NodeLaunchOrAttach = "LaunchOrAttach"
+	NodeWaitIdle       = "WaitIdle"
+)
+
+// driverReusePolicy values (issue 3).
+const (
+	DriverReuseOrCreate = "REUSE_OR_CREATE" // reuse a healthy Appium session of the device, else create one
+	DriverCreateNew     = "CREATE_NEW"      // a new session every run
+	DriverReuseOnly     = "REUSE_ONLY"      // fail when no session can be reused
+)
+
+// installationPolicy values (issue 3).
+const (
+	InstallIfMissing            = "INSTALL_IF_MISSING"     // install only when the package is absent
+	InstallReinstallIfDifferent = "REINSTALL_IF_DIFFERENT" // install when version or signer differs
+	InstallAlwaysReinstall      = "ALWAYS_REINSTALL"       // reinstall every run
+	InstallNever                = "NEVER_INSTALL"          // never install; report what is there
+)
+
+// launchAttachMode values (issue 3).
+const (
+	LaunchOrAttach = "LAUNCH_OR_ATTACH" // bring the existing task forward, else launch (am start without -S)
+	ForceRestart   = "FORCE_RESTART"    // force-stop and launch (am start -S)
+	AttachOnly     = "ATTACH_ONLY"      // fail unless the app is already in front
+)
+
+var (
+	driverModes  = []string{DriverReuseOrCreate, DriverCreateNew, DriverReuseOnly}
+	installModes = []string{InstallIfMissing, InstallReinstallIfDifferent, InstallAlwaysReinstall, InstallNever}
+	launchModes  = []string{LaunchOrAttach, ForceRestart, AttachOnly}
+)
+
+// Duration is a time.Duration written as a Go duration string ("30s",
+// "1m30s") or as an integer number of milliseconds in YAML/JSON.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func parseDuration(s string) (Duration, error) {
+	v, err := time.ParseDuration(s)
+	return Duration(v), err
+}
+
+// UnmarshalYAML accepts "30s" or 30000 (milliseconds).
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: duration must be a scalar", n.Line)
+	}
+	var ms int64
+	if err := n.Decode(&ms); err == nil {
+		*d = Duration(time.Duration(ms) * time.Millisecond)
+		return nil
+	}
+	v, err := parseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = v
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// UnmarshalJSON accepts "30s" or 30000 (milliseconds).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var ms int64
+	if err := json.Unmarshal(b, &ms); err == nil {
+		*d = Duration(time.Duration(ms) * time.Millisecond)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: %s", b)
+	}
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// Retry is a retry rule. Attempt n (1-based) that fails with an id in
+// RetryOn is followed by attempt n+1 when n < MaxAttempts, after
+// min(InitialBackoff * Multiplier^(n-1), MaxBackoff).
+type Retry struct {
+	MaxAttempts    int             `yaml:"maxAttempts" json:"maxAttempts"`
+	InitialBackoff Duration        `yaml:"initialBackoff" json:"initialBackoff"`
+	MaxBackoff     Duration        `yaml:"maxBackoff" json:"maxBackoff"`
+	Multiplier     float64         `yaml:"multiplier" json:"multiplier"`
+	RetryOn        []agent.ErrorID `yaml:"retryOn" json:"retryOn"`
+}
+
+// IdleHeuristics configure WaitIdle (idleHeuristicsConfiguration).
+type IdleHeuristics struct {
+	MinQuietMillis       int `yaml:"minQuietMillis" json:"minQuietMillis"`
+	MaxWaitMillis        int `yaml:"maxWaitMillis" json:"maxWaitMillis"`
+	SampleIntervalMillis int `yaml:"sampleIntervalMillis" json:"sampleIntervalMillis"`
+}
+
+// Policy is one policy document, e.g. in YAML:
+//
+//	version: 2
+//	defaultTimeout: 60s
+//	timeouts: {EnsureDevice: 2m, WaitIdle: 30s}
+//	retries: {maxAttempts: 3, initialBackoff: 1s, maxBackoff: 10s, multiplier: 2,
+//	          retryOn: [timeout, network_error, device_offline]}
+//	nodeRetries: {ProvisionApp: {maxAttempts: 2, …}}
+//	driverReusePolicy: REUSE_OR_CREATE
+//	installationPolicy: INSTALL_IF_MISSING
+//	launchAttachMode: LAUNCH_OR_ATTACH
+//	idleHeuristics: {minQuietMillis: 500, maxWaitMillis: 10000, sampleIntervalMillis: 200}
+type Policy struct {
+	PolicyVersion int `yaml:"version" json:"version"`
+	// DefaultTimeout applies to nodes without an entry in Timeouts; 0 = none.
+	DefaultTimeout Duration            `yaml:"defaultTimeout" json:"defaultTimeout"`
+	Timeouts       map[string]Duration `yaml:"timeouts" json:"timeouts"`
+	// Retries is the rule for nodes without an entry in NodeRetries.
+	Retries            Retry            `yaml:"retries" json:"retries"`
+	NodeRetries        map[string]Retry `yaml:"nodeRetries,omitempty" json:"nodeRetries,omitempty"`
+	DriverReusePolicy  string           `yaml:"driverReusePolicy" json:"driverReusePolicy"`
+	InstallationPolicy string           `yaml:"installationPolicy" json:"installationPolicy"`
+	LaunchAttachMode   string           `yaml:"launchAttachMode" json:"launchAttachMode"`
+	Idle               IdleHeuristics   `yaml:"idleHeuristics" json:"idleHeuristics"`
+}
+
+var _ agent.RetryPolicy = (*Policy)(nil)
+
+// Default returns version 1 with these values and reasons:
+//   - EnsureDevice 2m: a cold emulator boot takes 15-28 s and a first
+//     UiAutomator2 session ~20 s on real devices (appium#11527), plus the
+//     server APK installs on a fresh device.
+//   - ProvisionApp 5m: artifact download + `pm install` of large APKs.
+//   - LaunchOrAttach 1m: `am start -W` returns in seconds; heavy cold starts
+//     take 10-20 s.
+//   - WaitIdle 30s: maxWaitMillis (10 s) plus the sampling and adb round trips.
+//   - default 1m for nodes added later.
+//   - retries: 3 attempts, 1 s doubling to at most 10 s: transient adb /
+//     Appium hiccups (a brief `device offline` right after an install) pass
+//     within seconds; three attempts bound a run to about 3x a node's timeout.
+//   - retryOn: exactly the ids agent.DefaultRetryable marks transient;
+//     boot_timeout and idle_timeout are not retried (a boot that did not
+//     finish in 2 minutes, or a never-idle screen, stays so).
+//   - modes: the spec's examples; REUSE_OR_CREATE saves the ~20 s session
+//     creation per run.
+//   - idle: 500 ms quiet within 10 s, as UiAutomation.waitForIdle(500, 10000);
+//     sampled every 200 ms as Maestro compares hierarchies.
+func Default() *Policy {
+	return &Policy{
+		PolicyVersion:  1,
+		DefaultTimeout: Duration(time.Minute),
+		Timeouts: map[string]Duration{
+			NodeEnsureDevice:   Duration(2 * time.Minute),
+			NodeProvisionApp:   Duration(5 * time.Minute),
+			NodeLaunchOrAttach: Duration(time.Minute),
+			NodeWaitIdle:       Duration(30 * time.Second),
+		},
+		Retries: Retry{
+			MaxAttempts: 3, InitialBackoff: Duration(time.Second), MaxBackoff: Duration(10 * time.Second), Multiplier: 2,
+			RetryOn: []agent.ErrorID{agent.ErrTimeout, agent.ErrNetwork, agent.ErrDeviceOffline, agent.ErrAppiumUnreachable,
+				agent.ErrSessionCreateFailed, agent.ErrArtifactUnavailable, agent.ErrLaunchTimeout},
+		},
+		DriverReusePolicy:  DriverReuseOrCreate,
+		InstallationPolicy: InstallIfMissing,
+		LaunchAttachMode:   LaunchOrAttach,
+		Idle:               IdleHeuristics{MinQuietMillis: 500, MaxWaitMillis: 10000, SampleIntervalMillis: 200},
+	}
+}
+
+// Parse reads a YAML (or JSON) document over Default(): keys the document
+// omits keep their default, maps merge key by key. The document must set
+// version. Unknown keys are errors. The result is validated.
+func Parse(data []byte) (*Policy, error) {
+	var probe struct {
+		Version *int `yaml:"version"`
+	}
+	if err := yaml.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if probe.Version == nil {
+		return nil, errors.New("policy: version is required")
+	}
+	p := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(p); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Load reads and parses the policy file at path (see Parse).
+func Load(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Validate reports every problem of p at once (errors.Join).
+func (p *Policy) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("policy: "+format, args...)) }
+	if p.PolicyVersion < 1 {
+		bad("version %d: must be >= 1", p.PolicyVersion)
+	}
+	if p.DefaultTimeout < 0 {
+		bad("defaultTimeout %s is negative", p.DefaultTimeout.D())
+	}
+	for n, d := range p.Timeouts {
+		if n == "" || d < 0 {
+			bad("timeouts[%q] = %s: need a node name and a duration >= 0", n, d.D())
+		}
+	}
+	check := func(where string, r Retry) {
+		if r.MaxAttempts < 1 {
+			bad("%s.maxAttempts %d: must be >= 1", where, r.MaxAttempts)
+		}
+		if r.InitialBackoff < 0 || r.MaxBackoff < r.InitialBackoff {
+			bad("%s: need 0 <= initialBackoff (%s) <= maxBackoff (%s)", where, r.InitialBackoff.D(), r.MaxBackoff.D())
+		}
+		if r.Multiplier < 1 || math.IsInf(r.Multiplier, 0) || math.IsNaN(r.Multiplier) {
+			bad("%s.multiplier %v: must be a finite number >= 1", where, r.Multiplier)
+		}
+		for _, id := range r.RetryOn {
+			if !slices.Contains(agent.ErrorIDs, id) {
+				bad("%s.retryOn: unknown errorId %q", where, id)
+			}
+		}
+	}
+	check("retries", p.Retries)
+	for n, r := range p.NodeRetries {
+		check("nodeRetries."+n, r)
+	}
+	for _, m := range []struct {
+		field, v string
+		ok       []string
+	}{
+		{"driverReusePolicy", p.DriverReusePolicy, driverModes},
+		{"installationPolicy", p.InstallationPolicy, installModes},
+		{"launchAttachMode", p.LaunchAttachMode, launchModes},
+	} {
+		if !slices.Contains(m.ok, m.v) {
+			bad("%s %q: want one of %v", m.field, m.v, m.ok)
+		}
+	}
+	i := p.Idle
+	if i.MinQuietMillis <= 0 || i.SampleIntervalMillis <= 0 || i.SampleIntervalMillis > i.MinQuietMillis || i.MaxWaitMillis < i.MinQuietMillis {
+		bad("idleHeuristics %+v: need 0 < sampleIntervalMillis <= minQuietMillis <= maxWaitMillis", i)
+	}
+	return errors.Join(errs...)
+}
+
+// Version is the document's version.
+func (p *Policy) Version() int { return p.PolicyVersion }
+
+// Timeout is node's attempt deadline: Timeouts[node], else DefaultTimeout.
+func (p *Policy) Timeout(node string) time.Duration {
+	if d, ok := p.Timeouts[node]; ok {
+		return d.D()
+	}
+	return p.DefaultTimeout.D()
+}
+
+// RetryFor is the rule for node: NodeRetries[node], else Retries.
+func (p *Policy) RetryFor(node string) Retry {
+	if r, ok := p.NodeRetries[node]; ok {
+		return r
+	}
+	return p.Retries
+}
+
+// Retryable says whether node's rule lists id.
+func (p *Policy) Retryable(node string, id agent.ErrorID) bool {
+	return slices.Contains(p.RetryFor(node).RetryOn, id)
+}
+
+// Decide is the method form of Decide.
+func (p *Policy) Decide(node string, id agent.ErrorID, attempt int) (bool, time.Duration) {
+	return Decide(p, node, id, attempt)
+}
+
+// Decide says whether attempt (1-based) of node, failed with id, gets
+// another attempt and after which backoff. Pure: same inputs, same answer.
+func Decide(p *Policy, node string, id agent.ErrorID, attempt int) (retry bool, backoff time.Duration) {
+	r := p.RetryFor(node)
+	if attempt < 1 || attempt >= r.MaxAttempts || !slices.Contains(r.RetryOn, id) {
+		return false, 0
+	}
+	b := float64(r.InitialBackoff) * math.Pow(r.Multiplier, float64(attempt-1))
+	if b > float64(r.MaxBackoff) || math.IsInf(b, 0) {
+		return true, r.MaxBackoff.D()
+	}
+	return true, time.Duration(b)
+}

@@ -1,0 +1,559 @@
+package snapshots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/migrations"
+)
+
+// OutboxChannel is the Postgres NOTIFY channel a CommitStep signals (payload:
+// the run id), so relays on other hosts wake at once.
+const OutboxChannel = "screengraph_outbox"
+
+// Postgres is the fleet store (pgx v5 pool). CommitStep locks the run's row
+// (SELECT … FOR UPDATE), so commits of one run serialize while runs proceed in
+// parallel; the unique constraints stay the last line of defense.
+type Postgres struct {
+	pool    *pgxpool.Pool
+	clock   agent.Clock
+	log     zerolog.Logger
+	commits chan struct{}
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+var (
+	_ agent.Store = (*Postgres)(nil)
+	_ Notifier    = (*Postgres)(nil)
+	_ StepEventer = (*Postgres)(nil)
+	_ Requeuer    = (*Postgres)(nil)
+)
+
+// PostgresOptions tune OpenPostgres; the zero value is the default.
+type PostgresOptions struct {
+	Clock agent.Clock
+	// SkipMigrate leaves the schema alone (a read-only role, `runs inspect`).
+	SkipMigrate bool
+	// NoListen skips the LISTEN connection: Commits() then only reports this
+	// process's commits.
+	NoListen bool
+	Log      zerolog.Logger
+}
+
+// OpenPostgres connects to url (postgres://…), applies pending migrations
+// (under goose's advisory lock, so daemons starting together migrate once)
+// and LISTENs on OutboxChannel.
+func OpenPostgres(ctx context.Context, url string, o PostgresOptions) (*Postgres, error) {
+	if o.Clock == nil {
+		o.Clock = agent.SystemClock{}
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("snapshots: postgres: %w", err)
+	}
+	if !o.SkipMigrate {
+		db := stdlib.OpenDBFromPool(pool)
+		_, err := migrations.Up(ctx, db, migrations.Postgres)
+		db.Close()
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	s := &Postgres{pool: pool, clock: o.Clock, log: o.Log, commits: make(chan struct{}, 1), stop: cancel}
+	if !o.NoListen {
+		s.wg.Add(1)
+		go s.listen(lctx)
+	}
+	return s, nil
+}
+
+// Pool is the underlying pool.
+func (s *Postgres) Pool() *pgxpool.Pool { return s.pool }
+
+// Commits implements Notifier: this process's commits and, through LISTEN,
+// every other writer's.
+func (s *Postgres) Commits() <-chan struct{} { return s.commits }
+
+func (s *Postgres) wake() {
+	select {
+	case s.commits <- struct{}{}:
+	default:
+	}
+}
+
+// listen keeps one connection LISTENing; after a lost connection it
+// reconnects, re-LISTENs and wakes the relay once (it may have missed
+// notifications meanwhile).
+func (s *Postgres) listen(ctx context.Context) {
+	defer s.wg.Done()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := s.pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "LISTEN "+OutboxChannel); err != nil {
+				conn.Conn().Close(context.Background())
+				return err
+			}
+			s.wake()
+			backoff = 100 * time.Millisecond
+			for {
+				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+					// The connection is in an unknown state: do not return it to the pool.
+					conn.Conn().Close(context.Background())
+					return err
+				}
+				s.wake()
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn().Err(err).Msg("postgres outbox LISTEN lost; reconnecting")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// Close stops the listener and closes the pool.
+func (s *Postgres) Close() error {
+	s.stop()
+	s.wg.Wait()
+	s.pool.Close()
+	return nil
+}
+
+func pgConstraint(err error, code, constraint string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code && (constraint == "" || pe.ConstraintName == constraint)
+}
+
+const (
+	pgUniqueViolation     = "23505"
+	pgForeignKeyViolation = "23503"
+)
+
+func jsonArg(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// CreateRun: see Embedded.CreateRun.
+func (s *Postgres) CreateRun(ctx context.Context, r agent.Run) error {
+	r, err := normalizeRun(r, s.clock)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)`,
+		r.RunID, r.TenantID, r.ProjectID, string(r.Status), r.Serial, r.Graph, jsonArg(r.Input), r.PolicyVersion, r.CreatedAt, r.UpdatedAt)
+	if pgConstraint(err, pgUniqueViolation, "runs_pkey") {
+		return fmt.Errorf("run %s: %w", r.RunID, ErrRunExists)
+	}
+	return err
+}
+
+const pgRunColumns = `run_id, tenant_id, project_id, status, serial, graph, input::text, policy_version, created_at, updated_at`
+
+func pgScanRun(row pgx.Row) (agent.Run, error) {
+	var (
+		r      agent.Run
+		status string
+		input  *string
+	)
+	err := row.Scan(&r.RunID, &r.TenantID, &r.ProjectID, &status, &r.Serial, &r.Graph, &input, &r.PolicyVersion, &r.CreatedAt, &r.UpdatedAt)
+	r.Status = agent.RunStatus(status)
+	if input != nil {
+		r.Input = []byte(*input)
+	}
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return r, err
+}
+
+// GetRun: see Embedded.GetRun.
+func (s *Postgres) GetRun(ctx context.Context, runID string) (agent.Run, error) {
+	r, err := pgScanRun(s.pool.QueryRow(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE run_id = $1`, runID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, fmt.Errorf("run %s: %w", runID, agent.ErrNotFound)
+	}
+	return r, err
+}
+
+// ListRuns: see Embedded.ListRuns.
+func (s *Postgres) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
+	q := `SELECT ` + pgRunColumns + ` FROM runs WHERE true`
+	var args []any
+	if len(f.Status) > 0 {
+		ss := make([]string, len(f.Status))
+		for i, st := range f.Status {
+			ss[i] = string(st)
+		}
+		args = append(args, ss)
+		q += fmt.Sprintf(` AND status = ANY($%d)`, len(args))
+	}
+	if f.Serial != "" {
+		args = append(args, f.Serial)
+		q += fmt.Sprintf(` AND serial = $%d`, len(args))
+	}
+	q += ` ORDER BY created_at DESC, run_id DESC`
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(` LIMIT $%d`, len(args))
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Run
+	for rows.Next() {
+		r, err := pgScanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// CommitStep: see Embedded.CommitStep. The run's row is locked first, so the
+// CAS and the sequence check see every earlier commit of the run; a
+// NOTIFY on OutboxChannel is sent at commit.
+func (s *Postgres) CommitStep(ctx context.Context, st agent.Step) error {
+	evs, err := prepareStep(st)
+	if err != nil {
+		return err
+	}
+	now := storeTime(s.clock.Now())
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+
+	var tenant, status string
+	err = tx.QueryRow(ctx, `SELECT tenant_id, status FROM runs WHERE run_id = $1 FOR UPDATE`, st.RunID).Scan(&tenant, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	var last int64
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = $1`, st.RunID).Scan(&last); err != nil {
+		return err
+	}
+	if err := checkStepAgainstRun(st, evs, tenant, agent.RunStatus(status), last); err != nil {
+		return err
+	}
+	if st.StatusTo != "" {
+		if _, err := tx.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3 AND status = $4`,
+			string(st.StatusTo), now, st.RunID, status); err != nil {
+			return err
+		}
+	}
+	var step *int
+	if st.Snapshot != nil {
+		step = &st.Snapshot.StepOrdinal
+	}
+	if len(evs) > 0 {
+		b := &pgx.Batch{}
+		for _, e := range evs {
+			b.Queue(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9)`,
+				e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.payload, e.Checksum, e.envelope, step)
+			b.Queue(`INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES ($1, $2, $3, $4, $5)`,
+				e.RunID, e.Sequence, e.EventID, e.subject, e.envelope)
+		}
+		b.Queue(`SELECT pg_notify($1, $2)`, OutboxChannel, st.RunID)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			switch {
+			case pgConstraint(err, pgUniqueViolation, "run_events_run_sequence_key"), pgConstraint(err, pgUniqueViolation, "run_outbox_unpublished_key"):
+				return fmt.Errorf("run %s: %v: %w", st.RunID, err, agent.ErrSequenceTaken)
+			case pgConstraint(err, pgUniqueViolation, "run_events_event_id_key"):
+				return fmt.Errorf("%w: event id already recorded: %v", ErrInvalid, err)
+			}
+			return err
+		}
+	}
+	if sn := st.Snapshot; sn != nil {
+		created := now
+		if !sn.CreatedAt.IsZero() {
+			created = storeTime(sn.CreatedAt)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6)`,
+			st.RunID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, jsonArg(sn.State), created)
+		if pgConstraint(err, pgUniqueViolation, "agent_state_snapshot_pkey") {
+			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, ErrSnapshotTaken)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if len(evs) > 0 {
+		s.wake()
+	}
+	return nil
+}
+
+// LastSequence: see Embedded.LastSequence.
+func (s *Postgres) LastSequence(ctx context.Context, runID string) (int64, error) {
+	var last int64
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = $1`, runID).Scan(&last)
+	return last, err
+}
+
+func pgEvents(rows pgx.Rows, err error) ([]agent.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Event
+	for rows.Next() {
+		var env []byte
+		if err := rows.Scan(&env); err != nil {
+			return nil, err
+		}
+		e, err := decodeEvent(env)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Events: see Embedded.Events.
+func (s *Postgres) Events(ctx context.Context, runID string, after int64) ([]agent.Event, error) {
+	return pgEvents(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND sequence > $2 ORDER BY sequence`, runID, after))
+}
+
+// StepEvents: see Embedded.StepEvents.
+func (s *Postgres) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
+	var one int
+	err := s.pool.QueryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`, runID, stepOrdinal).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("run %s step %d: %w", runID, stepOrdinal, agent.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return pgEvents(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND step_ordinal = $2 ORDER BY sequence`, runID, stepOrdinal))
+}
+
+const pgSnapshotColumns = `run_id, step_ordinal, node_name, resume_token, state::text, created_at`
+
+func pgScanSnapshot(row pgx.Row, runID, what string) (agent.Snapshot, error) {
+	var (
+		sn    agent.Snapshot
+		state *string
+	)
+	err := row.Scan(&sn.RunID, &sn.StepOrdinal, &sn.NodeName, &sn.ResumeToken, &state, &sn.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sn, fmt.Errorf("run %s %s snapshot: %w", runID, what, agent.ErrNotFound)
+	}
+	if state != nil {
+		sn.State = []byte(*state)
+	}
+	sn.CreatedAt = sn.CreatedAt.UTC()
+	return sn, err
+}
+
+// Snapshot: see Embedded.Snapshot.
+func (s *Postgres) Snapshot(ctx context.Context, runID string, stepOrdinal int) (agent.Snapshot, error) {
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`, runID, stepOrdinal),
+		runID, fmt.Sprintf("step %d", stepOrdinal))
+}
+
+// LatestSnapshot: see Embedded.LatestSnapshot.
+func (s *Postgres) LatestSnapshot(ctx context.Context, runID string) (agent.Snapshot, error) {
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1 ORDER BY step_ordinal DESC LIMIT 1`, runID),
+		runID, "latest")
+}
+
+// SetStatus: see Embedded.SetStatus.
+func (s *Postgres) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
+	if len(from) == 0 || to == "" {
+		return fmt.Errorf("%w: SetStatus needs from and to", ErrInvalid)
+	}
+	ss := make([]string, len(from))
+	for i, f := range from {
+		ss[i] = string(f)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3 AND status = ANY($4)`,
+		string(to), storeTime(s.clock.Now()), runID, ss)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	r, err := s.GetRun(ctx, runID)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("run %s is %s, not one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
+}
+
+// RequestControl: see Embedded.RequestControl.
+func (s *Postgres) RequestControl(ctx context.Context, c agent.Control) error {
+	if err := checkControl(c); err != nil {
+		return err
+	}
+	if c.RequestedAt.IsZero() {
+		c.RequestedAt = s.clock.Now()
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO run_control (id, run_id, kind, policy_version, requested_at) VALUES ($1, $2, $3, $4, $5)`,
+		ulid.Make().String(), c.RunID, c.Kind, c.PolicyVersion, storeTime(c.RequestedAt))
+	if pgConstraint(err, pgForeignKeyViolation, "") {
+		return fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
+	}
+	return err
+}
+
+// TakeControl: see Embedded.TakeControl. Concurrent takers lock disjoint rows
+// (FOR UPDATE SKIP LOCKED), so each request is returned once.
+func (s *Postgres) TakeControl(ctx context.Context, runID string) ([]agent.Control, error) {
+	rows, err := s.pool.Query(ctx, `UPDATE run_control SET taken_at = $2
+		WHERE id IN (SELECT id FROM run_control WHERE run_id = $1 AND taken_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED)
+		RETURNING id, kind, policy_version, requested_at`, runID, storeTime(s.clock.Now()))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	type taken struct {
+		id string
+		c  agent.Control
+	}
+	var ts []taken
+	for rows.Next() {
+		t := taken{c: agent.Control{RunID: runID}}
+		if err := rows.Scan(&t.id, &t.c.Kind, &t.c.PolicyVersion, &t.c.RequestedAt); err != nil {
+			return nil, err
+		}
+		t.c.RequestedAt = t.c.RequestedAt.UTC()
+		ts = append(ts, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// RETURNING has no order: sort by id, which is request order.
+	slices.SortFunc(ts, func(a, b taken) int { return strings.Compare(a.id, b.id) })
+	out := make([]agent.Control, len(ts))
+	for i, t := range ts {
+		out[i] = t.c
+	}
+	return out, nil
+}
+
+// Unpublished: see Embedded.Unpublished.
+func (s *Postgres) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT $1`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.OutboxRow
+	for rows.Next() {
+		var o agent.OutboxRow
+		if err := rows.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// MarkPublished: see Embedded.MarkPublished.
+func (s *Postgres) MarkPublished(ctx context.Context, runID string, sequence int64) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence = $3 AND published_at IS NULL`,
+		storeTime(s.clock.Now()), runID, sequence)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	var one int
+	err = s.pool.QueryRow(ctx, `SELECT 1 FROM run_outbox WHERE run_id = $1 AND sequence = $2 LIMIT 1`, runID, sequence).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("outbox row run %s sequence %d: %w", runID, sequence, agent.ErrNotFound)
+	}
+	return err
+}
+
+// Requeue: see Embedded.Requeue.
+func (s *Postgres) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox o SET published_at = NULL
+		WHERE o.run_id = $1 AND o.sequence >= $2 AND o.published_at IS NOT NULL
+		AND o.id = (SELECT MAX(o2.id) FROM run_outbox o2 WHERE o2.run_id = o.run_id AND o2.sequence = o.sequence)
+		AND NOT EXISTS (SELECT 1 FROM run_outbox o3 WHERE o3.run_id = o.run_id AND o3.sequence = o.sequence AND o3.published_at IS NULL)`,
+		runID, fromSequence)
+	if err != nil {
+		return 0, err
+	}
+	if tag.RowsAffected() > 0 {
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, OutboxChannel, runID); err != nil {
+			return int(tag.RowsAffected()), err
+		}
+		s.wake()
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// GetKV: see Embedded.GetKV.
+func (s *Postgres) GetKV(ctx context.Context, key string) ([]byte, error) {
+	var v []byte
+	err := s.pool.QueryRow(ctx, `SELECT value FROM agent_kv WHERE key = $1`, key).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("kv %q: %w", key, agent.ErrNotFound)
+	}
+	if err == nil && v == nil {
+		v = []byte{}
+	}
+	return v, err
+}
+
+// PutKV: see Embedded.PutKV.
+func (s *Postgres) PutKV(ctx context.Context, key string, value []byte) error {
+	if value == nil {
+		value = []byte{}
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES ($1, $2, $3)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, storeTime(s.clock.Now()))
+	return err
+}
