@@ -82,6 +82,13 @@ type StepEventer interface {
 	StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error)
 }
 
+// UpToMarker is implemented by stores that mark a run's outbox prefix in one
+// statement: every unpublished row of the run with sequence <= upTo. The
+// relay uses it to mark acked rows in groups instead of one write each.
+type UpToMarker interface {
+	MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error)
+}
+
 // Requeuer is implemented by stores that can enqueue published events again
 // (operator recovery after a stream was lost; tests of deduplication). It
 // clears published_at of the run's outbox rows with sequence >= from and

@@ -39,6 +39,7 @@ var (
 	_ Notifier    = (*Embedded)(nil)
 	_ StepEventer = (*Embedded)(nil)
 	_ Requeuer    = (*Embedded)(nil)
+	_ UpToMarker  = (*Embedded)(nil)
 )
 
 // EmbeddedOptions tune OpenEmbedded. The zero value is the default.
@@ -256,10 +257,10 @@ const runColumns = `run_id, tenant_id, project_id, status, serial, graph, input,
 
 func scanRun(sc interface{ Scan(...any) error }) (agent.Run, error) {
 	var (
-		r                    agent.Run
-		status               string
-		input                sql.NullString
-		created, updated     string
+		r                agent.Run
+		status           string
+		input            sql.NullString
+		created, updated string
 	)
 	if err := sc.Scan(&r.RunID, &r.TenantID, &r.ProjectID, &status, &r.Serial, &r.Graph, &input, &r.PolicyVersion, &created, &updated); err != nil {
 		return r, err
@@ -648,6 +649,21 @@ func (s *Embedded) MarkPublished(ctx context.Context, runID string, sequence int
 		return fmt.Errorf("outbox row run %s sequence %d: %w", runID, sequence, agent.ErrNotFound)
 	}
 	return err
+}
+
+// MarkPublishedUpTo implements UpToMarker.
+func (s *Embedded) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
+	w, err := s.writer()
+	if err != nil {
+		return 0, err
+	}
+	res, err := w.ExecContext(ctx, `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`,
+		fmtTime(s.clock.Now()), runID, upTo)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
 }
 
 // Requeue implements Requeuer: it clears published_at of the run's published

@@ -41,6 +41,7 @@ var (
 	_ Notifier    = (*Postgres)(nil)
 	_ StepEventer = (*Postgres)(nil)
 	_ Requeuer    = (*Postgres)(nil)
+	_ UpToMarker  = (*Postgres)(nil)
 )
 
 // PostgresOptions tune OpenPostgres; the zero value is the default.
@@ -514,6 +515,16 @@ func (s *Postgres) MarkPublished(ctx context.Context, runID string, sequence int
 		return fmt.Errorf("outbox row run %s sequence %d: %w", runID, sequence, agent.ErrNotFound)
 	}
 	return err
+}
+
+// MarkPublishedUpTo implements UpToMarker.
+func (s *Postgres) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence <= $3 AND published_at IS NULL`,
+		storeTime(s.clock.Now()), runID, upTo)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // Requeue: see Embedded.Requeue.

@@ -36,6 +36,12 @@ type Relay struct {
 	BatchSize int
 	// Concurrency: runs published in parallel (default 4).
 	Concurrency int
+	// MarkEvery: with a store that is an UpToMarker, acked rows are marked
+	// published in groups of up to MarkEvery (and at the end of each run's
+	// batch or before a failure is reported), not one write per row. A crash
+	// re-publishes at most MarkEvery-1 acked rows, which the stream
+	// deduplicates. Default 32; 1 marks every row on its own.
+	MarkEvery int
 	// PublishTimeout bounds one publish's wait for its ack (default 5 s).
 	PublishTimeout time.Duration
 	MinBackoff     time.Duration // default 50 ms
@@ -69,6 +75,9 @@ func (r *Relay) setDefaults() {
 	}
 	if r.Concurrency <= 0 {
 		r.Concurrency = 4
+	}
+	if r.MarkEvery <= 0 {
+		r.MarkEvery = 32
 	}
 	if r.PublishTimeout <= 0 {
 		r.PublishTimeout = 5 * time.Second
@@ -174,16 +183,14 @@ func (r *Relay) publishBatch(ctx context.Context, rows []agent.OutboxRow) (int, 
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			for _, row := range run {
-				if err := r.publishOne(ctx, row); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					return // n+1 waits until n is acked
+			n, err := r.publishRun(ctx, run)
+			count.Add(int64(n))
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
 				}
-				count.Add(1)
+				mu.Unlock()
 			}
 		}()
 	}
@@ -191,16 +198,65 @@ func (r *Relay) publishBatch(ctx context.Context, rows []agent.OutboxRow) (int, 
 	return int(count.Load()), firstErr
 }
 
-func (r *Relay) publishOne(ctx context.Context, row agent.OutboxRow) error {
-	pctx, cancel := context.WithTimeout(ctx, r.PublishTimeout)
-	err := r.Publisher.Publish(pctx, row.Subject, row.EventID, row.Body)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("run %s sequence %d: %w", row.RunID, row.Sequence, err)
+// publishRun publishes one run's rows in sequence order, each only after the
+// previous one was acked, and marks them published (one by one, or in groups
+// through UpToMarker). It returns how many rows it marked.
+func (r *Relay) publishRun(ctx context.Context, rows []agent.OutboxRow) (int, error) {
+	um, group := r.Store.(UpToMarker)
+	group = group && r.MarkEvery > 1
+	marked, acked := 0, 0 // acked: rows acked but not marked yet (group mode)
+	flush := func() error {
+		if acked == 0 {
+			return nil
+		}
+		last := rows[marked+acked-1]
+		// A canceled ctx must not lose acked rows' marks needlessly; the store
+		// call is short, so give it its own deadline.
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.PublishTimeout)
+		_, err := um.MarkPublishedUpTo(mctx, last.RunID, last.Sequence)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("run %s up to sequence %d acked, mark published: %w", last.RunID, last.Sequence, err)
+		}
+		marked += acked
+		r.published.Add(int64(acked))
+		acked = 0
+		return nil
 	}
-	if err := r.Store.MarkPublished(ctx, row.RunID, row.Sequence); err != nil {
-		return fmt.Errorf("run %s sequence %d acked, mark published: %w", row.RunID, row.Sequence, err)
+	for _, row := range rows {
+		if ctx.Err() != nil {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.PublishTimeout)
+		err := r.Publisher.Publish(pctx, row.Subject, row.EventID, row.Body)
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("run %s sequence %d: %w", row.RunID, row.Sequence, err)
+			if group {
+				err = errors.Join(err, flush())
+			}
+			return marked, err // n+1 waits until n is acked
+		}
+		if !group {
+			if err := r.Store.MarkPublished(ctx, row.RunID, row.Sequence); err != nil {
+				return marked, fmt.Errorf("run %s sequence %d acked, mark published: %w", row.RunID, row.Sequence, err)
+			}
+			marked++
+			r.published.Add(1)
+			continue
+		}
+		acked++
+		if acked >= r.MarkEvery {
+			if err := flush(); err != nil {
+				return marked, err
+			}
+		}
 	}
-	r.published.Add(1)
-	return nil
+	if group {
+		// Also on a canceled ctx: a clean stop marks what was acked.
+		if err := flush(); err != nil {
+			return marked, err
+		}
+	}
+	return marked, ctx.Err()
 }

@@ -269,7 +269,8 @@ func TestRelayJetStreamExactlyOnceAcrossRestart(t *testing.T) {
 	// First relay: killed right after the 25th ack, before marking it.
 	ctx1, cancel1 := context.WithCancel(t.Context())
 	killer := &cancelAfterAck{p: pub, n: 25, cancel: cancel1}
-	r1 := &snapshots.Relay{Store: s, Publisher: killer, Concurrency: 1}
+	// MarkEvery 1: one MarkPublished per row, which the kill makes fail.
+	r1 := &snapshots.Relay{Store: s, Publisher: killer, Concurrency: 1, MarkEvery: 1}
 	if err := r1.Run(ctx1); err != nil {
 		t.Fatal(err)
 	}

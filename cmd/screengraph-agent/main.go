@@ -24,6 +24,7 @@ type cli struct {
 	Globals
 	Devices  devicesCmd  `cmd:"" help:"List every device the adb server knows, with state, model, API level and boot readiness."`
 	Emulator emulatorCmd `cmd:"" help:"Emulators: start simulated ones."`
+	Runs     runsCmd     `cmd:"" help:"Inspect runs kept in the embedded store."`
 }
 
 type emulatorCmd struct {
