@@ -40,11 +40,10 @@ const (
 	SignatureMatched = "MATCHED"
 	// SignatureMismatched: it is another key.
 	SignatureMismatched = "MISMATCHED"
-	// SignatureSkipped: no expected digest was given, or nothing is installed.
-	SignatureSkipped = "SKIPPED"
-	// SignatureUnknown: the installed signer could not be read (base.apk not
+	// SignatureUnverified: not verified: no expected digest was given, nothing
+	// is installed, or the installed signer could not be read (base.apk not
 	// pullable or not parsable).
-	SignatureUnknown = "UNKNOWN"
+	SignatureUnverified = "UNVERIFIED"
 )
 
 // InstallState compares the installed app with the artifact by versionCode
@@ -613,7 +612,7 @@ func (r *provisioner) outcome() *ApplicationProvisioningOutcome {
 	if !r.read {
 		return nil
 	}
-	o := &ApplicationProvisioningOutcome{AppPresenceStatus: AppAbsent, SignatureValidationStatus: SignatureSkipped}
+	o := &ApplicationProvisioningOutcome{AppPresenceStatus: AppAbsent, SignatureValidationStatus: SignatureUnverified}
 	if !r.app.Present {
 		return o
 	}
@@ -623,7 +622,7 @@ func (r *provisioner) outcome() *ApplicationProvisioningOutcome {
 	switch {
 	case r.expected == "":
 	case r.signers == nil:
-		o.SignatureValidationStatus = SignatureUnknown
+		o.SignatureValidationStatus = SignatureUnverified
 	case slices.Contains(r.signers, r.expected):
 		o.SignatureValidationStatus = SignatureMatched
 	default:

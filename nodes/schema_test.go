@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -326,6 +327,38 @@ func TestOutputSchemasCarryCommon(t *testing.T) {
 		}
 		if len(doc.Properties) != len(names)+2 {
 			t.Errorf("%s.output: %d properties, want common + runId + one context", node, len(doc.Properties))
+		}
+	}
+}
+
+// The schemas' "default" values are the ones the nodes apply in Go.
+func TestSchemaDefaultsMatchGo(t *testing.T) {
+	def := func(id string, path ...string) any {
+		b, _ := SchemaJSON(id)
+		var doc map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		s := schemaAt(doc, path)
+		if s == nil {
+			t.Fatalf("%s: no schema at %v", id, path)
+		}
+		return s["default"]
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) }
+	for _, c := range []struct {
+		got, want any
+	}{
+		{def("EnsureDevice.input", "driverReusePolicy"), string(ReuseOrCreate)},
+		{def("EnsureDevice.input", "deviceConfiguration", "bootTimeoutMillis"), ms(DefaultBootTimeout)},
+		{def("LaunchOrAttach.input", "launchAttachMode"), string(LaunchOrAttachMode)},
+		{def("LaunchOrAttach.input", "launchTimeoutMillis"), ms(DefaultLaunchTimeout)},
+		{def("WaitIdle.input", "idleHeuristicsConfiguration", "minQuietMillis"), ms(DefaultMinQuiet)},
+		{def("WaitIdle.input", "idleHeuristicsConfiguration", "maxWaitMillis"), ms(DefaultMaxWait)},
+		{def("WaitIdle.input", "idleHeuristicsConfiguration", "samplingIntervalMillis"), ms(DefaultSampleInterval)},
+	} {
+		if c.got != c.want {
+			t.Errorf("schema default %v, Go default %v", c.got, c.want)
 		}
 	}
 }

@@ -17,7 +17,13 @@ import (
 // finished + 3 outbox rows + the snapshot) in one transaction, on the
 // embedded store (WAL, synchronous=NORMAL) in a temp dir.
 func BenchmarkCommitStep(b *testing.B) {
-	s := newEmbedded(b)
+	b.Run("embedded", func(b *testing.B) { benchCommitStep(b, newEmbedded(b)) })
+	// Postgres from Debian's package, fsync=off (a test server): the cost of
+	// the round trips and locks, not of the disk.
+	b.Run("postgres", func(b *testing.B) { benchCommitStep(b, newPostgres(b)) })
+}
+
+func benchCommitStep(b *testing.B, s agent.Store) {
 	r := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
 	if err := s.CreateRun(context.Background(), r); err != nil {
 		b.Fatal(err)

@@ -136,7 +136,8 @@ type preparedEvent struct {
 }
 
 // prepareStep validates a Step independently of the database: ULIDs, one
-// run, contiguous sequences, a CAS with its from-set. It does not know the
+// run, contiguous sequences, checksums (agent.VerifyChecksum), a CAS with its
+// from-set. It does not know the
 // run's tenant yet; checkTenant does, inside the transaction.
 func prepareStep(s agent.Step) ([]preparedEvent, error) {
 	if s.RunID == "" {
@@ -163,6 +164,9 @@ func prepareStep(s agent.Step) ([]preparedEvent, error) {
 		}
 		if e.Kind == "" || e.TS == "" || e.Checksum == "" {
 			return nil, fmt.Errorf("%w: event %s needs kind, ts and checksum", ErrInvalid, e.EventID)
+		}
+		if err := agent.VerifyChecksum(e); err != nil {
+			return nil, fmt.Errorf("%w: event %s: %v", ErrInvalid, e.EventID, err)
 		}
 		if e.Sequence < 1 {
 			return nil, fmt.Errorf("%w: event %s sequence %d < 1", ErrInvalid, e.EventID, e.Sequence)

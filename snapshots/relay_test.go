@@ -348,3 +348,23 @@ func TestRelayNATSOutageThenRecovery(t *testing.T) {
 	}
 	checkExactlyOnceInOrder(t, s, runs, streamEvents(t, pub.JetStream(), 12+18))
 }
+
+// In group-marking mode a clean stop (ctx canceled) still marks every row
+// that was acked, and nothing more.
+func TestRelayCleanStopMarksAcked(t *testing.T) {
+	s := newEmbedded(t)
+	commitRuns(t, s, 2, 30)
+	ctx, cancel := context.WithCancel(t.Context())
+	pub := &cancelAfterAck{p: &orderingPublisher{t: t, acked: map[string]int64{}}, n: 10, cancel: cancel}
+	relay := &snapshots.Relay{Store: s, Publisher: pub, Concurrency: 1}
+	if err := relay.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left, err := s.Unpublished(t.Context(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 50 || relay.Stats().Published != 10 {
+		t.Errorf("after a stop at the 10th ack: %d unpublished, %d marked; want 50 and 10", len(left), relay.Stats().Published)
+	}
+}

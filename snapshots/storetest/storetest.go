@@ -6,14 +6,11 @@ package storetest
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +35,9 @@ func NewRun(tenant, serial string) agent.Run {
 }
 
 // Event returns a complete envelope of run r at sequence seq with a fresh
-// eventId and the checksum sha256(eventId|runId|sequence|kind|payload), hex.
+// eventId, sealed by agent.Event.Seal (sha256 over
+// eventId|runId|sequence|kind|RFC 8785 payload). It panics on a payload that
+// is not valid JSON: a bug in the test.
 func Event(r agent.Run, seq int64, kind string, payload string) agent.Event {
 	e := agent.Event{
 		EventID:   ulid.Make().String(),
@@ -46,13 +45,14 @@ func Event(r agent.Run, seq int64, kind string, payload string) agent.Event {
 		TenantID:  r.TenantID,
 		ProjectID: r.ProjectID,
 		Sequence:  seq,
-		TS:        time.Now().UTC().Format("2006-01-02T15:04:05.000Z"),
+		TS:        agent.FormatTS(time.Now()),
 		Kind:      kind,
 		Version:   agent.EventVersion,
 		Payload:   json.RawMessage(payload),
 	}
-	sum := sha256.Sum256([]byte(e.EventID + "|" + e.RunID + "|" + strconv.FormatInt(seq, 10) + "|" + kind + "|" + payload))
-	e.Checksum = hex.EncodeToString(sum[:])
+	if err := e.Seal(); err != nil {
+		panic(err)
+	}
 	return e
 }
 
@@ -394,6 +394,11 @@ func testGapAndInvalid(t *testing.T, s agent.Store) {
 			e.TenantID = "someone-else"
 			return e
 		}()}},
+		"bad checksum": {RunID: r.RunID, Events: []agent.Event{func() agent.Event {
+			e := Event(r, 1, agent.KindRunStarted, `{"a":1}`)
+			e.Payload = json.RawMessage(`{"a":2}`)
+			return e
+		}()}},
 		"event of other run": {RunID: r.RunID, Events: []agent.Event{Event(NewRun("T", "y"), 1, agent.KindRunStarted, `{}`)}},
 	}
 	for name, st := range bad {
@@ -493,12 +498,31 @@ func testOutbox(t *testing.T, s agent.Store) {
 		t.Errorf("after marking 1..2, first unpublished = %s/%d, want %s/3", rows2[0].RunID, rows2[0].Sequence, first)
 	}
 
+	if um, ok := s.(interface {
+		MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error)
+	}); ok {
+		other := rows2[len(rows2)-1].RunID // the run with 3 unpublished rows
+		if n, err := um.MarkPublishedUpTo(ctx(t), other, 2); err != nil || n != 2 {
+			t.Errorf("MarkPublishedUpTo(2) = %d, %v; want 2", n, err)
+		}
+		if n, err := um.MarkPublishedUpTo(ctx(t), other, 2); err != nil || n != 0 {
+			t.Errorf("MarkPublishedUpTo(2) again = %d, %v; want 0", n, err)
+		}
+		if err := s.MarkPublished(ctx(t), other, 3); err != nil {
+			t.Fatal(err)
+		}
+		if left, _ := s.Unpublished(ctx(t), 100); len(left) != 4 {
+			t.Errorf("after marking the other run: %d unpublished, want 4", len(left))
+		}
+	}
+
 	rq, ok := s.(interface {
 		Requeue(ctx context.Context, runID string, fromSequence int64) (int, error)
 	})
 	if !ok {
 		return
 	}
+	before, _ := s.Unpublished(ctx(t), 100)
 	n, err := rq.Requeue(ctx(t), first, 1)
 	if err != nil || n != 2 {
 		t.Fatalf("Requeue(from 1) = %d, %v; want 2 (only published rows)", n, err)
@@ -510,7 +534,7 @@ func testOutbox(t *testing.T, s agent.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkOrdered(t, rows3, 9)
+	checkOrdered(t, rows3, len(before)+2)
 }
 
 // checkOrdered: n rows, ordered by (run, sequence), no (run, sequence) twice.

@@ -1,0 +1,223 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
+)
+
+func i64(v int64) *int64 { return &v }
+
+func idleIn(minQuiet, maxWait int64) WaitIdleInput {
+	return WaitIdleInput{RunID: "01JRUN",
+		DeviceRuntimeContext:           &DeviceRuntimeContext{DriverSessionID: "s1", DeviceID: "emulator-5554"},
+		ApplicationUnderTestDescriptor: &ApplicationUnderTestDescriptor{AndroidPackageID: demoPkg},
+		IdleHeuristicsConfiguration:    IdleHeuristicsConfiguration{MinQuietMillis: i64(minQuiet), MaxWaitMillis: i64(maxWait)}}
+}
+
+func startActivity(t *testing.T, d device.Device, act string) {
+	t.Helper()
+	r, err := d.Shell(context.Background(), "am start-activity -W -S -n "+demoPkg+"/"+act)
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("start %s: %v %+v", act, err, r)
+	}
+}
+
+// HomeActivity animates for 600 ms (frames grow) and has sockets busy for
+// 1 s: WaitIdle settles after the animation, on the model's real gfxinfo and
+// window dumps, in fake time.
+func TestWaitIdleSettlesOnModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newModel(t)
+		startActivity(t, d, ".HomeActivity")
+		start := time.Now()
+		out, err := WaitIdle(context.Background(), idleIn(400, 5000), Ports{Device: d, Driver: &fakeDriver{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		checkSuccessCommon(t, out.Common, NodeWaitIdle)
+		a := out.UIStabilityAssessment
+		if a.QuietWindowObservedMillis < 400 || a.QuietWindowObservedMillis > 400+200 {
+			t.Errorf("quiet window %d ms", a.QuietWindowObservedMillis)
+		}
+		// Idle needs the 600 ms animation to end plus 400 ms of quiet.
+		if took < time.Second || took > 1400*time.Millisecond {
+			t.Errorf("idle after %v", took)
+		}
+		if a.NetworkInFlightStatus == NetworkUnknown {
+			t.Errorf("network status UNKNOWN: uid or /proc/net/tcp not read")
+		}
+		b, _ := json.Marshal(out)
+		if _, err := ValidateOutput(NodeWaitIdle, b, ModeStrict); err != nil {
+			t.Errorf("output %s: %v", b, err)
+		}
+		// Sockets: busy right after a launch, quiet later.
+		startActivity(t, d, ".HomeActivity")
+		uid := appUID(context.Background(), Ports{Device: d}, demoPkg)
+		r, _ := d.Shell(context.Background(), "cat /proc/net/tcp /proc/net/tcp6")
+		if s := NetworkStatus(r.Stdout, uid); s != NetworkActive {
+			t.Errorf("right after launch: %s (uid %d)\n%s", s, uid, r.Stdout)
+		}
+		time.Sleep(2 * time.Second)
+		r, _ = d.Shell(context.Background(), "cat /proc/net/tcp /proc/net/tcp6")
+		if s := NetworkStatus(r.Stdout, uid); s != NetworkNone {
+			t.Errorf("2 s after launch: %s", s)
+		}
+	})
+}
+
+// SpinnerActivity is never idle: idle_timeout at maxWaitMillis, no later.
+func TestWaitIdleSpinnerTimesOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newModel(t)
+		startActivity(t, d, ".SpinnerActivity")
+		start := time.Now()
+		out, err := WaitIdle(context.Background(), idleIn(400, 1500), Ports{Device: d, Driver: &fakeDriver{}})
+		wantID(t, err, agent.ErrIdleTimeout, false)
+		if took := time.Since(start); took != 1500*time.Millisecond {
+			t.Errorf("idle_timeout after %v, want exactly maxWaitMillis in fake time", took)
+		}
+		checkFailureCommon(t, out.Common, agent.ErrIdleTimeout)
+		if out.UIStabilityAssessment == nil || out.UIStabilityAssessment.QuietWindowObservedMillis >= 400 {
+			t.Errorf("assessment %+v", out.UIStabilityAssessment)
+		}
+		b, _ := json.Marshal(out)
+		if _, err := ValidateOutput(NodeWaitIdle, b, ModeStrict); err != nil {
+			t.Errorf("output %s: %v", b, err)
+		}
+	})
+}
+
+var totalFramesRe = regexp.MustCompile(`Total frames rendered: \d+`)
+
+// quietDevice answers like an idle app: constant frames and focus, no sockets.
+func quietDevice(t *testing.T, frames func() int64) *scriptDevice {
+	gfx := capture(t, "dumpsys-gfxinfo/api31plus-phone-instagram.txt")
+	return &scriptDevice{serial: "s", shell: func(cmd string) (device.ShellResult, error) {
+		switch {
+		case strings.HasPrefix(cmd, "dumpsys package"):
+			return device.ShellResult{Stdout: ""}, nil
+		case strings.HasPrefix(cmd, "pm list packages -U"):
+			return device.ShellResult{Stdout: "package:" + demoPkg + " uid:10123\n"}, nil
+		}
+		g := gfx
+		if frames != nil {
+			g = totalFramesRe.ReplaceAllString(gfx, fmt.Sprintf("Total frames rendered: %d", frames()))
+		}
+		return device.ShellResult{Stdout: g + sampleSplit + "\n  Display: mDisplayId=0\n    mCurrentFocus=Window{1 u0 com.example.app/com.example.app.HomeActivity}\n" +
+			sampleSplit + "\n  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+			"   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 00000000:00000000 00:00000000 00000000 10123        0 4242 1 0000000000000000 20 4 30 10 -1\n"}, nil
+	}}
+}
+
+func TestWaitIdleHierarchySignal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The hierarchy changes on the first 5 samples, then holds.
+		drv := &fakeDriver{source: func(_ string, n int) (string, error) {
+			return fmt.Sprintf("<hierarchy><node text=%q/></hierarchy>", fmt.Sprint(min(n, 5))), nil
+		}}
+		in := idleIn(600, 5000)
+		in.IdleHeuristicsConfiguration.SamplingIntervalMillis = i64(100)
+		start := time.Now()
+		out, err := WaitIdle(context.Background(), in, Ports{Device: quietDevice(t, nil), Driver: drv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sample 5 (t=500 ms) is the first of the stable run; idle 600 ms later.
+		if took := time.Since(start); took != 1100*time.Millisecond {
+			t.Errorf("idle after %v", took)
+		}
+		if out.UIStabilityAssessment.QuietWindowObservedMillis != 600 || out.UIStabilityAssessment.NetworkInFlightStatus != NetworkNone {
+			t.Errorf("assessment %+v", out.UIStabilityAssessment)
+		}
+	})
+}
+
+func TestWaitIdleErrors(t *testing.T) {
+	t.Run("session gone is not retried", func(t *testing.T) {
+		drv := &fakeDriver{source: func(string, int) (string, error) {
+			return "", &agent.Error{ID: agent.ErrSessionCreateFailed, Code: "invalid session id", Retryable: false}
+		}}
+		out, err := WaitIdle(context.Background(), idleIn(400, 2000), Ports{Device: quietDevice(t, nil), Driver: drv})
+		wantID(t, err, agent.ErrSessionCreateFailed, false)
+		if out.UIStabilityAssessment != nil {
+			t.Error("assessment on a non-timeout failure")
+		}
+	})
+	t.Run("retryable page source errors count as change", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			drv := &fakeDriver{source: func(string, int) (string, error) {
+				return "", agent.Errorf(agent.ErrTimeout, "page source slow")
+			}}
+			start := time.Now()
+			_, err := WaitIdle(context.Background(), idleIn(400, 1000), Ports{Device: quietDevice(t, nil), Driver: drv})
+			wantID(t, err, agent.ErrIdleTimeout, false)
+			if took := time.Since(start); took != time.Second {
+				t.Errorf("after %v", took)
+			}
+		})
+	})
+	t.Run("growing frames keep it busy", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := int64(0)
+			dev := quietDevice(t, func() int64 { return n })
+			inner := dev.shell
+			dev.shell = func(cmd string) (device.ShellResult, error) {
+				if strings.HasPrefix(cmd, "dumpsys gfxinfo") {
+					n += 10
+				}
+				return inner(cmd)
+			}
+			_, err := WaitIdle(context.Background(), idleIn(400, 1000), Ports{Device: dev, Driver: &fakeDriver{}})
+			wantID(t, err, agent.ErrIdleTimeout, false)
+		})
+	})
+	t.Run("device offline", func(t *testing.T) {
+		dev := &scriptDevice{serial: "s", shell: func(string) (device.ShellResult, error) {
+			return device.ShellResult{}, &agent.Error{ID: agent.ErrDeviceUnauthorized}
+		}}
+		_, err := WaitIdle(context.Background(), idleIn(400, 1000), Ports{Device: dev, Driver: &fakeDriver{}})
+		wantID(t, err, agent.ErrDeviceUnauthorized, false)
+	})
+	t.Run("canceled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := WaitIdle(ctx, idleIn(400, 1000), Ports{Device: quietDevice(t, nil), Driver: &fakeDriver{}})
+		if e := agent.Classify(err); e.ID != agent.ErrInterrupted {
+			t.Errorf("got %v", err)
+		}
+	})
+}
+
+func TestNetworkStatus(t *testing.T) {
+	hdr := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+	row := func(tx, rx string, uid int) string {
+		return fmt.Sprintf("   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 %s:%s 00:00000000 00000000 %5d        0 4242 1 0000000000000000 20 4 30 10 -1\n", tx, rx, uid)
+	}
+	for _, c := range []struct {
+		tables string
+		uid    int
+		want   NetworkInFlightStatus
+	}{
+		{hdr + row("00000000", "00000000", 10123), 10123, NetworkNone},
+		{hdr + row("000001A0", "00000000", 10123), 10123, NetworkActive},
+		{hdr + row("00000000", "00000010", 10123), 10123, NetworkActive},
+		{hdr + row("000001A0", "00000000", 10999), 10123, NetworkNone}, // another app's socket
+		{hdr, 10123, NetworkNone},
+		{hdr + row("000001A0", "00000000", 10123), -1, NetworkUnknown},
+		{"cat: /proc/net/tcp: Permission denied\n", 10123, NetworkUnknown},
+	} {
+		if got := NetworkStatus(c.tables, c.uid); got != c.want {
+			t.Errorf("NetworkStatus(%q, %d) = %s, want %s", c.tables, c.uid, got, c.want)
+		}
+	}
+}
