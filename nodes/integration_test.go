@@ -26,9 +26,6 @@ import (
 // the REAL Appium 3 server with the uiautomator2 driver. Inputs go through
 // the schemas in coerce mode, as the daemon will submit them.
 func TestSetupChainOnSimulator(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts adb and Appium")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	srv := simtest.StartADBServer(t)

@@ -23,7 +23,8 @@ import (
 
 // A real Postgres from Debian's postgresql package, started once per test
 // binary on its own port and directory, as the postgres user when the tests
-// run as root (postgres refuses to run as root). Skipped when not installed.
+// run as root (postgres refuses to run as root). Fails when not installed:
+// tools/setup.sh installs it.
 var pg struct {
 	once  sync.Once
 	dir   string
@@ -109,7 +110,7 @@ func newPostgresURL(t testing.TB) string {
 	t.Helper()
 	pg.once.Do(startPostgres)
 	if pg.err != nil {
-		t.Skipf("no Postgres: %v", pg.err)
+		t.Fatalf("no Postgres: %v", pg.err)
 	}
 	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", pg.port)
 	conn, err := pgx.Connect(context.Background(), admin)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the agent and its tests need on a fresh Debian machine, from the
-# package registries only: adb, aapt and apksigner (Debian), the real Appium 3
+# package registries only: adb, aapt, apksigner and postgresql (Debian), the real Appium 3
 # server and appium-adb (npm, pinned in tools/node/package-lock.json), and the
 # uiautomator2 driver into a project-local APPIUM_HOME. Re-running it is cheap.
 set -euo pipefail
@@ -16,6 +16,9 @@ command -v apksigner >/dev/null || need_apt+=(apksigner zipalign)
 command -v keytool >/dev/null || need_apt+=(default-jre-headless)
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
+# Postgres: the fleet store's tests start their own server from Debian's package.
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
+command -v runuser >/dev/null || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   sudo_ apt-get update -qq

@@ -27,7 +27,7 @@ func settingsAPK(t *testing.T) string {
 	p := filepath.Join("..", "..", "..", ".cache", "appium-home", "node_modules", "appium-uiautomator2-driver",
 		"node_modules", "io.appium.settings", "apks", "settings_apk-debug.apk")
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("io.appium.settings APK not installed (run make setup): %v", err)
+		t.Fatalf("io.appium.settings APK not installed (run make setup): %v", err)
 	}
 	return p
 }
@@ -38,7 +38,7 @@ var apksignerDigestRe = regexp.MustCompile(`(?m)^Signer #\d+ certificate SHA-256
 func apksignerDigests(t *testing.T, path string, args ...string) []string {
 	t.Helper()
 	if _, err := exec.LookPath("apksigner"); err != nil {
-		t.Skip("apksigner not installed")
+		t.Fatal("apksigner not installed")
 	}
 	out, err := exec.Command("apksigner", append(append([]string{"verify", "--print-certs"}, args...), path)...).CombinedOutput()
 	if err != nil {
@@ -60,7 +60,7 @@ var badgingRe = regexp.MustCompile(`package: name='([^']+)' versionCode='(\d+)' 
 func aapt2Badging(t *testing.T, path string) (string, string) {
 	t.Helper()
 	if _, err := exec.LookPath("aapt2"); err != nil {
-		t.Skip("aapt2 not installed")
+		t.Fatal("aapt2 not installed")
 	}
 	out, err := exec.Command("aapt2", "dump", "badging", path).CombinedOutput()
 	if err != nil {
@@ -194,7 +194,7 @@ func TestInspectTamperedAndUnsigned(t *testing.T) {
 // apksigner's own answer for that range.
 func TestInspectKeyRotation(t *testing.T) {
 	if _, err := exec.LookPath("apksigner"); err != nil {
-		t.Skip("apksigner not installed")
+		t.Fatal("apksigner not installed")
 	}
 	dir := t.TempDir()
 	keys := filepath.Join("..", "..", "..", "fixtures", "keys")
