@@ -41,6 +41,11 @@ type ServerConfig struct {
 	// LogFile receives Appium's log (stdout and stderr); "" keeps only the last
 	// 256 KiB in memory (Server.LogTail).
 	LogFile string
+	// Detached leaves the server running after this process exits (a local
+	// Appium that later runs reuse, with its sessions): it gets its own session
+	// (setsid) and writes straight to LogFile, which is then required, instead
+	// of through a pipe that would close with us.
+	Detached bool
 	// StartTimeout bounds the wait for GET /status ready; 0 means 60 s.
 	StartTimeout time.Duration
 	// StopTimeout is how long Stop waits after SIGTERM before SIGKILL; 0 means 20 s.
@@ -138,7 +143,18 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	s := &Server{URL: fmt.Sprintf("http://%s", net.JoinHostPort(addr, strconv.Itoa(port))), Port: port,
 		cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: 256 << 10}, stopTo: stopTO}
 	var w io.Writer = s.tail
-	if cfg.LogFile != "" {
+	if cfg.Detached {
+		if cfg.LogFile == "" {
+			return nil, agent.Errorf(agent.ErrInvalidRequest, "appium: a detached server needs a LogFile")
+		}
+		f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, agent.Wrap(agent.ErrProcess, err, "appium: open log file")
+		}
+		s.logFile = f
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		cmd.Stdout, cmd.Stderr = f, f
+	} else if cfg.LogFile != "" {
 		f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return nil, agent.Wrap(agent.ErrProcess, err, "appium: open log file")
@@ -146,7 +162,9 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		s.logFile = f
 		w = io.MultiWriter(f, s.tail)
 	}
-	cmd.Stdout, cmd.Stderr = w, w
+	if !cfg.Detached {
+		cmd.Stdout, cmd.Stderr = w, w
+	}
 	if err := cmd.Start(); err != nil {
 		s.closeLog()
 		return nil, agent.Wrap(agent.ErrProcess, err, "appium: start %s", bin)
@@ -306,3 +324,6 @@ func repoRoot() string {
 		dir = parent
 	}
 }
+
+// PID is the server process id.
+func (s *Server) PID() int { return s.cmd.Process.Pid }

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -22,9 +23,11 @@ type Globals struct {
 
 type cli struct {
 	Globals
+	Run      runCmd      `cmd:"" help:"Run the setup chain (EnsureDevice, ProvisionApp, LaunchOrAttach, WaitIdle) on one device."`
 	Devices  devicesCmd  `cmd:"" help:"List every device the adb server knows, with state, model, API level and boot readiness."`
 	Emulator emulatorCmd `cmd:"" help:"Emulators: start simulated ones."`
 	Runs     runsCmd     `cmd:"" help:"Inspect runs kept in the embedded store."`
+	Appium   appiumCmd   `cmd:"" help:"The local Appium server runs start."`
 }
 
 type emulatorCmd struct {
@@ -66,7 +69,8 @@ type exitError struct {
 func (e exitError) Error() string { return e.err.Error() }
 
 func exitCode(err error) int {
-	if e, ok := err.(exitError); ok {
+	var e exitError
+	if errors.As(err, &e) {
 		return e.code
 	}
 	return 1

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/appium"
+)
+
+// localAppiumState is dataDir/appium.json: the local Appium server this data
+// dir started, so later runs reuse it and the sessions it holds.
+type localAppiumState struct {
+	URL     string `json:"url"`
+	PID     int    `json:"pid"`
+	ADBPort int    `json:"adbPort"`
+}
+
+func localAppiumFile(dataDir string) string { return filepath.Join(dataDir, "appium.json") }
+
+// localAppium returns the URL of the data dir's local Appium server for the
+// adb server on adbPort, starting a detached one when none answers. started
+// is how long a start took (0 when one was reused).
+func localAppium(ctx context.Context, dataDir string, adbPort int) (url string, started time.Duration, err error) {
+	var st localAppiumState
+	if b, err := os.ReadFile(localAppiumFile(dataDir)); err == nil && json.Unmarshal(b, &st) == nil && st.ADBPort == adbPort {
+		c, err := appium.New(st.URL, appium.Options{Timeout: 2 * time.Second})
+		if err == nil {
+			if _, err := c.Status(ctx); err == nil {
+				return st.URL, 0, nil
+			}
+		}
+	}
+	start := time.Now()
+	srv, err := appium.StartServer(ctx, appium.ServerConfig{ADBServerPort: adbPort, Detached: true,
+		LogFile: filepath.Join(dataDir, "appium.log")})
+	if err != nil {
+		return "", 0, fmt.Errorf("local Appium server: %w", err)
+	}
+	st = localAppiumState{URL: srv.URL, PID: srv.PID(), ADBPort: adbPort}
+	b, _ := json.Marshal(st)
+	if err := os.WriteFile(localAppiumFile(dataDir), b, 0o600); err != nil {
+		return "", 0, err
+	}
+	return srv.URL, time.Since(start), nil
+}
+
+// stopLocalAppium ends the data dir's local Appium server, if any.
+func stopLocalAppium(dataDir string) (bool, error) {
+	b, err := os.ReadFile(localAppiumFile(dataDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var st localAppiumState
+	if err := json.Unmarshal(b, &st); err != nil || st.PID <= 0 {
+		return false, fmt.Errorf("%s: unreadable", localAppiumFile(dataDir))
+	}
+	os.Remove(localAppiumFile(dataDir))
+	// The server leads its own session and process group (setsid).
+	if err := syscall.Kill(-st.PID, syscall.SIGTERM); err != nil {
+		return false, nil // already gone
+	}
+	for i := 0; i < 100 && syscall.Kill(st.PID, 0) == nil; i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	syscall.Kill(-st.PID, syscall.SIGKILL)
+	return true, nil
+}
+
+type appiumCmd struct {
+	Stop appiumStopCmd `cmd:"" help:"Stop the local Appium server that runs of this data dir started."`
+}
+
+type appiumStopCmd struct {
+	storeFlags
+}
+
+func (c *appiumStopCmd) Run() error {
+	dir, err := c.dir()
+	if err != nil {
+		return err
+	}
+	stopped, err := stopLocalAppium(dir)
+	if err != nil {
+		return err
+	}
+	if stopped {
+		fmt.Println("stopped the local Appium server")
+	} else {
+		fmt.Println("no local Appium server was running")
+	}
+	return nil
+}

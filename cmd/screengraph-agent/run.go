@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/nodes"
+)
+
+type runCmd struct {
+	storeFlags
+	ADBServer string `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
+	Serial    string `help:"Device serial (or AVD/model name) to prepare."`
+	Appium    string `help:"Appium server URL; default: start a local one for this run."`
+	Package   string `help:"Android package id of the app under test."`
+	APK       string `help:"APK reference: a path, file://, https:// or s3:// URL." name:"apk"`
+	SHA256    string `help:"Expected signer certificate SHA-256 of the APK (hex)." name:"sha256"`
+	Activity  string `help:"Activity to launch (default: the package's launcher activity)."`
+	Policy    string `help:"Policy document (YAML or JSON) to run under." type:"existingfile"`
+	Input     string `help:"Run request JSON: {ensureDevice, provisionApp, launchOrAttach, waitIdle, schemaMode}; flags fill what it leaves out." type:"existingfile"`
+	Tenant    string `help:"Tenant id carried by every event." default:"local"`
+	Project   string `help:"Project id carried by every event."`
+	Output    string `help:"Output format: text (progress on stderr) or json." default:"text" enum:"text,json"`
+}
+
+// request builds the run request from --input and the flags.
+func (c *runCmd) request() (nodes.SetupRequest, error) {
+	var req nodes.SetupRequest
+	if c.Input != "" {
+		b, err := os.ReadFile(c.Input)
+		if err != nil {
+			return req, err
+		}
+		if err := json.Unmarshal(b, &req); err != nil {
+			return req, agent.Wrap(agent.ErrInvalidRequest, err, "--input %s", c.Input)
+		}
+	}
+	apk := c.APK
+	if apk != "" && !strings.Contains(apk, "://") {
+		abs, err := filepath.Abs(apk)
+		if err != nil {
+			return req, err
+		}
+		apk = "file://" + abs
+	}
+	set := func(raw *json.RawMessage, path []string, v any) error {
+		obj := map[string]any{}
+		if len(*raw) > 0 {
+			if err := json.Unmarshal(*raw, &obj); err != nil {
+				return agent.Wrap(agent.ErrInvalidRequest, err, "--input %s", c.Input)
+			}
+		}
+		m := obj
+		for _, k := range path[:len(path)-1] {
+			sub, ok := m[k].(map[string]any)
+			if !ok {
+				sub = map[string]any{}
+				m[k] = sub
+			}
+			m = sub
+		}
+		if v != "" { // a flag overrides --input
+			m[path[len(path)-1]] = v
+		}
+		b, _ := json.Marshal(obj)
+		*raw = b
+		return nil
+	}
+	steps := []struct {
+		raw  *json.RawMessage
+		path []string
+		v    string
+	}{
+		{&req.EnsureDevice, []string{"deviceConfiguration", "platformName"}, "android"},
+		{&req.EnsureDevice, []string{"deviceConfiguration", "deviceName"}, c.Serial},
+		{&req.ProvisionApp, []string{"applicationUnderTestDescriptor", "androidPackageId"}, c.Package},
+		{&req.ProvisionApp, []string{"applicationUnderTestDescriptor", "apkStorageObjectReference"}, apk},
+		{&req.ProvisionApp, []string{"applicationUnderTestDescriptor", "expectedBuildSignatureSha256"}, strings.ToLower(c.SHA256)},
+		{&req.LaunchOrAttach, []string{"applicationUnderTestDescriptor", "androidPackageId"}, c.Package},
+		{&req.LaunchOrAttach, []string{"applicationUnderTestDescriptor", "androidLaunchActivityName"}, c.Activity},
+		// WaitIdle's heuristics default to the policy's: an empty object.
+		{&req.WaitIdle, []string{"idleHeuristicsConfiguration", "-"}, ""},
+	}
+	for _, s := range steps {
+		if err := set(s.raw, s.path, s.v); err != nil {
+			return req, err
+		}
+	}
+	return req, nil
+}
+
+func (c *runCmd) Run(ctx context.Context, g *Globals) error {
+	start := time.Now()
+	req, err := c.request()
+	if err != nil {
+		return c.fail(nil, err)
+	}
+	dir, err := c.dir()
+	if err != nil {
+		return err
+	}
+	run := agent.Run{
+		RunID: ulid.MustNew(ulid.Now(), rand.Reader).String(), TenantID: c.Tenant, ProjectID: c.Project,
+		Status: agent.RunPending, Graph: nodes.SetupGraphName,
+	}
+	inputs, err := nodes.DecodeSetup(run, req)
+	if err != nil {
+		// Refused before anything is written: no run row, no events.
+		return c.fail(nil, err)
+	}
+	run.Serial = inputs.EnsureDevice.DeviceConfiguration.DeviceName
+	run.Input, _ = json.Marshal(req)
+
+	log := g.logger()
+	progress := func(node, line string) {
+		if c.Output == "text" {
+			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
+		}
+	}
+	h, err := openHost(ctx, hostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium,
+		PolicyFile: c.Policy, Log: log, Progress: progress})
+	if err != nil {
+		return err
+	}
+	defer h.Close(context.Background())
+	if h.AppiumStart > 0 && c.Output == "text" {
+		fmt.Fprintf(os.Stderr, "started a local Appium server in %v\n", h.AppiumStart.Round(time.Millisecond))
+	}
+	run.PolicyVersion = h.policies.Current().PolicyVersion
+	if err := h.store.CreateRun(ctx, run); err != nil {
+		return err
+	}
+	if c.Output == "text" {
+		fmt.Fprintf(os.Stderr, "run %s on %s (policy v%d)\n", run.RunID, run.Serial, run.PolicyVersion)
+	}
+	runStart := time.Now()
+	status, err := h.engine.Run(ctx, run.RunID, h.graph)
+	took := time.Since(runStart)
+	if err != nil {
+		return fmt.Errorf("run %s: %w (the run stays resumable)", run.RunID, err)
+	}
+	// Publish the run's events before reporting, so NATS has them when we exit.
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	h.relay.Drain(dctx)
+	cancel()
+	return c.report(ctx, h, run.RunID, status, took, time.Since(start))
+}
+
+// report prints the outcome: node outputs on success, the agent error format
+// on failure (secrets redacted).
+func (c *runCmd) report(ctx context.Context, h *host, runID string, status agent.RunStatus, took, total time.Duration) error {
+	sn, err := h.store.LatestSnapshot(ctx, runID)
+	if err != nil {
+		return err
+	}
+	st, err := agent.DecodeRunState(sn)
+	if err != nil {
+		return err
+	}
+	if status != agent.RunFinished {
+		rep, err := agent.NewErrorReport(h.graph, st)
+		if err != nil && !errors.Is(err, agent.ErrNoFailure) {
+			return err
+		}
+		if errors.Is(err, agent.ErrNoFailure) {
+			rep = agent.ErrorReport{Error: "run " + string(status)}
+		}
+		if c.Output == "json" {
+			printJSON(struct {
+				RunID  string          `json:"runId"`
+				Status agent.RunStatus `json:"status"`
+				agent.ErrorReport
+			}{runID, status, rep})
+		} else {
+			fmt.Fprintf(os.Stderr, "run %s %s after %v: %s\n", runID, status, took.Round(time.Millisecond), agent.RedactString(rep.Error))
+		}
+		return exitError{code: 2, err: fmt.Errorf("run %s %s", runID, status)}
+	}
+	if c.Output == "json" {
+		return printJSON(map[string]any{"success": true, "runId": runID, "status": status,
+			"tookMillis": took.Milliseconds(), "outputs": agent.Redact(st.Outputs)})
+	}
+	evs, _ := h.store.Events(ctx, runID, 0)
+	started := map[string]time.Time{}
+	for _, e := range evs {
+		ts, _ := time.Parse(agent.TimestampLayout, e.TS)
+		var p struct {
+			NodeName string `json:"nodeName"`
+		}
+		json.Unmarshal(e.Payload, &p)
+		switch e.Kind {
+		case agent.KindNodeStarted:
+			started[p.NodeName] = ts
+		case agent.KindNodeFinished:
+			fmt.Fprintf(os.Stderr, "  %-15s done in %v\n", p.NodeName, ts.Sub(started[p.NodeName]).Round(time.Millisecond))
+		}
+	}
+	for _, name := range h.graph.NodeNames() {
+		fmt.Printf("%s: %s\n", name, summarize(st.Outputs[name]))
+	}
+	fmt.Printf("run %s FINISHED in %v (%d events; %v with set-up)\n", runID, took.Round(time.Millisecond), len(evs), total.Round(time.Millisecond))
+	return nil
+}
+
+// summarize picks the node-specific part of an output for the text report.
+func summarize(raw json.RawMessage) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return string(raw)
+	}
+	for _, k := range []string{"deviceRuntimeContext", "applicationProvisioningOutcome", "applicationForegroundContext", "uiStabilityAssessment"} {
+		if v, ok := obj[k]; ok {
+			if k == "deviceRuntimeContext" {
+				var d map[string]any
+				json.Unmarshal(v, &d)
+				delete(d, "capabilitiesEcho")
+				b, _ := json.Marshal(d)
+				return string(b)
+			}
+			return string(v)
+		}
+	}
+	return string(raw)
+}
+
+// fail reports an error that stopped the run before it started.
+func (c *runCmd) fail(_ *host, err error) error {
+	e := agent.Classify(err)
+	node := ""
+	var ie *nodes.InputError
+	if errors.As(err, &ie) {
+		node = ie.Node
+	}
+	if c.Output == "json" {
+		steps := []map[string]any{}
+		for _, n := range []string{nodes.NodeEnsureDevice, nodes.NodeProvisionApp, nodes.NodeLaunchOrAttach, nodes.NodeWaitIdle} {
+			steps = append(steps, map[string]any{"node_id": n, "status": "not_executed", "cached": false})
+		}
+		printJSON(map[string]any{
+			"success": false,
+			"error":   agent.RedactString(e.Error()),
+			"errors": []map[string]any{{"category": "api_validation", "node_id": node,
+				"message": agent.RedactString(e.Error()), "fixable": true, "error_id": e.ID}},
+			"execution":  map[string]any{"steps": steps},
+			"checkpoint": map[string]any{"completed_nodes": []string{}, "failed_node": node},
+		})
+	}
+	return exitError{code: 2, err: err}
+}
