@@ -1,0 +1,443 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/nodes"
+	"github.com/screengraph/screengraph-agent/snapshots"
+)
+
+var setupOrder = []string{nodes.NodeEnsureDevice, nodes.NodeProvisionApp, nodes.NodeLaunchOrAttach, nodes.NodeWaitIdle}
+
+// checkEvents checks a run's stored event stream: sequences 1..n without
+// gaps, every checksum recomputed independently, agent.run.started first,
+// node events nested started -> token_delta* -> finished, exactly one
+// terminal event and it is last. It returns the node names of the
+// started/finished pairs in order.
+func checkEvents(t *testing.T, evs []agent.Event, terminal string) []string {
+	t.Helper()
+	if len(evs) < 2 {
+		t.Fatalf("%d events", len(evs))
+	}
+	var pairs []string
+	open := ""
+	terminals := 0
+	for i, e := range evs {
+		if e.Sequence != int64(i+1) {
+			t.Fatalf("event %d has sequence %d (gap or disorder)", i, e.Sequence)
+		}
+		if got := independentChecksum(t, e); got != e.Checksum {
+			t.Errorf("sequence %d %s: stored checksum %s, recomputed %s", e.Sequence, e.Kind, e.Checksum, got)
+		}
+		if e.RunID != evs[0].RunID || e.Version != "1" || e.TenantID != "local" {
+			t.Errorf("sequence %d: envelope %+v", e.Sequence, e)
+		}
+		if _, err := time.Parse(agent.TimestampLayout, e.TS); err != nil {
+			t.Errorf("sequence %d: ts %q: %v", e.Sequence, e.TS, err)
+		}
+		switch e.Kind {
+		case agent.KindRunStarted:
+			if i != 0 {
+				t.Errorf("agent.run.started at sequence %d", e.Sequence)
+			}
+		case agent.KindNodeStarted:
+			p := decodeNode(t, e)
+			if open != "" {
+				t.Errorf("sequence %d: %s started while %s is open", e.Sequence, p.NodeName, open)
+			}
+			open = p.NodeName
+		case agent.KindNodeTokenDelta:
+			if p := decodeNode(t, e); p.NodeName != open {
+				t.Errorf("sequence %d: token_delta of %s while %q is open", e.Sequence, p.NodeName, open)
+			}
+		case agent.KindNodeFinished:
+			p := decodeNode(t, e)
+			if p.NodeName != open {
+				t.Errorf("sequence %d: %s finished while %q is open", e.Sequence, p.NodeName, open)
+			}
+			pairs = append(pairs, p.NodeName)
+			open = ""
+		case agent.KindRunFinished, agent.KindRunFailed, agent.KindRunCanceled:
+			terminals++
+			if e.Kind != terminal || i != len(evs)-1 {
+				t.Errorf("terminal %s at sequence %d of %d, want %s last", e.Kind, e.Sequence, len(evs), terminal)
+			}
+		default:
+			t.Errorf("sequence %d: unexpected kind %s", e.Sequence, e.Kind)
+		}
+	}
+	if terminals != 1 || open != "" {
+		t.Errorf("%d terminal events, node %q left open", terminals, open)
+	}
+	return pairs
+}
+
+func runEvents(t *testing.T, st agent.Store, runID string) []agent.Event {
+	t.Helper()
+	evs, err := st.Events(context.Background(), runID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// checkJetStream reads the run's subjects from the data dir's JetStream with
+// an ordered consumer and compares with the stored events: each once (by
+// eventId, Nats-Msg-Id = eventId), in sequence order, on its subject.
+func checkJetStream(t *testing.T, js jetstream.JetStream, evs []agent.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, snapshots.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := snapshots.StreamConfig(); !slices.Equal(info.Config.Subjects, want.Subjects) || info.Config.Duplicates != want.Duplicates {
+		t.Errorf("stream config %v dup %v, want %v %v", info.Config.Subjects, info.Config.Duplicates, want.Subjects, want.Duplicates)
+	}
+	runID := evs[0].RunID
+	cons, err := js.OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{snapshots.SubjectPrefix + ".local." + runID + ".>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []jetstream.Msg
+	for len(got) < len(evs) {
+		batch, err := cons.Fetch(len(evs)-len(got), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			got = append(got, m)
+			n++
+		}
+		if n == 0 {
+			break
+		}
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(evs) || ci.NumPending != 0 {
+		t.Fatalf("JetStream delivered %d messages (+%d pending) for run %s, store has %d events", len(got), ci.NumPending, runID, len(evs))
+	}
+	seen := map[string]bool{}
+	for i, m := range got {
+		var e agent.Event
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		want := evs[i]
+		if seen[e.EventID] {
+			t.Errorf("eventId %s delivered twice", e.EventID)
+		}
+		seen[e.EventID] = true
+		if e.EventID != want.EventID || e.Sequence != want.Sequence || e.Checksum != want.Checksum || string(e.Payload) != string(want.Payload) {
+			t.Errorf("message %d is sequence %d %s, store has sequence %d %s", i, e.Sequence, e.EventID, want.Sequence, want.EventID)
+		}
+		if id := m.Headers().Get(nats.MsgIdHdr); id != e.EventID {
+			t.Errorf("sequence %d: Nats-Msg-Id %q, eventId %s", e.Sequence, id, e.EventID)
+		}
+		if m.Subject() != snapshots.Subject("local", runID, e.Kind) {
+			t.Errorf("sequence %d: subject %s", e.Sequence, m.Subject())
+		}
+	}
+}
+
+type provisionOut struct {
+	nodes.ProvisionAppOutput
+}
+
+func sessionOf(t *testing.T, evs []agent.Event) string {
+	t.Helper()
+	var ed nodes.EnsureDeviceOutput
+	lastOutput(t, evs, nodes.NodeEnsureDevice, &ed)
+	if ed.DeviceRuntimeContext == nil || ed.DeviceRuntimeContext.DriverSessionID == "" {
+		t.Fatalf("EnsureDevice output without a session: %+v", ed)
+	}
+	return ed.DeviceRuntimeContext.DriverSessionID
+}
+
+// TestChainEventsAndNATS runs the setup chain twice through the `run`
+// command (embedded store, in-process JetStream, local Appium, real adb
+// server, simulated emulator) on demo-v2.apk and checks the event stream in
+// the store and on JetStream, then the warm second run.
+func TestChainEventsAndNATS(t *testing.T) {
+	env := newChainEnv(t)
+	apk := fixtureAPK("demo-v2.apk")
+	sha := signerDigest(t, apk)
+	c := env.runCmd(apk, sha)
+
+	first := runCLI(t, c)
+	if first.Err != nil {
+		t.Fatalf("run: %v\n%s", first.Err, first.Raw)
+	}
+	if first.Out["success"] != true || first.Out["status"] != string(agent.RunFinished) {
+		t.Fatalf("run printed %s", first.Raw)
+	}
+	vc1, lut1 := env.dumpsysPackage(t)
+	second := runCLI(t, c)
+	if second.Err != nil {
+		t.Fatalf("second run: %v\n%s", second.Err, second.Raw)
+	}
+	vc2, lut2 := env.dumpsysPackage(t)
+
+	st := env.openStore(t)
+	defer st.Close()
+	id1, id2 := first.Out["runId"].(string), second.Out["runId"].(string)
+	var all [][]agent.Event
+	for _, id := range []string{id1, id2} {
+		r, err := st.GetRun(context.Background(), id)
+		if err != nil || r.Status != agent.RunFinished || r.Serial != env.serial {
+			t.Fatalf("run %s: %+v %v", id, r, err)
+		}
+		evs := runEvents(t, st, id)
+		if pairs := checkEvents(t, evs, agent.KindRunFinished); !slices.Equal(pairs, setupOrder) {
+			t.Errorf("run %s node pairs %v, want %v", id, pairs, setupOrder)
+		}
+		all = append(all, evs)
+	}
+
+	// First run: v2 installed over the preinstalled v1.
+	var p1, p2 nodes.ProvisionAppOutput
+	lastOutput(t, all[0], nodes.NodeProvisionApp, &p1)
+	if o := p1.ApplicationProvisioningOutcome; o == nil || *o.InstalledVersionCode != 2 || o.SignatureValidationStatus != nodes.SignatureMatched {
+		t.Errorf("first ProvisionApp outcome %+v", o)
+	}
+	if !anyContains(deltaLines(t, all[0], nodes.NodeProvisionApp), "installing com.example.app versionCode 2") {
+		t.Errorf("first run did not install: %q", deltaLines(t, all[0], nodes.NodeProvisionApp))
+	}
+	// Second run: same session, SAME + MATCHED, nothing installed.
+	if s1, s2 := sessionOf(t, all[0]), sessionOf(t, all[1]); s1 != s2 {
+		t.Errorf("driverSessionId %s then %s: not reused", s1, s2)
+	}
+	if !anyContains(deltaLines(t, all[1], nodes.NodeEnsureDevice), "reusing Appium session") {
+		t.Errorf("EnsureDevice lines %q", deltaLines(t, all[1], nodes.NodeEnsureDevice))
+	}
+	lastOutput(t, all[1], nodes.NodeProvisionApp, &p2)
+	if o := p2.ApplicationProvisioningOutcome; o == nil || o.AppPresenceStatus != nodes.AppPresent || *o.InstalledVersionCode != 2 ||
+		o.SignatureValidationStatus != nodes.SignatureMatched {
+		t.Errorf("second ProvisionApp outcome %+v", o)
+	}
+	lines := deltaLines(t, all[1], nodes.NodeProvisionApp)
+	if !anyContains(lines, "install state SAME") || anyContains(lines, "installing ") {
+		t.Errorf("second ProvisionApp lines %q", lines)
+	}
+	if vc1 != "2" || vc2 != "2" || lut1 != lut2 {
+		t.Errorf("device: versionCode %s -> %s, lastUpdateTime %q -> %q (want 2, unchanged)", vc1, vc2, lut1, lut2)
+	}
+	t.Logf("first run: %v ms in the engine (%v with set-up, Appium start included); second run: %v ms (%v with set-up); %d and %d events",
+		first.Out["tookMillis"], first.Took.Round(time.Millisecond), second.Out["tookMillis"], second.Took.Round(time.Millisecond), len(all[0]), len(all[1]))
+
+	// JetStream: the relay published every event of both runs, once each, in order.
+	ns, _, err := snapshots.StartEmbeddedNATSWith(snapshots.EmbeddedNATSOptions{Dir: filepath.Join(env.dataDir, "nats")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, evs := range all {
+		checkJetStream(t, js, evs)
+	}
+}
+
+// TestChainSignatureMismatchNothingInstalled: demo-v2 re-signed in the test
+// with key B while the request expects key A: the run FAILS in ProvisionApp
+// with signature_mismatch before anything is installed.
+func TestChainSignatureMismatchNothingInstalled(t *testing.T) {
+	env := newChainEnv(t)
+	orig := fixtureAPK("demo-v2.apk")
+	keyA := signerDigest(t, orig)
+	resigned := filepath.Join(t.TempDir(), "demo-v2-resigned.apk")
+	keys, _ := filepath.Abs(filepath.Join("..", "..", "fixtures", "keys"))
+	// Passwords and alias as in fixtures/apks/build.sh.
+	cmd := exec.Command("apksigner", "sign", "--ks", filepath.Join(keys, "test-b.jks"), "--ks-pass", "pass:android",
+		"--key-pass", "pass:android", "--ks-key-alias", "test", "--out", resigned, orig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("apksigner sign: %v\n%s", err, out)
+	}
+	if keyB := signerDigest(t, resigned); keyB == keyA {
+		t.Fatalf("re-signing kept signer %s", keyA)
+	}
+	vcBefore, lutBefore := env.dumpsysPackage(t)
+
+	res := runCLI(t, env.runCmd(resigned, keyA))
+	var ee exitError
+	if !errors.As(res.Err, &ee) || ee.code != 2 {
+		t.Fatalf("run returned %v, want exit code 2\n%s", res.Err, res.Raw)
+	}
+	// The CLI's JSON is the agent error format.
+	if res.Out["status"] != string(agent.RunFailed) || res.Out["success"] != false {
+		t.Fatalf("printed %s", res.Raw)
+	}
+	errs, _ := res.Out["errors"].([]any)
+	if len(errs) != 1 {
+		t.Fatalf("errors %v", res.Out["errors"])
+	}
+	e0 := errs[0].(map[string]any)
+	if e0["error_id"] != string(agent.ErrSignatureMismatch) || e0["node_id"] != nodes.NodeProvisionApp || e0["category"] != agent.CategoryAPIValidation {
+		t.Errorf("errors[0] %v", e0)
+	}
+	if cp := res.Out["checkpoint"].(map[string]any); cp["failed_node"] != nodes.NodeProvisionApp {
+		t.Errorf("checkpoint %v", cp)
+	}
+
+	st := env.openStore(t)
+	defer st.Close()
+	runID := res.Out["runId"].(string)
+	r, err := st.GetRun(context.Background(), runID)
+	if err != nil || r.Status != agent.RunFailed {
+		t.Fatalf("run row %+v %v", r, err)
+	}
+	evs := runEvents(t, st, runID)
+	if pairs := checkEvents(t, evs, agent.KindRunFailed); !slices.Equal(pairs, setupOrder[:2]) {
+		t.Errorf("node pairs %v", pairs)
+	}
+	var pa nodes.ProvisionAppOutput
+	lastOutput(t, evs, nodes.NodeProvisionApp, &pa)
+	if pa.ErrorID == nil || *pa.ErrorID != agent.ErrSignatureMismatch || pa.NodeExecutionOutcomeStatus != nodes.OutcomeFailure ||
+		pa.Retryable == nil || *pa.Retryable {
+		t.Errorf("ProvisionApp output common %+v", pa.Common)
+	}
+	if o := pa.ApplicationProvisioningOutcome; o == nil || *o.InstalledVersionCode != 1 {
+		t.Errorf("outcome %+v, want the preinstalled versionCode 1", o)
+	}
+	if lines := deltaLines(t, evs, nodes.NodeProvisionApp); anyContains(lines, "installing ") || anyContains(lines, "uninstalling ") {
+		t.Errorf("ProvisionApp touched the device: %q", lines)
+	}
+	// The agent error report built from the store's latest snapshot.
+	sn, err := st.LatestSnapshot(context.Background(), runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := agent.DecodeRunState(sn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := nodes.NewSetupGraph(nodes.SetupDeps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := agent.NewErrorReport(g, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Errors) != 1 || rep.Errors[0].Context["error_id"] != string(agent.ErrSignatureMismatch) || rep.Errors[0].NodeID != nodes.NodeProvisionApp ||
+		!strings.Contains(rep.Errors[0].Message, keyA) {
+		t.Errorf("error report %+v", rep)
+	}
+	if steps := rep.Execution.Steps; len(steps) != 4 || steps[0].Status != agent.StepCompleted || steps[1].Status != agent.StepFailed ||
+		steps[2].Status != agent.StepNotExecuted {
+		t.Errorf("execution steps %+v", steps)
+	}
+	// The device, read through adb: still the preinstalled build.
+	vc, lut := env.dumpsysPackage(t)
+	if vc != "1" || vc != vcBefore || lut != lutBefore {
+		t.Errorf("device versionCode %s -> %s, lastUpdateTime %q -> %q", vcBefore, vc, lutBefore, lut)
+	}
+	if out, _, _ := env.srv.Run(t, "-s", env.serial, "shell", "cmd", "package", "list", "packages", "--show-versioncode", appPkg); strings.TrimSpace(out) != "package:com.example.app versionCode:1" {
+		t.Errorf("package list says %q", out)
+	}
+}
+
+// TestChainDeviceOfflineRetriedByPolicy takes the emulator offline for 1.5 s
+// while ProvisionApp runs, under a policy that retries device_offline for
+// ProvisionApp with a short backoff; the run must still finish.
+func TestChainDeviceOfflineRetriedByPolicy(t *testing.T) {
+	env := newChainEnv(t)
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte(`version: 7
+nodeRetries:
+  ProvisionApp:
+    maxAttempts: 6
+    initialBackoff: 300ms
+    maxBackoff: 300ms
+    multiplier: 1
+    retryOn: [device_offline, timeout, network_error]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		fired   bool
+		offAt   time.Time
+		backAt  time.Time
+		offDone = make(chan struct{})
+	)
+	progress := func(node, line string) {
+		t.Logf("  %-15s %s", node, line)
+		if node != nodes.NodeProvisionApp {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if fired {
+			return
+		}
+		fired = true
+		go func() {
+			defer close(offDone)
+			mu.Lock()
+			offAt = time.Now()
+			mu.Unlock()
+			env.emu.SetOffline(true)
+			time.Sleep(1500 * time.Millisecond)
+			env.emu.SetOffline(false)
+			mu.Lock()
+			backAt = time.Now()
+			mu.Unlock()
+		}()
+	}
+	h := env.openTestHost(t, pol, progress)
+	defer h.Close(context.Background())
+	if v := h.policies.Current().PolicyVersion; v != 7 {
+		t.Fatalf("policy version %d in force", v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	runID, status, took, err := submit(ctx, h, env.runCmd(fixtureAPK("demo-v2.apk"), signerDigest(t, fixtureAPK("demo-v2.apk"))))
+	<-offDone
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := runEvents(t, h.store, runID)
+	for _, f := range finishedOf(t, evs, nodes.NodeProvisionApp) {
+		id := "<nil>"
+		if f.ErrorID != nil {
+			id = *f.ErrorID
+		}
+		t.Logf("ProvisionApp attempt %d: %s %s (%d ms)", f.Attempt, f.NodeExecutionOutcomeStatus, id, f.DurationMillis)
+	}
+	t.Logf("run %s %s in %v; offline %v .. %v", runID, status, took, offAt, backAt)
+	if status != agent.RunFinished {
+		t.Fatalf("status %s", status)
+	}
+}
