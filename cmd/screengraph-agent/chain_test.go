@@ -369,15 +369,23 @@ func TestChainSignatureMismatchNothingInstalled(t *testing.T) {
 }
 
 // TestChainDeviceOfflineRetriedByPolicy takes the emulator offline for 1.5 s
-// while ProvisionApp runs, under a policy that retries device_offline for
-// ProvisionApp with a short backoff; the run must still finish.
+// (Emulator.SetOffline) during the chain, under a policy (YAML file, version
+// 7) that retries device_offline for ProvisionApp every 300 ms:
+//
+//   - run A: offline at ProvisionApp's first progress line (after its device
+//     reads). ProvisionApp waits the install's device_offline out itself
+//     (OfflineGrace, one attempt).
+//   - run B: offline at EnsureDevice's last line, so ProvisionApp's first
+//     device read fails: the engine retries ProvisionApp by the policy.
+//
+// Each run must FINISH. A third run without a fault must finish too.
 func TestChainDeviceOfflineRetriedByPolicy(t *testing.T) {
 	env := newChainEnv(t)
 	pol := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(pol, []byte(`version: 7
 nodeRetries:
   ProvisionApp:
-    maxAttempts: 6
+    maxAttempts: 8
     initialBackoff: 300ms
     maxBackoff: 300ms
     multiplier: 1
@@ -387,57 +395,299 @@ nodeRetries:
 	}
 	var (
 		mu      sync.Mutex
-		fired   bool
-		offAt   time.Time
-		backAt  time.Time
-		offDone = make(chan struct{})
+		trigger func(node, line string) bool
+		back    chan struct{}
 	)
+	// The device goes offline synchronously inside the node's progress
+	// callback, so the node's next device call meets it; it comes back 1.5 s later.
 	progress := func(node, line string) {
-		t.Logf("  %-15s %s", node, line)
-		if node != nodes.NodeProvisionApp {
-			return
-		}
 		mu.Lock()
-		defer mu.Unlock()
-		if fired {
+		fire := trigger != nil && trigger(node, line)
+		if fire {
+			trigger = nil
+		}
+		ch := back
+		mu.Unlock()
+		if !fire {
 			return
 		}
-		fired = true
-		go func() {
-			defer close(offDone)
-			mu.Lock()
-			offAt = time.Now()
-			mu.Unlock()
-			env.emu.SetOffline(true)
-			time.Sleep(1500 * time.Millisecond)
-			env.emu.SetOffline(false)
-			mu.Lock()
-			backAt = time.Now()
-			mu.Unlock()
-		}()
+		t.Logf("fault: %s offline at %s line %q", env.serial, node, line)
+		env.emu.SetOffline(true)
+		time.AfterFunc(1500*time.Millisecond, func() { env.emu.SetOffline(false); close(ch) })
 	}
 	h := env.openTestHost(t, pol, progress)
 	defer h.Close(context.Background())
 	if v := h.policies.Current().PolicyVersion; v != 7 {
 		t.Fatalf("policy version %d in force", v)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	runID, status, took, err := submit(ctx, h, env.runCmd(fixtureAPK("demo-v2.apk"), signerDigest(t, fixtureAPK("demo-v2.apk"))))
-	<-offDone
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := runEvents(t, h.store, runID)
-	for _, f := range finishedOf(t, evs, nodes.NodeProvisionApp) {
-		id := "<nil>"
-		if f.ErrorID != nil {
-			id = *f.ErrorID
+	apk := fixtureAPK("demo-v2.apk")
+	c := env.runCmd(apk, signerDigest(t, apk))
+	run := func(name string, when func(node, line string) bool) []agent.Event {
+		mu.Lock()
+		trigger, back = when, make(chan struct{})
+		ch := back
+		mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		runID, status, took, err := submit(ctx, h, c)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("ProvisionApp attempt %d: %s %s (%d ms)", f.Attempt, f.NodeExecutionOutcomeStatus, id, f.DurationMillis)
+		if when != nil {
+			<-ch
+		}
+		evs := runEvents(t, h.store, runID)
+		checkEvents(t, evs, map[agent.RunStatus]string{agent.RunFinished: agent.KindRunFinished, agent.RunFailed: agent.KindRunFailed}[status])
+		for _, f := range finishedOf(t, evs, nodes.NodeProvisionApp) {
+			id := "-"
+			if f.ErrorID != nil {
+				id = *f.ErrorID
+			}
+			t.Logf("run %s: ProvisionApp attempt %d %s %s (%d ms)", name, f.Attempt, f.NodeExecutionOutcomeStatus, id, f.DurationMillis)
+		}
+		t.Logf("run %s: %s in %v", name, status, took.Round(time.Millisecond))
+		if status != agent.RunFinished {
+			rs, _ := h.store.LatestSnapshot(ctx, runID)
+			st, _ := agent.DecodeRunState(rs)
+			rep, _ := agent.NewErrorReport(h.graph, st)
+			t.Errorf("run %s: status %s, want FINISHED: %s", name, status, rep.Error)
+		}
+		return evs
 	}
-	t.Logf("run %s %s in %v; offline %v .. %v", runID, status, took, offAt, backAt)
-	if status != agent.RunFinished {
-		t.Fatalf("status %s", status)
+
+	// A: the install meets the offline device and waits it out in the node.
+	evs := run("A", func(node, _ string) bool { return node == nodes.NodeProvisionApp })
+	fa := finishedOf(t, evs, nodes.NodeProvisionApp)
+	if len(fa) != 1 || fa[0].NodeExecutionOutcomeStatus != string(agent.OutcomeSuccess) ||
+		!anyContains(deltaLines(t, evs, nodes.NodeProvisionApp), "waiting up to") {
+		t.Errorf("run A: ProvisionApp attempts %+v, lines %q", fa, deltaLines(t, evs, nodes.NodeProvisionApp))
+	}
+	if vc, _ := env.dumpsysPackage(t); vc != "2" {
+		t.Errorf("after run A the device has versionCode %s", vc)
+	}
+
+	// B: ProvisionApp's first read fails fast; the policy retries it.
+	evs = run("B", func(node, line string) bool {
+		return node == nodes.NodeEnsureDevice && (strings.Contains(line, " ready on ") || strings.Contains(line, "reusing Appium session"))
+	})
+	fb := finishedOf(t, evs, nodes.NodeProvisionApp)
+	if len(fb) < 2 || fb[0].ErrorID == nil || (*fb[0].ErrorID != string(agent.ErrDeviceOffline) && *fb[0].ErrorID != string(agent.ErrTimeout)) ||
+		fb[len(fb)-1].NodeExecutionOutcomeStatus != string(agent.OutcomeSuccess) {
+		t.Errorf("run B: ProvisionApp attempts %+v, want >= 2, the first device_offline/timeout, the last SUCCESS", fb)
+	}
+	starts := 0
+	for _, e := range evs {
+		if e.Kind == agent.KindNodeStarted && decodeNode(t, e).NodeName == nodes.NodeProvisionApp {
+			starts++
+		}
+	}
+	if starts != len(fb) {
+		t.Errorf("run B: %d ProvisionApp started events, %d finished", starts, len(fb))
+	}
+	for _, f := range fb[:len(fb)-1] {
+		var p struct {
+			RetryBackoffMillis *int64 `json:"retryBackoffMillis"`
+		}
+		for _, e := range evs {
+			if e.Kind == agent.KindNodeFinished {
+				if d := decodeNode(t, e); d.NodeName == nodes.NodeProvisionApp && d.Attempt == f.Attempt {
+					json.Unmarshal(e.Payload, &p)
+				}
+			}
+		}
+		if p.RetryBackoffMillis == nil || *p.RetryBackoffMillis != 300 {
+			t.Errorf("run B: attempt %d retryBackoffMillis %v, want 300 (policy v7)", f.Attempt, p.RetryBackoffMillis)
+		}
+	}
+
+	// C: no fault. EnsureDevice's REUSE_OR_CREATE must not keep a session
+	// whose UiAutomator2 instrumentation died with the connection.
+	evs = run("C", nil)
+	sid := sessionOf(t, evs)
+	health, details, err := h.driver.Probe(context.Background(), sid)
+	t.Logf("run C reused session %s; Probe now says %s %v (err %v)", sid, health, details["reason"], err)
+}
+
+// TestChainModesAndErrors runs the `run` command through a table of modes
+// and failures on one simulated emulator with one local Appium (the data
+// dir's, reused by every run). Cases depend on their predecessors' device
+// state, so they run in order.
+func TestChainModesAndErrors(t *testing.T) {
+	env := newChainEnv(t)
+	v2, v1 := fixtureAPK("demo-v2.apk"), fixtureAPK("demo-v1.apk")
+	keyA := signerDigest(t, v2)
+	pid := func() string {
+		out, _, _ := env.srv.Run(t, "-s", env.serial, "shell", "pidof", appPkg)
+		return strings.TrimSpace(out)
+	}
+	var lastSession, pidBefore string
+	type tc struct {
+		name      string
+		apk       string
+		activity  string
+		input     map[string]any
+		before    func(t *testing.T)
+		wantErr   agent.ErrorID // "" = FINISHED
+		wantNode  string
+		check     func(t *testing.T, evs []agent.Event, res cliResult)
+		refusedAt string // a JSON path: the request is refused before a run row exists
+	}
+	idle := func(v any) map[string]any {
+		return map[string]any{"idleHeuristicsConfiguration": map[string]any{"maxWaitMillis": v}}
+	}
+	cases := []tc{
+		{name: "baseline installs v2", apk: v2},
+		{name: "downgrade refused under INSTALL_IF_MISSING", apk: v1, wantErr: agent.ErrVersionDowngrade, wantNode: nodes.NodeProvisionApp,
+			check: func(t *testing.T, evs []agent.Event, _ cliResult) {
+				if vc, _ := env.dumpsysPackage(t); vc != "2" {
+					t.Errorf("versionCode %s after a refused downgrade", vc)
+				}
+			}},
+		{name: "missing activity", apk: v2, activity: "com.example.app.NoSuch", wantErr: agent.ErrActivityNotFound, wantNode: nodes.NodeLaunchOrAttach},
+		{name: "never-idle SpinnerActivity", apk: v2, activity: "com.example.app.SpinnerActivity",
+			input:   map[string]any{"launchOrAttach": map[string]any{"launchAttachMode": "FORCE_RESTART"}, "waitIdle": idle(1500)},
+			wantErr: agent.ErrIdleTimeout, wantNode: nodes.NodeWaitIdle,
+			check: func(t *testing.T, evs []agent.Event, _ cliResult) {
+				var start, end time.Time
+				for _, e := range evs {
+					if e.Kind != agent.KindNodeStarted && e.Kind != agent.KindNodeFinished {
+						continue
+					}
+					if decodeNode(t, e).NodeName != nodes.NodeWaitIdle {
+						continue
+					}
+					ts, _ := time.Parse(agent.TimestampLayout, e.TS)
+					if e.Kind == agent.KindNodeStarted {
+						start = ts
+					} else {
+						end = ts
+					}
+				}
+				d := end.Sub(start)
+				t.Logf("WaitIdle idle_timeout after %v (maxWaitMillis 1500)", d)
+				if d < 1500*time.Millisecond || d > 3000*time.Millisecond {
+					t.Errorf("WaitIdle took %v, want within [1.5 s, 3 s]", d)
+				}
+			}},
+		{name: "FORCE_RESTART with the app in front", apk: v2,
+			input:  map[string]any{"launchOrAttach": map[string]any{"launchAttachMode": "FORCE_RESTART"}},
+			before: func(t *testing.T) { pidBefore = pid() },
+			check: func(t *testing.T, evs []agent.Event, _ cliResult) {
+				if p := pid(); p == "" || p == pidBefore {
+					t.Errorf("FORCE_RESTART: pid %q -> %q", pidBefore, p)
+				}
+			}},
+		{name: "ATTACH_ONLY with the app in front", apk: v2,
+			input:  map[string]any{"launchOrAttach": map[string]any{"launchAttachMode": "ATTACH_ONLY"}},
+			before: func(t *testing.T) { pidBefore = pid() },
+			check: func(t *testing.T, evs []agent.Event, _ cliResult) {
+				var lo nodes.LaunchOrAttachOutput
+				lastOutput(t, evs, nodes.NodeLaunchOrAttach, &lo)
+				if fc := lo.ApplicationForegroundContext; fc == nil || fc.CurrentActivityName != "com.example.app.HomeActivity" {
+					t.Errorf("foreground %+v", fc)
+				}
+				if p := pid(); p != pidBefore {
+					t.Errorf("ATTACH_ONLY: pid %q -> %q", pidBefore, p)
+				}
+			}},
+		{name: "CREATE_NEW gives a new session", apk: v2,
+			input: map[string]any{"ensureDevice": map[string]any{"driverReusePolicy": "CREATE_NEW"}},
+			check: func(t *testing.T, evs []agent.Event, _ cliResult) {
+				if s := sessionOf(t, evs); s == lastSession {
+					t.Errorf("CREATE_NEW kept session %s", s)
+				}
+			}},
+		{name: "coercible input", apk: v2,
+			input: map[string]any{"waitIdle": idle("5000"), "launchOrAttach": map[string]any{"launchAttachMode": "force_restart"}},
+			check: func(t *testing.T, evs []agent.Event, _ cliResult) {
+				if l := deltaLines(t, evs, nodes.NodeWaitIdle); !anyContains(l, "within 5s") {
+					t.Errorf("WaitIdle did not run with maxWaitMillis 5000: %q", l)
+				}
+				if l := deltaLines(t, evs, nodes.NodeLaunchOrAttach); !anyContains(l, "am start-activity -W -S ") {
+					t.Errorf("LaunchOrAttach did not force-restart: %q", l)
+				}
+			}},
+		{name: "impossible input", apk: v2, input: map[string]any{"waitIdle": idle("soon")},
+			refusedAt: "/idleHeuristicsConfiguration/maxWaitMillis"},
+	}
+	for _, k := range cases {
+		ok := t.Run(k.name, func(t *testing.T) {
+			c := env.runCmd(k.apk, keyA)
+			c.Activity = k.activity
+			if k.input != nil {
+				c.Input = writeJSON(t, t.TempDir(), "input.json", k.input)
+			}
+			if k.before != nil {
+				k.before(t)
+			}
+			countRuns := func() int {
+				st := env.openStore(t)
+				defer st.Close()
+				runs, err := st.ListRuns(context.Background(), agent.RunFilter{Limit: 1000})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(runs)
+			}
+			nBefore := countRuns()
+			res := runCLI(t, c)
+			if k.refusedAt != "" {
+				if res.Err == nil || !strings.Contains(res.Err.Error(), k.refusedAt) {
+					t.Fatalf("run returned %v, want a refusal naming %s", res.Err, k.refusedAt)
+				}
+				errs, _ := res.Out["errors"].([]any)
+				if len(errs) != 1 || errs[0].(map[string]any)["error_id"] != string(agent.ErrInvalidRequest) ||
+					!strings.Contains(errs[0].(map[string]any)["message"].(string), k.refusedAt) {
+					t.Errorf("printed %s", res.Raw)
+				}
+				if n := countRuns(); n != nBefore {
+					t.Errorf("runs %d -> %d: a refused request wrote a run row", nBefore, n)
+				}
+				t.Logf("refused: %v", res.Err)
+				return
+			}
+			runID, _ := res.Out["runId"].(string)
+			if runID == "" {
+				t.Fatalf("run returned %v and printed %s", res.Err, res.Raw)
+			}
+			st := env.openStore(t)
+			defer st.Close()
+			r, err := st.GetRun(context.Background(), runID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs := runEvents(t, st, runID)
+			if k.wantErr == "" {
+				if res.Err != nil || r.Status != agent.RunFinished {
+					t.Fatalf("status %s, err %v\n%s", r.Status, res.Err, res.Raw)
+				}
+				if pairs := checkEvents(t, evs, agent.KindRunFinished); !slices.Equal(pairs, setupOrder) {
+					t.Errorf("node pairs %v", pairs)
+				}
+			} else {
+				if r.Status != agent.RunFailed || res.Err == nil {
+					t.Fatalf("status %s, err %v, want FAILED with %s\n%s", r.Status, res.Err, k.wantErr, res.Raw)
+				}
+				checkEvents(t, evs, agent.KindRunFailed)
+				f := finishedOf(t, evs, k.wantNode)
+				if len(f) == 0 || f[len(f)-1].ErrorID == nil || *f[len(f)-1].ErrorID != string(k.wantErr) {
+					t.Errorf("%s finished %+v, want errorId %s", k.wantNode, f, k.wantErr)
+				}
+				errs, _ := res.Out["errors"].([]any)
+				if len(errs) != 1 || errs[0].(map[string]any)["error_id"] != string(k.wantErr) || errs[0].(map[string]any)["node_id"] != k.wantNode {
+					t.Errorf("error report %s", res.Raw)
+				}
+			}
+			if k.check != nil {
+				k.check(t, evs, res)
+			}
+			if len(finishedOf(t, evs, nodes.NodeEnsureDevice)) > 0 {
+				lastSession = sessionOf(t, evs)
+			}
+			t.Logf("%s in %v", r.Status, res.Took.Round(time.Millisecond))
+		})
+		if !ok && k.name == "baseline installs v2" {
+			t.FailNow()
+		}
 	}
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/uia2"
+	"github.com/screengraph/screengraph-agent/fixtures"
 )
 
 // UiAutomator2Instrumentation is the instrumentation component Appium's
@@ -33,6 +36,9 @@ type LaunchConfig struct {
 // Launch builds the device model of cfg.Profile, registers the UiAutomator2
 // server instrumentation, and starts the transport with the profile's faults.
 func Launch(ctx context.Context, cfg LaunchConfig) (*Emulator, *android.Device, error) {
+	if err := loadPreinstalledAPKs(&cfg.Profile); err != nil {
+		return nil, nil, err
+	}
 	dev, err := android.New(cfg.Profile, android.Options{Now: cfg.Now})
 	if err != nil {
 		return nil, nil, fmt.Errorf("sim: profile %q: %w", cfg.Profile.Name, err)
@@ -86,4 +92,24 @@ func (a androidDevice) ReadDir(p string) ([]FileStat, error) {
 
 func (a androidDevice) DialTCP(port int) (net.Conn, error) {
 	return a.Device.DialTCP(context.Background(), port)
+}
+
+// loadPreinstalledAPKs reads the APK a preinstalled package names: a path,
+// else a file of fixtures/apks shipped in the binary.
+func loadPreinstalledAPKs(p *android.Profile) error {
+	pre := append([]android.Package(nil), p.Preinstalled...)
+	for i, pk := range pre {
+		if pk.APK == "" || len(pk.APKData) > 0 {
+			continue
+		}
+		b, err := os.ReadFile(pk.APK)
+		if err != nil {
+			if b, err = fixtures.APK(filepath.Base(pk.APK)); err != nil {
+				return fmt.Errorf("sim: preinstalled %s: APK %q: not a file, nor one of fixtures/apks", pk.ID, pk.APK)
+			}
+		}
+		pre[i].APKData = b
+	}
+	p.Preinstalled = pre
+	return nil
 }

@@ -133,6 +133,16 @@ func New(p Profile, o Options) (*Device, error) {
 	}
 	d.net = newInDeviceNet()
 	d.am = newActivityManager(d)
+	for _, pk := range p.Preinstalled {
+		if len(pk.APKData) == 0 {
+			continue
+		}
+		// The APK describes the package: install it in place of the entry.
+		delete(d.pm.pkgs, pk.ID)
+		if res := d.install(pk.APKData, installFlags{testOnly: true, image: true}); res.line != "Success" {
+			return nil, fmt.Errorf("preinstalled %s from %s: %s", pk.ID, pk.APK, res.line)
+		}
+	}
 	return d, nil
 }
 

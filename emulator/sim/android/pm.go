@@ -232,6 +232,9 @@ type installFlags struct {
 	testOnly  bool // -t
 	user      string
 	size      int64 // -S
+	// image: a package of the system image installed at start-up; injected
+	// install faults do not apply to it.
+	image bool
 }
 
 // installResult is one line pm prints ("Success" or "Failure [CODE: msg]") and
@@ -379,7 +382,7 @@ func (d *Device) install(data []byte, f installFlags) installResult {
 func (d *Device) installLocked(data []byte, f installFlags) (installResult, bool, string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if code := d.profile.Faults.InstallFailure; code != "" {
+	if code := d.profile.Faults.InstallFailure; code != "" && !f.image {
 		return failure(code, ""), false, ""
 	}
 	if int64(len(data)) > d.freeStorageLocked()-d.fs.used {

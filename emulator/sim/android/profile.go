@@ -53,6 +53,12 @@ type Package struct {
 	SignerSHA256 []string `yaml:"signerSha256"`
 	// TestOnly mirrors android:testOnly in the manifest.
 	TestOnly bool `yaml:"testOnly"`
+	// APK names the package's real APK (a path, or a file of fixtures/apks);
+	// when set, the package is installed from it at start-up, so its base.apk
+	// exists and the fields above come from the APK itself. The loader
+	// (emulator/sim) fills APKData from it.
+	APK     string `yaml:"apk"`
+	APKData []byte `yaml:"-"`
 }
 
 // App is the UI model of one package.
