@@ -543,7 +543,14 @@ func TestChainModesAndErrors(t *testing.T) {
 					t.Errorf("versionCode %s after a refused downgrade", vc)
 				}
 			}},
-		{name: "missing activity", apk: v2, activity: "com.example.app.NoSuch", wantErr: agent.ErrActivityNotFound, wantNode: nodes.NodeLaunchOrAttach},
+		// With the app in front LAUNCH_OR_ATTACH attaches without looking at
+		// the activity name, so the app goes to the background first (HOME).
+		{name: "missing activity", apk: v2, activity: "com.example.app.NoSuch", wantErr: agent.ErrActivityNotFound, wantNode: nodes.NodeLaunchOrAttach,
+			before: func(t *testing.T) {
+				if _, _, code := env.srv.Run(t, "-s", env.serial, "shell", "input", "keyevent", "3"); code != 0 {
+					t.Fatalf("input keyevent 3: exit %d", code)
+				}
+			}},
 		{name: "never-idle SpinnerActivity", apk: v2, activity: "com.example.app.SpinnerActivity",
 			input:   map[string]any{"launchOrAttach": map[string]any{"launchAttachMode": "FORCE_RESTART"}, "waitIdle": idle(1500)},
 			wantErr: agent.ErrIdleTimeout, wantNode: nodes.NodeWaitIdle,
