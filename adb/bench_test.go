@@ -35,6 +35,25 @@ func BenchmarkShellRoundTrip(b *testing.B) {
 			}
 		}
 	})
+	// ratio alternates the two in one loop, so both see the same machine load,
+	// and reports how many times faster the adapter is (target >= 10).
+	b.Run("ratio", func(b *testing.B) {
+		var ours, cli time.Duration
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			if _, err := c.Shell(ctx, e.Serial(), "echo hi"); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if err := adbCmd(srvPort, "-s", e.Serial(), "shell", "echo", "hi").Run(); err != nil {
+				b.Fatal(err)
+			}
+			ours, cli = ours+t1.Sub(t0), cli+time.Since(t1)
+		}
+		b.ReportMetric(float64(cli)/float64(ours), "x-faster-than-cli")
+		b.ReportMetric(float64(ours.Microseconds())/float64(b.N), "adapter-µs/op")
+		b.ReportMetric(float64(cli.Microseconds())/float64(b.N), "cli-µs/op")
+	})
 }
 
 func BenchmarkPush(b *testing.B) {
@@ -67,5 +86,22 @@ func BenchmarkPush(b *testing.B) {
 				b.Fatalf("%s %v", out, err)
 			}
 		}
+	})
+	// ratio alternates the two pushes and reports the adapter's throughput as
+	// a multiple of `adb push` (target >= 0.9).
+	b.Run("ratio", func(b *testing.B) {
+		var ours, cli time.Duration
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			if err := c.PushFile(context.Background(), e.Serial(), local, "/data/local/tmp/push-r.bin", nil); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if out, err := adbCmd(srvPort, "-s", e.Serial(), "push", local, "/data/local/tmp/push-r.bin").CombinedOutput(); err != nil {
+				b.Fatalf("%s %v", out, err)
+			}
+			ours, cli = ours+t1.Sub(t0), cli+time.Since(t1)
+		}
+		b.ReportMetric(float64(cli)/float64(ours), "x-throughput-of-cli")
 	})
 }

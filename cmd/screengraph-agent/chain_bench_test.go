@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/agenttest"
+	"github.com/screengraph/screengraph-agent/appium"
+	"github.com/screengraph/screengraph-agent/policy"
+	"github.com/screengraph/screengraph-agent/snapshots"
+)
+
+// BenchmarkEngineOverheadPerNode: the engine on the real embedded store
+// running a graph of 4 no-op nodes, one fresh run per iteration. ns/node is
+// the run's wall time over its 4 nodes; each run also commits
+// agent.run.started and agent.run.finished (6 commits per run: start, 4
+// node steps with their events + snapshot, finish).
+func BenchmarkEngineOverheadPerNode(b *testing.B) {
+	ctx := context.Background()
+	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(b.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	pols, err := policy.NewStore(ctx, st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := []string{"A", "B", "C", "D"}
+	var ns []agent.Node
+	for i, n := range names {
+		next := agent.End
+		if i+1 < len(names) {
+			next = names[i+1]
+		}
+		ns = append(ns, &agenttest.Node{NodeName: n, Next: next})
+	}
+	g, err := agent.NewGraph("noop4", "A", ns...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng := &agent.Engine{Store: st, Policies: pols}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := ulid.MustNew(ulid.Now(), rand.Reader).String()
+		if err := st.CreateRun(ctx, agent.Run{RunID: id, TenantID: "bench", Status: agent.RunPending, Graph: g.Name,
+			PolicyVersion: pols.Current().PolicyVersion}); err != nil {
+			b.Fatal(err)
+		}
+		status, err := eng.Run(ctx, id, g)
+		if err != nil || status != agent.RunFinished {
+			b.Fatalf("run %s: %s %v", id, status, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(names)), "ns/node")
+}
+
+// BenchmarkWarmChain: the setup chain on a warm host (local Appium up,
+// session remembered and reused, app v2 installed = SAME, already in front),
+// one fresh run per iteration through the single-host assembly, relay drain
+// included. Sub-benchmarks: policy-default-minQuiet500 (WaitIdle's policy
+// default, 500 ms quiet) and minQuiet100 (input minQuietMillis 100, sampling
+// every 50 ms).
+func BenchmarkWarmChain(b *testing.B) {
+	env := newChainEnv(b)
+	h := env.openTestHost(b, "", nil)
+	b.Cleanup(func() { h.Close(context.Background()) })
+	apk := fixtureAPK("demo-v2.apk")
+	base := env.runCmd(apk, signerDigest(b, apk))
+	ctx := context.Background()
+	// Warm up: installs v2, creates the session, launches the app.
+	if _, status, took, err := submit(ctx, h, base); err != nil || status != agent.RunFinished {
+		b.Fatalf("warm-up run: %s %v", status, err)
+	} else {
+		b.Logf("cold run (v2 install, new session, launch) %v", took.Round(time.Millisecond))
+	}
+	quick := base
+	quick.Input = writeJSON(b, b.TempDir(), "input.json", map[string]any{
+		"waitIdle": map[string]any{"idleHeuristicsConfiguration": map[string]any{"minQuietMillis": 100, "samplingIntervalMillis": 50}}})
+	for _, bc := range []struct {
+		name string
+		c    runCmd
+	}{{"policy-default-minQuiet500", base}, {"minQuiet100", quick}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				_, status, _, err := submit(ctx, h, bc.c)
+				if err != nil || status != agent.RunFinished {
+					b.Fatalf("run: %s %v", status, err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/op")
+		})
+	}
+}
+
+// BenchmarkAppiumAlone: what Appium alone does for the same setup on the same
+// kind of simulated emulator: a NEW uiautomator2 session that starts the app
+// (appium:appPackage, appium:appActivity=.HomeActivity, appium:noReset=true),
+// then DELETE. One warm-up session first (installs the UiAutomator2 server
+// APKs), outside the timer.
+func BenchmarkAppiumAlone(b *testing.B) {
+	env := newChainEnv(b)
+	ctx := context.Background()
+	srv, err := appium.StartServer(ctx, appium.ServerConfig{ADBServerPort: env.srv.Port, LogFile: filepath.Join(b.TempDir(), "appium.log")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Stop() })
+	drv, err := appium.New(srv.URL, appium.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	caps, err := appium.Capabilities(appium.CapsConfig{Serial: env.serial, ADBPort: env.srv.Port, Extra: map[string]any{
+		"appium:appPackage": appPkg, "appium:appActivity": ".HomeActivity", "appium:noReset": true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	once := func() error {
+		s, err := drv.CreateSession(ctx, caps)
+		if err != nil {
+			return fmt.Errorf("create: %w\n%s", err, srv.LogTail(40))
+		}
+		return drv.DeleteSession(ctx, s.ID)
+	}
+	start := time.Now()
+	if err := once(); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("cold session (server APK installs) %v", time.Since(start).Round(time.Millisecond))
+	b.Run("new-session-launch-delete", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if err := once(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/op")
+	})
+}
