@@ -31,6 +31,11 @@ fuzz:
 	    echo "fuzz $$pkg $$f"; go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null || exit 1; \
 	  done; done
 
-# Side-by-side benchmarks: ours vs the adb CLI.
+# Side-by-side benchmarks, each pair in one run: the adb adapter vs the adb CLI
+# (shell round trip, push); the outbox relay vs raw JetStream publishing and the
+# per-step commit on the embedded store; the warm setup chain vs Appium alone.
 bench: setup
-	go test -run '^$$' -bench . -benchmem -benchtime 2s ./adb/ ./emulator/...
+	go test -run '^$$' -bench . -benchmem -benchtime 2s ./adb/
+	go test -run '^$$' -bench . -benchmem -benchtime 1s ./snapshots/
+	go test -run '^$$' -bench EngineOverhead -benchtime 200x ./cmd/...
+	go test -run '^$$' -bench 'WarmChain|AppiumAlone' -benchtime 5x ./cmd/...

@@ -471,6 +471,16 @@ func IsW3CError(err error, code string) bool {
 	return errors.As(err, &e) && e.Code == code
 }
 
+// instrumentationGone recognises the uiautomator2 driver's answer for a
+// session whose instrumentation process is no longer running ("… cannot be
+// proxied to UiAutomator2 server because the instrumentation process is not
+// running (probably crashed)").
+func instrumentationGone(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "instrumentation process is not running") ||
+		strings.Contains(m, "cannot be proxied to uiautomator2 server")
+}
+
 func classifyW3C(status int, we w3cError, what string, create bool) *agent.Error {
 	msg := fmt.Sprintf("appium: %s: HTTP %d: %s", what, status, we.Message)
 	mk := func(id agent.ErrorID, retryable bool, cause error) *agent.Error {
@@ -486,6 +496,11 @@ func classifyW3C(status int, we w3cError, what string, create bool) *agent.Error
 		return mk(agent.ErrSessionCreateFailed, we.Error != "invalid argument", nil)
 	case we.Error == "timeout" || we.Error == "script timeout":
 		return mk(agent.ErrTimeout, true, nil)
+	case we.Error == "unknown error" && instrumentationGone(we.Message):
+		// The session's on-device UiAutomator2 server died (the device went
+		// offline, the instrumentation was killed): Appium keeps the session but
+		// it can never serve again, so it is as gone as an invalid session id.
+		return &agent.Error{ID: agent.ErrInvalidRequest, Code: "invalid session id", Msg: msg, Err: ErrSessionGone}
 	case we.Error == "unknown error" && strings.Contains(we.Message, "Potentially insecure feature"):
 		return mk(agent.ErrPermission, false, nil)
 	case we.Error == "unknown error":

@@ -3,7 +3,9 @@ package nodes
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,6 +184,15 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 	net := NetworkUnknown
 	for n := 0; ; n++ {
 		sig, ns, changedByError, err := takeSample(sctx, p, sessionID, pkg, uid)
+		if err != nil && sessionID != "" && sessionGone(err) {
+			// The session cannot serve the hierarchy any more (its on-device
+			// server died); frames and focus still tell whether the UI settles,
+			// and the next EnsureDevice replaces the session.
+			p.Logf("UI hierarchy unavailable (%v): waiting on frames and focus only", err)
+			sessionID, prev = "", nil
+			signals = slices.DeleteFunc(signals, func(s string) bool { return s == "hierarchy" })
+			continue
+		}
 		if err != nil {
 			return nil, deadlineAware(ctx, sctx, err)
 		}
@@ -207,6 +218,16 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 			return nil, ctxErr(ctx, "waiting for idle")
 		}
 	}
+}
+
+// CodeSessionGone is the agent.Error Code of a driver call on a session that
+// can no longer serve (W3C "invalid session id"; the Appium adapter also gives
+// it to a session whose instrumentation died).
+const CodeSessionGone = "invalid session id"
+
+func sessionGone(err error) bool {
+	var e *agent.Error
+	return errors.As(err, &e) && e.Code == CodeSessionGone
 }
 
 // deadlineAware reports a probe cut by the node's own sampling bound as

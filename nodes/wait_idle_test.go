@@ -143,14 +143,23 @@ func TestWaitIdleHierarchySignal(t *testing.T) {
 }
 
 func TestWaitIdleErrors(t *testing.T) {
-	t.Run("session gone is not retried", func(t *testing.T) {
+	t.Run("session gone: waits on frames and focus only", func(t *testing.T) {
+		calls := 0
 		drv := &fakeDriver{source: func(string, int) (string, error) {
-			return "", &agent.Error{ID: agent.ErrSessionCreateFailed, Code: "invalid session id", Retryable: false}
+			calls++
+			return "", &agent.Error{ID: agent.ErrInvalidRequest, Code: CodeSessionGone, Retryable: false}
 		}}
-		out, err := WaitIdle(context.Background(), idleIn(400, 2000), Ports{Device: quietDevice(t, nil), Driver: drv})
-		wantID(t, err, agent.ErrSessionCreateFailed, false)
-		if out.UIStabilityAssessment != nil {
-			t.Error("assessment on a non-timeout failure")
+		var logs []string
+		out, err := WaitIdle(context.Background(), idleIn(400, 5000), Ports{Device: quietDevice(t, nil), Driver: drv,
+			Progress: func(l string) { logs = append(logs, l) }})
+		if err != nil || out.UIStabilityAssessment == nil {
+			t.Fatalf("a dead session should leave frames and focus to decide: %v", err)
+		}
+		if calls != 1 {
+			t.Errorf("page source asked %d times after the session was gone, want 1", calls)
+		}
+		if !strings.Contains(strings.Join(logs, "\n"), "UI hierarchy unavailable") {
+			t.Errorf("no log line says the hierarchy signal was dropped: %q", logs)
 		}
 	})
 	t.Run("retryable page source errors count as change", func(t *testing.T) {
