@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator/sim"
@@ -16,11 +14,7 @@ import (
 
 func launch(t *testing.T, srv *simtest.ADBServer, p android.Profile) *sim.Emulator {
 	t.Helper()
-	e, _, err := sim.Launch(context.Background(), sim.LaunchConfig{ADBServer: srv.Addr(), Profile: p, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e, _ := simtest.Launch(t, srv, p)
 	return e
 }
 

@@ -14,29 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
-	"github.com/screengraph/screengraph-agent/fixtures"
 )
 
-func launchProfile(t *testing.T, srv *simtest.ADBServer, name string, port int) (*sim.Emulator, *android.Device) {
+func launchProfile(t *testing.T, srv *simtest.ADBServer, name string) (*sim.Emulator, *android.Device) {
 	t.Helper()
-	b, err := fixtures.Profile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := android.ParseProfile(name, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, dev, err := sim.Launch(context.Background(), sim.LaunchConfig{ConsolePort: port, ADBServer: srv.Addr(), Profile: p, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e, dev := simtest.Launch(t, srv, simtest.Profile(t, name))
 	srv.WaitState(t, e.Serial(), "device", 10*time.Second)
 	return e, dev
 }
@@ -56,8 +41,8 @@ func driverAPK(t *testing.T, parts ...string) string {
 // in-device UiAutomator2 server on port 6790.
 func TestTwoSimulatedEmulatorsThroughRealADB(t *testing.T) {
 	srv := simtest.StartADBServer(t)
-	a, _ := launchProfile(t, srv, "default", 0)
-	b, _ := launchProfile(t, srv, "api30", 0)
+	a, _ := launchProfile(t, srv, "default")
+	b, _ := launchProfile(t, srv, "api30")
 
 	out, _, _ := srv.Run(t, "devices", "-l")
 	for _, s := range []string{a.Serial(), b.Serial()} {

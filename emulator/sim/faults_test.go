@@ -1,12 +1,9 @@
 package sim_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
@@ -15,11 +12,7 @@ import (
 
 func launchFaulty(t *testing.T, srv *simtest.ADBServer, p android.Profile) *sim.Emulator {
 	t.Helper()
-	e, _, err := sim.Launch(context.Background(), sim.LaunchConfig{ADBServer: srv.Addr(), Profile: p, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e, _ := simtest.Launch(t, srv, p)
 	return e
 }
 
