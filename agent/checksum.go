@@ -3,6 +3,7 @@ package agent
 import (
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/gowebpki/jcs"
-	"github.com/oklog/ulid/v2"
 )
 
 // TimestampLayout is the layout of Event.TS: ISO-8601 / RFC 3339 in UTC with
@@ -164,15 +164,19 @@ type IDGenerator interface {
 	NewID() string
 }
 
-// ULIDs makes ULIDs (26-character Crockford base32 text) whose time part is
-// the Clock's time and whose random part comes from monotonic entropy: ids
-// made within the same millisecond still sort in creation order. Safe for
-// concurrent use.
+// ULIDs makes ULIDs (github.com/ulid/spec: 48-bit Unix milliseconds then 80
+// random bits, as 26 characters of Crockford base32) whose time part is the
+// Clock's time. Within one millisecond the random part is incremented, so ids
+// made in the same millisecond still sort in creation order (the spec's
+// monotonic mode). Written here rather than taken from oklog/ulid because that
+// module imports database/sql/driver, and nodes/, which imports agent, must
+// not depend on database packages. Safe for concurrent use.
 type ULIDs struct {
 	mu      sync.Mutex
 	clock   Clock
-	entropy *ulid.MonotonicEntropy
+	entropy io.Reader
 	lastMS  uint64
+	last    [10]byte
 }
 
 // NewULIDs returns a generator reading time from clock and randomness from
@@ -184,30 +188,54 @@ func NewULIDs(clock Clock, entropy io.Reader) *ULIDs {
 	if clock == nil {
 		clock = SystemClock{}
 	}
-	return &ULIDs{clock: clock, entropy: ulid.Monotonic(entropy, 0)}
+	return &ULIDs{clock: clock, entropy: entropy}
 }
 
 // NewID returns the next ULID. When the clock stands still or moves back,
-// the previous millisecond is reused so ids stay strictly increasing; on the
-// (2^80 per millisecond) overflow of the monotonic entropy it moves to the next
-// millisecond. It panics only when the entropy reader fails.
+// the previous millisecond is reused and its random part incremented, so ids
+// stay strictly increasing; when that 80-bit increment overflows it moves to
+// the next millisecond. It panics only when the entropy reader fails.
 func (g *ULIDs) NewID() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ms := ulid.Timestamp(g.clock.Now())
-	if ms < g.lastMS {
+	ms := uint64(g.clock.Now().UnixMilli())
+	if g.lastMS != 0 && ms <= g.lastMS {
 		ms = g.lastMS
-	}
-	for {
-		id, err := ulid.New(ms, g.entropy)
-		if err == nil {
-			g.lastMS = ms
-			return id.String()
+		if increment(&g.last) {
+			return encodeULID(ms, g.last)
 		}
-		if !errors.Is(err, ulid.ErrMonotonicOverflow) {
-			// Only a broken entropy reader gets here (crypto/rand does not fail).
-			panic(fmt.Sprintf("agent: ulid entropy: %v", err))
-		}
-		ms++
+		ms++ // overflow of the random part: next millisecond, fresh randomness
 	}
+	if _, err := io.ReadFull(g.entropy, g.last[:]); err != nil {
+		// Only a broken entropy reader gets here (crypto/rand does not fail).
+		panic(fmt.Sprintf("agent: ulid entropy: %v", err))
+	}
+	g.lastMS = ms
+	return encodeULID(ms, g.last)
+}
+
+// increment adds one to the big-endian 80-bit number; false on overflow.
+func increment(b *[10]byte) bool {
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i]++
+		if b[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// encodeULID writes the 128-bit value ms<<80 | random as 26 base32 digits.
+func encodeULID(ms uint64, random [10]byte) string {
+	hi := ms<<16 | uint64(random[0])<<8 | uint64(random[1])
+	lo := binary.BigEndian.Uint64(random[2:])
+	var out [26]byte
+	for i := 25; i >= 0; i-- {
+		out[i] = crockford[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(out[:])
 }
