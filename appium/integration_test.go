@@ -7,14 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device"
-	"github.com/screengraph/screengraph-agent/emulator/sim"
-	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
-	"github.com/screengraph/screengraph-agent/fixtures"
 )
 
 // TestRealAppiumOnSimulator drives the real Appium 3.8.0 server with the real
@@ -27,19 +22,7 @@ func TestRealAppiumOnSimulator(t *testing.T) {
 	defer cancel()
 
 	adb := simtest.StartADBServer(t)
-	b, err := fixtures.Profile("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := android.ParseProfile("default", b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	emu, _, err := sim.Launch(ctx, sim.LaunchConfig{ADBServer: adb.Addr(), Profile: p, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close()
+	emu, _ := simtest.Launch(t, adb, simtest.Profile(t, "default"))
 	adb.WaitState(t, emu.Serial(), "device", 10*time.Second)
 
 	logFile := filepath.Join(t.TempDir(), "appium.log")

@@ -9,13 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
-	"github.com/screengraph/screengraph-agent/emulator/sim"
-	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/fixtures"
 )
@@ -55,19 +51,7 @@ func TestADBDeviceOnSimulator(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv := simtest.StartADBServer(t)
-	b, err := fixtures.Profile("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := android.ParseProfile("default", b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	emu, _, err := sim.Launch(ctx, sim.LaunchConfig{ADBServer: srv.Addr(), Profile: p, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close()
+	emu, _ := simtest.Launch(t, srv, simtest.Profile(t, "default"))
 	srv.WaitState(t, emu.Serial(), "device", 10*time.Second)
 	c := adb.New(srv.Addr())
 	d := device.NewADBDevice(c, emu.Serial())

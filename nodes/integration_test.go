@@ -8,16 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device"
-	"github.com/screengraph/screengraph-agent/emulator/sim"
-	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
-	"github.com/screengraph/screengraph-agent/fixtures"
 	"github.com/screengraph/screengraph-agent/nodes"
 )
 
@@ -29,19 +24,8 @@ func TestSetupChainOnSimulator(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	srv := simtest.StartADBServer(t)
-	b, err := fixtures.Profile("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prof, err := android.ParseProfile("default", b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	emu, _, err := sim.Launch(ctx, sim.LaunchConfig{ADBServer: srv.Addr(), Profile: prof, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close()
+	prof := simtest.Profile(t, "default")
+	emu, _ := simtest.Launch(t, srv, prof)
 	serial := emu.Serial()
 	srv.WaitState(t, serial, "device", 10*time.Second)
 

@@ -786,12 +786,7 @@ func pmUninstall(c *Ctx, args []string) int {
 // pm path [--user N] PKG: "package:<codePath>/base.apk"; exit 1 and no output
 // when the package is not installed.
 func pmPath(c *Ctx, args []string) int {
-	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
-		if args[0] == "--user" && len(args) > 1 {
-			args = args[1:]
-		}
-		args = args[1:]
-	}
+	args = skipUserOptions(args)
 	if len(args) == 0 {
 		fmt.Fprintln(c.Stderr, "Error: no package specified")
 		return 255
@@ -915,12 +910,7 @@ func flattenShort(comp string) string {
 
 // pm clear PKG: "Success", or "Failed" for an unknown package.
 func pmClear(c *Ctx, args []string) int {
-	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
-		if args[0] == "--user" && len(args) > 1 {
-			args = args[1:]
-		}
-		args = args[1:]
-	}
+	args = skipUserOptions(args)
 	if len(args) == 0 {
 		fmt.Fprintln(c.Stderr, "Error: no package specified")
 		return 255
@@ -947,12 +937,7 @@ func pmClear(c *Ctx, args []string) int {
 
 // pm grant|revoke [--user N] PKG PERMISSION: silent on success.
 func pmGrant(c *Ctx, cmd string, args []string) int {
-	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
-		if args[0] == "--user" && len(args) > 1 {
-			args = args[1:]
-		}
-		args = args[1:]
-	}
+	args = skipUserOptions(args)
 	if len(args) < 2 {
 		return shellException(c, cmd, "java.lang.IllegalArgumentException: no permission specified")
 	}
@@ -1111,4 +1096,16 @@ func init() {
 	registerCommand("pm", cmdPm)
 	registerCmdService("package", cmdPackage)
 	registerDumpsys("package", dumpsysPackage)
+}
+
+// skipUserOptions drops the leading options of a pm command that takes only
+// flags and `--user N` before its operands (pm path, pm clear, pm grant).
+func skipUserOptions(args []string) []string {
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		if args[0] == "--user" && len(args) > 1 {
+			args = args[1:]
+		}
+		args = args[1:]
+	}
+	return args
 }
