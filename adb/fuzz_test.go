@@ -141,6 +141,11 @@ func FuzzParseGfxinfo(f *testing.F) {
 		if g, ok := ParseGfxinfo(s); ok && g.TotalFrames < 0 {
 			t.Fatalf("%+v", g)
 		}
+		if f, ok := ParseFramestats(s); ok {
+			if d, known := f.SinceLastFrame(); f.Windows < 1 || f.Frames < 0 || (known && d < 0) {
+				t.Fatalf("%+v %v", f, d)
+			}
+		}
 		if d, ok := ParseWmSize(s); ok && d.PhysicalWidth <= 0 {
 			t.Fatalf("%+v", d)
 		}

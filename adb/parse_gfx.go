@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // FrameStats are the counters of `dumpsys gfxinfo PKG` (JankTracker::dumpData).
@@ -30,6 +31,11 @@ func ParseGfxinfo(out string) (FrameStats, bool) {
 	seenHdr := false
 	for _, l := range lines(out) {
 		t := strings.TrimSpace(l)
+		if t == "Profile data in ms:" || strings.HasPrefix(t, "Window: ") {
+			// With framestats each window repeats the counters for its own
+			// frames below this line; the process totals are above it.
+			break
+		}
 		if m := gfxHdrRe.FindStringSubmatch(t); m != nil {
 			if seenHdr {
 				break
@@ -70,6 +76,113 @@ func ParseGfxinfo(out string) (FrameStats, bool) {
 		}
 	}
 	return s, s.TotalFrames >= 0
+}
+
+// FrameTimeline is what `dumpsys gfxinfo PKG framestats` says about when the
+// process last drew. All timestamps are nanoseconds of the device's
+// CLOCK_MONOTONIC (System.nanoTime), the clock of the "Uptime:" header line
+// (SystemClock.uptimeMillis), so their difference is the time since a frame.
+type FrameTimeline struct {
+	// UptimeMillis is the "Uptime: N" header: the device's uptime in ms when
+	// the dump was taken.
+	UptimeMillis int64
+	// StatsSinceNanos is the process block's "Stats since: Nns" (the process
+	// start or the last `dumpsys gfxinfo PKG reset`); -1 when absent.
+	StatsSinceNanos int64
+	// Windows is the number of ---PROFILEDATA--- blocks (one per window of
+	// the process that has a renderer).
+	Windows int
+	// Frames is the number of frame rows over all windows (HWUI keeps the
+	// last 120 frames of each window).
+	Frames int
+	// NewestFrameCompletedNanos is the latest FrameCompleted over all rows
+	// (IntendedVsync for a row whose FrameCompleted is still 0); 0 when no row.
+	NewestFrameCompletedNanos int64
+}
+
+// SinceLastFrame is how long before the dump the process last completed a
+// frame: Uptime minus the newest FrameCompleted, or minus "Stats since" when
+// no window has a frame row (nothing drawn since then). ok is false when
+// neither is known. Never negative (Uptime has ms resolution).
+func (f FrameTimeline) SinceLastFrame() (d time.Duration, ok bool) {
+	ref := f.NewestFrameCompletedNanos
+	if f.Frames == 0 {
+		if f.StatsSinceNanos < 0 {
+			return 0, false
+		}
+		ref = f.StatsSinceNanos
+	}
+	d = time.Duration(f.UptimeMillis)*time.Millisecond - time.Duration(ref)
+	return max(d, 0), true
+}
+
+// ParseFramestats parses `dumpsys gfxinfo PKG framestats` (API 29+): the
+// "Uptime: N Realtime: N" header (ActivityManagerService.dumpGraphicsHardwareUsage),
+// the process block's "Stats since", and each window's block between two
+// "---PROFILEDATA---" lines (HWUI JankTracker::dumpFrames): a CSV header
+// naming the FrameInfo columns ("Flags,IntendedVsync,…,FrameCompleted,…,"
+// before API 31, "Flags,FrameTimelineVsyncId,IntendedVsync,…" from 31, with
+// columns added since), then one row per frame; header and rows end with a
+// comma. Columns are found by name, not position, as their set differs by
+// release. ok is false without the Uptime line or without any PROFILEDATA
+// header naming IntendedVsync and FrameCompleted (no process, or a release
+// without framestats).
+func ParseFramestats(out string) (FrameTimeline, bool) {
+	f := FrameTimeline{StatsSinceNanos: -1}
+	upSeen, inBlock, headerSeen := false, false, false
+	intended, completed := -1, -1
+	for _, l := range lines(out) {
+		t := strings.TrimSpace(l)
+		switch {
+		case t == "---PROFILEDATA---":
+			inBlock = !inBlock
+			intended, completed = -1, -1
+			continue
+		case inBlock && strings.HasPrefix(t, "Flags,"):
+			for i, name := range strings.Split(t, ",") {
+				switch name {
+				case "IntendedVsync":
+					intended = i
+				case "FrameCompleted":
+					completed = i
+				}
+			}
+			if intended >= 0 && completed >= 0 {
+				headerSeen = true
+				f.Windows++
+			}
+			continue
+		case inBlock:
+			if intended < 0 || completed < 0 || t == "" {
+				continue
+			}
+			cols := strings.Split(t, ",")
+			if len(cols) <= max(intended, completed) {
+				continue
+			}
+			iv, ok1 := atoi64(cols[intended])
+			fc, ok2 := atoi64(cols[completed])
+			if !ok1 || !ok2 || iv <= 0 {
+				continue
+			}
+			if fc <= 0 {
+				fc = iv
+			}
+			f.Frames++
+			f.NewestFrameCompletedNanos = max(f.NewestFrameCompletedNanos, fc)
+			continue
+		case !upSeen && strings.HasPrefix(t, "Uptime: "):
+			fs := strings.Fields(t)
+			if n, ok := atoi64(fs[1]); ok && n >= 0 {
+				f.UptimeMillis, upSeen = n, true
+			}
+		case f.StatsSinceNanos < 0 && f.Windows == 0 && strings.HasPrefix(t, "Stats since: "):
+			if n, ok := atoi64(strings.TrimSuffix(strings.TrimPrefix(t, "Stats since: "), "ns")); ok && n >= 0 {
+				f.StatsSinceNanos = n
+			}
+		}
+	}
+	return f, upSeen && headerSeen
 }
 
 // DisplaySize is the output of `wm size`.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -480,5 +481,69 @@ func TestParseSmallCaptures(t *testing.T) {
 		MissedVsync: 7, SlowUIThread: 9, DeadlineMissed: 9, HighInputLatency: 83}
 	if diff := cmp.Diff(want, g); !ok || diff != "" {
 		t.Errorf("gfxinfo: %s", diff)
+	}
+}
+
+func TestParseFramestats(t *testing.T) {
+	// Two real rows of `dumpsys gfxinfo PKG framestats` with the pre-Q 16-column
+	// header (a blog's capture, search index id 44207812512), after an Uptime
+	// header and process block shaped like the API 31+ capture in
+	// fixtures/captures/dumpsys-gfxinfo.
+	old := "Applications Graphics Acceleration Info:\nUptime: 594430354 Realtime: 594430354\n\n" +
+		"** Graphics info for pid 31185 [com.example.app] **\n\nStats since: 594399000000000ns\nTotal frames rendered: 2\n" +
+		"Profile data in ms:\n\n\tcom.example.app/com.example.app.Main/android.view.ViewRootImpl@1 (visibility=0)\n" +
+		"Window: com.example.app/com.example.app.Main\nStats since: 594399500000000ns\nTotal frames rendered: 7\n\n" +
+		"---PROFILEDATA---\n" +
+		"Flags,IntendedVsync,Vsync,OldestInputEvent,NewestInputEvent,HandleInputStart,AnimationStart,PerformTraversalsStart,DrawStart,SyncQueued,SyncStart,IssueDrawCommandsStart,SwapBuffers,FrameCompleted,DequeueBufferDuration,QueueBufferDuration,\n" +
+		"0,594399833469194,594399833469194,9223372036854775807,0,594399833992420,594399834015180,594399834093462,594399835255753,594399835397316,594399835719034,594399835808878,594399836632628,594399837228514,96000,146000,\n" +
+		"0,594429840570165,594429840570165,9223372036854775807,0,594429841649231,594429841736940,594429841741471,594429842202356,594429845314544,594429847401106,594429847993190,594429853626210,594429854321679,264000,326000,\n" +
+		"---PROFILEDATA---\n\nView hierarchy:\n"
+	f, ok := ParseFramestats(old)
+	want := FrameTimeline{UptimeMillis: 594430354, StatsSinceNanos: 594399000000000, Windows: 1, Frames: 2,
+		NewestFrameCompletedNanos: 594429854321679}
+	if diff := cmp.Diff(want, f); !ok || diff != "" {
+		t.Fatalf("ok=%v %s", ok, diff)
+	}
+	if d, ok := f.SinceLastFrame(); !ok || d != 594430354*time.Millisecond-594429854321679 {
+		t.Fatalf("since last frame %v %v", d, ok)
+	}
+	// The process counters stay the process block's, not the window's.
+	if g, ok := ParseGfxinfo(old); !ok || g.TotalFrames != 2 {
+		t.Fatalf("%+v", g)
+	}
+	// API 31+ header (verbatim emulator header quoted in search index id
+	// 62456845039): FrameCompleted moves to column 16; found by name. Two
+	// windows, one without rows; a row still in flight (FrameCompleted 0)
+	// counts by its IntendedVsync.
+	h31 := "Flags,FrameTimelineVsyncId,IntendedVsync,Vsync,InputEventId,HandleInputStart,AnimationStart,PerformTraversalsStart,DrawStart,FrameDeadline,FrameInterval,FrameStartTime,SyncQueued,SyncStart,IssueDrawCommandsStart,SwapBuffers,FrameCompleted,DequeueBufferDuration,QueueBufferDuration,GpuCompleted,SwapBuffersCompleted,DisplayPresentTime,CommandSubmissionCompleted,"
+	row := func(iv, fc int64) string {
+		c := make([]string, 23)
+		for i := range c {
+			c[i] = "0"
+		}
+		c[2], c[16] = strconv.FormatInt(iv, 10), strconv.FormatInt(fc, 10)
+		return strings.Join(c, ",") + ","
+	}
+	s31 := "Uptime: 40000 Realtime: 40000\n** Graphics info for pid 1 [a] **\nStats since: 30000000000ns\n" +
+		"---PROFILEDATA---\n" + h31 + "\n" + row(38_000_000_000, 38_009_000_000) + "\n" + row(38_100_000_000, 0) + "\n---PROFILEDATA---\n\n" +
+		"---PROFILEDATA---\n" + h31 + "\n---PROFILEDATA---\n"
+	f, ok = ParseFramestats(s31)
+	if !ok || f.Windows != 2 || f.Frames != 2 || f.NewestFrameCompletedNanos != 38_100_000_000 {
+		t.Fatalf("ok=%v %+v", ok, f)
+	}
+	if d, _ := f.SinceLastFrame(); d != 1900*time.Millisecond {
+		t.Fatalf("since last frame %v", d)
+	}
+	// No rows at all: quiet since "Stats since".
+	f, ok = ParseFramestats("Uptime: 40000 Realtime: 40000\nStats since: 30000000000ns\n---PROFILEDATA---\n" + h31 + "\n---PROFILEDATA---\n")
+	if d, _ := f.SinceLastFrame(); !ok || d != 10*time.Second {
+		t.Fatalf("ok=%v %+v %v", ok, f, d)
+	}
+	// Plain gfxinfo (no PROFILEDATA) and a missing process are not a timeline.
+	for _, s := range []string{capture(t, "dumpsys-gfxinfo/api31plus-phone-instagram.txt"),
+		"Applications Graphics Acceleration Info:\nUptime: 1 Realtime: 1\nNo process found for: com.x\n"} {
+		if f, ok := ParseFramestats(s); ok {
+			t.Fatalf("parsed %+v", f)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/adb"
@@ -78,19 +79,38 @@ type WaitIdleOutput struct {
 // sampleSplit separates the parts of one sample's combined shell command.
 const sampleSplit = "--SCREENGRAPH-SAMPLE-SPLIT--"
 
-// WaitIdle waits until the UI is quiet: every samplingIntervalMillis it takes
-// one sample of three signals and calls the UI idle once all of them stayed
-// unchanged for minQuietMillis:
+// ConfirmGap is the shortest spacing of two samples: one vsync at 60 Hz, so
+// a change pending at the first sample has been drawn by the second.
+const ConfirmGap = 17 * time.Millisecond
+
+// WaitIdle waits until the UI is quiet: it samples three signals and calls
+// the UI idle once all of them stayed unchanged for minQuietMillis:
 //   - the UI hierarchy: SHA-256 of Driver.PageSource of the session (skipped
 //     when there is no session id);
-//   - frames: "Total frames rendered" of `dumpsys gfxinfo PKG` not growing
-//     (adb.ParseGfxinfo; skipped while the package has no process);
+//   - frames: `dumpsys gfxinfo PKG framestats`: "Total frames rendered"
+//     (adb.ParseGfxinfo) and the newest frame's FrameCompleted
+//     (adb.ParseFramestats) unchanged (skipped while the package has no
+//     process);
 //   - focus: the focused window and focused app of `dumpsys window displays`
 //     (adb.ParseWindowFocus) unchanged.
 //
-// gfxinfo, window focus and the socket tables are read in one shell round
-// trip per sample. A sample whose reads fail with a retryable error counts as
-// a change; a non-retryable error ends the node with it.
+// The quiet window starts at the first of a run of unchanged samples, or
+// earlier, at the app's last frame: framestats timestamps and the dump's
+// "Uptime:" share the device's CLOCK_MONOTONIC, so the dump tells how long the
+// app has drawn nothing. Every change of the app's hierarchy or focus is
+// drawn at the next vsync, so no frame since T means nothing the app shows
+// changed since T. That earlier start counts only once a second sample
+// (ConfirmGap or more later) found all three signals unchanged, and never
+// reaches back before the previous, different sample. On a screen that
+// settled before WaitIdle began, the node therefore returns after two
+// samples instead of waiting minQuietMillis afresh; quietWindowObservedMillis
+// then reports the quiet time since the last frame.
+//
+// Samples are spaced by samplingIntervalMillis at most, sooner when the
+// window would be complete earlier (never closer than ConfirmGap). The page
+// source is read while one shell round trip reads gfxinfo, window focus and
+// the socket tables. A sample whose reads fail with a retryable error counts
+// as a change; a non-retryable error ends the node with it.
 //
 // networkInFlightStatus is measured from the last sample's /proc/net/tcp and
 // /proc/net/tcp6 (kernel tcp4_seq_show/tcp6_seq_show format): ACTIVE when a
@@ -125,9 +145,21 @@ func millisOr(v *int64, def time.Duration) time.Duration {
 }
 
 type idleSignature struct {
-	hierarchy string
-	frames    int64
-	focus     string
+	hierarchy   string
+	frames      int64
+	newestFrame int64 // FrameCompleted of the newest frame row, device ns
+	focus       string
+}
+
+// idleSample is one reading of the signals.
+type idleSample struct {
+	sig *idleSignature
+	// sinceFrame is how long before the dump the app last completed a frame
+	// (device clock); -1 when framestats did not say.
+	sinceFrame time.Duration
+	net        NetworkInFlightStatus
+	// changedByError: a signal could not be read for a retryable reason.
+	changedByError bool
 }
 
 func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAssessment, error) {
@@ -180,10 +212,14 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 		minQuiet, maxWait, interval, strings.Join(signals, "+"), pkg, uid)
 
 	var prev *idleSignature
-	var quietSince time.Time
+	// quietSince: the first sample of the current unchanged run; lastFrameAt:
+	// the app's last frame as the run's first sample dated it (host clock,
+	// zero when unknown); prevAt: the previous sample.
+	var quietSince, lastFrameAt, prevAt time.Time
+	confirmed := false
 	net := NetworkUnknown
 	for n := 0; ; n++ {
-		sig, ns, changedByError, err := takeSample(sctx, p, sessionID, pkg, uid)
+		s, err := takeSample(sctx, p, sessionID, pkg, uid)
 		if err != nil && sessionID != "" && sessionGone(err) {
 			// The session cannot serve the hierarchy any more (its on-device
 			// server died); frames and focus still tell whether the UI settles,
@@ -197,16 +233,34 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 			return nil, deadlineAware(ctx, sctx, err)
 		}
 		now := p.Now()
-		if ns != "" {
-			net = ns
+		if s.net != "" {
+			net = s.net
 		}
-		if changedByError || prev == nil || *sig != *prev {
-			prev, quietSince = sig, now
+		if s.changedByError || prev == nil || *s.sig != *prev {
+			prev, quietSince, confirmed, lastFrameAt = s.sig, now, false, time.Time{}
+			if !s.changedByError && s.sinceFrame >= 0 {
+				lastFrameAt = now.Add(-s.sinceFrame)
+				if !prevAt.IsZero() && lastFrameAt.Before(prevAt) {
+					lastFrameAt = prevAt
+				}
+			}
+		} else {
+			confirmed = true
 		}
-		quiet := now.Sub(quietSince)
+		prevAt = now
+		from := quietSince
+		if confirmed && !lastFrameAt.IsZero() && lastFrameAt.Before(from) {
+			from = lastFrameAt
+		}
+		quiet := now.Sub(from)
 		a := &UIStabilityAssessment{QuietWindowObservedMillis: quiet.Milliseconds(), NetworkInFlightStatus: net}
-		if quiet >= minQuiet && !changedByError {
-			p.Logf("idle after %v (%d samples), quiet for %v, network %s", now.Sub(start).Round(time.Millisecond), n+1, quiet, net)
+		if quiet >= minQuiet && !s.changedByError {
+			how := "unchanged samples"
+			if from.Before(quietSince) {
+				how = fmt.Sprintf("back to the app's last frame; unchanged over samples %v apart", now.Sub(quietSince).Round(time.Millisecond))
+			}
+			p.Logf("idle after %v (%d samples), quiet for %v (%s), network %s",
+				now.Sub(start).Round(time.Millisecond), n+1, quiet.Round(time.Millisecond), how, net)
 			return a, nil
 		}
 		left := deadline.Sub(now)
@@ -214,7 +268,14 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 			return a, agent.Errorf(agent.ErrIdleTimeout, "UI not idle within %v: quiet for %v at most recently, %v needed (signals %s)",
 				maxWait, quiet.Round(time.Millisecond), minQuiet, strings.Join(signals, "+"))
 		}
-		if err := p.Wait(ctx, min(interval, left)); err != nil {
+		// Sample again when the window would be complete (counting back to
+		// the last frame once confirmed), at most one interval later.
+		potential := quiet
+		if !lastFrameAt.IsZero() && lastFrameAt.Before(quietSince) {
+			potential = now.Sub(lastFrameAt)
+		}
+		wait := min(interval, max(minQuiet-potential, ConfirmGap), left)
+		if err := p.Wait(ctx, wait); err != nil {
 			return nil, ctxErr(ctx, "waiting for idle")
 		}
 	}
@@ -239,51 +300,70 @@ func deadlineAware(ctx, sctx context.Context, err error) error {
 	return err
 }
 
-// takeSample reads all signals once. changedByError is true when a signal
-// could not be read for a retryable reason.
-func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int) (*idleSignature, NetworkInFlightStatus, bool, error) {
-	sig := &idleSignature{frames: -1}
-	changed := false
+// takeSample reads all signals once: the page source through the driver
+// while one shell round trip reads the device's signals.
+func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int) (idleSample, error) {
+	s := idleSample{sig: &idleSignature{frames: -1}, sinceFrame: -1}
+	var src string
+	var srcErr error
+	var wg sync.WaitGroup
 	if sessionID != "" {
-		src, err := p.Driver.PageSource(ctx, sessionID)
-		if err != nil {
-			if e := agent.Classify(err); !e.Retryable {
-				return nil, "", false, e
-			}
-			changed = true
-		} else {
-			sum := sha256.Sum256([]byte(src))
-			sig.hierarchy = fmt.Sprintf("%x", sum)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			src, srcErr = p.Driver.PageSource(ctx, sessionID)
+		}()
 	}
 	cmd := "dumpsys window displays; echo " + sampleSplit + "; cat /proc/net/tcp /proc/net/tcp6"
 	if pkg != "" {
-		cmd = "dumpsys gfxinfo " + pkg + "; echo " + sampleSplit + "; " + cmd
+		cmd = "dumpsys gfxinfo " + pkg + " framestats; echo " + sampleSplit + "; " + cmd
 	}
 	r, err := p.Device.Shell(ctx, cmd)
+	wg.Wait()
+	if sessionID != "" {
+		if srcErr != nil {
+			if e := agent.Classify(srcErr); !e.Retryable {
+				return s, e
+			}
+			s.changedByError = true
+		} else {
+			sum := sha256.Sum256([]byte(src))
+			s.sig.hierarchy = fmt.Sprintf("%x", sum)
+		}
+	}
 	if err != nil {
 		if e := agent.Classify(err); !e.Retryable {
-			return nil, "", false, e
+			return s, e
 		}
-		return sig, "", true, nil
+		s.changedByError = true
+		return s, nil
 	}
 	parts := strings.Split(r.Stdout, sampleSplit)
 	if pkg != "" {
 		if len(parts) != 3 {
-			return sig, "", true, nil
+			s.changedByError = true
+			return s, nil
 		}
 		if fs, ok := adb.ParseGfxinfo(parts[0]); ok {
-			sig.frames = fs.TotalFrames
+			s.sig.frames = fs.TotalFrames
+		}
+		if ft, ok := adb.ParseFramestats(parts[0]); ok {
+			s.sig.newestFrame = ft.NewestFrameCompletedNanos
+			if d, ok := ft.SinceLastFrame(); ok {
+				s.sinceFrame = d
+			}
 		}
 		parts = parts[1:]
 	}
 	if len(parts) != 2 {
-		return sig, "", true, nil
+		s.changedByError = true
+		return s, nil
 	}
 	for _, d := range adb.ParseWindowFocus(parts[0]) {
-		sig.focus += fmt.Sprintf("%d:%s|%s|%v;", d.DisplayID, d.CurrentFocusWindow, d.FocusedApp, d.CurrentFocusNull)
+		s.sig.focus += fmt.Sprintf("%d:%s|%s|%v;", d.DisplayID, d.CurrentFocusWindow, d.FocusedApp, d.CurrentFocusNull)
 	}
-	return sig, NetworkStatus(parts[1], uid), changed, nil
+	s.net = NetworkStatus(parts[1], uid)
+	return s, nil
 }
 
 // appUID returns pkg's uid from `dumpsys package PKG` (userId=/appId=), or

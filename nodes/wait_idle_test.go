@@ -230,3 +230,114 @@ func TestNetworkStatus(t *testing.T) {
 		}
 	}
 }
+
+// timelineDevice is quietDevice with a framestats block: the app's newest
+// frame completed at lastFrame() on a device clock that runs with the test's
+// (fake) clock; lastFrame is read once per sample.
+func timelineDevice(t *testing.T, lastFrame func(now time.Time) time.Time) *scriptDevice {
+	dev := quietDevice(t, nil)
+	inner := dev.shell
+	boot := time.Now().Add(-24 * time.Hour)
+	dev.shell = func(cmd string) (device.ShellResult, error) {
+		r, err := inner(cmd)
+		if err != nil || !strings.HasPrefix(cmd, "dumpsys gfxinfo") {
+			return r, err
+		}
+		now := time.Now()
+		fc := lastFrame(now).Sub(boot).Nanoseconds()
+		// API 31+ header (search index id 62456845039); IntendedVsync (col 2)
+		// 9 ms before FrameCompleted (col 16).
+		hdr := "Flags,FrameTimelineVsyncId,IntendedVsync,Vsync,InputEventId,HandleInputStart,AnimationStart,PerformTraversalsStart,DrawStart,FrameDeadline,FrameInterval,FrameStartTime,SyncQueued,SyncStart,IssueDrawCommandsStart,SwapBuffers,FrameCompleted,DequeueBufferDuration,QueueBufferDuration,GpuCompleted,SwapBuffersCompleted,DisplayPresentTime,CommandSubmissionCompleted,"
+		cols := make([]string, 23)
+		for i := range cols {
+			cols[i] = "0"
+		}
+		cols[2], cols[16] = fmt.Sprint(fc-9_000_000), fmt.Sprint(fc)
+		gfx, rest, _ := strings.Cut(r.Stdout, sampleSplit)
+		up := now.Sub(boot).Milliseconds()
+		gfx = strings.Replace(gfx, "Uptime: 314436624 Realtime: 1105003132", fmt.Sprintf("Uptime: %d Realtime: %d", up, up), 1) +
+			"\n---PROFILEDATA---\n" + hdr + "\n" + strings.Join(cols, ",") + ",\n---PROFILEDATA---\n\n"
+		return device.ShellResult{Stdout: gfx + sampleSplit + rest}, nil
+	}
+	return dev
+}
+
+func TestWaitIdleCountsBackToTheLastFrame(t *testing.T) {
+	t.Run("settled before: two samples ConfirmGap apart", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			settled := time.Now().Add(-2 * time.Second)
+			var logs []string
+			start := time.Now()
+			out, err := WaitIdle(context.Background(), idleIn(500, 5000), Ports{
+				Device:   timelineDevice(t, func(time.Time) time.Time { return settled }),
+				Driver:   &fakeDriver{},
+				Progress: func(l string) { logs = append(logs, l) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took != ConfirmGap {
+				t.Errorf("idle after %v, want one ConfirmGap (%v)", took, ConfirmGap)
+			}
+			if q := out.UIStabilityAssessment.QuietWindowObservedMillis; q != (2*time.Second + ConfirmGap).Milliseconds() {
+				t.Errorf("quiet window %d ms, want the time since the last frame", q)
+			}
+			if !strings.Contains(strings.Join(logs, "\n"), "back to the app's last frame") {
+				t.Errorf("logs do not say the window was counted back: %q", logs)
+			}
+		})
+	})
+	t.Run("recent frame: waits the rest of the window only", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			settled := time.Now().Add(-300 * time.Millisecond)
+			start := time.Now()
+			out, err := WaitIdle(context.Background(), idleIn(500, 5000), Ports{
+				Device: timelineDevice(t, func(time.Time) time.Time { return settled }), Driver: &fakeDriver{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took != 200*time.Millisecond {
+				t.Errorf("idle after %v, want the 200 ms left of the window", took)
+			}
+			if q := out.UIStabilityAssessment.QuietWindowObservedMillis; q != 500 {
+				t.Errorf("quiet window %d ms", q)
+			}
+		})
+	})
+	t.Run("never before the previous different sample", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// The frame timeline claims quiet for an hour, but the hierarchy
+			// changed on the first 3 samples (100 ms apart): the window starts
+			// at the sample before the last change at the earliest.
+			drv := &fakeDriver{source: func(_ string, n int) (string, error) {
+				return fmt.Sprintf("<hierarchy><node text=%q/></hierarchy>", fmt.Sprint(min(n, 3))), nil
+			}}
+			in := idleIn(400, 5000)
+			in.IdleHeuristicsConfiguration.SamplingIntervalMillis = i64(100)
+			settled := time.Now().Add(-time.Hour)
+			start := time.Now()
+			out, err := WaitIdle(context.Background(), in, Ports{
+				Device: timelineDevice(t, func(time.Time) time.Time { return settled }), Driver: drv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The first sample's timeline promises a complete window, so the
+			// second comes ConfirmGap later; samples at 0, 17, 117, 217 all
+			// differ, the run starts at 217 and may count back to 117 only:
+			// idle at 517.
+			if took := time.Since(start); took != 400*time.Millisecond+117*time.Millisecond {
+				t.Errorf("idle after %v", took)
+			}
+			if q := out.UIStabilityAssessment.QuietWindowObservedMillis; q != 400 {
+				t.Errorf("quiet window %d ms", q)
+			}
+		})
+	})
+	t.Run("new frames keep it busy", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// An animation: the newest frame is always one vsync old.
+			_, err := WaitIdle(context.Background(), idleIn(400, 1000), Ports{
+				Device: timelineDevice(t, func(now time.Time) time.Time { return now.Add(-16 * time.Millisecond) }), Driver: &fakeDriver{}})
+			wantID(t, err, agent.ErrIdleTimeout, false)
+		})
+	})
+}
