@@ -209,6 +209,10 @@ func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResul
 		setDefault(&h.MinQuietMillis, pol.Idle.MinQuietMillis)
 		setDefault(&h.MaxWaitMillis, pol.Idle.MaxWaitMillis)
 		setDefault(&h.SamplingIntervalMillis, pol.Idle.SampleIntervalMillis)
+		if h.CountQuietFromLastFrame == nil {
+			b := pol.Idle.CountQuietFromLastFrame
+			h.CountQuietFromLastFrame = &b
+		}
 		out, err = WaitIdle(ctx, i, p)
 	}
 	mu.Lock()

@@ -36,12 +36,15 @@ const (
 )
 
 // IdleHeuristicsConfiguration is WaitIdle's idleHeuristicsConfiguration. A nil
-// field takes its default (400, 5000, 200 ms).
+// field takes its default (400, 5000, 200 ms, true).
 type IdleHeuristicsConfiguration struct {
 	MinQuietMillis *int64 `json:"minQuietMillis,omitempty"`
 	MaxWaitMillis  *int64 `json:"maxWaitMillis,omitempty"`
 	// SamplingIntervalMillis spaces the samples. Extension.
 	SamplingIntervalMillis *int64 `json:"samplingIntervalMillis,omitempty"`
+	// CountQuietFromLastFrame: the quiet window may start at the app's last
+	// frame (see WaitIdle); nil means true. Extension.
+	CountQuietFromLastFrame *bool `json:"countQuietFromLastFrame,omitempty"`
 }
 
 // WaitIdleInput is WaitIdle's Input (screengraph-nodes.md §4). The spec's
@@ -104,7 +107,9 @@ const ConfirmGap = 17 * time.Millisecond
 // reaches back before the previous, different sample. On a screen that
 // settled before WaitIdle began, the node therefore returns after two
 // samples instead of waiting minQuietMillis afresh; quietWindowObservedMillis
-// then reports the quiet time since the last frame.
+// then reports the quiet time since the last frame. Frames an app draws
+// through a SurfaceView or TextureView (video, maps, games, Flutter) are not
+// in framestats: countQuietFromLastFrame=false turns the earlier start off.
 //
 // Samples are spaced by samplingIntervalMillis at most, sooner when the
 // window would be complete earlier (never closer than ConfirmGap). The page
@@ -173,6 +178,7 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 	if interval <= 0 {
 		interval = DefaultSampleInterval
 	}
+	fromLastFrame := h.CountQuietFromLastFrame == nil || *h.CountQuietFromLastFrame
 	start := p.Now()
 	deadline := start.Add(maxWait)
 	sctx, cancel := context.WithTimeout(ctx, maxWait+ProbeSlack)
@@ -238,7 +244,7 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 		}
 		if s.changedByError || prev == nil || *s.sig != *prev {
 			prev, quietSince, confirmed, lastFrameAt = s.sig, now, false, time.Time{}
-			if !s.changedByError && s.sinceFrame >= 0 {
+			if fromLastFrame && !s.changedByError && s.sinceFrame >= 0 {
 				lastFrameAt = now.Add(-s.sinceFrame)
 				if !prevAt.IsZero() && lastFrameAt.Before(prevAt) {
 					lastFrameAt = prevAt

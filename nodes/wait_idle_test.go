@@ -341,3 +341,21 @@ func TestWaitIdleCountsBackToTheLastFrame(t *testing.T) {
 		})
 	})
 }
+
+func TestWaitIdleCountQuietFromLastFrameOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		settled := time.Now().Add(-2 * time.Second)
+		in := idleIn(500, 5000)
+		off := false
+		in.IdleHeuristicsConfiguration.CountQuietFromLastFrame = &off
+		start := time.Now()
+		out, err := WaitIdle(context.Background(), in, Ports{
+			Device: timelineDevice(t, func(time.Time) time.Time { return settled }), Driver: &fakeDriver{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != 500*time.Millisecond || out.UIStabilityAssessment.QuietWindowObservedMillis != 500 {
+			t.Errorf("idle after %v, quiet %d ms: want a fresh 500 ms window", took, out.UIStabilityAssessment.QuietWindowObservedMillis)
+		}
+	})
+}

@@ -128,6 +128,11 @@ type IdleHeuristics struct {
 	MinQuietMillis       int `yaml:"minQuietMillis" json:"minQuietMillis"`
 	MaxWaitMillis        int `yaml:"maxWaitMillis" json:"maxWaitMillis"`
 	SampleIntervalMillis int `yaml:"sampleIntervalMillis" json:"sampleIntervalMillis"`
+	// CountQuietFromLastFrame lets WaitIdle start the quiet window at the
+	// app's last frame in `dumpsys gfxinfo PKG framestats` (see nodes.WaitIdle).
+	// Turn it off for apps that draw through a SurfaceView or TextureView
+	// (video, maps, games, Flutter): those frames are not in framestats.
+	CountQuietFromLastFrame bool `yaml:"countQuietFromLastFrame" json:"countQuietFromLastFrame"`
 }
 
 // Policy is one policy document, e.g. in YAML:
@@ -195,7 +200,8 @@ func Default() *Policy {
 		DriverReusePolicy:  DriverReuseOrCreate,
 		InstallationPolicy: InstallIfMissing,
 		LaunchAttachMode:   LaunchOrAttach,
-		Idle:               IdleHeuristics{MinQuietMillis: 500, MaxWaitMillis: 10000, SampleIntervalMillis: 200},
+		Idle: IdleHeuristics{MinQuietMillis: 500, MaxWaitMillis: 10000, SampleIntervalMillis: 200,
+			CountQuietFromLastFrame: true},
 	}
 }
 

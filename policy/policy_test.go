@@ -114,7 +114,7 @@ func TestLoadOverlaysDefaults(t *testing.T) {
 		t.Fatalf("timeouts %+v", p.Timeouts)
 	}
 	if p.LaunchAttachMode != policy.ForceRestart || p.InstallationPolicy != policy.InstallIfMissing ||
-		p.Idle != (policy.IdleHeuristics{MinQuietMillis: 800, MaxWaitMillis: 20000, SampleIntervalMillis: 200}) {
+		p.Idle != (policy.IdleHeuristics{MinQuietMillis: 800, MaxWaitMillis: 20000, SampleIntervalMillis: 200, CountQuietFromLastFrame: true}) {
 		t.Fatalf("modes/idle %+v", p)
 	}
 	if r, b := p.Decide("EnsureDevice", agent.ErrTimeout, 2); !r || b != 6*time.Second {
@@ -215,5 +215,15 @@ func TestStoreSwitchAndPersistence(t *testing.T) {
 	s3, err := policy.NewStore(ctx, nil)
 	if err != nil || s3.Current().Version() != 1 {
 		t.Fatalf("memory store: %v", err)
+	}
+}
+
+func TestCountQuietFromLastFrameDefaultsOn(t *testing.T) {
+	if !policy.Default().Idle.CountQuietFromLastFrame {
+		t.Fatal("default policy does not count the quiet window from the last frame")
+	}
+	p, err := policy.Parse([]byte("version: 3\nidleHeuristics:\n  countQuietFromLastFrame: false\n"))
+	if err != nil || p.Idle.CountQuietFromLastFrame || p.Idle.MinQuietMillis != 500 {
+		t.Fatalf("%+v %v", p, err)
 	}
 }
