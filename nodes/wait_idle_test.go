@@ -359,3 +359,25 @@ func TestWaitIdleCountQuietFromLastFrameOff(t *testing.T) {
 		}
 	})
 }
+
+// On the model: a screen that settled before WaitIdle began (the launch's
+// animation ended seconds ago) is idle after two samples, its quiet window
+// counted back to the last frame of the model's framestats.
+func TestWaitIdleSettledScreenOnModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newModel(t)
+		startActivity(t, d, ".HomeActivity")
+		time.Sleep(3 * time.Second) // the 600 ms animation ended 2.4 s ago
+		start := time.Now()
+		out, err := WaitIdle(context.Background(), idleIn(500, 5000), Ports{Device: d, Driver: &fakeDriver{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != ConfirmGap {
+			t.Errorf("idle after %v, want one ConfirmGap", took)
+		}
+		if q := out.UIStabilityAssessment.QuietWindowObservedMillis; q < 2300 || q > 2500 {
+			t.Errorf("quiet window %d ms, want about the 2.4 s since the animation's last frame", q)
+		}
+	})
+}

@@ -393,7 +393,7 @@ func (am *activityManager) onShownLocked(rec *amRecord, now time.Time, cold bool
 	if g == nil {
 		return
 	}
-	g.launches = append(g.launches, frameBurst{at: now, frames: launchFrames, janky: 1})
+	g.launches = append(g.launches, frameBurst{at: now, frames: launchFrames, janky: 1, rec: rec})
 	switch {
 	case rec.busy.NeverIdle:
 		g.segments = append(g.segments, frameSegment{start: now, endless: true, rec: rec})
@@ -433,7 +433,7 @@ func (am *activityManager) backLocked() {
 	top := am.tasks[0].records[len(am.tasks[0].records)-1]
 	top.shownAt = now
 	if g := am.gfx[top.pkg]; g != nil {
-		g.launches = append(g.launches, frameBurst{at: now, frames: launchFrames})
+		g.launches = append(g.launches, frameBurst{at: now, frames: launchFrames, rec: top})
 	}
 	am.restartSegmentsLocked(top, now)
 }

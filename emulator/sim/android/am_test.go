@@ -344,11 +344,12 @@ func TestBusyPeriodEnds(t *testing.T) {
 }
 
 func TestGfxinfoFormat(t *testing.T) {
-	d, _ := newAMDevice(t, 34)
+	d, clk := newAMDevice(t, 34)
 	if out := amOut(t, d, "dumpsys gfxinfo "+amPkg); !strings.HasSuffix(out, "No process found for: "+amPkg+"\n") {
 		t.Fatalf("not running: %q", out)
 	}
 	amSh(t, d, "am start -W -n "+amPkg+"/.HomeActivity")
+	clk.Advance(100 * time.Millisecond) // the launch frames complete (FrameCompleted) ~93 ms after the start
 	out := amOut(t, d, "dumpsys gfxinfo "+amPkg)
 	pid := amPidOf(t, d, amPkg)
 	for _, re := range []string{

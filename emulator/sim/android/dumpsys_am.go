@@ -24,14 +24,32 @@ func init() {
 
 // --- frame statistics ---------------------------------------------------------
 
+// The frame model: every frame a window draws sits on the display's vsync
+// grid (IntendedVsync = k*vsyncPeriod of device uptime, the CLOCK_MONOTONIC
+// the "Uptime:" line and HWUI's timestamps share) and exists from its
+// FrameCompleted on. The counters of `dumpsys gfxinfo` and the rows of
+// `framestats` are both computed from this one timeline, so they agree.
+
+// vsyncPeriod is the frame interval of the 60 Hz display in ns (SurfaceFlinger's
+// "VSYNC period: 16666666 ns"; HWUI's FrameInterval on such a display).
+const vsyncPeriod int64 = 16_666_666
+
+// framestatsRing is how many frames HWUI keeps per window for `framestats`
+// (JankTracker's RingBuffer<FrameInfo, 120>).
+const framestatsRing = 120
+
+// frameBurst is the frames an activity window draws when it comes to the
+// front: the first `janky` of them are slow (a first frame after a cold or
+// warm start misses its deadline).
 type frameBurst struct {
 	at     time.Time
 	frames int
 	janky  int
+	rec    *amRecord // the window (activity record) that draws them
 }
 
-// frameSegment is an animation: frames at framesPerSecond from start to end
-// (or to now when endless).
+// frameSegment is an animation of rec's window: one frame per vsync from
+// start until end (or for ever when endless).
 type frameSegment struct {
 	start, end time.Time
 	endless    bool
@@ -44,17 +62,12 @@ type gfxStats struct {
 	segments []frameSegment
 }
 
-// resetLocked starts counting afresh: frames drawn up to now (launch bursts
-// included) are forgotten, running animations keep counting from now.
+// resetLocked starts counting afresh at now: the counters only count frames
+// completed after it. The frames themselves stay: framestats rows survive a
+// reset, as measured by a frame-stats tool, although AOSP's JankTracker::reset
+// clears its ring (conflict noted in SOURCES.md).
 func (g *gfxStats) resetLocked(now time.Time) {
 	g.since = now
-	kept := g.launches[:0]
-	for _, b := range g.launches {
-		if b.at.After(now) {
-			kept = append(kept, b)
-		}
-	}
-	g.launches = kept
 }
 
 // frame durations (ms) the model assigns: animation frames, launch frames,
@@ -65,32 +78,272 @@ const (
 	jankyFrameMs  = 48
 )
 
+type frameKind int
+
+const (
+	frameAnim frameKind = iota
+	frameLaunch
+	frameJanky
+)
+
+// totalNs is FrameCompleted - IntendedVsync. It is the nominal duration plus
+// 0.5 ms so that HWUI's own measure of the frame (which subtracts the
+// SyncQueued->SyncStart stall, 0.32 ms here) and the naive one both fall in
+// the histogram bucket of the nominal duration.
+func (k frameKind) totalNs() int64 {
+	ms := map[frameKind]int64{frameAnim: animFrameMs, frameLaunch: launchFrameMs, frameJanky: jankyFrameMs}[k]
+	return ms*1_000_000 + 500_000
+}
+
+// gpuNs is GpuCompleted - SwapBuffers (HWUI FrameInfo::gpuDrawTime): 1.5 ms
+// lands in the "2ms" GPU bucket, 7.5 ms in "8ms" (bucket = floor(ms)+1).
+func (k frameKind) gpuNs() int64 {
+	if k == frameJanky {
+		return 7_500_000
+	}
+	return 1_500_000
+}
+
+// frameStages are one frame's FrameInfo timestamps as offsets (ns) from its
+// IntendedVsync. The UI-thread stages keep the offsets of real rows (two
+// pre-Q rows quoted in SOURCES.md: HandleInputStart +0.52 ms, AnimationStart
+// +0.55, PerformTraversalsStart +0.62; DrawStart->SyncQueued 0.14 ms,
+// SyncQueued->SyncStart 0.32, SyncStart->IssueDrawCommandsStart 0.09,
+// IssueDrawCommandsStart->SwapBuffers 0.82); the rest is placed back from
+// FrameCompleted so every stage precedes it.
+type frameStages struct {
+	frameStart, handleInput, animation, traversals, drawStart          int64
+	syncQueued, syncStart, issueDraw, swap, cmdDone, swapDone, gpuDone int64
+	completed                                                          int64
+}
+
+func (k frameKind) stages() frameStages {
+	var s frameStages
+	s.completed = k.totalNs()
+	s.gpuDone = s.completed - 150_000
+	s.swap = s.gpuDone - k.gpuNs()
+	s.cmdDone = s.swap + 60_000
+	s.swapDone = s.swap + 120_000
+	s.issueDraw = s.swap - 823_750
+	s.syncStart = s.issueDraw - 89_844
+	s.syncQueued = s.syncStart - 321_718
+	s.drawStart = s.syncQueued - 141_563
+	s.frameStart = 199_246 // Choreographer's frame start, before input (a real S row)
+	s.handleInput = 523_226
+	s.animation = 545_986
+	s.traversals = 624_268
+	return s
+}
+
+// slots is how many vsyncs the frame keeps the window's UI thread busy: the
+// next frame of the same window can start at the first vsync after this
+// frame's SyncStart (a 48 ms first frame skips two vsyncs).
+func (k frameKind) slots() int64 {
+	n := (k.stages().syncStart + vsyncPeriod - 1) / vsyncPeriod
+	return max(n, 1)
+}
+
+// frameRef is one frame of a window: its vsync index on the grid.
+type frameRef struct {
+	k     int64
+	kind  frameKind
+	first bool // first frame after the window was shown (FrameInfo Flags bit 0)
+}
+
+func (f frameRef) intendedNs() int64  { return f.k * vsyncPeriod }
+func (f frameRef) completedNs() int64 { return f.k*vsyncPeriod + f.kind.totalNs() }
+
+// windowTimeline is every frame of one window: launch bursts (each occupying a
+// run of vsyncs) and animation ranges, which draw at every vsync no burst
+// occupies.
+type windowTimeline struct {
+	launch  []frameRef
+	busy    [][2]int64 // vsync ranges [from, to) the bursts occupy, sorted, disjoint
+	anim    [][2]int64 // merged animation vsync ranges [from, to); to = math.MaxInt64 when endless
+	created time.Time  // first burst: when the window's renderer started; zero when none
+}
+
+// vsyncAtOrAfter is the index of the first vsync at or after t.
+func (d *Device) vsyncAtOrAfter(t time.Time) int64 {
+	u := d.uptimeNanosAt(t)
+	if u <= 0 {
+		return 0
+	}
+	return (u + vsyncPeriod - 1) / vsyncPeriod
+}
+
+// floorDiv is a/b rounded down (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// timelineLocked builds rec's frames from g's bursts and segments. A burst
+// starts at the first vsync at or after its time, or after the previous
+// burst of the window when that one still occupies the UI thread.
+func (d *Device) timelineLocked(g *gfxStats, rec *amRecord) windowTimeline {
+	var tl windowTimeline
+	for _, b := range g.launches {
+		if b.rec != rec || b.frames <= 0 {
+			continue
+		}
+		if tl.created.IsZero() || b.at.Before(tl.created) {
+			tl.created = b.at
+		}
+		k := d.vsyncAtOrAfter(b.at)
+		if n := len(tl.busy); n > 0 && k < tl.busy[n-1][1] {
+			k = tl.busy[n-1][1]
+		}
+		from := k
+		for i := 0; i < b.frames; i++ {
+			kind := frameLaunch
+			if i < b.janky {
+				kind = frameJanky
+			}
+			tl.launch = append(tl.launch, frameRef{k: k, kind: kind, first: i == 0})
+			k += kind.slots()
+		}
+		tl.busy = append(tl.busy, [2]int64{from, k})
+	}
+	for _, s := range g.segments {
+		if s.rec != rec {
+			continue
+		}
+		from, to := d.vsyncAtOrAfter(s.start), int64(math.MaxInt64)
+		if !s.endless {
+			to = d.vsyncAtOrAfter(s.end)
+		}
+		if to > from {
+			tl.anim = append(tl.anim, [2]int64{from, to})
+		}
+	}
+	sort.Slice(tl.anim, func(i, j int) bool { return tl.anim[i][0] < tl.anim[j][0] })
+	merged := tl.anim[:0]
+	for _, r := range tl.anim {
+		if n := len(merged); n > 0 && r[0] <= merged[n-1][1] {
+			merged[n-1][1] = max(merged[n-1][1], r[1])
+			continue
+		}
+		merged = append(merged, r)
+	}
+	tl.anim = merged
+	return tl
+}
+
+// busyIn counts the vsyncs of [lo, hi] that bursts occupy.
+func (tl windowTimeline) busyIn(lo, hi int64) int64 {
+	var n int64
+	for _, b := range tl.busy {
+		a, e := max(b[0], lo), min(b[1]-1, hi)
+		if e >= a {
+			n += e - a + 1
+		}
+	}
+	return n
+}
+
+func (tl windowTimeline) isBusy(k int64) (bool, int64) {
+	for _, b := range tl.busy {
+		if k >= b[0] && k < b[1] {
+			return true, b[0]
+		}
+	}
+	return false, 0
+}
+
 type frameCounts struct {
 	total, janky, anim, launch int
 }
 
-func (g *gfxStats) countLocked(now time.Time) frameCounts {
+func (fc *frameCounts) add(o frameCounts) {
+	fc.total += o.total
+	fc.janky += o.janky
+	fc.anim += o.anim
+	fc.launch += o.launch
+}
+
+// count counts the frames completed in (sinceNs, nowNs] (device uptime ns).
+func (tl windowTimeline) count(sinceNs, nowNs int64) frameCounts {
 	var fc frameCounts
-	for _, b := range g.launches {
-		if !b.at.Before(g.since) && !b.at.After(now) {
-			fc.launch += b.frames - b.janky
-			fc.janky += b.janky
+	for _, f := range tl.launch {
+		if c := f.completedNs(); c > sinceNs && c <= nowNs {
+			if f.kind == frameJanky {
+				fc.janky++
+			} else {
+				fc.launch++
+			}
 		}
 	}
-	for _, s := range g.segments {
-		from := s.start
-		if from.Before(g.since) {
-			from = g.since
-		}
-		to := s.end
-		if s.endless || to.After(now) {
-			to = now
-		}
-		if to.After(from) {
-			fc.anim += int(to.Sub(from) * framesPerSecond / time.Second)
+	d := frameAnim.totalNs()
+	kmin, kmax := floorDiv(sinceNs-d, vsyncPeriod)+1, floorDiv(nowNs-d, vsyncPeriod)
+	for _, r := range tl.anim {
+		lo, hi := max(r[0], kmin), min(r[1]-1, kmax)
+		if hi >= lo {
+			fc.anim += int(hi - lo + 1 - tl.busyIn(lo, hi))
 		}
 	}
 	fc.total = fc.anim + fc.launch + fc.janky
+	return fc
+}
+
+// newest returns the window's last n frames completed by nowNs, oldest first:
+// what HWUI's per-window ring holds.
+func (tl windowTimeline) newest(nowNs int64, n int) []frameRef {
+	var out []frameRef
+	for _, f := range tl.launch {
+		if f.completedNs() <= nowNs {
+			out = append(out, f)
+		}
+	}
+	kmax := floorDiv(nowNs-frameAnim.totalNs(), vsyncPeriod)
+	taken := 0
+	for i := len(tl.anim) - 1; i >= 0 && taken < n; i-- {
+		for k := min(tl.anim[i][1]-1, kmax); k >= tl.anim[i][0] && taken < n; k-- {
+			if busy, from := tl.isBusy(k); busy {
+				k = from // the loop's k-- steps below the burst
+				continue
+			}
+			out = append(out, frameRef{k: k, kind: frameAnim})
+			taken++
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].k < out[j].k })
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
+}
+
+// windowsLocked lists the windows that drew in g (also finished ones: their
+// frames stay in the process counters), in the order they first drew.
+func windowsLocked(g *gfxStats) []*amRecord {
+	var recs []*amRecord
+	seen := map[*amRecord]bool{}
+	add := func(r *amRecord) {
+		if r != nil && !seen[r] {
+			seen[r] = true
+			recs = append(recs, r)
+		}
+	}
+	for _, b := range g.launches {
+		add(b.rec)
+	}
+	for _, s := range g.segments {
+		add(s.rec)
+	}
+	return recs
+}
+
+// countLocked counts the process's frames completed since g.since, up to now.
+func (d *Device) countLocked(g *gfxStats, now time.Time) frameCounts {
+	var fc frameCounts
+	since, up := d.uptimeNanosAt(g.since), d.uptimeNanosAt(now)
+	for _, r := range windowsLocked(g) {
+		fc.add(d.timelineLocked(g, r).count(since, up))
+	}
 	return fc
 }
 
@@ -159,20 +412,26 @@ func percentile(buckets []int, counts []int, total, pct int) int {
 	return buckets[0]
 }
 
-// dumpsysGfxinfo is `dumpsys gfxinfo PKG [reset|framestats]` (format: the
+// dumpsysGfxinfo is `dumpsys gfxinfo [PKG] [reset|framestats|-a]` (format: the
 // API 31+ capture quoted in SOURCES.md; "Janky frames (legacy)" and "Number
 // Frame deadline missed" exist from API 31). "reset" prints the stats, then
-// starts counting afresh. No process: "No process found for: PKG".
+// starts counting afresh. No process: "No process found for: PKG". With
+// "framestats" (also "-a", and no argument at all: HardwareRenderer's
+// FLAG_DUMP_ALL is FLAG_DUMP_FRAMESTATS) each window of the "Profile data in
+// ms:" section is followed by its own counters and frame rows
+// (writeFramestatsLocked).
 func dumpsysGfxinfo(c *Ctx) int {
 	d := c.Device
 	args := c.Args[1:]
 	var pkg string
-	reset := false
+	reset, framestats := false, len(args) == 0
 	for _, a := range args {
 		switch a {
 		case "reset":
 			reset = true
-		case "framestats", "--checkin", "-a":
+		case "framestats", "-a":
+			framestats = true
+		case "--checkin":
 		default:
 			pkg = a
 		}
@@ -203,7 +462,7 @@ func dumpsysGfxinfo(c *Ctx) int {
 			g = &gfxStats{since: proc.started}
 			d.am.gfx[p] = g
 		}
-		d.writeGfxLocked(c.Stdout, proc, g, now)
+		d.writeGfxLocked(c.Stdout, proc, g, now, framestats)
 		if reset {
 			g.resetLocked(now)
 		}
@@ -211,9 +470,12 @@ func dumpsysGfxinfo(c *Ctx) int {
 	return 0
 }
 
-func (d *Device) writeGfxLocked(w io.Writer, proc *amProcess, g *gfxStats, now time.Time) {
+// writeProfileDataLocked prints HWUI's ProfileData::dump for frames counted
+// since `since`: "Stats since: Nns" through "GPU HISTOGRAM: ...", one line each
+// (the process block and, with framestats, each window's block print the same
+// lines).
+func (d *Device) writeProfileDataLocked(w io.Writer, since time.Time, fc frameCounts) {
 	api := d.APILevel()
-	fc := g.countLocked(now)
 	fb, gb := frameBuckets(), gpuBuckets()
 	counts := make([]int, len(fb))
 	gcounts := make([]int, len(gb))
@@ -228,10 +490,7 @@ func (d *Device) writeGfxLocked(w io.Writer, proc *amProcess, g *gfxStats, now t
 		}
 		return fmt.Sprintf("%.2f", math.Round(float64(n)*10000/float64(fc.total))/100)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "** Graphics info for pid %d [%s] **\n", proc.pid, proc.pkg)
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Stats since: %dns\n", d.uptimeNanosAt(g.since))
+	fmt.Fprintf(w, "Stats since: %dns\n", d.uptimeNanosAt(since))
 	fmt.Fprintf(w, "Total frames rendered: %d\n", fc.total)
 	fmt.Fprintf(w, "Janky frames: %d (%s%%)\n", fc.janky, pctOf(fc.janky))
 	if api >= 31 {
@@ -254,6 +513,13 @@ func (d *Device) writeGfxLocked(w io.Writer, proc *amProcess, g *gfxStats, now t
 		fmt.Fprintf(w, "%dth gpu percentile: %dms\n", p, percentile(gb, gcounts, fc.total, p))
 	}
 	fmt.Fprintln(w, "GPU HISTOGRAM: "+histogram(gb, gcounts))
+}
+
+func (d *Device) writeGfxLocked(w io.Writer, proc *amProcess, g *gfxStats, now time.Time, framestats bool) {
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "** Graphics info for pid %d [%s] **\n", proc.pid, proc.pkg)
+	fmt.Fprintln(w)
+	d.writeProfileDataLocked(w, g.since, d.countLocked(g, now))
 	fmt.Fprintln(w, "Pipeline=Skia (OpenGL)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Profile data in ms:")
@@ -267,6 +533,9 @@ func (d *Device) writeGfxLocked(w io.Writer, proc *amProcess, g *gfxStats, now t
 	views := 0
 	for _, r := range roots {
 		fmt.Fprintf(w, "\t%s/%s/android.view.ViewRootImpl@%s (visibility=0)\n", r.pkg, r.cls, r.winHash)
+		if framestats {
+			d.writeFramestatsLocked(w, g, r, now)
+		}
 	}
 	fmt.Fprintln(w, "View hierarchy:")
 	fmt.Fprintln(w)
@@ -281,6 +550,130 @@ func (d *Device) writeGfxLocked(w io.Writer, proc *amProcess, g *gfxStats, now t
 	fmt.Fprintf(w, "Total ViewRootImpl   : %d\n", len(roots))
 	fmt.Fprintf(w, "Total attached Views : %d\n", views)
 	fmt.Fprintf(w, "Total RenderNode     : %.2f kB (used) / %.2f kB (capacity)\n", float64(views)*1.44, float64(views)*2.88)
+}
+
+// writeFramestatsLocked prints what HWUI adds for one window with
+// `framestats` (API 26+: CanvasContext::dumpFrames = JankTracker::dumpStats +
+// dumpFrames), right after the window's "\t<name> (visibility=0)" line:
+//
+//	Window: <pkg>/<activity class>          (the window title; API 26+)
+//	Stats since: <ns>ns ... GPU HISTOGRAM: …   (ProfileData::dump of this window's frames)
+//	<3 empty lines>
+//	---PROFILEDATA---
+//	<column names, each followed by ",">
+//	<one row per frame, oldest first, each value followed by ",">
+//	---PROFILEDATA---
+//	<2 empty lines>
+//
+// The empty lines are the dprintf sequence of JankTracker::dumpData ("\n"
+// after ProfileData::dump's own final "\n"), dumpFrames ("\n\n---PROFILEDATA---\n"
+// … "\n---PROFILEDATA---\n\n") and WindowManagerGlobal's "\n\t%s (visibility=%d)"
+// before the next window. Rows are the window's last 120 frames completed by
+// now, timestamps in ns of device uptime (the "Uptime:" line's clock); a
+// window that drew nothing yet prints the column names and no row. The
+// per-window counters count since the window's renderer started or the last
+// reset. Before API 26 only the PROFILEDATA part exists (none before 23).
+func (d *Device) writeFramestatsLocked(w io.Writer, g *gfxStats, r *amRecord, now time.Time) {
+	api := d.APILevel()
+	if api < 23 {
+		return
+	}
+	tl := d.timelineLocked(g, r)
+	if api >= 26 {
+		since := g.since
+		if tl.created.After(since) {
+			since = tl.created
+		}
+		fmt.Fprintf(w, "Window: %s/%s\n", r.pkg, r.cls)
+		d.writeProfileDataLocked(w, since, tl.count(d.uptimeNanosAt(since), d.uptimeNanosAt(now)))
+		fmt.Fprint(w, "\n\n")
+	}
+	fmt.Fprint(w, "\n---PROFILEDATA---\n")
+	fmt.Fprint(w, framestatsHeader(api))
+	for _, f := range tl.newest(d.uptimeNanosAt(now), framestatsRing) {
+		fmt.Fprint(w, "\n")
+		for _, v := range framestatsRow(api, f) {
+			fmt.Fprintf(w, "%d,", v)
+		}
+	}
+	fmt.Fprint(w, "\n---PROFILEDATA---\n\n\n")
+}
+
+// framestatsColumns are HWUI's FrameInfoNames per release, as printed in the
+// PROFILEDATA header (sources in SOURCES.md): 16 columns up to P (API 28),
+// GpuCompleted added in Q (29-30), the FrameTimeline form from S (31-32,
+// 22 columns), CommandSubmissionCompleted added after S (33-35).
+func framestatsColumns(api int) []string {
+	switch {
+	case api <= 30:
+		cols := []string{"Flags", "IntendedVsync", "Vsync", "OldestInputEvent", "NewestInputEvent",
+			"HandleInputStart", "AnimationStart", "PerformTraversalsStart", "DrawStart", "SyncQueued",
+			"SyncStart", "IssueDrawCommandsStart", "SwapBuffers", "FrameCompleted",
+			"DequeueBufferDuration", "QueueBufferDuration"}
+		if api >= 29 {
+			cols = append(cols, "GpuCompleted")
+		}
+		return cols
+	default:
+		// Positions 10 and 11 are named "FrameInterval","FrameStartTime" while
+		// the FrameInfoIndex enum holds FrameStartTime at 10 and FrameInterval
+		// at 11: real rows show the frame start time under "FrameInterval" and
+		// the interval (11111111 on a 90 Hz phone) under "FrameStartTime".
+		cols := []string{"Flags", "FrameTimelineVsyncId", "IntendedVsync", "Vsync", "InputEventId",
+			"HandleInputStart", "AnimationStart", "PerformTraversalsStart", "DrawStart", "FrameDeadline",
+			"FrameInterval", "FrameStartTime", "SyncQueued", "SyncStart", "IssueDrawCommandsStart",
+			"SwapBuffers", "FrameCompleted", "DequeueBufferDuration", "QueueBufferDuration",
+			"GpuCompleted", "SwapBuffersCompleted", "DisplayPresentTime"}
+		if api >= 33 {
+			cols = append(cols, "CommandSubmissionCompleted")
+		}
+		return cols
+	}
+}
+
+// framestatsHeader is the PROFILEDATA header line: every name followed by a
+// comma (JankTracker::dumpFrames), no line end.
+func framestatsHeader(api int) string {
+	return strings.Join(framestatsColumns(api), ",") + ","
+}
+
+// Values HWUI records that the model keeps constant: buffer dequeue/queue
+// durations of the real pre-Q rows in SOURCES.md, no input event
+// (OldestInputEvent = INT64_MAX, NewestInputEvent = 0, InputEventId = 0), no
+// present fence (DisplayPresentTime = 0).
+const (
+	dequeueBufferNs = 96_000
+	queueBufferNs   = 146_000
+)
+
+// framestatsRow is f's values in the order of framestatsColumns(api).
+func framestatsRow(api int, f frameRef) []int64 {
+	v := f.intendedNs()
+	s := f.kind.stages()
+	var flags int64
+	if f.first {
+		flags = 1
+	}
+	if api <= 30 {
+		row := []int64{flags, v, v, math.MaxInt64, 0,
+			v + s.handleInput, v + s.animation, v + s.traversals, v + s.drawStart, v + s.syncQueued,
+			v + s.syncStart, v + s.issueDraw, v + s.swap, v + s.completed,
+			dequeueBufferNs, queueBufferNs}
+		if api >= 29 {
+			row = append(row, v+s.gpuDone)
+		}
+		return row
+	}
+	row := []int64{flags, f.k, v, v, 0,
+		v + s.handleInput, v + s.animation, v + s.traversals, v + s.drawStart, v + vsyncPeriod,
+		v + s.frameStart, vsyncPeriod, // enum order: FrameStartTime, FrameInterval
+		v + s.syncQueued, v + s.syncStart, v + s.issueDraw,
+		v + s.swap, v + s.completed, dequeueBufferNs, queueBufferNs,
+		v + s.gpuDone, v + s.swapDone, 0}
+	if api >= 33 {
+		row = append(row, v+s.cmdDone)
+	}
+	return row
 }
 
 func histogram(buckets, counts []int) string {

@@ -1,6 +1,8 @@
 package uia2
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -9,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -52,27 +55,88 @@ const deleteStopDelay = 15 * time.Millisecond
 // Serve serves the UiAutomator2 HTTP API on ln until ctx is done, and returns nil
 // then. Like the real server, it also stops (and returns nil) shortly after a
 // session is deleted: the driver then sees the instrumentation end. It closes ln.
+//
+// Each response leaves in ONE write, as the real server's Netty pipeline
+// writes a FullHttpResponse: adbd then reads it in one piece and the adb
+// server forwards it in one piece. net/http's server would flush a response
+// over 4 KiB in two writes, which the adb server's forward socket (Nagle on)
+// holds for the client's delayed ACK: 40 ms per page source, an artifact no
+// real device shows.
 func Serve(ctx context.Context, ln net.Listener, view DeviceView) error {
 	s := newServer(view)
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	var (
+		mu    sync.Mutex
+		conns = map[net.Conn]struct{}{}
+		wg    sync.WaitGroup
+	)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				errc <- err
+				return
+			}
+			mu.Lock()
+			conns[c] = struct{}{}
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				serveConn(c, s)
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+			}()
+		}
+	}()
+	var err error
 	select {
 	case <-ctx.Done():
 	case <-s.stopped:
 		time.Sleep(deleteStopDelay)
-	case err := <-errc:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
+	case err = <-errc:
+		if errors.Is(err, net.ErrClosed) {
+			err = nil
 		}
-		return err
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shutdownCtx); err != nil {
-		_ = hs.Close()
+	ln.Close()
+	mu.Lock()
+	for c := range conns {
+		c.Close()
 	}
-	return nil
+	mu.Unlock()
+	wg.Wait()
+	return err
+}
+
+// serveConn serves HTTP/1.1 requests on c until the client closes it or asks
+// for "Connection: close".
+func serveConn(c net.Conn, h http.Handler) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		c.SetReadDeadline(time.Time{})
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		io.Copy(io.Discard, req.Body)
+		req.Body.Close()
+		res := rec.Result()
+		res.ContentLength = int64(rec.Body.Len())
+		res.Close = req.Close
+		res.Request = req
+		var out bytes.Buffer
+		if err := res.Write(&out); err != nil {
+			return
+		}
+		if _, err := c.Write(out.Bytes()); err != nil || req.Close {
+			return
+		}
+	}
 }
 
 // Handler returns the UiAutomator2 HTTP API as a handler (it does not stop after a

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"image/png"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -467,5 +468,83 @@ func TestServeStopsAfterDeleteAndOnCancel(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("Serve did not stop on cancel")
+	}
+}
+
+// writeCounter counts the writes on the connections a listener accepts.
+type writeCounter struct {
+	net.Listener
+	mu     sync.Mutex
+	writes int
+}
+
+func (l *writeCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, l: l}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	l *writeCounter
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.l.mu.Lock()
+	c.l.writes++
+	c.l.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// A page source well over net/http's 4 KiB write buffer leaves in one write,
+// as Netty writes a FullHttpResponse, and keep-alive serves the next request
+// on the same connection.
+func TestServeWritesEachResponseOnce(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &writeCounter{Listener: inner}
+	dev := newFake()
+	root := dev.screens[homeAct]
+	for i := range 80 {
+		root.Children = append(root.Children, &android.Element{Class: "android.widget.TextView",
+			Text: fmt.Sprintf("row %d", i), Bounds: [4]int{0, 500 + i*20, 1080, 520 + i*20}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, dev) }()
+	defer func() { cancel(); <-done }()
+	base := "http://" + inner.Addr().String()
+	resp, err := http.Post(base+"/session", "application/json", strings.NewReader(`{"capabilities":{"firstMatch":[{}],"alwaysMatch":{}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.NewDecoder(resp.Body).Decode(&created)
+	resp.Body.Close()
+	for range 2 {
+		ln.mu.Lock()
+		before := ln.writes
+		ln.mu.Unlock()
+		resp, err := http.Get(base + "/session/" + created.SessionID + "/source")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		ln.mu.Lock()
+		n := ln.writes - before
+		ln.mu.Unlock()
+		if resp.StatusCode != 200 || len(body) < 8<<10 || resp.ContentLength != int64(len(body)) {
+			t.Fatalf("status %d, %d bytes, Content-Length %d", resp.StatusCode, len(body), resp.ContentLength)
+		}
+		if n != 1 {
+			t.Fatalf("a %d-byte response took %d writes, want 1", len(body), n)
+		}
 	}
 }
