@@ -227,3 +227,23 @@ func TestCountQuietFromLastFrameDefaultsOn(t *testing.T) {
 		t.Fatalf("%+v %v", p, err)
 	}
 }
+
+// A document stored before a field existed loads with that field's default.
+func TestStoredDocumentGainsNewFieldsDefaults(t *testing.T) {
+	ctx := context.Background()
+	kv := agenttest.NewStore()
+	old := `{"version":1,"defaultTimeout":"1m","driverReusePolicy":"REUSE_OR_CREATE","installationPolicy":"INSTALL_IF_MISSING",` +
+		`"launchAttachMode":"LAUNCH_OR_ATTACH","idleHeuristics":{"minQuietMillis":500,"maxWaitMillis":10000,"sampleIntervalMillis":200}}`
+	for k, v := range map[string]string{"policy/versions": "[1]", "policy/v1": old, "policy/current": "1"} {
+		if err := kv.PutKV(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := policy.NewStore(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Current(); !p.Idle.CountQuietFromLastFrame || p.Idle.MinQuietMillis != 500 {
+		t.Fatalf("%+v", p.Idle)
+	}
+}

@@ -62,7 +62,9 @@ func NewStore(ctx context.Context, kv KV) (*Store, error) {
 				if err != nil {
 					return nil, fmt.Errorf("policy store: version %d: %w", v, err)
 				}
-				p := &Policy{}
+				// Over Default(), as Parse does: a field added after the
+				// document was stored takes its default.
+				p := Default()
 				if err := json.Unmarshal(doc, p); err != nil {
 					return nil, fmt.Errorf("policy store: version %d: %w", v, err)
 				}
