@@ -125,15 +125,18 @@ func reportNodeMillis(b *testing.B, h *host, runs []string) {
 	}
 }
 
-// BenchmarkAppiumAlone: what Appium alone does for the same setup on the same
-// kind of simulated emulator: a NEW uiautomator2 session that starts the app
-// (appium:appPackage, appium:appActivity=.HomeActivity, appium:noReset=true),
-// then DELETE. One warm-up session first (installs the UiAutomator2 server
-// APKs), outside the timer.
-func BenchmarkAppiumAlone(b *testing.B) {
-	env := newChainEnv(b)
+// appiumAlone is Appium alone doing the setup: a NEW uiautomator2 session that
+// starts the app (appium:appPackage, appium:appActivity=.HomeActivity,
+// appium:noReset=true), then DELETE, against its own Appium server.
+type appiumAlone struct {
+	srv  *appium.Server
+	drv  *appium.Client
+	caps map[string]any
+}
+
+func newAppiumAlone(b *testing.B, adbPort int, serial string) *appiumAlone {
 	ctx := context.Background()
-	srv, err := appium.StartServer(ctx, appium.ServerConfig{ADBServerPort: env.srv.Port, LogFile: filepath.Join(b.TempDir(), "appium.log")})
+	srv, err := appium.StartServer(ctx, appium.ServerConfig{ADBServerPort: adbPort, LogFile: filepath.Join(b.TempDir(), "appium.log")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -142,29 +145,76 @@ func BenchmarkAppiumAlone(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	caps, err := appium.Capabilities(appium.CapsConfig{Serial: env.serial, ADBPort: env.srv.Port, Extra: map[string]any{
+	caps, err := appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: adbPort, Extra: map[string]any{
 		"appium:appPackage": appPkg, "appium:appActivity": ".HomeActivity", "appium:noReset": true}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	once := func() error {
-		s, err := drv.CreateSession(ctx, caps)
-		if err != nil {
-			return fmt.Errorf("create: %w\n%s", err, srv.LogTail(40))
-		}
-		return drv.DeleteSession(ctx, s.ID)
-	}
+	a := &appiumAlone{srv: srv, drv: drv, caps: caps}
 	start := time.Now()
-	if err := once(); err != nil {
+	if err := a.once(); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("cold session (server APK installs) %v", time.Since(start).Round(time.Millisecond))
+	b.Logf("Appium alone: cold session (server APK installs) %v", time.Since(start).Round(time.Millisecond))
+	return a
+}
+
+func (a *appiumAlone) once() error {
+	ctx := context.Background()
+	s, err := a.drv.CreateSession(ctx, a.caps)
+	if err != nil {
+		return fmt.Errorf("create: %w\n%s", err, a.srv.LogTail(40))
+	}
+	return a.drv.DeleteSession(ctx, s.ID)
+}
+
+// BenchmarkAppiumAlone: Appium alone (see appiumAlone) on the same kind of
+// simulated emulator; one warm-up session first, outside the timer.
+func BenchmarkAppiumAlone(b *testing.B) {
+	env := newChainEnv(b)
+	a := newAppiumAlone(b, env.srv.Port, env.serial)
 	b.Run("new-session-launch-delete", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if err := once(); err != nil {
+			if err := a.once(); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/op")
 	})
+}
+
+// BenchmarkWarmChainVsAppiumAlone interleaves the two under the same load: each
+// iteration runs one warm chain (policy defaults) on one simulated emulator and
+// one Appium-alone setup on a second emulator of the same profile, behind the
+// same adb server. It reports both means and their ratio (x-faster = Appium
+// alone / warm chain; the target is >= 5).
+func BenchmarkWarmChainVsAppiumAlone(b *testing.B) {
+	env := newChainEnv(b)
+	second := env.launchEmulator(b)
+	h := env.openTestHost(b, "", nil)
+	b.Cleanup(func() { h.Close(context.Background()) })
+	apk := fixtureAPK("demo-v2.apk")
+	c := env.runCmd(apk, signerDigest(b, apk))
+	ctx := context.Background()
+	if _, status, _, err := submit(ctx, h, c); err != nil || status != agent.RunFinished {
+		b.Fatalf("warm-up run: %s %v", status, err)
+	}
+	a := newAppiumAlone(b, env.srv.Port, second)
+	var chain, alone time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, status, _, err := submit(ctx, h, c); err != nil || status != agent.RunFinished {
+			b.Fatalf("run: %s %v", status, err)
+		}
+		mid := time.Now()
+		if err := a.once(); err != nil {
+			b.Fatal(err)
+		}
+		chain += mid.Sub(start)
+		alone += time.Since(mid)
+	}
+	b.ReportMetric(float64(chain.Milliseconds())/float64(b.N), "warm-chain-ms")
+	b.ReportMetric(float64(alone.Milliseconds())/float64(b.N), "appium-alone-ms")
+	b.ReportMetric(float64(alone)/float64(chain), "x-faster")
 }

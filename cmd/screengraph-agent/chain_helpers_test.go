@@ -46,6 +46,21 @@ type chainEnv struct {
 func newChainEnv(t testing.TB) *chainEnv {
 	t.Helper()
 	srv := simtest.StartADBServer(t)
+	emu, dev := launchDefault(t, srv)
+	e := &chainEnv{srv: srv, emu: emu, dev: dev, serial: emu.Serial(), dataDir: t.TempDir()}
+	// Cleanups run last-in first-out: Appium stops before the adb server dies.
+	t.Cleanup(func() {
+		if _, err := stopLocalAppium(e.dataDir); err != nil {
+			t.Errorf("stop local Appium: %v", err)
+		}
+	})
+	return e
+}
+
+// launchDefault starts a simulated emulator with the default profile behind
+// srv and waits until srv lists it as a device.
+func launchDefault(t testing.TB, srv *simtest.ADBServer) (*sim.Emulator, *android.Device) {
+	t.Helper()
 	b, err := fixtures.Profile("default")
 	if err != nil {
 		t.Fatal(err)
@@ -60,14 +75,14 @@ func newChainEnv(t testing.TB) *chainEnv {
 	}
 	t.Cleanup(func() { emu.Close() })
 	srv.WaitState(t, emu.Serial(), "device", 10*time.Second)
-	e := &chainEnv{srv: srv, emu: emu, dev: dev, serial: emu.Serial(), dataDir: t.TempDir()}
-	// Cleanups run last-in first-out: Appium stops before the adb server dies.
-	t.Cleanup(func() {
-		if _, err := stopLocalAppium(e.dataDir); err != nil {
-			t.Errorf("stop local Appium: %v", err)
-		}
-	})
-	return e
+	return emu, dev
+}
+
+// launchEmulator starts one more default-profile emulator behind the env's adb
+// server and returns its serial.
+func (e *chainEnv) launchEmulator(t testing.TB) string {
+	emu, _ := launchDefault(t, e.srv)
+	return emu.Serial()
 }
 
 // runCmd is the `run` command as kong would fill it for these flags
