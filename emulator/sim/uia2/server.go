@@ -116,7 +116,6 @@ func serveConn(c net.Conn, h http.Handler) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	for {
-		c.SetReadDeadline(time.Time{})
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
