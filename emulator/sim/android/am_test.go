@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -372,8 +373,11 @@ func TestGfxinfoFormat(t *testing.T) {
 
 func TestForceStopKillsInstrumentation(t *testing.T) {
 	d, _ := newAMDevice(t, 34)
-	dir := "/work/main/.cache/appium-home/node_modules/appium-uiautomator2-driver/node_modules/appium-uiautomator2-server/apks/"
-	testAPK, err := os.ReadFile(dir + "appium-uiautomator2-server-debug-androidTest.apk")
+	// Relative to this package (go test runs in the package directory), so
+	// the test works in any clone of the module.
+	testAPK, err := os.ReadFile(filepath.Join("..", "..", "..", ".cache", "appium-home", "node_modules",
+		"appium-uiautomator2-driver", "node_modules", "appium-uiautomator2-server", "apks",
+		"appium-uiautomator2-server-debug-androidTest.apk"))
 	if err != nil {
 		t.Fatalf("real test APK not available: %v", err)
 	}
