@@ -8,30 +8,54 @@ import (
 
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
-	"github.com/screengraph/screengraph-agent/fixtures"
 )
 
 // loadProfile reads a profile file, or a shipped profile by name.
-func loadProfile(ref string) (android.Profile, error) {
-	if _, err := os.Stat(ref); err == nil {
-		return android.LoadProfile(ref)
-	}
-	b, err := fixtures.Profile(ref)
-	if err != nil {
-		return android.Profile{}, fmt.Errorf("profile %q: no such file, and no shipped profile of that name (shipped: %s)", ref, strings.Join(fixtures.ProfileNames(), ", "))
-	}
-	return android.ParseProfile(ref, b)
-}
+func loadProfile(ref string) (android.Profile, error) { return sim.LoadProfile(ref) }
 
 type simCmd struct {
 	Count     int    `help:"How many simulated emulators to start." default:"1"`
 	Port      int    `help:"Console port of the first emulator (even); its adb port is PORT+1 and its serial emulator-PORT. The next ones take PORT+2, PORT+4, …" default:"5554"`
 	Profile   string `help:"Device profile: a YAML/JSON file, or the name of a shipped one (default, api29, api30, api33, slow-boot, never-boots)." default:"default"`
 	ADBServer string `help:"adb server HOST:PORT to register with (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
+
+	EmulatorArgs []string `arg:"" optional:"" name:"emulator-flags" help:"The real emulator binary's flags, single-dash (-avd NAME -port P -no-window -no-audio -no-boot-anim -read-only -no-snapshot-save -no-snapshot-load -no-snapshot -wipe-data -gpu MODE -accel MODE, -list-avds; @NAME): run one simulated emulator for that AVD in place of the SDK's emulator (AVDs from $ANDROID_AVD_HOME or ~/.android/avd; config.ini key screengraph.simProfile names the profile)."`
+}
+
+// init lets the real emulator's single-dash flags through kong: in
+// `screengraph-agent [globals] emulator sim -avd NAME ...` a "--" is put after
+// "sim" so that everything after it is the emulator command line.
+func init() {
+	for i := 1; i+1 < len(os.Args); i++ {
+		if os.Args[i] != "emulator" || os.Args[i+1] != "sim" {
+			continue
+		}
+		rest := os.Args[i+2:]
+		for _, a := range rest {
+			if a == "--" {
+				return
+			}
+		}
+		for _, a := range rest {
+			if strings.HasPrefix(a, "@") || (len(a) > 2 && a[0] == '-' && a[1] != '-') {
+				args := append(append([]string{}, os.Args[:i+2]...), "--")
+				os.Args = append(args, rest...)
+				return
+			}
+		}
+		return
+	}
 }
 
 func (s *simCmd) Run(ctx context.Context, g *Globals) error {
 	log := g.logger()
+	if len(s.EmulatorArgs) > 0 {
+		code := sim.RunEmulator(ctx, s.EmulatorArgs, sim.RunEmulatorConfig{Stdout: os.Stdout, Stderr: os.Stderr, LoadProfile: loadProfile, Log: log})
+		if code != 0 {
+			return exitError{code: code, err: fmt.Errorf("emulator exited with code %d", code)}
+		}
+		return nil
+	}
 	prof, err := loadProfile(s.Profile)
 	if err != nil {
 		return err
@@ -56,9 +80,24 @@ func (s *simCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 		emus = append(emus, e)
-		fmt.Printf("%s adb-port=%d profile=%s\n", e.Serial(), e.ADBPort(), prof.Name)
+		fmt.Printf("%s adb-port=%d console-port=%d profile=%s\n", e.Serial(), e.ADBPort(), e.ConsolePort(), prof.Name)
 	}
 	log.Info().Int("count", len(emus)).Msg("simulated emulators running; SIGINT or SIGTERM stops them")
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-allDone(emus):
+	}
 	return nil
+}
+
+// allDone is closed once every emulator has stopped (each by its console's kill).
+func allDone(emus []*sim.Emulator) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		for _, e := range emus {
+			<-e.Done()
+		}
+		close(ch)
+	}()
+	return ch
 }

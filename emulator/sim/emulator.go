@@ -33,6 +33,36 @@ type Config struct {
 	Device    Device
 	Faults    TransportFaults
 	Log       zerolog.Logger
+
+	// ADBServerOptional: a failed registration with ADBServer is logged, not
+	// an error (a real emulator starts without an adb server; the server
+	// finds it by its port scan when it starts later).
+	ADBServerOptional bool
+	// AVDName is what the console's `avd name` prints ("" prints "<build>",
+	// as an emulator started without an AVD).
+	AVDName string
+	// ConsoleTokenPath is the console's auth token file; "" means
+	// $HOME/.emulator_console_auth_token, created when missing.
+	ConsoleTokenPath string
+	// ReadOnly is `-read-only`: the console refuses snapshot save/load/delete.
+	ReadOnly bool
+	// Snapshots backs `avd snapshot ...`; nil keeps them in memory.
+	Snapshots SnapshotStore
+	// Auth makes adbd require the host's RSA key to be accepted first.
+	Auth Authorization
+}
+
+// Authorization is adbd's ro.adb.secure=1 behaviour: the device answers the
+// host's CNXN with AUTH(TOKEN) until the user accepts the host's key, so the
+// adb server lists it "unauthorized".
+type Authorization struct {
+	// Required turns it on.
+	Required bool
+	// AcceptAfter is when (from Start) the user accepts the prompt; zero or
+	// negative with Never false means at once when the host offers its key.
+	AcceptAfter time.Duration
+	// Never: the prompt is never accepted.
+	Never bool
 }
 
 // TransportFaults are the faults the transport injects; durations count from Start.
@@ -51,10 +81,19 @@ type TransportFaults struct {
 
 // Emulator is a running simulated emulator.
 type Emulator struct {
-	cfg     Config
-	ln      net.Listener
-	log     zerolog.Logger
-	started time.Time
+	cfg       Config
+	ln        net.Listener
+	consoleLn net.Listener
+	log       zerolog.Logger
+	started   time.Time
+	snapshots SnapshotStore
+
+	consoleConns map[net.Conn]struct{}
+	authorized   bool
+	done         chan struct{}
+	closeOnce    sync.Once
+	closeErr     error
+	reason       error
 
 	mu    sync.Mutex
 	conns map[*transport]struct{}
@@ -73,21 +112,30 @@ func Start(ctx context.Context, cfg Config) (*Emulator, error) {
 	if cfg.Device == nil {
 		return nil, errors.New("sim: Config.Device is nil")
 	}
-	ln, port, err := listenPair(cfg.ConsolePort)
+	cln, ln, port, err := listenPair(cfg.ConsolePort)
 	if err != nil {
 		return nil, err
 	}
 	cfg.ConsolePort = port
 	ctx, cancel := context.WithCancel(ctx)
-	e := &Emulator{cfg: cfg, ln: ln, started: time.Now(), conns: map[*transport]struct{}{},
+	e := &Emulator{cfg: cfg, ln: ln, consoleLn: cln, started: time.Now(), conns: map[*transport]struct{}{},
+		consoleConns: map[net.Conn]struct{}{}, snapshots: cfg.Snapshots, done: make(chan struct{}),
 		accepted: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	if e.snapshots == nil {
+		e.snapshots = &memSnapshots{}
+	}
+	e.authorized = !cfg.Auth.Required
 	e.log = cfg.Log.With().Str("serial", e.Serial()).Logger()
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go e.accept()
+	go e.serveConsole()
 	if cfg.ADBServer != "" {
 		if err := e.register(); err != nil {
-			e.Close()
-			return nil, err
+			if !cfg.ADBServerOptional {
+				e.Close()
+				return nil, err
+			}
+			e.log.Warn().Err(err).Msg("not registered with the adb server")
 		}
 	}
 	e.scheduleFaults()
@@ -95,18 +143,23 @@ func Start(ctx context.Context, cfg Config) (*Emulator, error) {
 	return e, nil
 }
 
-// listenPair listens on consolePort+1; with consolePort 0 it takes the first free
-// even/odd pair from 20000 up, checking the console port is free too.
-func listenPair(consolePort int) (net.Listener, int, error) {
+// listenPair listens on the console port and on consolePort+1 (adb); with
+// consolePort 0 it takes the first free even/odd pair from 20000 up.
+func listenPair(consolePort int) (console, adb net.Listener, port int, err error) {
 	if consolePort != 0 {
 		if consolePort%2 != 0 {
-			return nil, 0, fmt.Errorf("sim: console port %d is odd; emulators use even console ports", consolePort)
+			return nil, nil, 0, fmt.Errorf("sim: console port %d is odd; emulators use even console ports", consolePort)
+		}
+		c, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(consolePort))
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("sim: console port %d: %w", consolePort, err)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(consolePort+1))
 		if err != nil {
-			return nil, 0, fmt.Errorf("sim: adb port %d: %w", consolePort+1, err)
+			c.Close()
+			return nil, nil, 0, fmt.Errorf("sim: adb port %d: %w", consolePort+1, err)
 		}
-		return ln, consolePort, nil
+		return c, ln, consolePort, nil
 	}
 	for p := 20000 + 2*int(time.Now().UnixNano()%5000); p < 65000; p += 2 {
 		c, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
@@ -114,12 +167,39 @@ func listenPair(consolePort int) (net.Listener, int, error) {
 			continue
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
-		c.Close()
 		if err == nil {
-			return ln, p, nil
+			return c, ln, p, nil
 		}
+		c.Close()
 	}
-	return nil, 0, errors.New("sim: no free port pair")
+	return nil, nil, 0, errors.New("sim: no free port pair")
+}
+
+// ConsolePort is the emulator console's port (the serial's number).
+func (e *Emulator) ConsolePort() int { return e.cfg.ConsolePort }
+
+// Done is closed when the emulator has stopped (Close, or the console's kill).
+func (e *Emulator) Done() <-chan struct{} { return e.done }
+
+// Err says why the emulator stopped once Done is closed: nil after Close, an
+// error after the console's `kill`.
+func (e *Emulator) Err() error {
+	select {
+	case <-e.done:
+		return e.reason
+	default:
+		return nil
+	}
+}
+
+// Kill stops the emulator as the console's `kill` does.
+func (e *Emulator) Kill() {
+	e.mu.Lock()
+	if e.reason == nil {
+		e.reason = errKilled
+	}
+	e.mu.Unlock()
+	e.Close()
 }
 
 // Serial is the serial the adb server gives the device: emulator-<console port>.
@@ -160,6 +240,12 @@ func (e *Emulator) accept() {
 			return
 		}
 		t := newTransport(e.ctx, c, e.cfg.Device, e.log, e.isOnline, e.cfg.Faults.SlowReplies)
+		t.authorized = e.isAuthorized
+		t.onPublicKey = func() {
+			if a := e.cfg.Auth; a.Required && !a.Never && a.AcceptAfter <= 0 {
+				go e.Authorize()
+			}
+		}
 		e.mu.Lock()
 		e.conns[t] = struct{}{}
 		e.mu.Unlock()
@@ -289,15 +375,55 @@ func (e *Emulator) scheduleFaults() {
 	if f.DropConnectionAfter > 0 {
 		e.after(f.DropConnectionAfter, e.DropConnection)
 	}
+	if a := e.cfg.Auth; a.Required && !a.Never && a.AcceptAfter > 0 {
+		e.after(a.AcceptAfter, e.Authorize)
+	}
 }
 
 // Close stops the emulator: the adb server sees its connection end and drops
-// the emulator-<port> entry.
+// the emulator-<port> entry. It is safe to call more than once.
 func (e *Emulator) Close() error {
-	e.cancel()
-	err := e.ln.Close()
-	e.dropConnections()
-	e.wg.Wait()
-	e.log.Info().Msg("simulated emulator stopped")
-	return err
+	e.closeOnce.Do(func() {
+		e.cancel()
+		e.closeErr = e.ln.Close()
+		e.consoleLn.Close()
+		e.mu.Lock()
+		for c := range e.consoleConns {
+			c.Close()
+		}
+		e.mu.Unlock()
+		e.dropConnections()
+		e.wg.Wait()
+		e.log.Info().Msg("simulated emulator stopped")
+		close(e.done)
+	})
+	return e.closeErr
+}
+
+func (e *Emulator) isAuthorized() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.authorized
+}
+
+// Authorize accepts the host's key, as a user tapping "Allow" on the USB
+// debugging prompt: pending handshakes get their CNXN.
+func (e *Emulator) Authorize() {
+	e.mu.Lock()
+	was := e.authorized
+	e.authorized = true
+	ts := make([]*transport, 0, len(e.conns))
+	for t := range e.conns {
+		ts = append(ts, t)
+	}
+	e.mu.Unlock()
+	if was {
+		return
+	}
+	e.log.Info().Msg("adb: host key accepted")
+	for _, t := range ts {
+		if err := t.answerCNXN(); err != nil {
+			t.cancel()
+		}
+	}
 }

@@ -31,6 +31,14 @@ type LaunchConfig struct {
 	Log         zerolog.Logger
 	// Now is the device clock; nil means time.Now.
 	Now func() time.Time
+
+	// AVDName, ConsoleTokenPath, ReadOnly and Snapshots configure the console
+	// (see Config).
+	AVDName           string
+	ADBServerOptional bool
+	ConsoleTokenPath  string
+	ReadOnly          bool
+	Snapshots         SnapshotStore
 }
 
 // Launch builds the device model of cfg.Profile, registers the UiAutomator2
@@ -52,10 +60,20 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Emulator, *android.Device, 
 	})
 	f := cfg.Profile.Faults
 	e, err := Start(ctx, Config{
-		ConsolePort: cfg.ConsolePort,
-		ADBServer:   cfg.ADBServer,
-		Device:      androidDevice{dev},
-		Log:         cfg.Log,
+		ConsolePort:       cfg.ConsolePort,
+		ADBServer:         cfg.ADBServer,
+		Device:            androidDevice{dev},
+		Log:               cfg.Log,
+		AVDName:           cfg.AVDName,
+		ADBServerOptional: cfg.ADBServerOptional,
+		ConsoleTokenPath:  cfg.ConsoleTokenPath,
+		ReadOnly:          cfg.ReadOnly,
+		Snapshots:         cfg.Snapshots,
+		Auth: Authorization{
+			Required:    f.UnauthorizedFor != 0,
+			AcceptAfter: f.UnauthorizedFor,
+			Never:       f.UnauthorizedFor < 0,
+		},
 		Faults: TransportFaults{
 			OfflineAfter:        f.OfflineAfter,
 			OfflineFor:          f.OfflineFor,

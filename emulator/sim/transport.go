@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -26,6 +27,12 @@ type transport struct {
 	// device does not answer, and the adb server lists it as "offline".
 	online      func() bool
 	slowReplies time.Duration
+	// authorized is consulted before answering a CNXN: while it returns false
+	// the device sends AUTH(TOKEN) instead (adbd with ro.adb.secure=1 and the
+	// host's key not yet accepted). onPublicKey is called when the host, out of
+	// keys to sign with, sends its public key (the device shows its prompt).
+	authorized  func() bool
+	onPublicKey func()
 
 	wmu  sync.Mutex // serializes writes to conn
 	wbuf []byte
@@ -95,6 +102,10 @@ func (t *transport) answerCNXN() error {
 		t.mu.Unlock()
 		return nil
 	}
+	if t.authorized != nil && !t.authorized() {
+		t.mu.Unlock()
+		return t.sendAuthToken()
+	}
 	t.pending = false
 	t.cnxnOK = true
 	t.mu.Unlock()
@@ -111,9 +122,11 @@ func (t *transport) handle(m message) error {
 		t.mu.Unlock()
 		t.log.Debug().Str("host", string(bytes.TrimRight(m.data, "\x00"))).Int("maxdata", hostMax).Msg("host CNXN")
 		return t.answerCNXN()
-	case cmdAUTH, cmdSTLS, cmdSYNC:
-		// We never send AUTH or STLS, so a host has no reason to; ignore as adbd
-		// ignores what it does not expect.
+	case cmdAUTH:
+		return t.handleAuth(m)
+	case cmdSTLS, cmdSYNC:
+		// We never send STLS, so a host has no reason to; ignore as adbd ignores
+		// what it does not expect.
 		return nil
 	case cmdOPEN:
 		t.mu.Lock()
@@ -148,6 +161,46 @@ func (t *transport) handle(m message) error {
 			s.closeLocal(false)
 		}
 		return nil
+	}
+	return nil
+}
+
+// AUTH message types (adb.h).
+const (
+	authToken        = 1
+	authSignature    = 2
+	authRSAPublicKey = 3
+	authTokenSize    = 20
+)
+
+// sendAuthToken sends AUTH(TOKEN, 0, 20 random bytes), adbd's challenge.
+func (t *transport) sendAuthToken() error {
+	tok := make([]byte, authTokenSize)
+	rand.Read(tok)
+	return t.send(message{cmd: cmdAUTH, arg0: authToken, data: tok})
+}
+
+// handleAuth answers the host's AUTH messages while a CNXN is pending: a
+// signature is refused with a new token until the key is accepted (adbd's
+// answer to a signature it cannot verify); the public key raises the prompt.
+func (t *transport) handleAuth(m message) error {
+	t.mu.Lock()
+	pending := t.pending
+	t.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	if t.authorized == nil || t.authorized() {
+		return t.answerCNXN()
+	}
+	switch m.arg0 {
+	case authSignature:
+		return t.sendAuthToken()
+	case authRSAPublicKey:
+		t.log.Info().Msg("adb: host offered its public key; waiting for the user to accept it")
+		if t.onPublicKey != nil {
+			t.onPublicKey()
+		}
 	}
 	return nil
 }

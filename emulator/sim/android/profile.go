@@ -23,6 +23,14 @@ type Profile struct {
 	// Zero means booted at once. Phases follow a real boot: init.svc.bootanim=running
 	// first, dev.bootcomplete and sys.boot_completed at the end, bootanim stopped last.
 	BootDuration time.Duration `yaml:"bootDuration"`
+	// ColdBootDuration and QuickBootDuration replace BootDuration when the
+	// simulator runs as the `emulator` binary (emulator/sim.RunEmulator): a
+	// quick boot (from the AVD's default_boot snapshot) takes QuickBootDuration,
+	// a cold boot ColdBootDuration. Zero ColdBootDuration means BootDuration;
+	// zero QuickBootDuration means a tenth of the cold boot (Quick Boot is "up
+	// to 10x faster", developer.android.com).
+	ColdBootDuration  time.Duration `yaml:"coldBootDuration"`
+	QuickBootDuration time.Duration `yaml:"quickBootDuration"`
 	// DisplayWidth/Height in pixels and Density in dpi (wm size / wm density).
 	DisplayWidth  int `yaml:"displayWidth"`
 	DisplayHeight int `yaml:"displayHeight"`
@@ -135,4 +143,15 @@ type Faults struct {
 	InstallFailure string `yaml:"installFailure"`
 	// BootNeverCompletes keeps sys.boot_completed unset forever.
 	BootNeverCompletes bool `yaml:"bootNeverCompletes"`
+	// UnauthorizedFor: the device starts unauthorized (adbd with
+	// ro.adb.secure=1 answers the host's CNXN with AUTH TOKEN, and `adb
+	// devices` lists it "unauthorized") and accepts the host's key after this
+	// long; < 0 means never. Zero means authorized from the start.
+	UnauthorizedFor time.Duration `yaml:"unauthorizedFor"`
+	// SnapshotLoadFails makes a quick boot fail: the emulator logs the reason
+	// and cold boots instead, deleting the default_boot snapshot.
+	SnapshotLoadFails bool `yaml:"snapshotLoadFails"`
+	// CrashAfter ends the emulator process abruptly this long after start
+	// (no snapshot saved, the AVD lock left behind). Zero means never.
+	CrashAfter time.Duration `yaml:"crashAfter"`
 }
