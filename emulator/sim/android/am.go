@@ -365,7 +365,16 @@ func (am *activityManager) startProcessLocked(pkg string, uid int, now time.Time
 }
 
 func (am *activityManager) newRecordLocked(pkg, cls string, act Activity, now time.Time) *amRecord {
-	return &amRecord{hash: am.hash(), winHash: am.hash(), pkg: pkg, cls: cls, shownAt: now, busy: act.Busy, root: act.Root}
+	root := act.Root
+	if root == nil {
+		w, h, dpi := am.d.displaySizeLocked()
+		label := act.Label
+		if label == "" {
+			label = cls
+		}
+		root = plainActivityRoot(label, w, h, dpi)
+	}
+	return &amRecord{hash: am.hash(), winHash: am.hash(), pkg: pkg, cls: cls, shownAt: now, busy: act.Busy, root: root}
 }
 
 func (am *activityManager) moveToFrontLocked(t *amTask) {

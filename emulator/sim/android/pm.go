@@ -40,6 +40,10 @@ type installedPackage struct {
 	SignatureHashes  []string // Java Signature.hashCode() of each signer cert, hex
 	Activities       []string // fully qualified activity class names, manifest order
 	Launcher         string   // MAIN/LAUNCHER activity, "" if none
+	// Label is the application's android:label (resolved); ActivityLabels the
+	// activities' own android:label by class name, when set.
+	Label            string
+	ActivityLabels   map[string]string
 	Instrumentations []Instrumentation
 	Permissions      []string        // uses-permission names
 	Granted          map[string]bool // runtime permissions granted (-g, pm grant)
@@ -201,13 +205,36 @@ func (d *Device) appModel(pkg string) (App, bool) {
 		return App{}, false
 	}
 	if a, ok := profileApp(d.profile, pkg); ok {
-		return a, true
+		return withLabels(a, p), true
 	}
 	a := App{Package: pkg, LauncherActivity: p.Launcher}
 	for _, name := range p.Activities {
 		a.Activities = append(a.Activities, Activity{Name: name})
 	}
-	return a, true
+	return withLabels(a, p), true
+}
+
+// withLabels fills each activity's empty Label the way ComponentInfo.loadLabel
+// does: the activity's android:label, else the application's, else the class
+// name.
+func withLabels(a App, p *installedPackage) App {
+	acts := make([]Activity, len(a.Activities))
+	copy(acts, a.Activities)
+	for i := range acts {
+		if acts[i].Label != "" {
+			continue
+		}
+		switch {
+		case p.ActivityLabels[acts[i].Name] != "":
+			acts[i].Label = p.ActivityLabels[acts[i].Name]
+		case p.Label != "":
+			acts[i].Label = p.Label
+		default:
+			acts[i].Label = acts[i].Name
+		}
+	}
+	a.Activities = acts
+	return a
 }
 
 // instrumentations lists every installed package's <instrumentation>, sorted by
@@ -258,6 +285,8 @@ type parsedAPK struct {
 	minSDK, targetSDK  int
 	testOnly           bool
 	activities         []string
+	label              string
+	activityLabels     map[string]string
 	launcher           string
 	instr              []Instrumentation
 	perms              []string
@@ -307,9 +336,16 @@ func parseAPK(data []byte, apiLevel int, tmpPath string) (parsedAPK, *installRes
 		out.targetSDK = out.minSDK
 	}
 	out.testOnly = m.App.TestOnly.MustBool()
+	out.label, _ = a.Label(nil)
 	for _, act := range m.App.Activities {
 		name := qualify(out.id, act.Name.MustString())
 		out.activities = append(out.activities, name)
+		if l, err := act.Label.WithResTableConfig(nil).String(); err == nil && l != "" {
+			if out.activityLabels == nil {
+				out.activityLabels = map[string]string{}
+			}
+			out.activityLabels[name] = l
+		}
 	}
 	if l, err := a.MainActivity(); err == nil {
 		out.launcher = qualify(out.id, l)
@@ -425,6 +461,7 @@ func (d *Device) installLocked(data []byte, f installFlags) (installResult, bool
 		TargetSDK:      a.targetSDK,
 		SigningVersion: a.signingVersion, SignatureHashes: a.sigHashes,
 		Activities: a.activities, Launcher: a.launcher, Instrumentations: a.instr, Permissions: a.perms,
+		Label: a.label, ActivityLabels: a.activityLabels,
 		Granted:          map[string]bool{},
 		FirstInstallTime: now, LastUpdateTime: now,
 	}

@@ -86,8 +86,14 @@ type Activity struct {
 	Exported *bool `yaml:"exported"`
 	// Busy describes what happens right after the activity comes to the front.
 	Busy Busy `yaml:"busy"`
-	// Root is the view hierarchy shown by the activity.
+	// Root is the view hierarchy shown by the activity. Without one the
+	// activity shows what a plain Activity shows on a real device: the
+	// DecorView with an action bar titled with Label and an empty
+	// android:id/content (see plainActivityRoot).
 	Root *Element `yaml:"root"`
+	// Label is the activity's title; empty means the manifest's (the
+	// activity's android:label, else the application's, else the class name).
+	Label string `yaml:"label"`
 }
 
 // Busy is the activity's unsettled period after it comes to the front.
