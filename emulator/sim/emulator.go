@@ -126,6 +126,15 @@ func Start(ctx context.Context, cfg Config) (*Emulator, error) {
 	}
 	e.authorized = !cfg.Auth.Required
 	e.log = cfg.Log.With().Str("serial", e.Serial()).Logger()
+	// The console reads (creating it when missing) its token file at start-up,
+	// as android_console_start does, so `adb emu` finds it from the first call.
+	tokPath := cfg.ConsoleTokenPath
+	if tokPath == "" {
+		tokPath = ConsoleTokenPath()
+	}
+	if _, err := consoleToken(tokPath); err != nil {
+		e.log.Warn().Err(err).Msgf("ERROR: Unable to access '%s': emulator console will not work", tokPath)
+	}
 	e.wg.Add(2)
 	go e.accept()
 	go e.serveConsole()
