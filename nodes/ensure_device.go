@@ -47,6 +47,12 @@ const (
 	// DefaultADBServerPort is the adb server port when neither the input nor
 	// the ports name one.
 	DefaultADBServerPort = 5037
+	// BootDeadlineMargin is how long before the node's own deadline (the
+	// policy's EnsureDevice timeout, carried by ctx) the boot wait gives up at
+	// most: the wait is cut to deadline - min(BootDeadlineMargin, 10% of the
+	// time the node had at its start), so a device that never boots ends as
+	// boot_timeout (not retried), not as the node's retryable timeout.
+	BootDeadlineMargin = 5 * time.Second
 )
 
 // DeviceConfiguration is EnsureDevice's deviceConfiguration.
@@ -59,7 +65,9 @@ type DeviceConfiguration struct {
 	// ADBServerPort is the port of the adb server shared with Appium
 	// (appium:adbPort); 0 = Ports.ADBServerPort, else 5037. Extension.
 	ADBServerPort int `json:"adbServerPort,omitempty"`
-	// BootTimeoutMillis bounds the boot readiness wait; 0 = 120000. Extension.
+	// BootTimeoutMillis bounds the boot readiness wait, counted from the
+	// node's start and cut to end inside the node's deadline (see
+	// BootDeadlineMargin); 0 = 120000. Extension.
 	BootTimeoutMillis int64 `json:"bootTimeoutMillis,omitempty"`
 }
 
@@ -132,7 +140,10 @@ var _ SessionMemory = (*MemorySessions)(nil)
 //  2. Boot: adb.BootCommand and `service list` every BootPollInterval until
 //     adb.ParseBootStatus says Ready (sys.boot_completed=1, boot animation
 //     stopped, activity/package/window services up), bounded by
-//     bootTimeoutMillis: boot_timeout with what was still missing.
+//     bootTimeoutMillis from the node's start and, when ctx has a deadline
+//     (the policy's node timeout), by that deadline minus a margin
+//     (BootDeadlineMargin): boot_timeout, not retryable, with what was still
+//     missing. The boot wait thus always ends before the node's deadline.
 //  3. Session, per driverReusePolicy (see the constants). The session id is
 //     remembered in memory under the serial. A reused session must probe
 //     HEALTHY or DEGRADED and, when its capabilities name a udid, name this
@@ -166,20 +177,21 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 	if p.Driver == nil || memory == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "EnsureDevice needs a Driver and a SessionMemory port")
 	}
+	start := p.Now()
+	bootTimeout := DefaultBootTimeout
+	if ms := in.DeviceConfiguration.BootTimeoutMillis; ms > 0 {
+		bootTimeout = time.Duration(ms) * time.Millisecond
+	}
+	deadline, bound := bootDeadline(ctx, start, bootTimeout)
 	dev, err := resolveDevice(ctx, in.DeviceConfiguration.DeviceName, p)
 	if err != nil {
 		return nil, err
 	}
 	serial := dev.Serial()
-	bootTimeout := DefaultBootTimeout
-	if ms := in.DeviceConfiguration.BootTimeoutMillis; ms > 0 {
-		bootTimeout = time.Duration(ms) * time.Millisecond
-	}
-	deadline := p.Now().Add(bootTimeout)
-	if err := waitOnline(ctx, dev, p, min(bootTimeout, OfflineGrace)); err != nil {
+	if err := waitOnline(ctx, dev, p, min(bound, OfflineGrace)); err != nil {
 		return nil, err
 	}
-	if err := waitBooted(ctx, dev, p, deadline, bootTimeout); err != nil {
+	if err := waitBooted(ctx, dev, p, deadline, bound); err != nil {
 		return nil, err
 	}
 
@@ -343,6 +355,22 @@ func resolveDevice(ctx context.Context, name string, p Ports) (device.Device, er
 	return p.Device, nil
 }
 
+// bootDeadline is when the boot wait of a node started at start (on the
+// ports' clock) gives up: start + bootTimeout, cut to the node's deadline
+// (ctx's) minus min(BootDeadlineMargin, a tenth of the node's time). It also
+// returns the resulting bound (deadline - start) for messages.
+func bootDeadline(ctx context.Context, start time.Time, bootTimeout time.Duration) (time.Time, time.Duration) {
+	bound := bootTimeout
+	if d, ok := ctx.Deadline(); ok {
+		// ctx's deadline is on the wall clock; what is left of it is moved
+		// onto the ports' clock (a fake one in tests).
+		left := time.Until(d)
+		cut := left - min(BootDeadlineMargin, left/10)
+		bound = max(min(bound, cut), 0)
+	}
+	return start.Add(bound), bound
+}
+
 // waitOnline waits for adb state "device", retrying transient states for grace.
 func waitOnline(ctx context.Context, dev device.Device, p Ports, grace time.Duration) error {
 	until := p.Now().Add(grace)
@@ -398,7 +426,7 @@ func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.T
 			p.Logf("waiting for %s to boot: %s", dev.Serial(), last)
 		}
 		if !p.Now().Before(deadline) {
-			return agent.Errorf(agent.ErrBootTimeout, "%s not boot-ready after %v: %s", dev.Serial(), bound, last)
+			return agent.Errorf(agent.ErrBootTimeout, "%s not boot-ready after %v: %s", dev.Serial(), bound.Round(time.Millisecond), last)
 		}
 		if err := p.Wait(ctx, min(BootPollInterval, max(deadline.Sub(p.Now()), time.Millisecond))); err != nil {
 			return ctxErr(ctx, "waiting for "+dev.Serial()+" to boot")

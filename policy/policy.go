@@ -164,9 +164,13 @@ type Policy struct {
 var _ agent.RetryPolicy = (*Policy)(nil)
 
 // Default returns version 1 with these values and reasons:
-//   - EnsureDevice 2m: a cold emulator boot takes 15-28 s and a first
+//   - EnsureDevice 3m: a cold emulator boot takes 15-28 s and a first
 //     UiAutomator2 session ~20 s on real devices (appium#11527), plus the
-//     server APK installs on a fresh device.
+//     server APK installs on a fresh device. It exceeds the node's default
+//     boot wait (bootTimeoutMillis 120 s) by a minute, so a device that
+//     never boots ends as boot_timeout (not retried) inside the node's
+//     deadline, and a device that boots late still has time for its session.
+//     EnsureDevice also cuts its boot wait to end before a shorter timeout.
 //   - ProvisionApp 5m: artifact download + `pm install` of large APKs.
 //   - LaunchOrAttach 1m: `am start -W` returns in seconds; heavy cold starts
 //     take 10-20 s.
@@ -187,7 +191,7 @@ func Default() *Policy {
 		PolicyVersion:  1,
 		DefaultTimeout: Duration(time.Minute),
 		Timeouts: map[string]Duration{
-			NodeEnsureDevice:   Duration(2 * time.Minute),
+			NodeEnsureDevice:   Duration(3 * time.Minute),
 			NodeProvisionApp:   Duration(5 * time.Minute),
 			NodeLaunchOrAttach: Duration(time.Minute),
 			NodeWaitIdle:       Duration(30 * time.Second),

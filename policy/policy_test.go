@@ -27,7 +27,7 @@ func TestDefaultIsValidAndMatchesAgentRetryability(t *testing.T) {
 			t.Errorf("%s: policy retries=%v, agent.DefaultRetryable=%v", id, got, want)
 		}
 	}
-	if p.Timeout(policy.NodeEnsureDevice) != 2*time.Minute || p.Timeout("SomeLaterNode") != time.Minute {
+	if p.Timeout(policy.NodeEnsureDevice) != 3*time.Minute || p.Timeout("SomeLaterNode") != time.Minute {
 		t.Errorf("timeouts %s %s", p.Timeout(policy.NodeEnsureDevice), p.Timeout("SomeLaterNode"))
 	}
 }
