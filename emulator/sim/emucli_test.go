@@ -68,9 +68,14 @@ func newEmuWorld(t *testing.T) *emuWorld {
 
 func (w *emuWorld) start(args ...string) *emuProc {
 	w.t.Helper()
+	return w.startEnv(w.srv.EmulatorEnv(w.home, w.avdHome), args...)
+}
+
+func (w *emuWorld) startEnv(env []string, args ...string) *emuProc {
+	w.t.Helper()
 	p := &emuProc{t: w.t, out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(w.bin, args...)
-	p.cmd.Env = w.srv.EmulatorEnv(w.home, w.avdHome)
+	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		w.t.Fatal(err)
@@ -211,6 +216,20 @@ func TestEmulatorBinaryColdQuickKill(t *testing.T) {
 	w.srv.WaitState(t, serial, "device", 20*time.Second)
 	quick := w.bootedAfter(serial, start, 20*time.Second)
 	q.waitOutput("Successfully loaded snapshot 'default_boot'", time.Second)
+	q.waitOutput("Boot completed in 400 ms", time.Second)
+	for _, f := range []string{"quickboot-loaded.txt", "boot-completed.txt"} {
+		b, _ := os.ReadFile(filepath.Join("..", "..", "fixtures", "captures", "emulator", f))
+		want := strings.Fields(logLines(string(b), "INFO")[0])
+		found := false
+		for _, l := range logLines(q.out.String(), "INFO") {
+			if g := strings.Fields(l); len(g) == len(want) && strings.Join(g[:len(g)-2], " ") == strings.Join(want[:len(want)-2], " ") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no line of the form %q in:\n%s", want, q.out.String())
+		}
+	}
 	if quick >= cold/2 {
 		t.Errorf("quick boot %v not faster than cold boot %v", quick, cold)
 	}
@@ -301,5 +320,52 @@ func TestParseEmulatorArgs(t *testing.T) {
 	}
 	if _, err := sim.ParseEmulatorArgs([]string{"-port", "5555"}); err == nil {
 		t.Error("odd console port accepted")
+	}
+}
+
+// logLines are the lines of emulator output at level, with the level column
+// normalized ("ERROR   | x" and "ERROR        | x" -> "ERROR | x": emulator
+// versions pad it differently).
+func logLines(out, level string) []string {
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		lv, msg, ok := strings.Cut(l, "|")
+		if ok && strings.TrimSpace(lv) == level {
+			got = append(got, level+" |"+msg)
+		}
+	}
+	return got
+}
+
+// TestEmulatorBinaryErrorTexts compares the simulator's errors with real
+// emulator output (fixtures/captures/emulator, cited in SOURCES.md).
+func TestEmulatorBinaryErrorTexts(t *testing.T) {
+	w := newEmuWorld(t)
+	b, _ := os.ReadFile(filepath.Join("..", "..", "fixtures", "captures", "emulator", "no-avd-v32.txt"))
+	p := w.start()
+	p.wait(10 * time.Second)
+	if got, want := logLines(p.out.String(), "ERROR"), logLines(string(b), "ERROR"); !reflect.DeepEqual(got, want) {
+		t.Errorf("no AVD:\n got %q\nwant %q", got, want)
+	}
+	b, _ = os.ReadFile(filepath.Join("..", "..", "fixtures", "captures", "emulator", "unknown-avd.txt"))
+	var env []string
+	for _, kv := range w.srv.EmulatorEnv(w.home, w.avdHome) {
+		if !strings.HasPrefix(kv, "ANDROID_AVD_HOME=") && !strings.HasPrefix(kv, "ANDROID_SDK_HOME=") {
+			env = append(env, kv)
+		}
+	}
+	p = w.startEnv(env, "-avd", "ci", "-no-window")
+	p.wait(10 * time.Second)
+	if got, want := logLines(p.out.String(), "ERROR"), logLines(string(b), "ERROR"); len(got) < 2 || !reflect.DeepEqual(got[:2], want) {
+		t.Errorf("unknown AVD:\n got %q\nwant %q", got, want)
+	}
+	b, _ = os.ReadFile(filepath.Join("..", "..", "fixtures", "captures", "emulator", "multiple-instances-v32.txt"))
+	dir := simtest.CreateAVD(t, w.avdHome, simtest.AVD{Name: "Busy"})
+	// A live process holds the lock: this test's own pid.
+	os.WriteFile(filepath.Join(dir, "hardware-qemu.ini.lock"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	p = w.start("-avd", "Busy", "-port", strconv.Itoa(freeConsolePort(t)))
+	p.wait(10 * time.Second)
+	if !strings.HasSuffix(p.out.String(), string(b)) {
+		t.Errorf("second instance:\n got %q\nwant suffix %q", p.out.String(), b)
 	}
 }

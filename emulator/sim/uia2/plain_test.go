@@ -3,7 +3,10 @@ package uia2
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,5 +62,44 @@ func TestPlainActivityWindow(t *testing.T) {
 	}
 	if b.Len() > 0 {
 		t.Errorf("nodes without package: %s", b.String())
+	}
+}
+
+var plainNodeRE = regexp.MustCompile(`class="([^"]+)"(?: text="([^"]*)")?(?: resource-id="([^"]*)")?(?: text="([^"]*)")? bounds="([^"]+)"`)
+
+// The window of a plain activity titled "API Demos" equals, node for node
+// (class, resource-id, text, bounds), the real dump of ApiDemos' main
+// activity on a 1080x2400 420 dpi emulator, down to android:id/content.
+func TestPlainActivityWindowMatchesCapture(t *testing.T) {
+	b, err := os.ReadFile("../../../fixtures/captures/uiautomator-source/apidemos-main-1080x2400-trimmed.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, m := range plainNodeRE.FindAllStringSubmatch(string(b), -1) {
+		want = append(want, strings.Join([]string{m[1], m[3], m[2] + m[4], m[5]}, " "))
+	}
+	if len(want) != 6 {
+		t.Fatalf("read %d nodes from the capture, want 6: %q", len(want), want)
+	}
+	apk, _ := os.ReadFile("../../../fixtures/apks/demo-v1.apk")
+	d, err := android.New(android.Profile{Name: "plain", Preinstalled: []android.Package{{ID: "com.example.app", APKData: apk}},
+		Apps: []android.App{{Package: "com.example.app", LauncherActivity: "com.example.app.HomeActivity",
+			Activities: []android.Activity{{Name: "com.example.app.HomeActivity", Label: "API Demos"}}}}}, android.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := d.Shell(context.Background(), "am start -n com.example.app/.HomeActivity", nil, io.Discard, io.Discard); code != 0 {
+		t.Fatalf("am start: exit %d", code)
+	}
+	pkg, act, root := d.Foreground()
+	s := takeSnapshot(pkg, act, root, 1080, 2400, 34, 1)
+	var got []string
+	for _, n := range s.nodes[1:] {
+		get := func(k string) string { v, _ := n.get(k); return v }
+		got = append(got, strings.Join([]string{get("class"), get("resource-id"), get("text"), get("bounds")}, " "))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("plain activity window\n got %q\nwant %q", got, want)
 	}
 }
