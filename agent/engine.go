@@ -29,8 +29,9 @@ func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d
 // pause -> PAUSED until resume; policy switch -> later steps use the new
 // version. Never half-way through a node.
 //
-// Retries are state-based (node-catalog.md): a failed attempt whose errorId
-// the policy retries is recorded as its own step with the attempt count and
+// Retries are state-based (node-catalog.md): a failed attempt classified
+// retryable at the adapter boundary (Error.Retryable) whose errorId the
+// policy retries is recorded as its own step with the attempt count and
 // the backoff deadline in RunState, and the next step runs the node again.
 //
 // Stopping the daemon (ctx canceled) is not canceling the run: the attempt
@@ -486,7 +487,7 @@ func (r *runner) runStep(ctx context.Context) error {
 		fe = failureFromOutput(obj)
 	}
 	if fe != nil && deadlineHit {
-		fe = &Error{ID: ErrTimeout, Msg: fmt.Sprintf("%s exceeded its %s timeout", name, timeout), Err: fe}
+		fe = &Error{ID: ErrTimeout, Retryable: DefaultRetryable(ErrTimeout), Msg: fmt.Sprintf("%s exceeded its %s timeout", name, timeout), Err: fe}
 	}
 	if fe == nil {
 		if _, ok := r.g.Node(res.Next); !ok && res.Next != End {
@@ -513,13 +514,19 @@ func (r *runner) runStep(ctx context.Context) error {
 		}
 	} else {
 		id := fe.ID
-		retryable := r.pol.Retryable(name, id)
+		// Classification at the boundary wins: the policy may narrow retries
+		// (its retryOn), never make a failure classified permanent retryable
+		// (an HTTP 404 artifact_unavailable stays not retryable).
+		retryable := fe.Retryable && r.pol.Retryable(name, id)
 		summary := failureSummary(fe)
 		common.NodeExecutionOutcomeStatus = OutcomeFailure
 		common.ErrorID, common.Retryable, common.HumanReadableFailureSummary = &id, &retryable, &summary
 		fin.NodeExecutionOutcomeStatus = OutcomeFailure
 		fin.ErrorID, fin.ErrorCode, fin.Retryable, fin.HumanReadableFailureSummary = &id, fe.Code, &retryable, &summary
-		retry, backoff := r.pol.Decide(name, id, attempt)
+		retry, backoff := false, time.Duration(0)
+		if retryable {
+			retry, backoff = r.pol.Decide(name, id, attempt)
+		}
 		if retry {
 			st.Attempts[name] = attempt
 			st.NotBefore = FormatTS(now.Add(backoff))
@@ -635,10 +642,11 @@ func outputObject(out any) (map[string]json.RawMessage, *Error) {
 }
 
 // failureFromOutput reads a failure a node reported through its Output's
-// common fields instead of NodeResult.Err.
+// common fields instead of NodeResult.Err. Its "retryable" (when not null) is
+// the node's classification; else the errorId's default.
 func failureFromOutput(obj map[string]json.RawMessage) *Error {
 	var c Common
-	for _, k := range []string{"nodeExecutionOutcomeStatus", "errorId", "humanReadableFailureSummary"} {
+	for _, k := range []string{"nodeExecutionOutcomeStatus", "errorId", "retryable", "humanReadableFailureSummary"} {
 		if v, ok := obj[k]; ok {
 			one, _ := json.Marshal(map[string]json.RawMessage{k: v})
 			_ = json.Unmarshal(one, &c)
@@ -650,6 +658,9 @@ func failureFromOutput(obj map[string]json.RawMessage) *Error {
 	e := &Error{ID: ErrInternal, Msg: "node reported FAILURE without errorId"}
 	if c.ErrorID != nil && *c.ErrorID != "" {
 		e = &Error{ID: *c.ErrorID, Retryable: DefaultRetryable(*c.ErrorID)}
+		if c.Retryable != nil {
+			e.Retryable = *c.Retryable
+		}
 	}
 	if c.HumanReadableFailureSummary != nil {
 		e.Msg = *c.HumanReadableFailureSummary

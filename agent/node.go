@@ -194,10 +194,12 @@ type RetryPolicy interface {
 	// Timeout is the deadline of one attempt of node; 0 means none.
 	Timeout(node string) time.Duration
 	// Decide says whether a failed attempt (1-based) of node with id gets
-	// another attempt, and after which backoff.
+	// another attempt, and after which backoff. The engine asks only for
+	// failures classified retryable (Error.Retryable): a policy narrows
+	// retries, it never makes a permanent failure retryable.
 	Decide(node string, id ErrorID, attempt int) (retry bool, backoff time.Duration)
-	// Retryable says whether the policy retries id for node at all (the
-	// output's "retryable" field).
+	// Retryable says whether the policy retries id for node at all. The
+	// output's "retryable" field is Error.Retryable && Retryable(node, id).
 	Retryable(node string, id ErrorID) bool
 }
 

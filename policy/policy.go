@@ -181,7 +181,10 @@ var _ agent.RetryPolicy = (*Policy)(nil)
 //     within seconds; three attempts bound a run to about 3x a node's timeout.
 //   - retryOn: exactly the ids agent.DefaultRetryable marks transient;
 //     boot_timeout and idle_timeout are not retried (a boot that did not
-//     finish in 2 minutes, or a never-idle screen, stays so).
+//     finish in 2 minutes, or a never-idle screen, stays so). retryOn only
+//     narrows: the engine retries a failure only when the adapter classified
+//     it retryable too, so an artifact_unavailable from an HTTP 404 or an
+//     APK that does not verify runs once and reports retryable false.
 //   - modes: the spec's examples; REUSE_OR_CREATE saves the ~20 s session
 //     creation per run.
 //   - idle: 500 ms quiet within 10 s, as UiAutomation.waitForIdle(500, 10000);
@@ -332,6 +335,8 @@ func (p *Policy) Decide(node string, id agent.ErrorID, attempt int) (bool, time.
 
 // Decide says whether attempt (1-based) of node, failed with id, gets
 // another attempt and after which backoff. Pure: same inputs, same answer.
+// It knows only the id: the engine asks it only for failures classified
+// retryable at the adapter boundary (agent.Error.Retryable).
 func Decide(p *Policy, node string, id agent.ErrorID, attempt int) (retry bool, backoff time.Duration) {
 	r := p.RetryFor(node)
 	if attempt < 1 || attempt >= r.MaxAttempts || !slices.Contains(r.RetryOn, id) {

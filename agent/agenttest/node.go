@@ -22,6 +22,10 @@ type Node struct {
 	FailTimes int
 	FailWith  agent.ErrorID
 	FailCode  string
+	// FailNotRetryable classifies the failures as not retryable whatever
+	// FailWith's default (agent.DefaultRetryable), as an adapter does for an
+	// HTTP 404 artifact_unavailable.
+	FailNotRetryable bool
 	// FailMsg is the failure's message ("<name> scripted failure <n>" when empty).
 	FailMsg string
 	// Detail is copied into the Output's "detail" field on every attempt.
@@ -96,13 +100,15 @@ func (n *Node) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult {
 		}
 	}
 	if n.FailTimes < 0 || calls <= n.FailTimes {
-		e := &agent.Error{ID: n.FailWith, Code: n.FailCode, Msg: fmt.Sprintf("%s scripted failure %d", n.NodeName, calls)}
+		e := &agent.Error{ID: n.FailWith, Code: n.FailCode, Retryable: agent.DefaultRetryable(n.FailWith) && !n.FailNotRetryable,
+			Msg: fmt.Sprintf("%s scripted failure %d", n.NodeName, calls)}
 		if n.FailMsg != "" {
 			e.Msg = n.FailMsg
 		}
 		if n.FailViaOutput {
 			out.NodeExecutionOutcomeStatus = agent.OutcomeFailure
 			out.ErrorID = &e.ID
+			out.Retryable = &e.Retryable
 			out.HumanReadableFailureSummary = &e.Msg
 			return agent.NodeResult{Output: out, Deltas: n.Deltas}
 		}
