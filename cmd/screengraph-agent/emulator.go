@@ -16,7 +16,7 @@ func loadProfile(ref string) (android.Profile, error) { return sim.LoadProfile(r
 type simCmd struct {
 	Count     int    `help:"How many simulated emulators to start." default:"1"`
 	Port      int    `help:"Console port of the first emulator (even); its adb port is PORT+1 and its serial emulator-PORT. The next ones take PORT+2, PORT+4, …" default:"5554"`
-	Profile   string `help:"Device profile: a YAML/JSON file, or the name of a shipped one (default, api29, api30, api33, slow-boot, never-boots)." default:"default"`
+	Profile   string `help:"Device profile: a YAML/JSON file, or the name of a shipped one (default, api29, api30, api33, slow-boot, never-boots, quickboot, snapshot-fails, unauthorized, unauthorized-forever, crash)." default:"default"`
 	ADBServer string `help:"adb server HOST:PORT to register with (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
 
 	EmulatorArgs []string `arg:"" optional:"" name:"emulator-flags" help:"The real emulator binary's flags, single-dash (-avd NAME -port P -no-window -no-audio -no-boot-anim -read-only -no-snapshot-save -no-snapshot-load -no-snapshot -wipe-data -gpu MODE -accel MODE, -list-avds; @NAME): run one simulated emulator for that AVD in place of the SDK's emulator (AVDs from $ANDROID_AVD_HOME or ~/.android/avd; config.ini key screengraph.simProfile names the profile)."`

@@ -1,10 +1,3 @@
-// Package sim is the simulated Android emulator: a Go process that speaks the
-// device side of the ADB transport protocol (CNXN without AUTH, OPEN/OKAY/WRTE/CLSE
-// streams with adbd's flow control, shell: and shell,v2, exec:, sync:, tcp:), is
-// found by the adb server the way a real emulator is (adb port 5555+2k, registered
-// with `host:emulator:<port>`, listed as emulator-<port-1>), and injects transport
-// faults (offline periods, dropped connections, slow replies). The device model
-// behind it is emulator/sim/android.
 package sim
 
 import (
