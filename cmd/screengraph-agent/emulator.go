@@ -22,29 +22,34 @@ type simCmd struct {
 	EmulatorArgs []string `arg:"" optional:"" name:"emulator-flags" help:"The real emulator binary's flags, single-dash (-avd NAME -port P -no-window -no-audio -no-boot-anim -read-only -no-snapshot-save -no-snapshot-load -no-snapshot -wipe-data -gpu MODE -accel MODE, -list-avds; @NAME): run one simulated emulator for that AVD in place of the SDK's emulator (AVDs from $ANDROID_AVD_HOME or ~/.android/avd; config.ini key screengraph.simProfile names the profile)."`
 }
 
-// init lets the real emulator's single-dash flags through kong: in
-// `screengraph-agent [globals] emulator sim -avd NAME ...` a "--" is put after
-// "sim" so that everything after it is the emulator command line.
-func init() {
-	for i := 1; i+1 < len(os.Args); i++ {
-		if os.Args[i] != "emulator" || os.Args[i+1] != "sim" {
+// init lets the real emulator's single-dash flags through kong (see
+// separateEmulatorFlags).
+func init() { os.Args = separateEmulatorFlags(os.Args) }
+
+// separateEmulatorFlags puts a "--" after "sim" in `[globals] emulator sim
+// -avd NAME ...` when what follows is the real emulator's command line
+// (single-dash flags or @NAME), so that kong hands all of it to
+// simCmd.EmulatorArgs unparsed. Other command lines come back unchanged.
+func separateEmulatorFlags(args []string) []string {
+	for i := 1; i+1 < len(args); i++ {
+		if args[i] != "emulator" || args[i+1] != "sim" {
 			continue
 		}
-		rest := os.Args[i+2:]
+		rest := args[i+2:]
 		for _, a := range rest {
 			if a == "--" {
-				return
+				return args
 			}
 		}
 		for _, a := range rest {
 			if strings.HasPrefix(a, "@") || (len(a) > 2 && a[0] == '-' && a[1] != '-') {
-				args := append(append([]string{}, os.Args[:i+2]...), "--")
-				os.Args = append(args, rest...)
-				return
+				out := append(append([]string{}, args[:i+2]...), "--")
+				return append(out, rest...)
 			}
 		}
-		return
+		return args
 	}
+	return args
 }
 
 func (s *simCmd) Run(ctx context.Context, g *Globals) error {
