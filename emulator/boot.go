@@ -1,0 +1,416 @@
+package emulator
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
+)
+
+// DefaultBootTimeout bounds a boot whose request names no timeout.
+const DefaultBootTimeout = 120 * time.Second
+
+// BootArgs is the emulator command line of a headless boot of avd on console
+// port (adb port+1): `-avd NAME -port P -no-window -no-audio -no-boot-anim`,
+// then -read-only (another instance of the AVD: no lock, no snapshot saved)
+// or, unless saveSnapshot, -no-snapshot-save (CI: default_boot stays as it
+// was), and -no-snapshot-load for a cold boot. Flags as documented in
+// developer.android.com "Start the emulator from the command line"
+// (fixtures/captures/emulator-commandline).
+func BootArgs(avd string, port int, readOnly, saveSnapshot, cold bool) []string {
+	args := []string{"-avd", avd, "-port", strconv.Itoa(port), "-no-window", "-no-audio", "-no-boot-anim"}
+	if readOnly {
+		args = append(args, "-read-only")
+	} else if !saveSnapshot {
+		args = append(args, "-no-snapshot-save")
+	}
+	if cold {
+		args = append(args, "-no-snapshot-load")
+	}
+	return args
+}
+
+// Log lines of the emulator that the boot reads (fixtures/captures/emulator).
+var (
+	reQuickLoaded   = regexp.MustCompile(`Successfully loaded snapshot`)
+	reBootCompleted = regexp.MustCompile(`Boot completed in (\d+) ms`)
+	// A snapshot that did not load: the real emulator logs "Failed to load
+	// snapshot 'default_boot'" (and, for a renderer change, "Change of GLES
+	// renderer detected"); the simulator "Cold boot: snapshot failed to load".
+	reSnapshotFailed = regexp.MustCompile(`(?i)(fail\w* to load snapshot|snapshot\b.*\b(fail|invalid|corrupt|could not|cannot|error))`)
+	rePortInUse      = regexp.MustCompile(`(?i)(port \d+ is already in use|address already in use)`)
+)
+
+// Boot starts a new headless instance of req.AVD and waits until it is
+// boot-ready. See the package doc for the steps; errors: process_error
+// (EMULATOR_NOT_FOUND, AVD_UNKNOWN, EMULATOR_CRASHED, EMULATOR_EXITED),
+// boot_timeout (the emulator is killed), interrupted/timeout from ctx.
+func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.BootResult, error) {
+	progress := func(format string, args ...any) {
+		if req.Progress != nil {
+			req.Progress(fmt.Sprintf(format, args...))
+		}
+	}
+	cmdline, err := m.command()
+	if err != nil {
+		return device.BootResult{}, err
+	}
+	if ok, err := m.HasAVD(ctx, req.AVD); err != nil {
+		return device.BootResult{}, err
+	} else if !ok {
+		return device.BootResult{}, &agent.Error{ID: agent.ErrProcess, Code: CodeAVDUnknown,
+			Msg: fmt.Sprintf("no AVD named %q (emulator -list-avds; AVD home %s)", req.AVD, AVDHome(m.cfg.Env))}
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = DefaultBootTimeout
+	}
+	start := time.Now()
+	deadline := start.Add(timeout)
+	cold := req.ColdBoot
+	coldReason := ""
+	if cold {
+		coldReason = "cold boot requested"
+	}
+	for attempt := 0; ; attempt++ {
+		port, release, err := m.reservePort(ctx)
+		if err != nil {
+			return device.BootResult{}, err
+		}
+		args := BootArgs(req.AVD, port, req.ReadOnly, req.SaveSnapshot, cold)
+		progress("booting AVD %s as emulator-%d (%s boot): %s %s", req.AVD, port, map[bool]string{true: "cold", false: "quick"}[cold],
+			filepath.Base(cmdline[len(cmdline)-1]), strings.Join(args, " "))
+		p, err := m.launch(cmdline, args, port)
+		if err != nil {
+			release()
+			return device.BootResult{}, err
+		}
+		res, err := m.waitBoot(ctx, p, deadline, progress)
+		release()
+		if err == nil {
+			res.Took = time.Since(start)
+			if res.Mode == device.BootCold && res.ColdBootReason == "" {
+				res.ColdBootReason = coldReason
+			}
+			if res.ColdBootReason == "" && res.Mode == device.BootCold {
+				res.ColdBootReason = "no quick-boot snapshot loaded"
+			}
+			now := m.now()
+			_ = m.updateStateBooted(res.Serial, Booted{AVD: req.AVD, PID: p.cmd.Process.Pid, ReadOnly: req.ReadOnly, Log: p.logPath, BootedAt: now, LastUsed: now})
+			progress("%s ready: %s boot in %v", res.Serial, strings.ToLower(string(res.Mode)), res.Took.Round(time.Millisecond))
+			return res, nil
+		}
+		ex, ok := err.(*earlyExit)
+		if !ok || attempt >= 3 {
+			if ok {
+				return device.BootResult{}, ex.agentError()
+			}
+			return device.BootResult{}, err
+		}
+		switch {
+		case ex.snapshotFailed != "" && !cold:
+			cold, coldReason = true, "quick boot failed: "+ex.snapshotFailed
+			progress("emulator-%d exited after its snapshot failed to load (%s): cold boot", port, ex.snapshotFailed)
+		case ex.portInUse:
+			progress("console port %d was taken: trying another", port)
+		default:
+			return device.BootResult{}, ex.agentError()
+		}
+	}
+}
+
+// updateStateBooted records serial as booted by this host.
+func (m *Manager) updateStateBooted(serial string, b Booted) error {
+	return m.updateState(func(st map[string]Booted) { st[serial] = b })
+}
+
+// reservePort picks the lowest free even console port P (P and P+1 free on
+// 127.0.0.1, emulator-P unknown to the adb server, not being booted by this
+// process) and holds it until release.
+func (m *Manager) reservePort(ctx context.Context) (int, func(), error) {
+	infos, err := m.adb.Devices(ctx)
+	if err != nil {
+		return 0, nil, device.AgentError(err)
+	}
+	known := map[string]bool{}
+	for _, in := range infos {
+		known[in.Serial] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p := FirstConsolePort; p <= LastConsolePort; p += 2 {
+		if m.busy[p] || known["emulator-"+strconv.Itoa(p)] || !portFree(p) || !portFree(p+1) {
+			continue
+		}
+		m.busy[p] = true
+		return p, func() {
+			m.mu.Lock()
+			delete(m.busy, p)
+			m.mu.Unlock()
+		}, nil
+	}
+	return 0, nil, &agent.Error{ID: agent.ErrProcess, Code: CodeNoFreePort,
+		Msg: fmt.Sprintf("no free console port pair in %d..%d", FirstConsolePort, LastConsolePort+1)}
+}
+
+func portFree(p int) bool {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
+
+// proc is one emulator process being booted.
+type proc struct {
+	cmd     *exec.Cmd
+	port    int
+	logPath string
+	started time.Time
+	done    chan struct{} // closed when the process has exited
+	state   *os.ProcessState
+	waitErr error
+}
+
+// launch starts the emulator in its own session (it outlives a CLI run and
+// is not killed with the daemon's process group), its stdout and stderr
+// appended to <StateDir>/emulator-P.log.
+func (m *Manager) launch(cmdline, args []string, port int) (*proc, error) {
+	if err := os.MkdirAll(m.cfg.StateDir, 0o700); err != nil {
+		return nil, agent.Wrap(agent.ErrInternal, err, "emulator state dir")
+	}
+	logPath := filepath.Join(m.cfg.StateDir, fmt.Sprintf("emulator-%d.log", port))
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, agent.Wrap(agent.ErrInternal, err, "emulator log")
+	}
+	defer lf.Close()
+	c := exec.Command(cmdline[0], append(append([]string{}, cmdline[1:]...), args...)...)
+	c.Env = m.env()
+	c.Stdout, c.Stderr = lf, lf
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		return nil, &agent.Error{ID: agent.ErrProcess, Code: CodeEmulatorNotFound, Msg: "start " + cmdline[0], Err: err}
+	}
+	p := &proc{cmd: c, port: port, logPath: logPath, started: time.Now(), done: make(chan struct{})}
+	go func() {
+		p.waitErr = c.Wait()
+		p.state = c.ProcessState
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// earlyExit is an emulator process that ended before it was boot-ready.
+type earlyExit struct {
+	port           int
+	status         string
+	crashed        bool // killed by a signal, or a non-zero exit without a known cause
+	snapshotFailed string
+	portInUse      bool
+	tail           []string
+}
+
+func (e *earlyExit) Error() string { return e.agentError().Error() }
+
+func (e *earlyExit) agentError() *agent.Error {
+	code := CodeEmulatorExited
+	if e.crashed {
+		code = CodeEmulatorCrashed
+	}
+	return &agent.Error{ID: agent.ErrProcess, Code: code,
+		Msg: fmt.Sprintf("emulator-%d %s before it was boot-ready; last output: %s", e.port, e.status, strings.Join(e.tail, " / "))}
+}
+
+// waitBoot follows p's log and the adb server until emulator-P is boot-ready.
+func (m *Manager) waitBoot(ctx context.Context, p *proc, deadline time.Time, progress func(string, ...any)) (device.BootResult, error) {
+	serial := "emulator-" + strconv.Itoa(p.port)
+	dev := device.NewADBDevice(m.adb, serial)
+	res := device.BootResult{Serial: serial, Mode: device.BootCold}
+	var (
+		offset        int64
+		bootCompleted time.Time
+		lastProgress  = time.Now()
+		why           = "not yet listed by the adb server"
+	)
+	readLog := func() {
+		lines, n := readNewLines(p.logPath, offset)
+		offset = n
+		for _, l := range lines {
+			switch {
+			case reQuickLoaded.MatchString(l):
+				res.Mode = device.BootQuick
+			case reSnapshotFailed.MatchString(l):
+				res.Mode, res.ColdBootReason = device.BootCold, logMessage(l)
+				progress("emulator-%d: quick boot failed, cold boot: %s", p.port, res.ColdBootReason)
+			}
+			if sm := reBootCompleted.FindStringSubmatch(l); sm != nil {
+				ms, _ := strconv.Atoi(sm[1])
+				bootCompleted = p.started.Add(time.Duration(ms) * time.Millisecond)
+			}
+		}
+	}
+	for {
+		readLog()
+		select {
+		case <-p.done:
+			readLog()
+			return res, m.exitInfo(p)
+		default:
+		}
+		if ready, reason := m.probe(ctx, dev); ready {
+			readyAt := time.Now()
+			readLog()
+			if !bootCompleted.IsZero() && readyAt.After(bootCompleted) {
+				res.ReadyLag = readyAt.Sub(bootCompleted)
+			}
+			return res, nil
+		} else if reason != "" {
+			why = reason
+		}
+		if err := ctx.Err(); err != nil {
+			m.abandon(p)
+			return res, agent.Classify(err)
+		}
+		if !time.Now().Before(deadline) {
+			m.abandon(p)
+			return res, agent.Errorf(agent.ErrBootTimeout, "%s (AVD boot) not boot-ready after %v: %s; emulator killed (log %s)",
+				serial, time.Since(p.started).Round(time.Millisecond), why, p.logPath)
+		}
+		if time.Since(lastProgress) >= 2*time.Second {
+			lastProgress = time.Now()
+			progress("waiting for %s to boot (%v): %s", serial, time.Since(p.started).Round(time.Second), why)
+		}
+		select {
+		case <-ctx.Done():
+		case <-p.done:
+		case <-time.After(min(m.cfg.PollInterval, time.Until(deadline)+time.Millisecond)):
+		}
+	}
+}
+
+// probe is EnsureDevice's readiness: adb state "device", then adb.BootCommand
+// and `service list` through adb.ParseBootStatus.
+func (m *Manager) probe(ctx context.Context, dev *device.ADBDevice) (bool, string) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := dev.State(pctx)
+	if err != nil {
+		return false, "not yet listed by the adb server"
+	}
+	if st != string(adb.StateDevice) {
+		return false, "adb state " + st
+	}
+	r, err := dev.Shell(pctx, adb.BootCommand)
+	if err != nil {
+		return false, "boot probe: " + err.Error()
+	}
+	bs := adb.ParseBootStatus(r.Stdout, "")
+	if !bs.Ready {
+		return false, bs.Reason
+	}
+	sl, err := dev.Shell(pctx, "service list")
+	if err != nil {
+		return false, "service list: " + err.Error()
+	}
+	if strings.TrimSpace(sl.Stdout) == "" {
+		return false, "service list is empty"
+	}
+	bs = adb.ParseBootStatus(r.Stdout, sl.Stdout)
+	return bs.Ready, bs.Reason
+}
+
+// exitInfo describes why p ended early.
+func (m *Manager) exitInfo(p *proc) *earlyExit {
+	lines, _ := readNewLines(p.logPath, 0)
+	e := &earlyExit{port: p.port, status: "exited"}
+	if st := p.state; st != nil {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			e.status, e.crashed = "was killed by signal "+ws.Signal().String(), true
+		} else {
+			e.status = fmt.Sprintf("exited with status %d", st.ExitCode())
+			e.crashed = st.ExitCode() != 0
+		}
+	}
+	for _, l := range lines {
+		if reSnapshotFailed.MatchString(l) {
+			e.snapshotFailed = logMessage(l)
+		}
+		if rePortInUse.MatchString(l) {
+			e.portInUse = true
+		}
+	}
+	if e.snapshotFailed != "" || e.portInUse {
+		e.crashed = false
+	}
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	e.tail = lines
+	return e
+}
+
+// abandon kills an emulator that did not boot in time (SIGTERM, then
+// SIGKILL after 3 s).
+func (m *Manager) abandon(p *proc) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// logMessage strips the "LEVEL   | " prefix of an emulator log line.
+func logMessage(l string) string {
+	if _, msg, ok := strings.Cut(l, "| "); ok {
+		return strings.TrimSpace(msg)
+	}
+	return strings.TrimSpace(l)
+}
+
+// readNewLines returns the whole lines of path from offset on and the offset
+// after the last whole line.
+func readNewLines(path string, offset int64) ([]string, int64) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, offset
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, 0); err != nil {
+		return nil, offset
+	}
+	buf := make([]byte, 64<<10)
+	var data []byte
+	for {
+		n, err := f.Read(buf)
+		data = append(data, buf[:n]...)
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	end := strings.LastIndexByte(string(data), '\n')
+	if end < 0 {
+		return nil, offset
+	}
+	var lines []string
+	for _, l := range strings.Split(string(data[:end]), "\n") {
+		if l = strings.TrimRight(l, "\r"); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines, offset + int64(end) + 1
+}
