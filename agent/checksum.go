@@ -123,8 +123,10 @@ func VerifyChecksum(e Event) error {
 // a fresh eventId from ids, ts = clock.Now() (TimestampLayout), version
 // EventVersion, the run's tenantId/projectId, and payload marshaled with
 // encoding/json and stored in its RFC 8785 canonical form (so the stored bytes
-// are the hashed bytes). A nil payload is stored as {}. Errors: the payload
-// does not marshal, or is not I-JSON.
+// are the hashed bytes). Secrets are redacted first (RedactJSON: URL
+// credentials, signed-URL query parameters, secret-named keys), so no event
+// stored, published or printed carries them. A nil payload is stored as {}.
+// Errors: the payload does not marshal, or is not I-JSON.
 func NewEvent(run Run, sequence int64, kind string, payload any, clock Clock, ids IDGenerator) (Event, error) {
 	var raw []byte
 	switch p := payload.(type) {
@@ -138,7 +140,7 @@ func NewEvent(run Run, sequence int64, kind string, payload any, clock Clock, id
 			return Event{}, fmt.Errorf("event %s payload: %w", kind, err)
 		}
 	}
-	canon, err := CanonicalJSON(raw)
+	canon, err := CanonicalJSON(RedactJSON(raw))
 	if err != nil {
 		return Event{}, fmt.Errorf("event %s payload: %w", kind, err)
 	}

@@ -91,7 +91,7 @@ type runner struct {
 
 func (r *runner) logf(format string, args ...any) {
 	if r.e.Logf != nil {
-		r.e.Logf(format, args...)
+		r.e.Logf("%s", RedactString(fmt.Sprintf(format, args...)))
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 )
 
@@ -166,59 +165,4 @@ func LoadErrorReport(ctx context.Context, s Store, g *Graph, runID string) (Erro
 		return ErrorReport{}, err
 	}
 	return NewErrorReport(g, st)
-}
-
-// Redacted replaces secrets.
-const Redacted = "<REDACTED>"
-
-var (
-	// Keys whose values are secrets, matched case-insensitively anywhere in the key.
-	secretKey = regexp.MustCompile(`(?i)(token|passw(or)?d|secret|api[_-]?key|access[_-]?key|private[_-]?key|authorization|credential|cookie)`)
-	// Keys that match secretKey but carry no secret.
-	notSecretKey = map[string]bool{"resumeToken": true}
-	// scheme://user[:password]@ in URLs.
-	urlUserinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#@\s]+@`)
-	// ?x=…/&x=… query parameters whose name looks secret (incl. presigned
-	// S3 X-Amz-Signature / X-Amz-Credential / X-Amz-Security-Token).
-	secretQuery = regexp.MustCompile(`(?i)([?&][^=&#\s]*(token|passw(or)?d|secret|key|signature|credential|auth|sig)[^=&#\s]*=)[^&#\s]*`)
-	bearer      = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}`)
-)
-
-// RedactString hides credentials inside a string: URL userinfo
-// ("https://u:p@host" -> "https://<REDACTED>@host"), secret-looking query
-// parameter values, and Bearer/Basic authorization values.
-func RedactString(s string) string {
-	s = urlUserinfo.ReplaceAllString(s, "${1}"+Redacted+"@")
-	s = secretQuery.ReplaceAllString(s, "${1}"+Redacted)
-	s = bearer.ReplaceAllString(s, "${1} "+Redacted)
-	return s
-}
-
-// Redact returns a copy of v (JSON-shaped: maps, slices, strings, numbers)
-// in which values under secret-looking keys (token, password, secret, apikey,
-// authorization, credential, cookie; resumeToken excepted) are "<REDACTED>"
-// and every string went through RedactString.
-func Redact(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, val := range x {
-			if secretKey.MatchString(k) && !notSecretKey[k] && val != nil {
-				out[k] = Redacted
-				continue
-			}
-			out[k] = Redact(val)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, val := range x {
-			out[i] = Redact(val)
-		}
-		return out
-	case string:
-		return RedactString(x)
-	default:
-		return v
-	}
 }

@@ -176,10 +176,13 @@ func (p Ports) Wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Logf sends one progress line to p.Progress when set.
+// Logf sends one progress line to p.Progress when set, with credentials
+// hidden (agent.RedactString): the line is printed live and recorded as an
+// agent.node.token_delta event, and may quote an artifact reference or an
+// error text with a signed URL in it.
 func (p Ports) Logf(format string, args ...any) {
 	if p.Progress != nil {
-		p.Progress(fmt.Sprintf(format, args...))
+		p.Progress(agent.RedactString(fmt.Sprintf(format, args...)))
 	}
 }
 

@@ -149,6 +149,7 @@ func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResul
 	p := n.deps.Ports
 	p.Rand = in.Rand()
 	p.Progress = func(line string) {
+		line = agent.RedactString(line) // Logf did; a direct Progress call may not
 		mu.Lock()
 		deltas = append(deltas, agent.Log("%s", line))
 		mu.Unlock()

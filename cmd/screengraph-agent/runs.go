@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,10 +45,33 @@ type outputFlag struct {
 	Output string `help:"Output format: text or json." default:"text" enum:"text,json"`
 }
 
+// printJSON prints v as indented JSON with its secrets redacted
+// (agent.RedactJSON: URL userinfo, signed-URL query parameters, secret-named
+// keys). Every `--output json` goes through it; the store keeps the run
+// input as submitted (resume needs it), the CLI never shows its credentials.
 func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, agent.RedactJSON(b), "", "  "); err != nil {
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err = os.Stdout.Write(buf.Bytes())
+	return err
+}
+
+// redactEvents returns copies of evs whose payloads are redacted, for the
+// text output (events written before redaction existed may hold secrets).
+func redactEvents(evs []agent.Event) []agent.Event {
+	out := make([]agent.Event, len(evs))
+	for i, e := range evs {
+		e.Payload = agent.RedactJSON(e.Payload)
+		out[i] = e
+	}
+	return out
 }
 
 type runsListCmd struct {
@@ -145,7 +169,7 @@ func (c *runsEventsCmd) Run(ctx context.Context) error {
 		}
 		return printJSON(map[string]any{"events": evs})
 	}
-	return snapshots.WriteEvents(os.Stdout, evs)
+	return snapshots.WriteEvents(os.Stdout, redactEvents(evs))
 }
 
 type runsInspectCmd struct {
@@ -168,5 +192,7 @@ func (c *runsInspectCmd) Run(ctx context.Context) error {
 	if c.Output == "json" {
 		return printJSON(v)
 	}
+	v.Snapshot.State = agent.RedactJSON(v.Snapshot.State)
+	v.Events = redactEvents(v.Events)
 	return snapshots.WriteStepView(os.Stdout, v)
 }

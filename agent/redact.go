@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"regexp"
+	"strings"
+)
+
+// Redacted replaces secrets.
+const Redacted = "<REDACTED>"
+
+var (
+	// Keys whose values are secrets, matched case-insensitively anywhere in the key.
+	secretKey = regexp.MustCompile(`(?i)(token|passw(or)?d|secret|api[_-]?key|access[_-]?key|private[_-]?key|authorization|credential|cookie)`)
+	// Keys that match secretKey but carry no secret.
+	notSecretKey = map[string]bool{"resumeToken": true}
+	// scheme://userinfo@ in URLs, also inside longer strings. The userinfo
+	// runs to the authority's last '@' (a password may hold an unescaped one).
+	urlUserinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s"'<>]+@`)
+	// ?x=…/&x=… query parameters whose name looks secret: presigned S3
+	// X-Amz-Signature / X-Amz-Credential / X-Amz-Security-Token, GCS
+	// X-Goog-Signature, Azure SAS sig, CloudFront Signature, token=, api_key=, ….
+	// The value ends at &, #, blanks and quotes (a URL quoted in an error text).
+	secretQuery = regexp.MustCompile(`(?i)([?&]([^=&#\s"'<>]*(token|passw(or)?d|secret|key|signature|credential|auth|sig)[^=&#\s"'<>]*)=)[^&#\s"']*`)
+	// Query parameter names secretQuery matches that carry no secret.
+	notSecretQuery = map[string]bool{"x-amz-signedheaders": true, "x-goog-signedheaders": true}
+	bearer         = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}`)
+)
+
+func isSecretKey(k string) bool { return secretKey.MatchString(k) && !notSecretKey[k] }
+
+// RedactString hides credentials inside a string, wherever a URL or header
+// sits in it: URL userinfo ("https://u:p@host/x" -> "https://<REDACTED>@host/x"),
+// the values of secret-looking query parameters
+// ("…/app.apk?X-Amz-Credential=<REDACTED>&X-Amz-Date=20250101T000000Z&X-Amz-Signature=<REDACTED>"),
+// and Bearer/Basic authorization values. The rest stays readable. Applying
+// it twice gives the same string.
+func RedactString(s string) string {
+	if !strings.ContainsAny(s, "@?&") && !strings.Contains(strings.ToLower(s), "bearer") && !strings.Contains(strings.ToLower(s), "basic") {
+		return s
+	}
+	s = urlUserinfo.ReplaceAllString(s, "${1}"+Redacted+"@")
+	s = secretQuery.ReplaceAllStringFunc(s, func(m string) string {
+		sub := secretQuery.FindStringSubmatch(m)
+		if notSecretQuery[strings.ToLower(sub[2])] {
+			return m
+		}
+		// Prose punctuation right after the URL ("…?sig=x: 100%") is not the value's.
+		value := m[len(sub[1]):]
+		tail := value[len(strings.TrimRight(value, ":;,.)]")):]
+		return sub[1] + Redacted + tail
+	})
+	s = bearer.ReplaceAllString(s, "${1} "+Redacted)
+	return s
+}
+
+// Redact returns v with its secrets hidden. v is any JSON-shaped value:
+// map[string]any, []any, strings, numbers, bools, json.RawMessage,
+// map[string]json.RawMessage, or any other value that encodes as JSON
+// (structs, typed maps), which is walked through its JSON encoding. Values
+// under secret-looking keys (token, password, secret, apikey, access key,
+// private key, authorization, credential, cookie; resumeToken excepted)
+// become "<REDACTED>" (null and "" stay) and every string goes through RedactString.
+//
+// The result has v's type when nothing was redacted, and for the types listed
+// above. Another type with something redacted comes back as a
+// json.RawMessage of its redacted encoding; one that does not encode as JSON
+// comes back as it is.
+func Redact(v any) any {
+	out, _ := redact(v)
+	return out
+}
+
+// RedactJSON is Redact for one raw JSON document: the document re-encoded
+// (keys sorted, no HTML escaping) with its secrets hidden, or b itself when
+// it holds none. Bytes that are not one JSON value are redacted as text
+// (RedactString).
+func RedactJSON(b []byte) []byte {
+	out, _ := redactJSON(b)
+	return out
+}
+
+func redactJSON(b []byte) ([]byte, bool) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return b, false
+	}
+	if !json.Valid(b) {
+		s := RedactString(string(b))
+		if s == string(b) {
+			return b, false
+		}
+		return []byte(s), true
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return b, false
+	}
+	r, changed := redact(v)
+	if !changed {
+		return b, false
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return []byte(`"` + Redacted + `"`), true
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), true
+}
+
+// redact is Redact, also reporting whether anything was hidden.
+func redact(v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return nil, false
+	case string:
+		r := RedactString(x)
+		return r, r != x
+	case json.Number, bool, float64, float32, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		return v, false
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		changed := false
+		for k, val := range x {
+			if isSecretKey(k) && val != nil && val != "" {
+				out[k] = Redacted
+				changed = changed || val != Redacted
+				continue
+			}
+			r, c := redact(val)
+			out[k] = r
+			changed = changed || c
+		}
+		return out, changed
+	case []any:
+		out := make([]any, len(x))
+		changed := false
+		for i, val := range x {
+			r, c := redact(val)
+			out[i] = r
+			changed = changed || c
+		}
+		return out, changed
+	case json.RawMessage:
+		r, c := redactJSON(x)
+		return json.RawMessage(r), c
+	case map[string]json.RawMessage:
+		out := make(map[string]json.RawMessage, len(x))
+		changed := false
+		for k, val := range x {
+			if isSecretKey(k) && len(val) > 0 && string(val) != "null" && string(val) != `""` {
+				out[k] = json.RawMessage(`"` + Redacted + `"`)
+				changed = changed || string(val) != `"`+Redacted+`"`
+				continue
+			}
+			r, c := redactJSON(val)
+			out[k] = r
+			changed = changed || c
+		}
+		return out, changed
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.String: // named string types (ErrorID, …)
+		r := RedactString(rv.String())
+		if r == rv.String() {
+			return v, false
+		}
+		return r, true
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return v, false
+	case reflect.Pointer, reflect.Interface:
+		if rv.IsNil() {
+			return v, false
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v, false
+	}
+	r, c := redactJSON(b)
+	if !c {
+		return v, false
+	}
+	return json.RawMessage(r), true
+}

@@ -1,0 +1,165 @@
+package agent_test
+
+import (
+	"encoding/json"
+	"math/rand"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+const presigned = "https://my-bucket.s3.us-east-1.amazonaws.com/builds/app-1.2.3.apk" +
+	"?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20250101%2Fus-east-1%2Fs3%2Faws4_request" +
+	"&X-Amz-Date=20250101T000000Z&X-Amz-Expires=3600&X-Amz-Security-Token=FwoGZXIvYXdzEXAMPLETOKEN" +
+	"&X-Amz-SignedHeaders=host&X-Amz-Signature=0123456789abcdefSIGNATURE"
+
+const presignedRedacted = "https://my-bucket.s3.us-east-1.amazonaws.com/builds/app-1.2.3.apk" +
+	"?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=<REDACTED>" +
+	"&X-Amz-Date=20250101T000000Z&X-Amz-Expires=3600&X-Amz-Security-Token=<REDACTED>" +
+	"&X-Amz-SignedHeaders=host&X-Amz-Signature=<REDACTED>"
+
+// Each kind of secret, alone and inside longer strings; the rest of the URL
+// stays readable.
+func TestRedactStringSecrets(t *testing.T) {
+	for in, want := range map[string]string{
+		// URL userinfo
+		"https://builder:pa55w0rd@artifacts.example.com/app.apk": "https://<REDACTED>@artifacts.example.com/app.apk",
+		"https://ci-token@artifacts.example.com/app.apk":         "https://<REDACTED>@artifacts.example.com/app.apk",
+		"s3://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI@bucket/app.apk": "s3://<REDACTED>@bucket/app.apk",
+		"https://u:p@ss@host/app.apk":                            "https://<REDACTED>@host/app.apk", // '@' in the password
+		"s3://bucket/builds/app@2.apk":                           "s3://bucket/builds/app@2.apk",    // '@' in the path only
+		"postgres://agent:s3cr3t@db:5432/sg?sslmode=disable":     "postgres://<REDACTED>@db:5432/sg?sslmode=disable",
+		// presigned S3 (credential, security token, signature), others kept
+		presigned: presignedRedacted,
+		// token=, sig= (Azure SAS), Signature= (CloudFront), GCS
+		"https://h/app.apk?token=abc123&v=2":                                                           "https://h/app.apk?token=<REDACTED>&v=2",
+		"https://acct.blob.core.windows.net/c/app.apk?sv=2022-11-02&sp=r&sig=AbC%2Bd%3D":               "https://acct.blob.core.windows.net/c/app.apk?sv=2022-11-02&sp=r&sig=<REDACTED>",
+		"https://d111.cloudfront.net/app.apk?Expires=1700000000&Signature=Xyz~abc&Key-Pair-Id=K2J":     "https://d111.cloudfront.net/app.apk?Expires=1700000000&Signature=<REDACTED>&Key-Pair-Id=<REDACTED>",
+		"https://storage.googleapis.com/b/app.apk?X-Goog-Credential=sa%40p&X-Goog-Signature=beef#frag": "https://storage.googleapis.com/b/app.apk?X-Goog-Credential=<REDACTED>&X-Goog-Signature=<REDACTED>#frag",
+		"GET /a?api_key=zzz&x=1": "GET /a?api_key=<REDACTED>&x=1",
+		// embedded in longer strings (Go's url.Error quotes the URL)
+		`artifact_unavailable: Get "https://u:pw@h:8443/app.apk?token=t0k&x=1": tls: failed to verify certificate`: `artifact_unavailable: Get "https://<REDACTED>@h:8443/app.apk?token=<REDACTED>&x=1": tls: failed to verify certificate`,
+		"download s3://AKIA:sekret@bucket/app.apk?sig=s1g: 100%":                                                   "download s3://<REDACTED>@bucket/app.apk?sig=<REDACTED>: 100%",
+		"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig":                                                       "Authorization: Bearer <REDACTED>",
+		// nothing secret
+		"http://127.0.0.1:4723/wd/hub":                             "http://127.0.0.1:4723/wd/hub",
+		"s3://bucket/app.apk":                                      "s3://bucket/app.apk",
+		"mCurrentFocus=Window{1 u0 com.example.app/.HomeActivity}": "mCurrentFocus=Window{1 u0 com.example.app/.HomeActivity}",
+		"user@example.com wrote":                                   "user@example.com wrote",
+	} {
+		got := agent.RedactString(in)
+		if got != want {
+			t.Errorf("%q\n -> %q\nwant %q", in, got, want)
+		}
+		if again := agent.RedactString(got); again != got {
+			t.Errorf("not idempotent: %q -> %q", got, again)
+		}
+	}
+}
+
+type refHolder struct {
+	Ref   string `json:"apkStorageObjectReference"`
+	Token string `json:"apiToken"`
+	N     int    `json:"n"`
+}
+
+// Redact walks any JSON-shaped value: maps and slices of any, json.RawMessage,
+// maps of json.RawMessage (a run's outputs), structs; secret-named keys are
+// hidden whole, strings lose their URL credentials.
+func TestRedactWalksValues(t *testing.T) {
+	ref := "https://u:pw@h/app.apk?X-Amz-Signature=s1g"
+	refR := "https://<REDACTED>@h/app.apk?X-Amz-Signature=<REDACTED>"
+
+	got := agent.Redact(map[string]any{
+		"ref": ref, "password": "hunter2", "resumeToken": "01ULID", "n": 3, "ok": true, "none": nil,
+		"list": []any{ref, 1.5, map[string]any{"accessKey": "AKIA"}},
+	})
+	want := map[string]any{
+		"ref": refR, "password": agent.Redacted, "resumeToken": "01ULID", "n": 3, "ok": true, "none": nil,
+		"list": []any{refR, 1.5, map[string]any{"accessKey": agent.Redacted}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("map: %#v", got)
+	}
+
+	// A run's success outputs: map[string]json.RawMessage.
+	outputs := map[string]json.RawMessage{
+		"ProvisionApp": json.RawMessage(`{"applicationUnderTestDescriptor":{"apkStorageObjectReference":"` + ref + `"},"cookie":"c=1","retryable":null}`),
+		"WaitIdle":     json.RawMessage(`{"quiet":620}`),
+	}
+	ro, ok := agent.Redact(outputs).(map[string]json.RawMessage)
+	if !ok {
+		t.Fatalf("outputs came back as %T", agent.Redact(outputs))
+	}
+	if s := string(ro["ProvisionApp"]); strings.Contains(s, "pw") || strings.Contains(s, "s1g") || strings.Contains(s, "c=1") ||
+		!strings.Contains(s, refR) || !strings.Contains(s, `"retryable":null`) {
+		t.Errorf("ProvisionApp output %s", s)
+	}
+	if string(ro["WaitIdle"]) != `{"quiet":620}` {
+		t.Errorf("untouched output changed: %s", ro["WaitIdle"])
+	}
+
+	// json.RawMessage keeps its type.
+	raw, ok := agent.Redact(json.RawMessage(`["` + ref + `"]`)).(json.RawMessage)
+	if !ok || string(raw) != `["`+refR+`"]` {
+		t.Errorf("raw %T %s", agent.Redact(json.RawMessage(`["`+ref+`"]`)), raw)
+	}
+
+	// A struct goes through its JSON encoding; without secrets it is returned as is.
+	if r, ok := agent.Redact(refHolder{Ref: ref, Token: "t", N: 1}).(json.RawMessage); !ok ||
+		string(r) != `{"apiToken":"<REDACTED>","apkStorageObjectReference":"`+refR+`","n":1}` {
+		t.Errorf("struct: %s", r)
+	}
+	clean := refHolder{Ref: "s3://bucket/app.apk", N: 2}
+	if r := agent.Redact(clean); r != clean {
+		t.Errorf("clean struct came back as %#v", r)
+	}
+	if r := agent.Redact(agent.ErrorID("x")); r != agent.ErrorID("x") {
+		t.Errorf("named string: %#v", r)
+	}
+}
+
+func TestRedactJSON(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"input":{"provisionApp":{"applicationUnderTestDescriptor":{"apkStorageObjectReference":"s3://AK:sk@b/k.apk?X-Amz-Security-Token=tt"}}}}`: `{"input":{"provisionApp":{"applicationUnderTestDescriptor":{"apkStorageObjectReference":"s3://<REDACTED>@b/k.apk?X-Amz-Security-Token=<REDACTED>"}}}}`,
+		`{"text":"download https://h/a.apk?a=1&token=x: 100%","kind":"log"}`:                                                                       `{"kind":"log","text":"download https://h/a.apk?a=1&token=<REDACTED>: 100%"}`,
+		`{"client_secret":{"nested":1},"big":9007199254740991}`:                                                                                    `{"big":9007199254740991,"client_secret":"<REDACTED>"}`,
+		`"https://u:p@h/x"`: `"https://<REDACTED>@h/x"`,
+		// unchanged documents come back byte for byte
+		"{\n  \"b\": 1,\n  \"a\": \"s3://bucket/app.apk\"\n}": "{\n  \"b\": 1,\n  \"a\": \"s3://bucket/app.apk\"\n}",
+		``: ``,
+		// not JSON: redacted as text
+		`fetch https://u:p@h/x failed`: `fetch https://<REDACTED>@h/x failed`,
+	} {
+		if got := string(agent.RedactJSON([]byte(in))); got != want {
+			t.Errorf("%s\n -> %s\nwant %s", in, got, want)
+		}
+	}
+}
+
+// Events built by NewEvent (the engine's token_delta lines, node outputs,
+// failure summaries) carry no secret, and their checksum is over the stored,
+// redacted payload.
+func TestNewEventRedactsPayload(t *testing.T) {
+	run := agent.Run{RunID: "01JBD0QJ8K9M2N3P4Q5R6S7T8V", TenantID: "t"}
+	ids := agent.NewULIDs(agent.SystemClock{}, rand.New(rand.NewSource(1)))
+	ev, err := agent.NewEvent(run, 1, agent.KindNodeTokenDelta, agent.TokenDeltaPayload{
+		NodeName: "ProvisionApp", TokenDelta: agent.Log("artifact %s downloaded", presigned),
+	}, agent.SystemClock{}, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"AKIAIOSFODNN7EXAMPLE", "FwoGZXIvYXdzEXAMPLETOKEN", "0123456789abcdefSIGNATURE"} {
+		if strings.Contains(string(ev.Payload), s) {
+			t.Errorf("payload holds %s: %s", s, ev.Payload)
+		}
+	}
+	if !strings.Contains(string(ev.Payload), "X-Amz-Date=20250101T000000Z") {
+		t.Errorf("payload lost the readable part: %s", ev.Payload)
+	}
+	if err := agent.VerifyChecksum(ev); err != nil {
+		t.Error(err)
+	}
+}
