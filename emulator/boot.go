@@ -48,7 +48,7 @@ var (
 	// A snapshot that did not load: the real emulator logs "Failed to load
 	// snapshot 'default_boot'" (and, for a renderer change, "Change of GLES
 	// renderer detected"); the simulator "Cold boot: snapshot failed to load".
-	reSnapshotFailed = regexp.MustCompile(`(?i)(fail\w* to load snapshot|snapshot\b.*\b(fail|invalid|corrupt|could not|cannot|error))`)
+	reSnapshotFailed = regexp.MustCompile(`(?i)(fail\w* to load snapshot|snapshot\b.{0,40}\b(failed|invalid|corrupt\w*|could not|cannot)\b)`)
 	rePortInUse      = regexp.MustCompile(`(?i)(port \d+ is already in use|address already in use)`)
 )
 
@@ -252,7 +252,7 @@ func (m *Manager) waitBoot(ctx context.Context, p *proc, deadline time.Time, pro
 			switch {
 			case reQuickLoaded.MatchString(l):
 				res.Mode = device.BootQuick
-			case reSnapshotFailed.MatchString(l):
+			case reSnapshotFailed.MatchString(l) && res.ColdBootReason == "":
 				res.Mode, res.ColdBootReason = device.BootCold, logMessage(l)
 				progress("emulator-%d: quick boot failed, cold boot: %s", p.port, res.ColdBootReason)
 			}

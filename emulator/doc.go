@@ -15,7 +15,7 @@
 //     reason; a process that exits on it is started again with
 //     -no-snapshot-load, a cold boot) and "Boot completed in N ms"; boot-ready
 //     as EnsureDevice judges it (adb.BootCommand + `service list`,
-//     adb.ParseBootStatus), polled every 100 ms within a bounded wait that
+//     adb.ParseBootStatus), polled every 50 ms within a bounded wait that
 //     reports progress; an emulator process that exits before it is ready is
 //     process_error, Code EMULATOR_CRASHED, with its last log lines;
 //   - the console on port P (Console): the banner, `auth` with

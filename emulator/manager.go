@@ -49,7 +49,8 @@ type Config struct {
 	// IdleKill kills an emulator this host booted once no run used it for
 	// that long (Reap); 0 keeps them warm for ever.
 	IdleKill time.Duration
-	// PollInterval spaces the boot readiness probes; 0 means 100 ms.
+	// PollInterval spaces the boot readiness probes; 0 means 50 ms (a probe
+	// is three adb round trips, about 1 ms on a local emulator).
 	PollInterval time.Duration
 	// Now is the clock of the state file's times; nil means time.Now.
 	Now func() time.Time
@@ -78,7 +79,7 @@ func New(cfg Config) *Manager {
 		cfg.StateDir = filepath.Join(os.TempDir(), "screengraph-emulators")
 	}
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 100 * time.Millisecond
+		cfg.PollInterval = 50 * time.Millisecond
 	}
 	return &Manager{cfg: cfg, adb: adb.New(cfg.ADBServer), busy: map[int]bool{}}
 }
