@@ -41,6 +41,10 @@
 //     -no-snapshot or -read-only; faults.crashAfter kills the process with
 //     SIGKILL instead (no snapshot, the lock left behind: the next start takes
 //     the stale lock over).
+//   - User data: packages the user installed (adb install) are kept in
+//     NAME.avd/screengraph-userdata/<package>.apk at exit and installed again
+//     at the next start, as a real AVD's userdata partition keeps them;
+//     -wipe-data deletes them, -read-only does not write them back.
 //   - adb: registers with 127.0.0.1:$ANDROID_ADB_SERVER_PORT (5037 by
 //     default); faults.unauthorizedFor makes `adb devices` show "unauthorized"
 //     for that long (for ever when negative), then "device".

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -421,9 +422,12 @@ func RunEmulator(ctx context.Context, args []string, rc RunEmulatorConfig) int {
 		defer release()
 	}
 	snaps := dirSnapshots{filepath.Join(avd.Dir, "snapshots")}
+	userdata := filepath.Join(avd.Dir, userdataDir)
 	if o.WipeData {
 		snaps.Delete(DefaultBootSnapshot)
+		os.RemoveAll(userdata)
 	}
+	prof.Preinstalled = restoreUserdata(userdata, prof.Preinstalled)
 	quick := false
 	switch {
 	case o.NoSnapshotLoad || o.NoSnapshot:
@@ -463,7 +467,7 @@ func RunEmulator(ctx context.Context, args []string, rc RunEmulatorConfig) int {
 	if adbPort == "" {
 		adbPort = "5037"
 	}
-	e, _, err := Launch(ctx, LaunchConfig{
+	e, dev, err := Launch(ctx, LaunchConfig{
 		ConsolePort: port, ADBServer: "127.0.0.1:" + adbPort, ADBServerOptional: true,
 		Profile: prof, Log: rc.Log, AVDName: avd.Name, ReadOnly: readOnly, Snapshots: snaps,
 	})
@@ -496,6 +500,11 @@ func RunEmulator(ctx context.Context, args []string, rc RunEmulatorConfig) int {
 	case <-e.Done():
 	}
 	e.Close()
+	if !readOnly {
+		if err := saveUserdata(userdata, dev.UserAPKs()); err != nil {
+			out.line("WARNING", "Could not save the simulated userdata: %v", err)
+		}
+	}
 	switch {
 	case readOnly || o.NoSnapshot:
 	case o.NoSnapshotSave:
@@ -507,6 +516,53 @@ func RunEmulator(ctx context.Context, args []string, rc RunEmulatorConfig) int {
 		}
 	}
 	return 0
+}
+
+// userdataDir (in NAME.avd) keeps what a real emulator keeps in its userdata
+// partition across restarts, as far as the simulator models it: the APKs of
+// the packages installed after start-up, one <package>.apk each. They are
+// installed again at the next start (the install dates are then new); a
+// -read-only instance reads them but does not write them back, -wipe-data
+// deletes them, a crash loses the changes of its session.
+const userdataDir = "screengraph-userdata"
+
+// restoreUserdata returns pre with the saved user packages: a saved update
+// of a preinstalled package replaces its entry, the others are added.
+func restoreUserdata(dir string, pre []android.Package) []android.Package {
+	out := append([]android.Package(nil), pre...)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".apk")
+		if !ok {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		p := android.Package{ID: id, APK: filepath.Join(dir, e.Name()), APKData: b, UserData: true}
+		if i := slices.IndexFunc(out, func(q android.Package) bool { return q.ID == id }); i >= 0 {
+			out[i] = p
+		} else {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func saveUserdata(dir string, apks map[string][]byte) error {
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	for id, b := range apks {
+		if err := os.WriteFile(filepath.Join(tmp, id+".apk"), b, 0o644); err != nil {
+			return err
+		}
+	}
+	os.RemoveAll(dir)
+	return os.Rename(tmp, dir)
 }
 
 // avdProfile is the device profile of an AVD: the one config.ini names with

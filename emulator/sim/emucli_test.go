@@ -183,6 +183,11 @@ func TestEmulatorBinaryColdQuickKill(t *testing.T) {
 		t.Errorf("API level %q, want 33 from config.ini's image.sysdir.1", out)
 	}
 
+	// An app update the user installs stays across restarts (user data).
+	if out, errOut, code := w.srv.Run(t, "-s", serial, "install", "-r", filepath.Join("..", "..", "fixtures", "apks", "demo-v2.apk")); code != 0 {
+		t.Fatalf("adb install demo-v2: %s %s", out, errOut)
+	}
+
 	// A second writable instance of the same AVD refuses to start.
 	second := w.start("-avd", "Pixel_API_34", "-port", strconv.Itoa(freeConsolePort(t)))
 	var ee *exec.ExitError
@@ -216,6 +221,9 @@ func TestEmulatorBinaryColdQuickKill(t *testing.T) {
 	w.srv.WaitState(t, serial, "device", 20*time.Second)
 	quick := w.bootedAfter(serial, start, 20*time.Second)
 	q.waitOutput("Successfully loaded snapshot 'default_boot'", time.Second)
+	if out, _, _ := w.srv.Run(t, "-s", serial, "shell", "dumpsys", "package", "com.example.app"); !strings.Contains(out, "versionCode=2 ") {
+		t.Errorf("the update installed before the restart is gone:\n%s", out)
+	}
 	q.waitOutput("Boot completed in 400 ms", time.Second)
 	for _, f := range []string{"quickboot-loaded.txt", "boot-completed.txt"} {
 		b, _ := os.ReadFile(filepath.Join("..", "..", "fixtures", "captures", "emulator", f))

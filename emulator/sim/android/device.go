@@ -139,7 +139,7 @@ func New(p Profile, o Options) (*Device, error) {
 		}
 		// The APK describes the package: install it in place of the entry.
 		delete(d.pm.pkgs, pk.ID)
-		if res := d.install(pk.APKData, installFlags{testOnly: true, image: true}); res.line != "Success" {
+		if res := d.install(pk.APKData, installFlags{testOnly: true, image: true, userData: pk.UserData}); res.line != "Success" {
 			return nil, fmt.Errorf("preinstalled %s from %s: %s", pk.ID, pk.APK, res.line)
 		}
 	}

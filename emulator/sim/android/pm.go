@@ -42,8 +42,11 @@ type installedPackage struct {
 	Launcher         string   // MAIN/LAUNCHER activity, "" if none
 	// Label is the application's android:label (resolved); ActivityLabels the
 	// activities' own android:label by class name, when set.
-	Label            string
-	ActivityLabels   map[string]string
+	Label          string
+	ActivityLabels map[string]string
+	// UserInstalled: installed by the user (adb install, pm install), or
+	// restored from the AVD's user data, rather than part of the image.
+	UserInstalled    bool
 	Instrumentations []Instrumentation
 	Permissions      []string        // uses-permission names
 	Granted          map[string]bool // runtime permissions granted (-g, pm grant)
@@ -262,6 +265,9 @@ type installFlags struct {
 	// image: a package of the system image installed at start-up; injected
 	// install faults do not apply to it.
 	image bool
+	// userData: installed at start-up from the AVD's saved user data (a
+	// package the user had installed), so still a user-installed package.
+	userData bool
 }
 
 // installResult is one line pm prints ("Success" or "Failure [CODE: msg]") and
@@ -461,7 +467,7 @@ func (d *Device) installLocked(data []byte, f installFlags) (installResult, bool
 		TargetSDK:      a.targetSDK,
 		SigningVersion: a.signingVersion, SignatureHashes: a.sigHashes,
 		Activities: a.activities, Launcher: a.launcher, Instrumentations: a.instr, Permissions: a.perms,
-		Label: a.label, ActivityLabels: a.activityLabels,
+		Label: a.label, ActivityLabels: a.activityLabels, UserInstalled: !f.image || f.userData,
 		Granted:          map[string]bool{},
 		FirstInstallTime: now, LastUpdateTime: now,
 	}
@@ -1145,4 +1151,25 @@ func skipUserOptions(args []string) []string {
 		args = args[1:]
 	}
 	return args
+}
+
+// UserAPKs returns the APK of every package the user installed (or that was
+// restored as user data, see Package.UserData), by package id: what a real
+// emulator keeps in its userdata partition across restarts.
+func (d *Device) UserAPKs() map[string][]byte {
+	d.mu.Lock()
+	paths := map[string]string{}
+	for id, p := range d.pm.pkgs {
+		if p.HasAPK && p.UserInstalled {
+			paths[id] = p.CodePath + "/base.apk"
+		}
+	}
+	d.mu.Unlock()
+	out := map[string][]byte{}
+	for id, path := range paths {
+		if b, err := d.readAsSystem(path); err == nil {
+			out[id] = b
+		}
+	}
+	return out
 }

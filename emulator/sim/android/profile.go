@@ -67,6 +67,9 @@ type Package struct {
 	// (emulator/sim) fills APKData from it.
 	APK     string `yaml:"apk"`
 	APKData []byte `yaml:"-"`
+	// UserData marks a package restored from an AVD's saved user data (the
+	// simulated emulator binary): installed at start-up, yet user-installed.
+	UserData bool `yaml:"-"`
 }
 
 // App is the UI model of one package.
