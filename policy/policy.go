@@ -135,6 +135,24 @@ type IdleHeuristics struct {
 	CountQuietFromLastFrame bool `yaml:"countQuietFromLastFrame" json:"countQuietFromLastFrame"`
 }
 
+// Emulator says what happens to the emulators the host boots for runs
+// (EnsureDevice naming an AVD that is not running, or CREATE_NEW).
+type Emulator struct {
+	// IdleKillMinutes: a booted emulator stays running after its run (warm
+	// for the next run naming its AVD) and is killed once no run used it for
+	// this many minutes; 0 keeps it for ever. Default 30: a cold boot costs
+	// 15-30 s and a quick boot a few seconds, while an idle emulator holds
+	// 2-4 GB of RAM.
+	IdleKillMinutes int `yaml:"idleKillMinutes" json:"idleKillMinutes"`
+	// QuickBoot boots from the AVD's default_boot snapshot when it loads
+	// (cold boot otherwise, and when false: -no-snapshot-load). Default true.
+	QuickBoot bool `yaml:"quickBoot" json:"quickBoot"`
+	// SaveSnapshot lets the emulator save default_boot when it exits; false
+	// (default, as CI runners do) passes -no-snapshot-save so the cached
+	// snapshot stays the same for every run. -read-only instances never save.
+	SaveSnapshot bool `yaml:"saveSnapshot" json:"saveSnapshot"`
+}
+
 // Policy is one policy document, e.g. in YAML:
 //
 //	version: 2
@@ -147,6 +165,7 @@ type IdleHeuristics struct {
 //	installationPolicy: INSTALL_IF_MISSING
 //	launchAttachMode: LAUNCH_OR_ATTACH
 //	idleHeuristics: {minQuietMillis: 500, maxWaitMillis: 10000, sampleIntervalMillis: 200}
+//	emulator: {idleKillMinutes: 30, quickBoot: true, saveSnapshot: false}
 type Policy struct {
 	PolicyVersion int `yaml:"version" json:"version"`
 	// DefaultTimeout applies to nodes without an entry in Timeouts; 0 = none.
@@ -159,6 +178,7 @@ type Policy struct {
 	InstallationPolicy string           `yaml:"installationPolicy" json:"installationPolicy"`
 	LaunchAttachMode   string           `yaml:"launchAttachMode" json:"launchAttachMode"`
 	Idle               IdleHeuristics   `yaml:"idleHeuristics" json:"idleHeuristics"`
+	Emulator           Emulator         `yaml:"emulator" json:"emulator"`
 }
 
 var _ agent.RetryPolicy = (*Policy)(nil)
@@ -209,6 +229,7 @@ func Default() *Policy {
 		LaunchAttachMode:   LaunchOrAttach,
 		Idle: IdleHeuristics{MinQuietMillis: 500, MaxWaitMillis: 10000, SampleIntervalMillis: 200,
 			CountQuietFromLastFrame: true},
+		Emulator: Emulator{IdleKillMinutes: 30, QuickBoot: true},
 	}
 }
 
@@ -296,6 +317,9 @@ func (p *Policy) Validate() error {
 		if !slices.Contains(m.ok, m.v) {
 			bad("%s %q: want one of %v", m.field, m.v, m.ok)
 		}
+	}
+	if p.Emulator.IdleKillMinutes < 0 {
+		bad("emulator.idleKillMinutes %d: must be >= 0 (0 keeps booted emulators warm for ever)", p.Emulator.IdleKillMinutes)
 	}
 	i := p.Idle
 	if i.MinQuietMillis <= 0 || i.SampleIntervalMillis <= 0 || i.SampleIntervalMillis > i.MinQuietMillis || i.MaxWaitMillis < i.MinQuietMillis {
