@@ -42,29 +42,157 @@ type EmulatorOptions struct {
 	GPU            string
 	Accel          string
 	ListAVDs       bool
-	// Ignored are the other real flags given (accepted, no effect).
+	// Ignored are the other flags given (accepted, no effect), with their
+	// values; Unknown those of them that are not real emulator options.
 	Ignored []string
+	Unknown []string
 }
 
-// emulatorValueFlags are real emulator flags that take a value; the ones the
-// simulator does not act on are skipped with their value (emulator -help).
-var emulatorValueFlags = map[string]bool{
-	"sysdir": true, "system": true, "vendor": true, "datadir": true, "kernel": true, "ramdisk": true,
-	"image": true, "initdata": true, "data": true, "encryption-key": true, "cache": true, "cache-size": true,
-	"sdcard": true, "snapstorage": true, "snapshot": true, "memory": true, "partition-size": true,
-	"cores": true, "camera-back": true, "camera-front": true, "gps": true, "radio": true, "netspeed": true,
-	"netdelay": true, "timezone": true, "dns-server": true, "http-proxy": true, "report-console": true,
-	"shell-serial": true, "logcat": true, "logcat-output": true, "prop": true, "shared-net-id": true,
-	"skin": true, "skindir": true, "screen": true, "selinux": true, "debug": true, "feature": true,
-	"grpc": true, "idle-grpc-timeout": true, "change-language": true, "change-country": true,
-	"change-locale": true, "ports": true, "charmap": true, "scale": true, "dpi-device": true, "audio": true,
-	"tcpdump": true, "bootchart": true, "engine": true, "phone-number": true, "avd-arch": true,
-	"quit-after-boot": true, "max-snapshots": true, "grpc-tls-key": true, "grpc-tls-cer": true,
-	"grpc-tls-ca": true, "turncfg": true, "log-file": true, "append-userspace-opt": true,
-	"multidisplay": true, "google-maps-key": true, "waterfall": true, "rtcfps": true, "acpi-config": true,
-	"studio-params": true, "allow-host-audio-input": false, "ram-size": true, "vsync-rate": true,
-	"sim-access-rules-file": true, "hotplug-multi-display": false, "unix-pipe": true, "modem-simulator-port": true,
-	"wifi-client-port": true, "wifi-server-port": true, "code-profile": true,
+// realEmulatorFlags are the emulator's own options, true for those followed by
+// a value: android/android-emu/android/cmdline-options.h, kept as
+// fixtures/captures/emulator/cmdline-options.txt (a test checks they agree).
+// `-verbose` and `-debug <tags>` are parsed apart from that table by the real
+// emulator (android_parse_debug_tags_option).
+var realEmulatorFlags = map[string]bool{
+	"list-avds":               false,
+	"sysdir":                  true,
+	"system":                  true,
+	"vendor":                  true,
+	"writable-system":         false,
+	"delay-adb":               false,
+	"datadir":                 true,
+	"kernel":                  true,
+	"ramdisk":                 true,
+	"image":                   true,
+	"initdata":                true,
+	"data":                    true,
+	"encryption-key":          true,
+	"logcat-output":           true,
+	"partition-size":          true,
+	"cache":                   true,
+	"cache-size":              true,
+	"no-cache":                false,
+	"nocache":                 false,
+	"sdcard":                  true,
+	"quit-after-boot":         true,
+	"qemu-top-dir":            true,
+	"monitor-adb":             true,
+	"snapstorage":             true,
+	"no-snapstorage":          false,
+	"snapshot":                true,
+	"no-snapshot":             false,
+	"no-snapshot-save":        false,
+	"no-snapshot-load":        false,
+	"snapshot-list":           false,
+	"no-snapshot-update-time": false,
+	"wipe-data":               false,
+	"avd":                     true,
+	"skindir":                 true,
+	"skin":                    true,
+	"no-skin":                 false,
+	"noskin":                  false,
+	"memory":                  true,
+	"ui-only":                 true,
+	"id":                      true,
+	"cores":                   true,
+	"accel":                   true,
+	"no-accel":                false,
+	"ranchu":                  false,
+	"engine":                  true,
+	"netspeed":                true,
+	"netdelay":                true,
+	"netfast":                 false,
+	"code-profile":            true,
+	"show-kernel":             false,
+	"shell":                   false,
+	"no-jni":                  false,
+	"nojni":                   false,
+	"logcat":                  true,
+	"use-system-libs":         false,
+	"bluetooth":               true,
+	"stdouterr-file":          true,
+	"no-audio":                false,
+	"noaudio":                 false,
+	"audio":                   true,
+	"radio":                   true,
+	"port":                    true,
+	"ports":                   true,
+	"onion":                   true,
+	"onion-alpha":             true,
+	"onion-rotation":          true,
+	"dpi-device":              true,
+	"scale":                   true,
+	"wifi-client-port":        true,
+	"wifi-server-port":        true,
+	"http-proxy":              true,
+	"timezone":                true,
+	"change-language":         true,
+	"change-country":          true,
+	"change-locale":           true,
+	"dns-server":              true,
+	"net-tap":                 true,
+	"net-tap-script-up":       true,
+	"net-tap-script-down":     true,
+	"cpu-delay":               true,
+	"no-boot-anim":            false,
+	"no-window":               false,
+	"no-sim":                  false,
+	"lowram":                  false,
+	"version":                 false,
+	"no-passive-gps":          false,
+	"read-only":               false,
+	"is-restart":              true,
+	"report-console":          true,
+	"gps":                     true,
+	"shell-serial":            true,
+	"tcpdump":                 true,
+	"bootchart":               true,
+	"charmap":                 true,
+	"studio-params":           true,
+	"prop":                    true,
+	"shared-net-id":           true,
+	"nand-limits":             true,
+	"gpu":                     true,
+	"camera-back":             true,
+	"camera-front":            true,
+	"webcam-list":             false,
+	"virtualscene-poster":     true,
+	"screen":                  true,
+	"selinux":                 true,
+	"unix-pipe":               true,
+	"fixed-scale":             false,
+	"wait-for-debugger":       false,
+	"skip-adb-auth":           false,
+	"metrics-to-console":      false,
+	"metrics-to-file":         true,
+	"detect-image-hang":       false,
+	"feature":                 true,
+	"sim-access-rules-file":   true,
+	"phone-number":            true,
+	"acpi-config":             true,
+	"fuchsia":                 false,
+	"window-size":             true,
+	"allow-host-audio":        false,
+	"restart-when-stalled":    false,
+	"perf-stat":               true,
+	"share-vid":               false,
+	"grpc":                    true,
+	"turncfg":                 true,
+	"rtcfps":                  true,
+	"multidisplay":            true,
+	"verbose":                 false, "debug": true,
+}
+
+// RealEmulatorFlag says whether -name is one of the real emulator's options
+// (underscores count as dashes, as the emulator reads them) and whether a
+// value follows it. Lifecycle code can check the command lines it builds.
+func RealEmulatorFlag(name string) (known, takesValue bool) {
+	name = strings.ReplaceAll(strings.TrimLeft(name, "-"), "_", "-")
+	if strings.HasPrefix(name, "debug-") {
+		return true, false
+	}
+	v, ok := realEmulatorFlags[name]
+	return ok, v
 }
 
 // ParseEmulatorArgs parses the real emulator's command line. Flags it does not
@@ -81,7 +209,7 @@ func ParseEmulatorArgs(args []string) (EmulatorOptions, error) {
 		if !strings.HasPrefix(a, "-") || a == "-" {
 			return o, fmt.Errorf("invalid command-line parameter: %s.", a)
 		}
-		name := strings.TrimLeft(a, "-")
+		name := strings.ReplaceAll(strings.TrimLeft(a, "-"), "_", "-")
 		value := func() (string, error) {
 			if i+1 >= len(args) {
 				return "", fmt.Errorf("option '-%s' needs an argument", name)
@@ -126,9 +254,25 @@ func ParseEmulatorArgs(args []string) (EmulatorOptions, error) {
 		case "qemu":
 			o.Ignored = append(o.Ignored, args[i:]...)
 			return o, nil
+		case "ports":
+			// "<consoleport>,<adbport>": the simulator serves adb on console+1 only.
+			var v string
+			if v, err = value(); err == nil {
+				c, a, _ := strings.Cut(v, ",")
+				cp, err1 := strconv.Atoi(c)
+				ap, err2 := strconv.Atoi(a)
+				if err1 != nil || err2 != nil || cp%2 != 0 || ap != cp+1 {
+					return o, fmt.Errorf("option -ports %s: the simulated emulator needs an even console port and adb on the next one", v)
+				}
+				o.Port = cp
+			}
 		default:
 			o.Ignored = append(o.Ignored, a)
-			if emulatorValueFlags[name] && i+1 < len(args) {
+			known, takesValue := RealEmulatorFlag(name)
+			if !known {
+				o.Unknown = append(o.Unknown, a)
+			}
+			if takesValue && i+1 < len(args) {
 				i++
 				o.Ignored = append(o.Ignored, args[i])
 			}
@@ -372,6 +516,9 @@ func RunEmulator(ctx context.Context, args []string, rc RunEmulatorConfig) int {
 	if err != nil {
 		out.line("ERROR", "%s", err)
 		return 1
+	}
+	for _, u := range o.Unknown {
+		emuLog{rc.Stderr}.line("WARNING", "[simulated emulator] %s is not an option of the real emulator; ignored", u)
 	}
 	home := AVDHome()
 	if o.ListAVDs {

@@ -377,3 +377,46 @@ func TestEmulatorBinaryErrorTexts(t *testing.T) {
 		t.Errorf("second instance:\n got %q\nwant suffix %q", p.out.String(), b)
 	}
 }
+
+// TestRealEmulatorFlagsMatchCapture: the simulator's table of the emulator's
+// options is the header's (fixtures/captures/emulator/cmdline-options.txt),
+// and every one of them parses, its value consumed.
+func TestRealEmulatorFlagsMatchCapture(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "fixtures", "captures", "emulator", "cmdline-options.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		n++
+		known, takesValue := sim.RealEmulatorFlag(f[0])
+		if !known || takesValue != (len(f) > 1) {
+			t.Errorf("%s: known %v, takes a value %v; the header says %q", f[0], known, takesValue, line)
+		}
+		args := []string{f[0]}
+		if len(f) > 1 {
+			args = append(args, "5556")
+			if f[0] == "-ports" {
+				args[1] = "5556,5557"
+			}
+		}
+		args = append(args, "-no-window")
+		o, err := sim.ParseEmulatorArgs(args)
+		if err != nil || !o.NoWindow || len(o.Unknown) != 0 {
+			t.Errorf("%q: %+v %v", args, o, err)
+		}
+	}
+	if n < 120 {
+		t.Errorf("read %d options from the capture", n)
+	}
+	if known, _ := sim.RealEmulatorFlag("-no_snapshot_save"); !known {
+		t.Error("underscores are dashes to the emulator")
+	}
+	if known, _ := sim.RealEmulatorFlag("-frobnicate"); known {
+		t.Error("-frobnicate is not an emulator option")
+	}
+}
