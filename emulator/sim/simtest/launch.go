@@ -37,3 +37,18 @@ func Profile(t testing.TB, name string) android.Profile {
 	}
 	return p
 }
+
+// LaunchWith starts a simulated emulator from cfg, registered with srv (its
+// ADBServer is set to srv), on a free port pair unless cfg.ConsolePort is
+// set, and closes it when the test ends. Use it for the console's settings
+// (AVDName, ConsoleTokenPath, ReadOnly, Snapshots).
+func LaunchWith(t testing.TB, srv *ADBServer, cfg sim.LaunchConfig) (*sim.Emulator, *android.Device) {
+	t.Helper()
+	cfg.ADBServer = srv.Addr()
+	e, dev, err := sim.Launch(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e, dev
+}
