@@ -22,6 +22,9 @@ type Emulators interface {
 	// Touch records that a run now uses serial, restarting its idle clock
 	// (emulators the host booted are killed after policy's idle minutes).
 	Touch(ctx context.Context, serial string) error
+	// Reap kills the emulators the host booted that no run used for idle
+	// (nothing when idle is 0) and returns their serials.
+	Reap(ctx context.Context, idle time.Duration) ([]string, error)
 }
 
 // BootMode is how an emulator booted: QUICK (from the AVD's default_boot

@@ -216,7 +216,7 @@ func TestLifecycleReapIdle(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { return now }
 	env := append(w.srv.EmulatorEnv(w.home, w.avdHome), "ANDROID_SDK_ROOT="+simtest.BuildEmulator(t), emulator.EnvCommand+"=")
-	w.m = emulator.New(emulator.Config{ADBServer: w.srv.Addr(), Env: env, StateDir: t.TempDir(), IdleKill: 10 * time.Minute, Now: clock})
+	w.m = emulator.New(emulator.Config{ADBServer: w.srv.Addr(), Env: env, StateDir: t.TempDir(), Now: clock})
 	r, err := w.boot(t, device.BootRequest{AVD: "Warm", ColdBoot: true})
 	if err != nil {
 		t.Fatal(err)
@@ -227,11 +227,11 @@ func TestLifecycleReapIdle(t *testing.T) {
 	now = now.Add(9 * time.Minute)
 	w.m.Touch(ctx, r.Serial)
 	now = now.Add(9 * time.Minute)
-	if killed, err := w.m.Reap(ctx); err != nil || len(killed) != 0 {
+	if killed, err := w.m.Reap(ctx, 10*time.Minute); err != nil || len(killed) != 0 {
 		t.Fatalf("reap after 9 idle minutes: %q %v", killed, err)
 	}
 	now = now.Add(2 * time.Minute)
-	if killed, err := w.m.Reap(ctx); err != nil || !slices.Equal(killed, []string{r.Serial}) {
+	if killed, err := w.m.Reap(ctx, 10*time.Minute); err != nil || !slices.Equal(killed, []string{r.Serial}) {
 		t.Fatalf("reap after 11 idle minutes: %q %v", killed, err)
 	}
 	if ins, _ := w.m.Instances(ctx); len(ins) != 0 {

@@ -46,9 +46,6 @@ type Config struct {
 	// their last use) and the emulator-P.log files; "" means a directory
 	// under os.TempDir.
 	StateDir string
-	// IdleKill kills an emulator this host booted once no run used it for
-	// that long (Reap); 0 keeps them warm for ever.
-	IdleKill time.Duration
 	// PollInterval spaces the boot readiness probes; 0 means 50 ms (a probe
 	// is three adb round trips, about 1 ms on a local emulator).
 	PollInterval time.Duration
@@ -391,10 +388,10 @@ func (m *Manager) Touch(_ context.Context, serial string) error {
 	})
 }
 
-// Reap kills the emulators this host booted that no run used for
-// Config.IdleKill (nothing when IdleKill is 0), and forgets those that are gone.
-// It returns the serials it killed.
-func (m *Manager) Reap(ctx context.Context) ([]string, error) {
+// Reap kills the emulators this host booted that no run used for idle
+// (policy emulator.idleKillMinutes; nothing when 0), and forgets those that
+// are gone. It returns the serials it killed.
+func (m *Manager) Reap(ctx context.Context, idle time.Duration) ([]string, error) {
 	st, err := m.loadState()
 	if err != nil {
 		return nil, err
@@ -414,7 +411,7 @@ func (m *Manager) Reap(ctx context.Context) ([]string, error) {
 			m.forget(serial)
 			continue
 		}
-		if m.cfg.IdleKill > 0 && m.now().Sub(b.LastUsed) >= m.cfg.IdleKill {
+		if idle > 0 && m.now().Sub(b.LastUsed) >= idle {
 			if err := m.Stop(ctx, serial); err != nil {
 				errs = append(errs, err)
 				continue

@@ -145,6 +145,10 @@ type Ports struct {
 	// serial, or an AVD/model name); errors device_not_found. nil means
 	// EnsureDevice uses Device as it is.
 	Resolve func(ctx context.Context, deviceName string) (device.Device, error)
+	// Emulators boots and finds emulators by AVD name (the emulator
+	// package over the SDK's emulator binary and console). nil means
+	// deviceName never names an AVD.
+	Emulators device.Emulators
 	// ADBServerPort is the port of the adb server the daemon shares with
 	// Appium (appium:adbPort); 0 means 5037 unless the input names one.
 	ADBServerPort int

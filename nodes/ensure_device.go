@@ -79,12 +79,18 @@ type EnsureDeviceInput struct {
 	IterationOrdinalNumber int                 `json:"iterationOrdinalNumber,omitempty"`
 	DeviceConfiguration    DeviceConfiguration `json:"deviceConfiguration"`
 	DriverReusePolicy      DriverReusePolicy   `json:"driverReusePolicy,omitempty"`
+	// Emulator is the policy's emulator section (not part of the input
+	// JSON: the setup graph fills it from the policy in force).
+	Emulator EmulatorOptions `json:"-"`
 }
 
 // EnsureDeviceOutput is EnsureDevice's Output; DeviceRuntimeContext is null on failure.
 type EnsureDeviceOutput struct {
 	RunID                string                `json:"runId"`
 	DeviceRuntimeContext *DeviceRuntimeContext `json:"deviceRuntimeContext"`
+	// EmulatorLifecycle is set when deviceName named an AVD: the serial it
+	// ended on, whether it was booted, how and how long it took. Extension.
+	EmulatorLifecycle *EmulatorLifecycle `json:"emulatorLifecycle,omitempty"`
 	Common
 }
 
@@ -131,6 +137,9 @@ var _ SessionMemory = (*MemorySessions)(nil)
 // EnsureDevice checks that the device is present, online and booted, and that
 // an Appium session is ready on it.
 //
+//  0. AVD: when Ports.Emulators is wired and deviceName is one of its AVDs,
+//     see ensureAVD (reuse a running emulator of it, or boot one); the
+//     serial it ends on is the device below.
 //  1. Device: Ports.Resolve(deviceName) when set, else Ports.Device. Its adb
 //     state must be "device": an unknown serial is device_not_found, an
 //     unauthorized one device_unauthorized (not retryable), a transient one
@@ -155,7 +164,7 @@ var _ SessionMemory = (*MemorySessions)(nil)
 // *agent.Error (nil on success).
 func EnsureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory SessionMemory) (EnsureDeviceOutput, error) {
 	out := EnsureDeviceOutput{RunID: in.RunID, Common: Common{NodeName: NodeEnsureDevice}}
-	drc, err := ensureDevice(ctx, in, p, memory)
+	drc, err := ensureDevice(ctx, in, p, memory, &out.EmulatorLifecycle)
 	if e := MarkFailure(&out.Common, err); e != nil {
 		p.Logf("EnsureDevice failed: %s", e.Error())
 		return out, e
@@ -164,7 +173,7 @@ func EnsureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 	return out, nil
 }
 
-func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory SessionMemory) (*DeviceRuntimeContext, error) {
+func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory SessionMemory, life **EmulatorLifecycle) (*DeviceRuntimeContext, error) {
 	policy := in.DriverReusePolicy
 	if policy == "" {
 		policy = ReuseOrCreate
@@ -183,7 +192,20 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 		bootTimeout = time.Duration(ms) * time.Millisecond
 	}
 	deadline, bound := bootDeadline(ctx, start, bootTimeout)
-	dev, err := resolveDevice(ctx, in.DeviceConfiguration.DeviceName, p)
+	name := in.DeviceConfiguration.DeviceName
+	if p.Emulators != nil {
+		lc, err := ensureAVD(ctx, in, p, policy, deadline)
+		if lc != nil {
+			*life = lc
+			if lc.Serial != "" {
+				name = lc.Serial
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	dev, err := resolveDevice(ctx, name, p)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
@@ -175,6 +176,8 @@ func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResul
 		if i.DriverReusePolicy == "" {
 			i.DriverReusePolicy = DriverReusePolicy(pol.DriverReusePolicy)
 		}
+		i.Emulator = EmulatorOptions{IdleKill: time.Duration(pol.Emulator.IdleKillMinutes) * time.Minute,
+			ColdBoot: !pol.Emulator.QuickBoot, SaveSnapshot: pol.Emulator.SaveSnapshot}
 		out, err = EnsureDevice(ctx, i, p, n.deps.Sessions)
 	case NodeProvisionApp:
 		i := inputs.ProvisionApp
