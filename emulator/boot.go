@@ -90,7 +90,7 @@ func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.Boot
 		}
 		args := BootArgs(req.AVD, port, req.ReadOnly, req.SaveSnapshot, cold)
 		progress("booting AVD %s as emulator-%d (%s boot): %s %s", req.AVD, port, map[bool]string{true: "cold", false: "quick"}[cold],
-			filepath.Base(cmdline[len(cmdline)-1]), strings.Join(args, " "))
+			strings.Join(append([]string{filepath.Base(cmdline[0])}, cmdline[1:]...), " "), strings.Join(args, " "))
 		p, err := m.launch(cmdline, args, port)
 		if err != nil {
 			release()

@@ -135,6 +135,7 @@ func openHost(ctx context.Context, cfg hostConfig) (h *host, err error) {
 		Ports: nodes.Ports{
 			Driver:        h.driver,
 			Resolve:       device.Resolver(h.adb),
+			Emulators:     hostEmulators(cfg.DataDir, cfg.ADBServer),
 			ADBServerPort: port,
 			Capabilities: func(serial string, adbPort int) (map[string]any, error) {
 				return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: adbPort})

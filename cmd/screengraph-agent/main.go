@@ -25,13 +25,16 @@ type cli struct {
 	Globals
 	Run      runCmd      `cmd:"" help:"Run the setup chain (EnsureDevice, ProvisionApp, LaunchOrAttach, WaitIdle) on one device."`
 	Devices  devicesCmd  `cmd:"" help:"List every device the adb server knows, with state, model, API level and boot readiness."`
-	Emulator emulatorCmd `cmd:"" help:"Emulators: start simulated ones."`
+	Emulator emulatorCmd `cmd:"" help:"Emulators: list, start and stop AVDs; run simulated ones."`
 	Runs     runsCmd     `cmd:"" help:"Inspect runs kept in the embedded store."`
 	Appium   appiumCmd   `cmd:"" help:"The local Appium server runs start."`
 }
 
 type emulatorCmd struct {
-	Sim simCmd `cmd:"" help:"Start simulated Android emulators that speak the real ADB protocol and register with an adb server."`
+	List  emulatorListCmd  `cmd:"" help:"List the AVDs (emulator -list-avds) and the running emulators with the AVD each runs."`
+	Start emulatorStartCmd `cmd:"" help:"Boot an AVD headless on a free port pair and wait until it is boot-ready."`
+	Stop  emulatorStopCmd  `cmd:"" help:"Stop an emulator: the console's kill, else adb emu kill."`
+	Sim   simCmd           `cmd:"" help:"Start simulated Android emulators that speak the real ADB protocol and register with an adb server."`
 }
 
 func (g Globals) logger() zerolog.Logger {
