@@ -32,19 +32,31 @@ var (
 )
 
 // StreamName and SubjectPrefix: every event is published on
-// screengraph.events.<tenantId>.<runId>.<kind> into one JetStream stream.
+// agent.events.<tenantId>.<runId> into one JetStream stream, AGENT_EVENTS
+// (the outside contract in the README and DESIGN.md).
 const (
-	StreamName    = "SCREENGRAPH_EVENTS"
-	SubjectPrefix = "screengraph.events"
+	StreamName    = "AGENT_EVENTS"
+	SubjectPrefix = "agent.events"
 )
 
-// Subject returns the NATS subject of an event:
-// screengraph.events.<tenantId>.<runId>.<kind>, e.g.
-// screengraph.events.01HZX….01JBD….agent.node.finished. The kind keeps its
-// dots (extra tokens); characters NATS reserves in a token (space, '*', '>',
-// '.') in tenantId or runId are replaced by '_'.
+// Subject returns the NATS subject of an event: agent.events.<tenantId>.<runId>,
+// e.g. agent.events.local.01JBD…. The kind is in the envelope, not the subject,
+// so a subscriber of one run gets all its events in one ordered subject.
+// Characters NATS reserves in a token (space, '*', '>', '.') in tenantId or
+// runId are replaced by '_'. kind is accepted for the callers' convenience and
+// not used.
 func Subject(tenantID, runID, kind string) string {
-	return SubjectPrefix + "." + token(tenantID) + "." + token(runID) + "." + kindTokens(kind)
+	_ = kind
+	return SubjectPrefix + "." + token(tenantID) + "." + token(runID)
+}
+
+// ControlSubjectPrefix: control requests arrive on
+// agent.control.<tenantId>.<runId>.
+const ControlSubjectPrefix = "agent.control"
+
+// ControlSubject is agent.control.<tenantId>.<runId>.
+func ControlSubject(tenantID, runID string) string {
+	return ControlSubjectPrefix + "." + token(tenantID) + "." + token(runID)
 }
 
 func token(s string) string {
@@ -60,13 +72,6 @@ func token(s string) string {
 	}, s)
 }
 
-func kindTokens(kind string) string {
-	parts := strings.Split(kind, ".")
-	for i, p := range parts {
-		parts[i] = token(p)
-	}
-	return strings.Join(parts, ".")
-}
 
 // Notifier is implemented by stores that signal their commits: the channel
 // receives (without blocking the writer, coalesced) after every CommitStep

@@ -20,8 +20,7 @@ import (
 // (relay crash, store outage); 10 minutes.
 const DuplicateWindow = 10 * time.Minute
 
-// StreamConfig is the SCREENGRAPH_EVENTS stream: subjects
-// screengraph.events.>, file storage, limits retention, 10-minute duplicate
+// StreamConfig is the AGENT_EVENTS stream: subjects agent.events.>, file storage, limits retention, 10-minute duplicate
 // window.
 func StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
@@ -53,7 +52,7 @@ type JetStreamPublisher struct {
 
 var _ agent.Publisher = (*JetStreamPublisher)(nil)
 
-// NewJetStreamPublisher ensures the SCREENGRAPH_EVENTS stream on nc's server
+// NewJetStreamPublisher ensures the AGENT_EVENTS stream on nc's server
 // and returns a publisher over it.
 func NewJetStreamPublisher(ctx context.Context, nc *nats.Conn) (*JetStreamPublisher, error) {
 	js, err := jetstream.New(nc)

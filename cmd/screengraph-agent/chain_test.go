@@ -115,7 +115,7 @@ func checkJetStream(t *testing.T, js jetstream.JetStream, evs []agent.Event) {
 	}
 	runID := evs[0].RunID
 	cons, err := js.OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{snapshots.SubjectPrefix + ".local." + runID + ".>"}})
+		FilterSubjects: []string{snapshots.Subject("local", runID, "")}})
 	if err != nil {
 		t.Fatal(err)
 	}

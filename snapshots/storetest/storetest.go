@@ -298,7 +298,7 @@ func testCommitStep(t *testing.T, s agent.Store) {
 		if o.Sequence != e.Sequence || o.EventID != e.EventID || o.PublishedAt != nil {
 			t.Errorf("outbox[%d] = %+v, want sequence %d event %s unpublished", i, o, e.Sequence, e.EventID)
 		}
-		if wantSubj := "screengraph.events." + r.TenantID + "." + r.RunID + "." + e.Kind; o.Subject != wantSubj {
+		if wantSubj := "agent.events." + r.TenantID + "." + r.RunID; o.Subject != wantSubj {
 			t.Errorf("outbox[%d].Subject = %q, want %q", i, o.Subject, wantSubj)
 		}
 		var body agent.Event

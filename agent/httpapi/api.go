@@ -1,0 +1,498 @@
+// Package httpapi is the daemon's HTTP API over the run service: JSON in and
+// out, Server-Sent Events for following a run, failures in the agent error
+// format (spec/agent-error-format.md) with a fitting status, every response
+// passed through agent.RedactJSON. The routes are listed once (Routes) and
+// described in openapi.json, served at /v1/openapi.json.
+package httpapi
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/service"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI returns the OpenAPI 3.1 document of the API.
+func OpenAPI() []byte { return openAPI }
+
+// MaxRequestBytes bounds a request body (1 MiB).
+const MaxRequestBytes = 1 << 20
+
+// Config wires the API.
+type Config struct {
+	Service *service.Service
+	// Graph is the graph runs execute (for error reports and node names).
+	Graph *agent.Graph
+	// Ready lists the dependencies /readyz checks (e.g. store, adb, nats).
+	Ready map[string]func(ctx context.Context) error
+	// Gatherer serves /metrics; nil serves no metrics.
+	Gatherer prometheus.Gatherer
+	// Logf reports handler failures; may be nil.
+	Logf func(format string, args ...any)
+}
+
+// Route is one route of the API.
+type Route struct {
+	Method, Pattern string
+}
+
+// Routes lists every route, as registered and as openapi.json describes them.
+func Routes() []Route {
+	return []Route{
+		{"POST", "/v1/runs"}, {"GET", "/v1/runs"}, {"GET", "/v1/runs/{id}"},
+		{"GET", "/v1/runs/{id}/events"}, {"GET", "/v1/runs/{id}/steps/{n}"},
+		{"POST", "/v1/runs/{id}/cancel"}, {"POST", "/v1/runs/{id}/pause"}, {"POST", "/v1/runs/{id}/resume"},
+		{"POST", "/v1/runs/{id}/policy"},
+		{"GET", "/v1/devices"}, {"GET", "/v1/leases"},
+		{"GET", "/healthz"}, {"GET", "/readyz"}, {"GET", "/metrics"}, {"GET", "/v1/openapi.json"},
+	}
+}
+
+type api struct{ cfg Config }
+
+// New returns the API's handler.
+func New(cfg Config) http.Handler {
+	a := &api{cfg: cfg}
+	mux := http.NewServeMux()
+	h := map[string]http.HandlerFunc{
+		"POST /v1/runs":               a.submit,
+		"GET /v1/runs":                a.list,
+		"GET /v1/runs/{id}":           a.get,
+		"GET /v1/runs/{id}/events":    a.events,
+		"GET /v1/runs/{id}/steps/{n}": a.step,
+		"POST /v1/runs/{id}/cancel":   a.control(agent.KindCancelRequested),
+		"POST /v1/runs/{id}/pause":    a.control(agent.KindPauseRequested),
+		"POST /v1/runs/{id}/resume":   a.control(agent.KindResumeRequested),
+		"POST /v1/runs/{id}/policy":   a.control(agent.KindPolicySwitchRequested),
+		"GET /v1/devices":             a.devices,
+		"GET /v1/leases":              a.leases,
+		"GET /healthz":                func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]any{"status": "ok"}) },
+		"GET /readyz":                 a.ready,
+		"GET /v1/openapi.json": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(openAPI)
+		},
+	}
+	if cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	} else {
+		h["GET /metrics"] = func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }
+	}
+	for p, f := range h {
+		mux.HandleFunc(p, f)
+	}
+	// Unknown routes and wrong methods answer in the agent error format too.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, agent.Errorf(agent.ErrInvalidRequest, "no route %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// ErrorBody is the agent error format for a failed API call.
+func ErrorBody(err error, node string) agent.ErrorReport {
+	e := agent.Classify(err)
+	msg := agent.RedactString(err.Error())
+	cat := agent.CategoryExecutionFailure
+	if e.ID == agent.ErrInvalidRequest {
+		cat = agent.CategoryAPIValidation
+	}
+	ctx := map[string]any{"error_id": string(e.ID), "retryable": e.Retryable}
+	if e.Code != "" {
+		ctx["error_code"] = e.Code
+	}
+	return agent.ErrorReport{
+		Success: false, Error: msg,
+		Errors:     []agent.ErrorEntry{{Category: cat, NodeID: node, Message: msg, Fixable: cat == agent.CategoryAPIValidation || e.Retryable, Context: ctx}},
+		Execution:  agent.Execution{Steps: []agent.ExecutionStep{}},
+		Checkpoint: agent.Checkpoint{CompletedNodes: []string{}},
+	}
+}
+
+// statusOf maps an error to its HTTP status.
+func statusOf(err error) int {
+	var ae *agent.Error
+	switch {
+	case errors.Is(err, agent.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, service.ErrRunTerminal):
+		return http.StatusConflict
+	case errors.Is(err, service.ErrStopping):
+		return http.StatusServiceUnavailable
+	case errors.As(err, &ae) && ae.ID == agent.ErrInvalidRequest:
+		return http.StatusBadRequest
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	node := ""
+	var ne interface{ NodeName() string }
+	if errors.As(err, &ne) {
+		node = ne.NodeName()
+	}
+	if status == http.StatusNotFound && !errors.Is(err, agent.ErrNotFound) {
+		// a route miss: keep the message
+	} else if errors.Is(err, agent.ErrNotFound) {
+		err = agent.Wrap(agent.ErrInvalidRequest, err, "not found")
+	}
+	writeJSON(w, status, ErrorBody(err, node))
+}
+
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	st := statusOf(err)
+	if st >= 500 && a.cfg.Logf != nil {
+		a.cfg.Logf("%s %s: %v", r.Method, r.URL.Path, agent.RedactString(err.Error()))
+	}
+	writeError(w, st, err)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = 500, []byte(`{"success":false,"error":"internal_error: encoding the response failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(agent.RedactJSON(b))
+	w.Write([]byte("\n"))
+}
+
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
+	if err != nil {
+		return nil, agent.Wrap(agent.ErrInvalidRequest, err, "reading the request body")
+	}
+	if len(b) > MaxRequestBytes {
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "$: request body over %d bytes", MaxRequestBytes)
+	}
+	return b, nil
+}
+
+// SubmitResponse is the body of 202 to POST /v1/runs.
+type SubmitResponse struct {
+	RunID  string          `json:"runId"`
+	Status agent.RunStatus `json:"status"`
+	Serial string          `json:"serial"`
+}
+
+func (a *api) submit(w http.ResponseWriter, r *http.Request) {
+	b, err := readBody(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	run, err := a.cfg.Service.Submit(r.Context(), b)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/runs/"+run.RunID)
+	writeJSON(w, http.StatusAccepted, SubmitResponse{RunID: run.RunID, Status: run.Status, Serial: run.Serial})
+}
+
+// RunSummary is one run in GET /v1/runs.
+type RunSummary struct {
+	RunID         string          `json:"runId"`
+	TenantID      string          `json:"tenantId"`
+	ProjectID     string          `json:"projectId,omitempty"`
+	Status        agent.RunStatus `json:"status"`
+	Serial        string          `json:"serial"`
+	PolicyVersion int             `json:"policyVersion"`
+	CreatedAt     time.Time       `json:"createdAt"`
+	UpdatedAt     time.Time       `json:"updatedAt"`
+}
+
+func summary(r agent.Run) RunSummary {
+	return RunSummary{r.RunID, r.TenantID, r.ProjectID, r.Status, r.Serial, r.PolicyVersion, r.CreatedAt, r.UpdatedAt}
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	f := agent.RunFilter{Serial: r.URL.Query().Get("serial")}
+	if s := r.URL.Query().Get("status"); s != "" {
+		for _, st := range strings.Split(s, ",") {
+			f.Status = append(f.Status, agent.RunStatus(strings.ToUpper(strings.TrimSpace(st))))
+		}
+	}
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "limit: %q is not a count", l))
+			return
+		}
+		f.Limit = n
+	}
+	runs, err := a.cfg.Service.List(r.Context(), f)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out := make([]RunSummary, 0, len(runs))
+	for _, run := range runs {
+		out = append(out, summary(run))
+	}
+	writeJSON(w, 200, map[string]any{"runs": out})
+}
+
+// NodeTiming is one node attempt of a run, from its events.
+type NodeTiming struct {
+	Node           string  `json:"node"`
+	Attempt        int     `json:"attempt"`
+	StepOrdinal    int     `json:"stepOrdinal"`
+	Outcome        string  `json:"outcome"`
+	ErrorID        *string `json:"errorId,omitempty"`
+	PolicyVersion  int     `json:"policyVersion,omitempty"`
+	StartedAt      string  `json:"startedAt"`
+	FinishedAt     string  `json:"finishedAt"`
+	DurationMillis int64   `json:"durationMillis"`
+}
+
+// RunDetail is GET /v1/runs/{id}.
+type RunDetail struct {
+	RunSummary
+	Input      json.RawMessage            `json:"input"`
+	Outputs    map[string]json.RawMessage `json:"outputs"`
+	Nodes      []NodeTiming               `json:"nodes"`
+	StartedAt  string                     `json:"startedAt,omitempty"`
+	EndedAt    string                     `json:"endedAt,omitempty"`
+	TookMillis int64                      `json:"tookMillis,omitempty"`
+	Events     int                        `json:"events"`
+	Steps      int                        `json:"steps"`
+	// Error is the agent error format of a FAILED run.
+	Error *agent.ErrorReport `json:"error,omitempty"`
+}
+
+func (a *api) get(w http.ResponseWriter, r *http.Request) {
+	d, err := Detail(r.Context(), a.cfg.Service, a.cfg.Graph, r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, d)
+}
+
+// Detail builds a run's detail view from its row, events and last snapshot.
+func Detail(ctx context.Context, svc *service.Service, g *agent.Graph, runID string) (RunDetail, error) {
+	run, err := svc.Get(ctx, runID)
+	if err != nil {
+		return RunDetail{}, err
+	}
+	d := RunDetail{RunSummary: summary(run), Input: run.Input, Outputs: map[string]json.RawMessage{}, Nodes: []NodeTiming{}}
+	evs, err := svc.Events(ctx, runID, 0)
+	if err != nil {
+		return RunDetail{}, err
+	}
+	d.Events = len(evs)
+	started := map[string]string{}
+	for _, e := range evs {
+		var p struct {
+			NodeName      string  `json:"nodeName"`
+			StepOrdinal   int     `json:"stepOrdinal"`
+			Attempt       int     `json:"attempt"`
+			Outcome       string  `json:"nodeExecutionOutcomeStatus"`
+			ErrorID       *string `json:"errorId"`
+			Duration      int64   `json:"durationMillis"`
+			PolicyVersion int     `json:"policyVersion"`
+		}
+		json.Unmarshal(e.Payload, &p)
+		switch e.Kind {
+		case agent.KindRunStarted:
+			d.StartedAt = e.TS
+		case agent.KindRunFinished, agent.KindRunFailed, agent.KindRunCanceled:
+			d.EndedAt = e.TS
+		case agent.KindNodeStarted:
+			started[p.NodeName] = e.TS
+		case agent.KindNodeFinished:
+			d.Steps++
+			d.Nodes = append(d.Nodes, NodeTiming{Node: p.NodeName, Attempt: p.Attempt, StepOrdinal: p.StepOrdinal, Outcome: p.Outcome,
+				ErrorID: p.ErrorID, PolicyVersion: p.PolicyVersion, StartedAt: started[p.NodeName], FinishedAt: e.TS, DurationMillis: p.Duration})
+		}
+	}
+	if d.StartedAt != "" && d.EndedAt != "" {
+		s, _ := time.Parse(agent.TimestampLayout, d.StartedAt)
+		e, _ := time.Parse(agent.TimestampLayout, d.EndedAt)
+		d.TookMillis = e.Sub(s).Milliseconds()
+	}
+	if st, ok := latestState(ctx, svc, runID); ok {
+		for k, v := range st.Outputs {
+			d.Outputs[k] = v
+		}
+		if run.Status == agent.RunFailed && g != nil {
+			if rep, err := agent.NewErrorReport(g, st); err == nil {
+				d.Error = &rep
+			}
+		}
+	}
+	return d, nil
+}
+
+func latestState(ctx context.Context, svc *service.Service, runID string) (agent.RunState, bool) {
+	snap, err := svc.Store().LatestSnapshot(ctx, runID)
+	if err != nil {
+		return agent.RunState{}, false
+	}
+	st, err := agent.DecodeRunState(snap)
+	return st, err == nil
+}
+
+func (a *api) events(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var after int64
+	if s := r.URL.Query().Get("after"); s != "" {
+		after, _ = strconv.ParseInt(s, 10, 64)
+	}
+	if s := r.Header.Get("Last-Event-ID"); s != "" {
+		after, _ = strconv.ParseInt(s, 10, 64)
+	}
+	follow := r.URL.Query().Get("follow")
+	if follow == "" || follow == "0" || follow == "false" {
+		evs, err := a.cfg.Service.Events(r.Context(), id, after)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		if evs == nil {
+			evs = []agent.Event{}
+		}
+		writeJSON(w, 200, map[string]any{"events": evs})
+		return
+	}
+	if _, err := a.cfg.Service.Get(r.Context(), id); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		a.fail(w, r, errors.New("streaming unsupported"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(200)
+	fl.Flush()
+	err := a.cfg.Service.Follow(r.Context(), id, after, func(e agent.Event) error {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Kind, agent.RedactJSON(b)); err != nil {
+			return err
+		}
+		fl.Flush()
+		return nil
+	})
+	if err == nil {
+		fmt.Fprint(w, "event: end\ndata: {}\n\n")
+		fl.Flush()
+	}
+}
+
+func (a *api) step(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 0 {
+		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "step %q: not a step ordinal (0, 1, …)", r.PathValue("n")))
+		return
+	}
+	snap, err := a.cfg.Service.Step(r.Context(), r.PathValue("id"), n)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, snap)
+}
+
+// ControlResponse is the body of 202 to a control request.
+type ControlResponse struct {
+	RunID    string `json:"runId"`
+	Kind     string `json:"kind"`
+	Recorded bool   `json:"recorded"`
+}
+
+func (a *api) control(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		version := 0
+		if kind == agent.KindPolicySwitchRequested {
+			b, err := readBody(r)
+			if err != nil {
+				a.fail(w, r, err)
+				return
+			}
+			var body struct {
+				Version *int `json:"version"`
+			}
+			if err := json.Unmarshal(b, &body); err != nil || body.Version == nil {
+				a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, `$.version: body must be {"version": N}`))
+				return
+			}
+			version = *body.Version
+		}
+		if err := a.cfg.Service.Control(r.Context(), id, kind, version); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, ControlResponse{RunID: id, Kind: kind, Recorded: true})
+	}
+}
+
+func (a *api) devices(w http.ResponseWriter, r *http.Request) {
+	devs, err := a.cfg.Service.Devices(r.Context())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if devs == nil {
+		devs = []service.Device{}
+	}
+	writeJSON(w, 200, map[string]any{"devices": devs})
+}
+
+func (a *api) leases(w http.ResponseWriter, r *http.Request) {
+	all := r.URL.Query().Get("all") == "1" || r.URL.Query().Get("all") == "true"
+	ls, err := a.cfg.Service.Leases(r.Context(), all)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if ls == nil {
+		ls = []agent.Lease{}
+	}
+	writeJSON(w, 200, map[string]any{"leases": ls})
+}
+
+func (a *api) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	ok := true
+	for name, f := range a.cfg.Ready {
+		if err := f(ctx); err != nil {
+			checks[name] = agent.RedactString(err.Error())
+			ok = false
+		} else {
+			checks[name] = "ok"
+		}
+	}
+	st := 200
+	if !ok {
+		st = http.StatusServiceUnavailable
+	}
+	writeJSON(w, st, map[string]any{"ready": ok, "checks": checks})
+}

@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// LeaseReleaseReason says why a device lease ended.
+type LeaseReleaseReason string
+
+const (
+	LeaseFinished     LeaseReleaseReason = "finished"      // the run ended FINISHED or FAILED
+	LeaseCanceled     LeaseReleaseReason = "canceled"      // the run was canceled
+	LeaseHolderLost   LeaseReleaseReason = "holder_lost"   // its holder died (taken back at restart or on takeover)
+	LeaseDeviceAbsent LeaseReleaseReason = "device_absent" // the device left the adb server
+	LeaseExpired      LeaseReleaseReason = "expired"       // not renewed within its TTL
+	LeaseShutdown     LeaseReleaseReason = "shutdown"      // the daemon stopped; the run stays resumable
+)
+
+// Lease is one device lease: the exclusive right of one run (driven by one
+// holder, a daemon or a one-shot `run` process) to drive the device with the
+// adb serial Serial. FencingToken grows with every acquisition (store-wide),
+// so a holder that lost its lease can be told apart from the new one.
+// ReleasedAt is nil while the lease is active.
+type Lease struct {
+	Serial        string             `json:"serial"`
+	Holder        string             `json:"holder"`
+	RunID         string             `json:"runId"`
+	FencingToken  int64              `json:"fencingToken"`
+	AcquiredAt    time.Time          `json:"acquiredAt"`
+	RenewedAt     time.Time          `json:"renewedAt"`
+	ExpiresAt     time.Time          `json:"expiresAt"`
+	ReleasedAt    *time.Time         `json:"releasedAt,omitempty"`
+	ReleaseReason LeaseReleaseReason `json:"releaseReason,omitempty"`
+}
+
+var (
+	// ErrLeaseHeld: the device has an unexpired lease for another run.
+	ErrLeaseHeld = errors.New("device lease held by another run")
+	// ErrLeaseLost: the lease with that fencing token is no longer active
+	// (released, expired and taken over).
+	ErrLeaseLost = errors.New("device lease lost")
+)
+
+// Leases is the device lease port. The embedded store keeps leases in its
+// file; the fleet keeps them in Postgres. All times come from the store's clock.
+type Leases interface {
+	// AcquireLease takes the device for runID. An active lease of another run
+	// that has not expired gives ErrLeaseHeld; an expired one is released
+	// (LeaseExpired) and taken over; an active lease of the same run held by
+	// another holder (a restarted daemon resuming it) is released
+	// (LeaseHolderLost) and taken over.
+	AcquireLease(ctx context.Context, serial, holder, runID string, ttl time.Duration) (Lease, error)
+	// RenewLease extends the lease with that fencing token by ttl from now;
+	// ErrLeaseLost when it is no longer active.
+	RenewLease(ctx context.Context, serial string, fencingToken int64, ttl time.Duration) (Lease, error)
+	// ReleaseLease ends the lease with that fencing token; ErrLeaseLost when
+	// it is no longer active.
+	ReleaseLease(ctx context.Context, serial string, fencingToken int64, reason LeaseReleaseReason) error
+	// ReleaseHolderLeases ends every active lease whose holder satisfies
+	// match (a daemon taking back the leases of a dead predecessor) and
+	// returns them.
+	ReleaseHolderLeases(ctx context.Context, match func(holder string) bool, reason LeaseReleaseReason) ([]Lease, error)
+	// ActiveLeases lists the active leases; LeaseHistory every lease of the
+	// serial ("" = all devices), by acquisition.
+	ActiveLeases(ctx context.Context) ([]Lease, error)
+	LeaseHistory(ctx context.Context, serial string) ([]Lease, error)
+}

@@ -1,0 +1,120 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// OutboxLag reports how many committed events wait for the relay.
+type OutboxLag func(ctx context.Context) (int, error)
+
+// Metrics are the daemon's Prometheus metrics, measured here:
+//
+//	screengraph_runs{status}                        gauge, runs in the store by status (at scrape)
+//	screengraph_runs_active                         gauge, runs this daemon drives now
+//	screengraph_node_duration_seconds{node,outcome} histogram, per node attempt (SUCCESS, FAILURE, …)
+//	screengraph_outbox_lag_events                   gauge, committed events not yet published (at scrape)
+//	screengraph_devices{state}                      gauge, devices of the adb server by readiness (at scrape)
+//	screengraph_leases_held                         gauge, active device leases (at scrape)
+type Metrics struct {
+	s         *Service
+	lag       OutboxLag
+	nodeDur   *prometheus.HistogramVec
+	runsDesc  *prometheus.Desc
+	activeDsc *prometheus.Desc
+	lagDesc   *prometheus.Desc
+	devDesc   *prometheus.Desc
+	leaseDesc *prometheus.Desc
+}
+
+// RegisterMetrics registers the service's metrics on reg. lag may be nil.
+func (s *Service) RegisterMetrics(reg prometheus.Registerer, lag OutboxLag) error {
+	m := &Metrics{
+		s: s, lag: lag,
+		nodeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "screengraph_node_duration_seconds",
+			Help:    "Duration of each node attempt of the setup chain, by node and outcome.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"node", "outcome"}),
+		runsDesc:  prometheus.NewDesc("screengraph_runs", "Runs in the store by status.", []string{"status"}, nil),
+		activeDsc: prometheus.NewDesc("screengraph_runs_active", "Runs this daemon is driving now.", nil, nil),
+		lagDesc:   prometheus.NewDesc("screengraph_outbox_lag_events", "Committed events the outbox relay has not published yet.", nil, nil),
+		devDesc:   prometheus.NewDesc("screengraph_devices", "Devices of the adb server by readiness (ready, booting, offline, unauthorized, ...).", []string{"state"}, nil),
+		leaseDesc: prometheus.NewDesc("screengraph_leases_held", "Active device leases.", nil, nil),
+	}
+	if err := reg.Register(m.nodeDur); err != nil {
+		return err
+	}
+	if err := reg.Register(m); err != nil {
+		return err
+	}
+	s.Observe(m.observe)
+	return nil
+}
+
+func (m *Metrics) observe(st agent.Step) {
+	for _, e := range st.Events {
+		if e.Kind != agent.KindNodeFinished {
+			continue
+		}
+		var p struct {
+			NodeName       string `json:"nodeName"`
+			Outcome        string `json:"nodeExecutionOutcomeStatus"`
+			DurationMillis int64  `json:"durationMillis"`
+		}
+		if json.Unmarshal(e.Payload, &p) != nil || p.NodeName == "" {
+			continue
+		}
+		m.nodeDur.WithLabelValues(p.NodeName, p.Outcome).Observe(float64(p.DurationMillis) / 1000)
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.runsDesc
+	ch <- m.activeDsc
+	ch <- m.lagDesc
+	ch <- m.devDesc
+	ch <- m.leaseDesc
+}
+
+// Collect implements prometheus.Collector: the gauges read at scrape time.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts := map[agent.RunStatus]int{}
+	for _, st := range []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused, agent.RunCancelRequested, agent.RunCanceled, agent.RunFinished, agent.RunFailed} {
+		counts[st] = 0
+	}
+	if runs, err := m.s.store.ListRuns(ctx, agent.RunFilter{}); err == nil {
+		for _, r := range runs {
+			counts[r.Status]++
+		}
+		for st, n := range counts {
+			ch <- prometheus.MustNewConstMetric(m.runsDesc, prometheus.GaugeValue, float64(n), string(st))
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(m.activeDsc, prometheus.GaugeValue, float64(m.s.ActiveRuns()))
+	if m.lag != nil {
+		if n, err := m.lag(ctx); err == nil {
+			ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(n))
+		}
+	}
+	if devs, err := m.s.Devices(ctx); err == nil {
+		by := map[string]int{"ready": 0, "booting": 0, "offline": 0, "unauthorized": 0}
+		for _, d := range devs {
+			by[d.Readiness]++
+		}
+		for st, n := range by {
+			ch <- prometheus.MustNewConstMetric(m.devDesc, prometheus.GaugeValue, float64(n), st)
+		}
+	}
+	if ls, err := m.s.cfg.Leases.ActiveLeases(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(m.leaseDesc, prometheus.GaugeValue, float64(len(ls)))
+	}
+}

@@ -1,0 +1,62 @@
+package service
+
+import (
+	"context"
+	"sync"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// notifyingStore wraps the Store to wake event followers after each commit
+// and to tell observers (metrics) what was committed.
+type notifyingStore struct {
+	agent.Store
+	mu        sync.Mutex
+	ch        chan struct{}
+	observers []func(agent.Step)
+}
+
+func newNotifyingStore(st agent.Store) *notifyingStore {
+	return &notifyingStore{Store: st, ch: make(chan struct{})}
+}
+
+// changed returns a channel closed at the next commit.
+func (n *notifyingStore) changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ch
+}
+
+func (n *notifyingStore) notify(s agent.Step) {
+	n.mu.Lock()
+	close(n.ch)
+	n.ch = make(chan struct{})
+	obs := n.observers
+	n.mu.Unlock()
+	for _, o := range obs {
+		o(s)
+	}
+}
+
+func (n *notifyingStore) CommitStep(ctx context.Context, s agent.Step) error {
+	if err := n.Store.CommitStep(ctx, s); err != nil {
+		return err
+	}
+	n.notify(s)
+	return nil
+}
+
+func (n *notifyingStore) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
+	if err := n.Store.SetStatus(ctx, runID, from, to); err != nil {
+		return err
+	}
+	n.notify(agent.Step{RunID: runID, StatusTo: to})
+	return nil
+}
+
+// Observe registers f to see every committed step (after the commit).
+func (s *Service) Observe(f func(agent.Step)) {
+	s.store.mu.Lock()
+	s.store.observers = append(s.store.observers, f)
+	s.store.mu.Unlock()
+}

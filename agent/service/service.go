@@ -1,0 +1,580 @@
+// Package service is the daemon's core: it accepts runs (Submit), schedules
+// them onto devices through device leases (one run per device at a time,
+// queued runs wait PENDING in submission order), drives each with the graph
+// engine, records control requests (cancel, pause, resume, policy switch)
+// that the engine honors between nodes, and resumes unfinished runs when the
+// daemon starts. It uses only agent ports (Store, Leases and the small
+// interfaces below), so the embedded and the Postgres stores serve it alike.
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// Runner drives one run to a terminal status or until ctx ends (the engine
+// with the setup graph). See agent.Engine.Run for its errors.
+type Runner interface {
+	Run(ctx context.Context, runID string) (agent.RunStatus, error)
+}
+
+// RunnerFunc adapts a function to Runner.
+type RunnerFunc func(ctx context.Context, runID string) (agent.RunStatus, error)
+
+// Run calls f.
+func (f RunnerFunc) Run(ctx context.Context, runID string) (agent.RunStatus, error) { return f(ctx, runID) }
+
+// Preparer validates a run request (the JSON body of POST /v1/runs) and
+// builds the run row to store: RunID as given, Status PENDING, Serial, Graph,
+// Input, TenantID, ProjectID and PolicyVersion filled. A request it refuses
+// is an *agent.Error (invalid_request_error) whose message names the JSON path.
+type Preparer func(ctx context.Context, runID string, body []byte) (agent.Run, error)
+
+// Device is one device the adb server knows, as GET /v1/devices shows it.
+type Device struct {
+	Serial    string `json:"serial"`
+	State     string `json:"state"` // adb state: device, offline, unauthorized, …
+	Model     string `json:"model,omitempty"`
+	APILevel  int    `json:"apiLevel,omitempty"`
+	BootReady bool   `json:"bootReady"`
+	// Readiness: ready (booted, state device), booting, or the adb state.
+	Readiness string `json:"readiness"`
+	// HeldBy is the run holding the device's lease ("" when free).
+	HeldBy string `json:"heldBy,omitempty"`
+	// Lease is the active lease, when one is held.
+	Lease *agent.Lease `json:"lease,omitempty"`
+}
+
+// DeviceLister lists the devices of the host's adb server.
+type DeviceLister interface {
+	Devices(ctx context.Context) ([]Device, error)
+}
+
+// PolicyChecker reports whether a policy version exists (nil) or not
+// (an error wrapping agent.ErrNotFound).
+type PolicyChecker func(ctx context.Context, version int) error
+
+// Errors of the service besides agent.ErrNotFound (unknown run).
+var (
+	// ErrRunTerminal: control of a run that already ended (HTTP 409).
+	ErrRunTerminal = errors.New("run already ended")
+	// ErrStopping: the daemon is shutting down and takes no new work (HTTP 503).
+	ErrStopping = errors.New("daemon is stopping")
+)
+
+// Config wires a Service.
+type Config struct {
+	Store   agent.Store
+	Leases  agent.Leases
+	Runner  Runner
+	Prepare Preparer
+	Devices DeviceLister // may be nil
+	Policy  PolicyChecker
+	// Holder names this daemon in lease records; it must be unique per
+	// process (e.g. "serve:<host>:<pid>:<ulid>"). HolderPrefix marks every
+	// holder of this kind of process: at Start, active leases of other
+	// holders with this prefix are taken back (their daemon is dead: the
+	// embedded store admits one daemon at a time).
+	Holder       string
+	HolderPrefix string
+	// LeaseTTL (default 30 s) and Heartbeat (default TTL/3): a lease not
+	// renewed within its TTL may be taken by another run.
+	LeaseTTL  time.Duration
+	Heartbeat time.Duration
+	// Tick is the scheduler's fallback poll (default 1 s); submissions and
+	// run ends wake it at once.
+	Tick  time.Duration
+	Clock agent.Clock
+	// NewID makes run ids (ULIDs).
+	NewID func() string
+	// Logf reports what the daemon does in the background; nil drops it.
+	Logf func(format string, args ...any)
+	// RetryAfter is how long a run whose engine stopped on an error (not a
+	// terminal status) waits before it is scheduled again (default 2 s).
+	RetryAfter time.Duration
+}
+
+// Service is the daemon's run service. Create it with New, then Start.
+type Service struct {
+	cfg   Config
+	store *notifyingStore
+
+	wake chan struct{}
+
+	mu       sync.Mutex
+	active   map[string]*activeRun // by run id
+	notUntil map[string]time.Time  // run id -> earliest reschedule after an engine error
+	stopping bool
+	runCtx   context.Context
+	stopRuns context.CancelFunc
+	wg       sync.WaitGroup
+	loopDone chan struct{}
+}
+
+type activeRun struct {
+	run   agent.Run
+	lease *agent.Lease
+	stop  context.CancelFunc
+}
+
+// New returns a Service over cfg. cfg.Store is wrapped so that commits wake
+// event followers; use Service.Store() as the engine's store.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Leases == nil || cfg.Runner == nil || cfg.Prepare == nil || cfg.NewID == nil {
+		return nil, errors.New("service: Store, Leases, Runner, Prepare and NewID are required")
+	}
+	if cfg.Holder == "" {
+		return nil, errors.New("service: Holder is required")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 30 * time.Second
+	}
+	if cfg.Heartbeat <= 0 || cfg.Heartbeat >= cfg.LeaseTTL {
+		cfg.Heartbeat = cfg.LeaseTTL / 3
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = time.Second
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 2 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = agent.SystemClock{}
+	}
+	s := &Service{
+		cfg: cfg, store: newNotifyingStore(cfg.Store), wake: make(chan struct{}, 1),
+		active: map[string]*activeRun{}, notUntil: map[string]time.Time{},
+	}
+	return s, nil
+}
+
+// Store is the store the engine must commit through, so followers of a
+// run's events wake at each commit.
+func (s *Service) Store() agent.Store { return s.store }
+
+// Holder is this daemon's lease holder name.
+func (s *Service) Holder() string { return s.cfg.Holder }
+
+func (s *Service) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf(format, args...)
+	}
+}
+
+// Start takes back the leases of dead daemons (holder_lost) and starts the
+// scheduler, which resumes every unfinished run (RUNNING, PAUSED,
+// CANCELED_REQUESTED, PENDING) from its last snapshot. It returns at once;
+// Shutdown stops it.
+func (s *Service) Start(ctx context.Context) error {
+	if s.cfg.HolderPrefix != "" {
+		taken, err := s.cfg.Leases.ReleaseHolderLeases(ctx, func(h string) bool {
+			return h != s.cfg.Holder && strings.HasPrefix(h, s.cfg.HolderPrefix)
+		}, agent.LeaseHolderLost)
+		if err != nil {
+			return fmt.Errorf("service: take back leases: %w", err)
+		}
+		for _, l := range taken {
+			s.logf("took back lease %d of device %s (run %s, dead holder %s)", l.FencingToken, l.Serial, l.RunID, l.Holder)
+		}
+	}
+	s.mu.Lock()
+	s.runCtx, s.stopRuns = context.WithCancel(context.Background())
+	s.loopDone = make(chan struct{})
+	s.mu.Unlock()
+	go s.loop()
+	return nil
+}
+
+// Shutdown stops taking work, stops the scheduler, discards the node in
+// flight of every active run (nothing of it is committed; the engine re-runs
+// it on resume), releases their leases (LeaseShutdown) and waits for them, or
+// until ctx ends. Unfinished runs stay resumable.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.stopping || s.stopRuns == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopping = true
+	s.stopRuns()
+	done := s.loopDone
+	s.mu.Unlock()
+	<-done
+	waited := make(chan struct{})
+	go func() { s.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wake asks the scheduler to look for work now.
+func (s *Service) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Service) loop() {
+	defer close(s.loopDone)
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		if err := s.schedule(s.runCtx); err != nil && s.runCtx.Err() == nil {
+			s.logf("scheduler: %v", err)
+		}
+		select {
+		case <-s.runCtx.Done():
+			return
+		case <-s.wake:
+		case <-t.C:
+		}
+	}
+}
+
+var unfinished = []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused, agent.RunCancelRequested}
+
+// schedule starts every unfinished run that is not active here and whose
+// device lease it can take, oldest first; a run whose device is busy keeps
+// its place, so later runs for that device wait behind it.
+func (s *Service) schedule(ctx context.Context) error {
+	runs, err := s.store.ListRuns(ctx, agent.RunFilter{Status: unfinished})
+	if err != nil {
+		return err
+	}
+	slices.Reverse(runs) // ListRuns is newest first
+	busy := map[string]bool{}
+	s.mu.Lock()
+	for _, a := range s.active {
+		busy[a.run.Serial] = true
+	}
+	s.mu.Unlock()
+	now := time.Now()
+	for _, r := range runs {
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.mu.Lock()
+		_, isActive := s.active[r.RunID]
+		wait := s.notUntil[r.RunID]
+		s.mu.Unlock()
+		if isActive {
+			continue
+		}
+		if now.Before(wait) {
+			busy[r.Serial] = true
+			continue
+		}
+		// A run asked to cancel before it ever held a device ends without one:
+		// the engine commits started + canceled and touches no device.
+		if r.Status == agent.RunCancelRequested && !s.everStarted(ctx, r.RunID) {
+			s.launch(r, nil)
+			continue
+		}
+		if busy[r.Serial] {
+			continue
+		}
+		lease, err := s.cfg.Leases.AcquireLease(ctx, r.Serial, s.cfg.Holder, r.RunID, s.cfg.LeaseTTL)
+		if errors.Is(err, agent.ErrLeaseHeld) {
+			busy[r.Serial] = true
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("lease %s for run %s: %w", r.Serial, r.RunID, err)
+		}
+		busy[r.Serial] = true
+		s.launch(r, &lease)
+	}
+	return nil
+}
+
+func (s *Service) everStarted(ctx context.Context, runID string) bool {
+	seq, err := s.store.LastSequence(ctx, runID)
+	return err != nil || seq > 0
+}
+
+func (s *Service) launch(r agent.Run, lease *agent.Lease) {
+	ctx, cancel := context.WithCancel(s.runCtx)
+	a := &activeRun{run: r, lease: lease, stop: cancel}
+	s.mu.Lock()
+	s.active[r.RunID] = a
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go s.execute(ctx, a)
+}
+
+// execute drives one run while a heartbeat renews its lease; a lost lease
+// stops the run here (another holder owns the device now).
+func (s *Service) execute(ctx context.Context, a *activeRun) {
+	defer s.wg.Done()
+	defer a.stop()
+	lost := make(chan struct{})
+	hbDone := make(chan struct{})
+	if a.lease != nil {
+		go func() {
+			defer close(hbDone)
+			t := time.NewTicker(s.cfg.Heartbeat)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				l, err := s.cfg.Leases.RenewLease(ctx, a.lease.Serial, a.lease.FencingToken, s.cfg.LeaseTTL)
+				if errors.Is(err, agent.ErrLeaseLost) {
+					s.logf("run %s: lease %d of %s lost; stopping the run here", a.run.RunID, a.lease.FencingToken, a.lease.Serial)
+					close(lost)
+					a.stop()
+					return
+				}
+				if err != nil {
+					if ctx.Err() == nil {
+						s.logf("run %s: lease renewal: %v", a.run.RunID, err)
+					}
+					continue
+				}
+				s.mu.Lock()
+				a.lease = &l
+				s.mu.Unlock()
+			}
+		}()
+	} else {
+		close(hbDone)
+	}
+	status, err := s.cfg.Runner.Run(ctx, a.run.RunID)
+	a.stop()
+	<-hbDone
+	select {
+	case <-lost:
+		err = agent.ErrLeaseLost
+	default:
+	}
+	shutdown := s.runCtx.Err() != nil
+	if err != nil && !shutdown {
+		s.logf("run %s: engine stopped (%s): %v; retrying in %v", a.run.RunID, status, err, s.cfg.RetryAfter)
+	}
+	if a.lease != nil && !errors.Is(err, agent.ErrLeaseLost) {
+		reason := agent.LeaseFinished
+		switch {
+		case err != nil && shutdown:
+			reason = agent.LeaseShutdown
+		case err != nil:
+			reason = agent.LeaseHolderLost
+		case status == agent.RunCanceled:
+			reason = agent.LeaseCanceled
+		}
+		// The run's context is done; the release must still happen.
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.cfg.Leases.ReleaseLease(rctx, a.lease.Serial, a.lease.FencingToken, reason); err != nil {
+			s.logf("run %s: release lease %d: %v", a.run.RunID, a.lease.FencingToken, err)
+		}
+		cancel()
+	}
+	s.mu.Lock()
+	delete(s.active, a.run.RunID)
+	if err != nil && !shutdown {
+		s.notUntil[a.run.RunID] = time.Now().Add(s.cfg.RetryAfter)
+	} else {
+		delete(s.notUntil, a.run.RunID)
+	}
+	s.mu.Unlock()
+	s.Wake()
+}
+
+// Submit validates the request and stores the run PENDING (nothing is
+// stored when it is refused). Errors: an *agent.Error invalid_request_error
+// naming the JSON path, ErrStopping, or a store failure.
+func (s *Service) Submit(ctx context.Context, body []byte) (agent.Run, error) {
+	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	if stopping {
+		return agent.Run{}, ErrStopping
+	}
+	if !json.Valid(body) {
+		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$: the run request is not valid JSON")
+	}
+	run, err := s.cfg.Prepare(ctx, s.cfg.NewID(), body)
+	if err != nil {
+		return agent.Run{}, err
+	}
+	run.Status = agent.RunPending
+	if err := s.store.CreateRun(ctx, run); err != nil {
+		return agent.Run{}, err
+	}
+	if run, err = s.store.GetRun(ctx, run.RunID); err != nil {
+		return agent.Run{}, err
+	}
+	s.Wake()
+	return run, nil
+}
+
+// Control records a control request for the run; the engine honors it at the
+// next node boundary. kind is one of agent.KindCancelRequested,
+// KindPauseRequested, KindResumeRequested, KindPolicySwitchRequested (with
+// policyVersion). A cancel also moves runs.status to CANCELED_REQUESTED, so it
+// survives a daemon crash and ends a queued run without touching its device.
+// Errors: agent.ErrNotFound (unknown run), ErrRunTerminal, an *agent.Error
+// invalid_request_error (unknown kind or policy version).
+func (s *Service) Control(ctx context.Context, runID, kind string, policyVersion int) error {
+	switch kind {
+	case agent.KindCancelRequested, agent.KindPauseRequested, agent.KindResumeRequested:
+	case agent.KindPolicySwitchRequested:
+		if policyVersion <= 0 {
+			return agent.Errorf(agent.ErrInvalidRequest, "$.version: a policy switch needs a policy version >= 1")
+		}
+		if s.cfg.Policy != nil {
+			if err := s.cfg.Policy(ctx, policyVersion); err != nil {
+				return agent.Wrap(agent.ErrInvalidRequest, err, "$.version: policy version %d", policyVersion)
+			}
+		}
+	default:
+		return agent.Errorf(agent.ErrInvalidRequest, "$.kind: unknown control kind %q", kind)
+	}
+	r, err := s.store.GetRun(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if r.Status.Terminal() {
+		return fmt.Errorf("run %s is %s: %w", runID, r.Status, ErrRunTerminal)
+	}
+	if err := s.store.RequestControl(ctx, agent.Control{RunID: runID, Kind: kind, PolicyVersion: policyVersion}); err != nil {
+		return err
+	}
+	if kind == agent.KindCancelRequested {
+		err := s.store.SetStatus(ctx, runID, []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused}, agent.RunCancelRequested)
+		if err != nil && !errors.Is(err, agent.ErrStatusConflict) {
+			return err
+		}
+		if errors.Is(err, agent.ErrStatusConflict) {
+			// Ended meanwhile (or already CANCELED_REQUESTED).
+			if r, gerr := s.store.GetRun(ctx, runID); gerr == nil && r.Status.Terminal() {
+				return fmt.Errorf("run %s is %s: %w", runID, r.Status, ErrRunTerminal)
+			}
+		}
+	}
+	s.Wake()
+	return nil
+}
+
+// Get returns the run.
+func (s *Service) Get(ctx context.Context, runID string) (agent.Run, error) {
+	return s.store.GetRun(ctx, runID)
+}
+
+// List returns runs newest first.
+func (s *Service) List(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
+	return s.store.ListRuns(ctx, f)
+}
+
+// Events returns the run's events with sequence > after (agent.ErrNotFound
+// for an unknown run).
+func (s *Service) Events(ctx context.Context, runID string, after int64) ([]agent.Event, error) {
+	if _, err := s.store.GetRun(ctx, runID); err != nil {
+		return nil, err
+	}
+	return s.store.Events(ctx, runID, after)
+}
+
+// Follow calls fn with each event of the run with sequence > after, in
+// order, as they are committed, until the run is terminal and all its events
+// were passed, fn fails, or ctx ends.
+func (s *Service) Follow(ctx context.Context, runID string, after int64, fn func(agent.Event) error) error {
+	for {
+		changed := s.store.changed()
+		r, err := s.store.GetRun(ctx, runID)
+		if err != nil {
+			return err
+		}
+		evs, err := s.store.Events(ctx, runID, after)
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			if err := fn(e); err != nil {
+				return err
+			}
+			after = e.Sequence
+		}
+		if r.Status.Terminal() {
+			// The terminal event commits with the status CAS, so it was read above.
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-time.After(time.Second): // commits by another process
+		}
+	}
+}
+
+// Step returns the state snapshot of step n.
+func (s *Service) Step(ctx context.Context, runID string, n int) (agent.Snapshot, error) {
+	if _, err := s.store.GetRun(ctx, runID); err != nil {
+		return agent.Snapshot{}, err
+	}
+	return s.store.Snapshot(ctx, runID, n)
+}
+
+// Devices lists the adb server's devices with the run holding each.
+func (s *Service) Devices(ctx context.Context) ([]Device, error) {
+	var devs []Device
+	if s.cfg.Devices != nil {
+		var err error
+		if devs, err = s.cfg.Devices.Devices(ctx); err != nil {
+			return nil, err
+		}
+	}
+	leases, err := s.cfg.Leases.ActiveLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bySerial := map[string]agent.Lease{}
+	for _, l := range leases {
+		bySerial[l.Serial] = l
+	}
+	for i := range devs {
+		if l, ok := bySerial[devs[i].Serial]; ok {
+			devs[i].HeldBy, devs[i].Lease = l.RunID, &l
+		}
+		if devs[i].Readiness == "" {
+			switch {
+			case devs[i].State == "device" && devs[i].BootReady:
+				devs[i].Readiness = "ready"
+			case devs[i].State == "device":
+				devs[i].Readiness = "booting"
+			default:
+				devs[i].Readiness = devs[i].State
+			}
+		}
+	}
+	return devs, nil
+}
+
+// Leases returns the active leases, or the whole history with all.
+func (s *Service) Leases(ctx context.Context, all bool) ([]agent.Lease, error) {
+	if all {
+		return s.cfg.Leases.LeaseHistory(ctx, "")
+	}
+	return s.cfg.Leases.ActiveLeases(ctx)
+}
+
+// ActiveRuns is how many runs this daemon drives now.
+func (s *Service) ActiveRuns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.active)
+}
