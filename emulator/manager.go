@@ -101,7 +101,8 @@ func (m *Manager) env() []string {
 	return env
 }
 
-// HasAVD reports whether name is one of ListAVDs (cached for 5 s).
+// HasAVD reports whether name is one of ListAVDs (cached for 5 s); false
+// without error on a host without an emulator binary and AVDs.
 func (m *Manager) HasAVD(ctx context.Context, name string) (bool, error) {
 	if name == "" || strings.HasPrefix(name, "emulator-") || strings.Contains(name, ":") {
 		return false, nil // a serial, not an AVD name
@@ -112,6 +113,9 @@ func (m *Manager) HasAVD(ctx context.Context, name string) (bool, error) {
 	if !fresh {
 		var err error
 		if names, err = m.ListAVDs(ctx); err != nil {
+			if agent.Classify(err).Code == CodeEmulatorNotFound {
+				return false, nil // no SDK emulator on this host: no AVDs
+			}
 			return false, err
 		}
 		m.mu.Lock()

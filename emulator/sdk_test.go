@@ -164,3 +164,16 @@ func TestReadNewLines(t *testing.T) {
 		t.Fatalf("%q", ls)
 	}
 }
+
+func TestHasAVDWithoutSDK(t *testing.T) {
+	m := New(Config{Env: []string{"HOME=" + t.TempDir(), "PATH=" + t.TempDir()}})
+	if ok, err := m.HasAVD(t.Context(), "Pixel_7"); ok || err != nil {
+		t.Errorf("no SDK: %v %v", ok, err)
+	}
+	if ok, _ := m.HasAVD(t.Context(), "emulator-5554"); ok {
+		t.Error("a serial is no AVD")
+	}
+	if _, err := m.ListAVDs(t.Context()); err == nil || !strings.Contains(err.Error(), CodeEmulatorNotFound) {
+		t.Errorf("ListAVDs without SDK: %v", err)
+	}
+}
