@@ -15,7 +15,7 @@ var (
 	// Keys whose values are secrets, matched case-insensitively anywhere in the key.
 	secretKey = regexp.MustCompile(`(?i)(token|passw(or)?d|secret|api[_-]?key|access[_-]?key|private[_-]?key|authorization|credential|cookie)`)
 	// Keys that match secretKey but carry no secret.
-	notSecretKey = map[string]bool{"resumeToken": true}
+	notSecretKey = map[string]bool{"resumeToken": true, "fencingToken": true}
 	// scheme://userinfo@ in URLs, also inside longer strings. The userinfo
 	// runs to the authority's last '@' (a password may hold an unescaped one).
 	urlUserinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s"'<>]+@`)

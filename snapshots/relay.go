@@ -49,6 +49,7 @@ type Relay struct {
 	Log            zerolog.Logger
 
 	once      sync.Once
+	running   atomic.Bool
 	published atomic.Int64
 	failures  atomic.Int64
 }
@@ -103,11 +104,15 @@ func (r *Relay) Run(ctx context.Context) error {
 		return errors.New("snapshots: relay needs a Store and a Publisher")
 	}
 	r.defaults()
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRelayRunning
+	}
+	defer r.running.Store(false)
 	poll := time.NewTicker(r.PollInterval)
 	defer poll.Stop()
 	backoff := r.MinBackoff
 	for {
-		_, err := r.Drain(ctx)
+		_, err := r.drain(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -138,6 +143,17 @@ func (r *Relay) Run(ctx context.Context) error {
 // stops a run's sequence; it returns how many rows it published. Rows of a run
 // after a failed one stay for the next Drain. Not to be called while Run runs.
 func (r *Relay) Drain(ctx context.Context) (int, error) {
+	if r.running.Load() {
+		return 0, ErrRelayRunning
+	}
+	return r.drain(ctx)
+}
+
+// ErrRelayRunning: Drain or a second Run was called while Run is active;
+// two drains would publish one run's rows side by side, out of order.
+var ErrRelayRunning = errors.New("snapshots: relay is running; stop Run before calling Drain")
+
+func (r *Relay) drain(ctx context.Context) (int, error) {
 	r.defaults()
 	total := 0
 	for {

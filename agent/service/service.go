@@ -128,8 +128,8 @@ type activeRun struct {
 // New returns a Service over cfg. cfg.Store is wrapped so that commits wake
 // event followers; use Service.Store() as the engine's store.
 func New(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Leases == nil || cfg.Runner == nil || cfg.Prepare == nil || cfg.NewID == nil {
-		return nil, errors.New("service: Store, Leases, Runner, Prepare and NewID are required")
+	if cfg.Store == nil || cfg.Leases == nil || cfg.Prepare == nil || cfg.NewID == nil {
+		return nil, errors.New("service: Store, Leases, Prepare and NewID are required")
 	}
 	if cfg.Holder == "" {
 		return nil, errors.New("service: Holder is required")
@@ -156,6 +156,9 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// SetRunner sets the Runner (when it needs Store() to be built); before Start.
+func (s *Service) SetRunner(r Runner) { s.cfg.Runner = r }
+
 // Store is the store the engine must commit through, so followers of a
 // run's events wake at each commit.
 func (s *Service) Store() agent.Store { return s.store }
@@ -174,6 +177,9 @@ func (s *Service) logf(format string, args ...any) {
 // CANCELED_REQUESTED, PENDING) from its last snapshot. It returns at once;
 // Shutdown stops it.
 func (s *Service) Start(ctx context.Context) error {
+	if s.cfg.Runner == nil {
+		return errors.New("service: no Runner")
+	}
 	if s.cfg.HolderPrefix != "" {
 		taken, err := s.cfg.Leases.ReleaseHolderLeases(ctx, func(h string) bool {
 			return h != s.cfg.Holder && strings.HasPrefix(h, s.cfg.HolderPrefix)

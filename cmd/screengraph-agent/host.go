@@ -25,13 +25,20 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots"
 )
 
-// hostConfig is what a single host runs with: the embedded default store, an
-// in-process NATS JetStream, the shared adb server and an Appium server.
+// hostConfig is what a single host runs with: the embedded default store, a
+// NATS JetStream (in-process, or an external server), the shared adb server
+// and an Appium server.
 type hostConfig struct {
 	DataDir    string
 	ADBServer  string // host:port
 	AppiumURL  string // "" starts a local Appium
 	PolicyFile string
+	// PolicyFiles are added to the policy store as well (serve --policy).
+	PolicyFiles []string
+	// NATSURL publishes to an external NATS server; otherwise an in-process
+	// one listens on NATSListen (host:port; "" = 127.0.0.1 and a random port).
+	NATSURL    string
+	NATSListen string
 	Log        zerolog.Logger
 	// Progress sees node progress lines live; may be nil.
 	Progress func(node, line string)
@@ -53,6 +60,8 @@ type host struct {
 	driver   *appium.Client
 	engine   *agent.Engine
 	graph    *agent.Graph
+	// NATSClientURL is where the events are published (nats://host:port).
+	NATSClientURL string
 	// AppiumStart is how long starting the local Appium server took (0 when
 	// one was reused or an external one was given).
 	AppiumStart time.Duration
@@ -67,47 +76,77 @@ func adbPort(addr string) int {
 	return n
 }
 
-func openHost(ctx context.Context, cfg hostConfig) (h *host, err error) {
-	h = &host{cfg: cfg, adb: adb.New(cfg.ADBServer)}
-	defer func() {
-		if err != nil {
-			h.Close(context.Background())
-		}
-	}()
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "tmp"), 0o700); err != nil {
+// openHost starts the host's pieces. On failure it stops what it started and
+// returns a nil host with an error classified for the agent error format.
+func openHost(ctx context.Context, cfg hostConfig) (*host, error) {
+	h := &host{cfg: cfg, adb: adb.New(cfg.ADBServer)}
+	if err := h.open(ctx); err != nil {
+		// h is the partly opened host (never nil here): Close stops what
+		// open started.
+		h.Close(context.Background())
 		return nil, err
 	}
+	return h, nil
+}
+
+func (h *host) open(ctx context.Context) (err error) {
+	cfg := h.cfg
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "tmp"), 0o700); err != nil {
+		return agent.Wrap(agent.ErrInvalidRequest, err, "data dir %s", cfg.DataDir)
+	}
 	if h.store, err = snapshots.OpenEmbedded(ctx, filepath.Join(cfg.DataDir, "agent.db"), snapshots.EmbeddedOptions{}); err != nil {
-		return nil, fmt.Errorf("embedded store: %w", err)
+		return agent.Wrap(agent.ErrProcess, err, "embedded store")
 	}
 	if h.policies, err = policy.NewStore(ctx, h.store); err != nil {
-		return nil, fmt.Errorf("policies: %w", err)
+		return agent.Wrap(agent.ErrProcess, err, "policies")
 	}
+	files := cfg.PolicyFiles
 	if cfg.PolicyFile != "" {
-		p, err := policy.Load(cfg.PolicyFile)
+		files = append(files, cfg.PolicyFile)
+	}
+	for i, f := range files {
+		p, err := policy.Load(f)
 		if err != nil {
-			return nil, err
+			return agent.Wrap(agent.ErrInvalidRequest, err, "policy %s", f)
 		}
 		if old, err := h.policies.Get(p.PolicyVersion); err != nil || !samePolicy(old, p) {
 			if err := h.policies.Add(ctx, p); err != nil {
-				return nil, fmt.Errorf("policy %s: %w", cfg.PolicyFile, err)
+				return agent.Wrap(agent.ErrInvalidRequest, err, "policy %s", f)
 			}
 		}
-		if err := h.policies.Switch(ctx, p.PolicyVersion); err != nil {
-			return nil, err
+		// run --policy runs under its policy; serve's first --policy becomes current.
+		if (cfg.PolicyFile != "" && f == cfg.PolicyFile) || (cfg.PolicyFile == "" && i == 0) {
+			if err := h.policies.Switch(ctx, p.PolicyVersion); err != nil {
+				return agent.Wrap(agent.ErrInvalidRequest, err, "policy %s", f)
+			}
 		}
 	}
-	// The in-process NATS server keeps its JetStream files in the data dir, so
-	// events committed but not yet published survive a restart (the outbox
-	// holds them anyway).
-	if h.nats, _, err = snapshots.StartEmbeddedNATSWith(snapshots.EmbeddedNATSOptions{Dir: filepath.Join(cfg.DataDir, "nats")}); err != nil {
-		return nil, fmt.Errorf("embedded NATS: %w", err)
+	if cfg.NATSURL != "" {
+		h.NATSClientURL = cfg.NATSURL
+	} else {
+		// The in-process NATS server keeps its JetStream files in the data
+		// dir, so events published survive a restart (the outbox holds the
+		// unpublished ones anyway).
+		o := snapshots.EmbeddedNATSOptions{Dir: filepath.Join(cfg.DataDir, "nats")}
+		if cfg.NATSListen != "" {
+			host, port, err := net.SplitHostPort(cfg.NATSListen)
+			if err != nil {
+				return agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.NATSListen)
+			}
+			o.Host = host
+			if o.Port, err = strconv.Atoi(port); err != nil {
+				return agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.NATSListen)
+			}
+		}
+		if h.nats, h.NATSClientURL, err = snapshots.StartEmbeddedNATSWith(o); err != nil {
+			return agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.NATSListen)
+		}
 	}
-	if h.nc, err = snapshots.ConnectNATS(h.nats.ClientURL()); err != nil {
-		return nil, err
+	if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL); err != nil {
+		return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
 	}
 	if h.pub, err = snapshots.NewJetStreamPublisher(ctx, h.nc); err != nil {
-		return nil, err
+		return agent.Wrap(agent.ErrNetwork, err, "NATS JetStream")
 	}
 	h.relay = &snapshots.Relay{Store: h.store, Publisher: h.pub, Log: cfg.Log}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -120,15 +159,15 @@ func openHost(ctx context.Context, cfg hostConfig) (h *host, err error) {
 		// A local Appium that outlives the run, so the next run reuses it and
 		// its session (`screengraph-agent appium stop` ends it).
 		if url, h.AppiumStart, err = localAppium(ctx, cfg.DataDir, adbPort(cfg.ADBServer)); err != nil {
-			return nil, err
+			return agent.Wrap(agent.ErrAppiumUnreachable, err, "starting a local Appium server (install it with tools/setup.sh, or pass --appium URL)")
 		}
 	}
 	if h.driver, err = appium.New(url, appium.Options{}); err != nil {
-		return nil, err
+		return agent.Wrap(agent.ErrInvalidRequest, err, "--appium")
 	}
 	fetcher, err := artifacts.New(artifacts.Options{CacheDir: filepath.Join(cfg.DataDir, "artifacts")})
 	if err != nil {
-		return nil, err
+		return agent.Wrap(agent.ErrProcess, err, "artifact cache")
 	}
 	port := adbPort(cfg.ADBServer)
 	h.graph, err = nodes.NewSetupGraph(nodes.SetupDeps{
@@ -148,10 +187,36 @@ func openHost(ctx context.Context, cfg hostConfig) (h *host, err error) {
 		Progress: cfg.Progress,
 	})
 	if err != nil {
-		return nil, err
+		return agent.Wrap(agent.ErrInternal, err, "setup graph")
 	}
 	h.engine = &agent.Engine{Store: h.store, Policies: h.policies}
-	return h, nil
+	return nil
+}
+
+// waitPublished waits (bounded by ctx) until the relay has published every
+// event of the run, so NATS has them when the process exits. It only reads
+// the outbox: Relay.Drain must not run beside Relay.Run.
+func (h *host) waitPublished(ctx context.Context, runID string) error {
+	for {
+		rows, err := h.store.Unpublished(ctx, 1<<16)
+		if err != nil {
+			return err
+		}
+		left := 0
+		for _, r := range rows {
+			if r.RunID == runID {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("run %s: %d events not yet published: %w", runID, left, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 func samePolicy(a, b *policy.Policy) bool {
@@ -160,17 +225,22 @@ func samePolicy(a, b *policy.Policy) bool {
 	return string(ja) == string(jb)
 }
 
-// Close publishes what is left in the outbox (bounded), then stops the relay,
-// NATS, Appium (when started here) and the store.
+// Close stops the relay, then publishes what is left in the outbox (bounded:
+// Drain runs only once Run has returned), then stops NATS and the store.
+// It is safe on a partly opened host.
 func (h *host) Close(ctx context.Context) {
-	if h.relay != nil && h.store != nil {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		h.relay.Drain(dctx)
-		cancel()
+	if h == nil {
+		return
 	}
 	if h.stopRly != nil {
 		h.stopRly()
 		<-h.relayErr
+		h.stopRly = nil
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := h.relay.Drain(dctx); err != nil {
+			h.cfg.Log.Warn().Err(err).Msg("outbox relay: events left unpublished; the next start publishes them")
+		}
+		cancel()
 	}
 	if h.nc != nil {
 		h.nc.Close()

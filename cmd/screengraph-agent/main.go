@@ -13,6 +13,8 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
+
+	"github.com/screengraph/screengraph-agent/agent"
 )
 
 // Globals are flags every command takes.
@@ -23,6 +25,7 @@ type Globals struct {
 
 type cli struct {
 	Globals
+	Serve    serveCmd    `cmd:"" help:"Run the daemon: setup chains on every device of this host, controlled over HTTP, NATS and the CLI."`
 	Run      runCmd      `cmd:"" help:"Run the setup chain (EnsureDevice, ProvisionApp, LaunchOrAttach, WaitIdle) on one device."`
 	Devices  devicesCmd  `cmd:"" help:"List every device the adb server knows, with state, model, API level and boot readiness."`
 	Emulator emulatorCmd `cmd:"" help:"Emulators: list, start and stop AVDs; run simulated ones."`
@@ -53,12 +56,13 @@ func main() {
 	kctx := kong.Parse(&c,
 		kong.Name("screengraph-agent"),
 		kong.Description("The ScreenGraph device agent: prepares Android devices through adb and Appium."),
-		kong.UsageOnError())
+		kong.UsageOnError(),
+		kong.Vars{"default_listen": DefaultListen})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	if err := kctx.Run(&c.Globals); err != nil {
-		fmt.Fprintln(os.Stderr, "screengraph-agent:", err)
+		fmt.Fprintln(os.Stderr, "screengraph-agent:", agent.RedactString(err.Error()))
 		os.Exit(exitCode(err))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/nodes"
 )
 
@@ -107,7 +108,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	dir, err := c.dir()
 	if err != nil {
-		return err
+		return c.fail(nil, agent.Wrap(agent.ErrInvalidRequest, err, "data dir"))
 	}
 	run := agent.Run{
 		RunID: ulid.MustNew(ulid.Now(), rand.Reader).String(), TenantID: c.Tenant, ProjectID: c.Project,
@@ -130,7 +131,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	h, err := openHost(ctx, hostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium,
 		PolicyFile: c.Policy, Log: log, Progress: progress})
 	if err != nil {
-		return err
+		return c.fail(nil, err)
 	}
 	defer h.Close(context.Background())
 	if h.AppiumStart > 0 && c.Output == "text" {
@@ -138,7 +139,18 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	run.PolicyVersion = h.policies.Current().PolicyVersion
 	if err := h.store.CreateRun(ctx, run); err != nil {
-		return err
+		return c.fail(nil, agent.Wrap(agent.ErrProcess, err, "storing the run"))
+	}
+	// The device lease: a daemon (or another run) driving the device makes
+	// this run wait, never share it.
+	_, stopLease, err := service.Hold(ctx, h.store, run.Serial, fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
+		func(err error) {
+			if c.Output == "text" {
+				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
+			}
+		})
+	if err != nil {
+		return c.fail(nil, agent.Wrap(agent.ErrInterrupted, err, "waiting for device %s", run.Serial))
 	}
 	if c.Output == "text" {
 		fmt.Fprintf(os.Stderr, "run %s on %s (policy v%d)\n", run.RunID, run.Serial, run.PolicyVersion)
@@ -146,12 +158,16 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	runStart := time.Now()
 	status, err := h.engine.Run(ctx, run.RunID, h.graph)
 	took := time.Since(runStart)
+	stopLease(status)
 	if err != nil {
 		return fmt.Errorf("run %s: %w (the run stays resumable)", run.RunID, err)
 	}
-	// Publish the run's events before reporting, so NATS has them when we exit.
+	// Publish the run's events before reporting, so NATS has them when we
+	// exit: wait for the running relay (Drain must not run beside it).
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	h.relay.Drain(dctx)
+	if err := h.waitPublished(dctx, run.RunID); err != nil {
+		log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
+	}
 	cancel()
 	return c.report(ctx, h, run.RunID, status, took, time.Since(start))
 }
@@ -233,6 +249,13 @@ func summarize(raw json.RawMessage) string {
 	return string(raw)
 }
 
+func category(e *agent.Error) string {
+	if e.ID == agent.ErrInvalidRequest {
+		return agent.CategoryAPIValidation
+	}
+	return agent.CategoryExecutionFailure
+}
+
 // fail reports an error that stopped the run before it started.
 func (c *runCmd) fail(_ *host, err error) error {
 	e := agent.Classify(err)
@@ -249,8 +272,8 @@ func (c *runCmd) fail(_ *host, err error) error {
 		printJSON(map[string]any{
 			"success": false,
 			"error":   agent.RedactString(e.Error()),
-			"errors": []map[string]any{{"category": "api_validation", "node_id": node,
-				"message": agent.RedactString(e.Error()), "fixable": true, "error_id": e.ID}},
+			"errors": []map[string]any{{"category": category(e), "node_id": node,
+				"message": agent.RedactString(e.Error()), "fixable": category(e) == agent.CategoryAPIValidation || e.Retryable, "error_id": e.ID}},
 			"execution":  map[string]any{"steps": steps},
 			"checkpoint": map[string]any{"completed_nodes": []string{}, "failed_node": node},
 		})

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/nodes"
+	"github.com/screengraph/screengraph-agent/snapshots"
+)
+
+// DefaultListen is where the daemon's HTTP API listens, and where the CLI's
+// client commands look for it.
+const DefaultListen = "127.0.0.1:7420"
+
+// daemonConfig is serve's configuration, merged by koanf from (lowest
+// first) defaults, the config file (YAML or JSON), SCREENGRAPH_* environment
+// variables (SCREENGRAPH_DATA_DIR -> data-dir) and the flags given.
+type daemonConfig struct {
+	Listen     string        `koanf:"listen" json:"listen"`
+	DataDir    string        `koanf:"data-dir" json:"dataDir"`
+	ADBServer  string        `koanf:"adb-server" json:"adbServer"`
+	Appium     string        `koanf:"appium" json:"appium"`
+	NATSListen string        `koanf:"nats-listen" json:"natsListen"`
+	NATSURL    string        `koanf:"nats-url" json:"natsUrl"`
+	Policies   []string      `koanf:"policy" json:"policy"`
+	Tenant     string        `koanf:"tenant" json:"tenant"`
+	LeaseTTL   time.Duration `koanf:"lease-ttl" json:"leaseTtl"`
+}
+
+type serveCmd struct {
+	Listen      string        `help:"HTTP API address (default ${default_listen})." placeholder:"HOST:PORT"`
+	DataDir     string        `help:"Data directory (embedded store, NATS files, artifacts; default ~/.local/share/screengraph-agent)." name:"data-dir" type:"path"`
+	ADBServer   string        `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
+	Appium      string        `help:"Appium server URL; default: a local one started for this data dir."`
+	NATSListen  string        `help:"Address the in-process NATS server (JetStream) listens on, for any NATS client (default 127.0.0.1:4222)." name:"nats-listen"`
+	NATSURL     string        `help:"Publish events to this NATS server instead of the in-process one." name:"nats-url"`
+	Policy      []string      `help:"Policy documents (YAML/JSON) to add; the first becomes current." type:"existingfile"`
+	Tenant      string        `help:"Tenant of runs submitted without tenantId (default local)."`
+	LeaseTTL    time.Duration `help:"Device lease TTL (renewed every TTL/3; default 30s)." name:"lease-ttl"`
+	Config      string        `help:"Config file (YAML or JSON) with the keys of the flags above." type:"existingfile"`
+	PrintConfig bool          `help:"Print the merged configuration (secrets redacted) and exit." name:"print-config"`
+	Output      string        `help:"Output format of --print-config and failures: text or json." default:"text" enum:"text,json"`
+}
+
+func (c *serveCmd) load() (daemonConfig, error) {
+	k := koanf.New(".")
+	defaults := map[string]any{
+		"listen": DefaultListen, "nats-listen": "127.0.0.1:4222", "tenant": "local", "lease-ttl": "30s",
+		"adb-server": adbAddr(""),
+	}
+	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
+		return daemonConfig{}, err
+	}
+	if c.Config != "" {
+		if err := k.Load(file.Provider(c.Config), yaml.Parser()); err != nil {
+			return daemonConfig{}, agent.Wrap(agent.ErrInvalidRequest, err, "--config %s", c.Config)
+		}
+	}
+	if err := k.Load(env.Provider(".", env.Opt{Prefix: "SCREENGRAPH_", TransformFunc: func(key, v string) (string, any) {
+		key = strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(key, "SCREENGRAPH_")), "_", "-")
+		if key == "policy" {
+			return key, strings.Split(v, ",")
+		}
+		return key, v
+	}}), nil); err != nil {
+		return daemonConfig{}, err
+	}
+	flags := map[string]any{}
+	set := func(key, v string) {
+		if v != "" {
+			flags[key] = v
+		}
+	}
+	set("listen", c.Listen)
+	set("data-dir", c.DataDir)
+	set("adb-server", c.ADBServer)
+	set("appium", c.Appium)
+	set("nats-listen", c.NATSListen)
+	set("nats-url", c.NATSURL)
+	set("tenant", c.Tenant)
+	if c.LeaseTTL > 0 {
+		flags["lease-ttl"] = c.LeaseTTL.String()
+	}
+	if len(c.Policy) > 0 {
+		flags["policy"] = c.Policy
+	}
+	if err := k.Load(confmap.Provider(flags, "."), nil); err != nil {
+		return daemonConfig{}, err
+	}
+	var cfg daemonConfig
+	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "koanf"}); err != nil {
+		return daemonConfig{}, agent.Wrap(agent.ErrInvalidRequest, err, "configuration")
+	}
+	if cfg.DataDir == "" {
+		d, err := snapshots.DataDir()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.DataDir = d
+	}
+	if cfg.LeaseTTL <= 0 {
+		return cfg, agent.Errorf(agent.ErrInvalidRequest, "lease-ttl must be > 0")
+	}
+	return cfg, nil
+}
+
+func (c *serveCmd) fail(err error) error {
+	if c.Output == "json" {
+		printJSON(httpapi.ErrorBody(err, ""))
+	}
+	return exitError{code: 2, err: err}
+}
+
+// lockDataDir takes the data dir's daemon lock (flock), so one daemon at a
+// time drives the embedded store: a lease held by another "serve:" holder
+// at start is then known to be a dead daemon's.
+func lockDataDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "daemon.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		b, _ := os.ReadFile(filepath.Join(dir, "daemon.lock"))
+		return nil, fmt.Errorf("another daemon uses data dir %s (%s): %w", dir, strings.TrimSpace(string(b)), err)
+	}
+	f.Truncate(0)
+	fmt.Fprintf(f, "pid %d\n", os.Getpid())
+	return f, nil
+}
+
+func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
+	cfg, err := c.load()
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.PrintConfig {
+		b, _ := json.MarshalIndent(cfg, "", "  ")
+		b = agent.RedactJSON(b)
+		if c.Output == "json" {
+			os.Stdout.Write(append(b, '\n'))
+		} else {
+			fmt.Println(string(b))
+		}
+		return nil
+	}
+	log := g.logger()
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "data dir"))
+	}
+	defer lock.Close()
+
+	hc := hostConfig{DataDir: cfg.DataDir, ADBServer: cfg.ADBServer, AppiumURL: cfg.Appium, PolicyFiles: cfg.Policies,
+		Log: log, Progress: func(node, line string) { log.Debug().Str("node", node).Msg(line) }}
+	if cfg.NATSURL != "" {
+		hc.NATSURL = cfg.NATSURL
+	} else {
+		hc.NATSListen = cfg.NATSListen
+	}
+	h, err := openHost(ctx, hc)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer h.Close(context.Background())
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "--listen %s", cfg.Listen))
+	}
+
+	hostname, _ := os.Hostname()
+	newID := func() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
+	holderPrefix := "serve:" + hostname + ":" + filepath.Clean(cfg.DataDir) + ":"
+	svc, err := service.New(service.Config{
+		Store: h.store, Leases: h.store,
+		Prepare: func(ctx context.Context, runID string, body []byte) (agent.Run, error) {
+			run, err := nodes.NewSetupRun(runID, body, cfg.Tenant, h.policies.Current().PolicyVersion)
+			if err != nil {
+				return run, err
+			}
+			if _, err := h.policies.Get(run.PolicyVersion); err != nil {
+				return run, agent.Wrap(agent.ErrInvalidRequest, err, "$.policyVersion: %d", run.PolicyVersion)
+			}
+			return run, nil
+		},
+		Devices: adbDevices{h},
+		Policy: func(ctx context.Context, v int) error {
+			_, err := h.policies.Get(v)
+			return err
+		},
+		Holder: holderPrefix + newID(), HolderPrefix: holderPrefix,
+		LeaseTTL: cfg.LeaseTTL, NewID: newID,
+		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) },
+	})
+	if err != nil {
+		return c.fail(err)
+	}
+	// The engine commits through the service's store, so followers wake.
+	h.engine.Store = svc.Store()
+	h.engine.Logf = func(format string, args ...any) { log.Warn().Msgf(format, args...) }
+	svc.SetRunner(service.RunnerFunc(func(ctx context.Context, runID string) (agent.RunStatus, error) {
+		return h.engine.Run(ctx, runID, h.graph)
+	}))
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := svc.RegisterMetrics(reg, func(ctx context.Context) (int, error) {
+		rows, err := h.store.Unpublished(ctx, 100000)
+		return len(rows), err
+	}); err != nil {
+		return c.fail(err)
+	}
+	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg,
+		Logf: func(format string, args ...any) { log.Error().Msgf(format, args...) },
+		Ready: map[string]func(context.Context) error{
+			"store": func(ctx context.Context) error {
+				_, err := h.store.ListRuns(ctx, agent.RunFilter{Limit: 1})
+				return err
+			},
+			"adb": func(ctx context.Context) error {
+				_, err := h.adb.ServerVersion(ctx)
+				return err
+			},
+			"nats": func(ctx context.Context) error {
+				if !h.nc.IsConnected() {
+					return errors.New("not connected to " + agent.RedactString(h.NATSClientURL))
+				}
+				return h.nc.FlushWithContext(ctx)
+			},
+		}})
+	sub, err := subscribeControl(h.nc, svc, log.Warn().Msgf)
+	if err != nil {
+		return c.fail(agent.Wrap(agent.ErrNetwork, err, "NATS control subscription"))
+	}
+	defer sub.Unsubscribe()
+	if err := svc.Start(ctx); err != nil {
+		return c.fail(err)
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(ln) }()
+	log.Info().Str("http", "http://"+ln.Addr().String()).Str("nats", agent.RedactString(h.NATSClientURL)).
+		Str("data_dir", cfg.DataDir).Str("holder", svc.Holder()).Msg("serving")
+	select {
+	case <-ctx.Done():
+	case err := <-srvErr:
+		log.Error().Err(err).Msg("HTTP server stopped")
+	}
+	// Stop taking work, then let the runs stop at once: the node in flight is
+	// discarded (re-run on resume), the runs stay resumable.
+	log.Info().Msg("stopping: runs in flight stay resumable")
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	if err := svc.Shutdown(sctx); err != nil {
+		log.Warn().Err(err).Msg("runs did not stop in time")
+	}
+	return nil
+}
+
+// adbDevices lists the adb server's devices for the service.
+type adbDevices struct{ h *host }
+
+func (a adbDevices) Devices(ctx context.Context) ([]service.Device, error) {
+	list, err := device.Describe(ctx, a.h.adb, 5*time.Second)
+	if err != nil {
+		return nil, agent.Wrap(agent.ErrNetwork, err, "adb server")
+	}
+	out := make([]service.Device, 0, len(list))
+	for _, d := range list {
+		out = append(out, service.Device{Serial: d.Serial, State: d.State, Model: d.Model, APILevel: d.APILevel, BootReady: d.BootReady})
+	}
+	return out, nil
+}
+
+// ControlMessage is the body of a control request on NATS subject
+// agent.control.<tenantId>.<runId>.
+type ControlMessage struct {
+	Kind          string `json:"kind"`
+	PolicyVersion int    `json:"policyVersion,omitempty"`
+}
+
+// subscribeControl records control requests arriving on agent.control.>.
+// A request for a run of another tenant than the subject names is refused.
+// When the message has a reply subject, the reply is {"runId","kind",
+// "recorded":true} or the agent error format.
+func subscribeControl(nc *nats.Conn, svc *service.Service, logf func(string, ...any)) (*nats.Subscription, error) {
+	return nc.Subscribe(snapshots.ControlSubjectPrefix+".*.*", func(m *nats.Msg) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		parts := strings.Split(m.Subject, ".")
+		tenant, runID := parts[2], parts[3]
+		reply := func(v any) {
+			if m.Reply != "" {
+				b, _ := json.Marshal(v)
+				m.Respond(agent.RedactJSON(b))
+			}
+		}
+		var msg ControlMessage
+		if err := json.Unmarshal(m.Data, &msg); err != nil {
+			reply(httpapi.ErrorBody(agent.Wrap(agent.ErrInvalidRequest, err, "control message"), ""))
+			return
+		}
+		run, err := svc.Get(ctx, runID)
+		if err == nil && snapshots.Subject(run.TenantID, run.RunID, "") != snapshots.SubjectPrefix+"."+tenant+"."+runID {
+			err = fmt.Errorf("run %s: %w", runID, agent.ErrNotFound) // another tenant's run: not disclosed
+		}
+		if err == nil {
+			err = svc.Control(ctx, runID, msg.Kind, msg.PolicyVersion)
+		}
+		if err != nil {
+			logf("control %s on %s: %v", msg.Kind, m.Subject, err)
+			reply(httpapi.ErrorBody(err, ""))
+			return
+		}
+		reply(httpapi.ControlResponse{RunID: runID, Kind: msg.Kind, Recorded: true})
+	})
+}

@@ -1,0 +1,90 @@
+package nodes
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// SubmitRequest is the body of POST /v1/runs: the run request of
+// `run --input` plus who it is for and the policy to run under.
+type SubmitRequest struct {
+	SetupRequest
+	TenantID      string `json:"tenantId,omitempty"`
+	ProjectID     string `json:"projectId,omitempty"`
+	PolicyVersion int    `json:"policyVersion,omitempty"`
+}
+
+// NewSetupRun validates a submitted run request (every node input against
+// its JSON Schema, see DecodeSetup) and returns the PENDING run to store:
+// tenant defaultTenant and policy currentPolicy unless the request names
+// them, Serial = ensureDevice.deviceConfiguration.deviceName, Input = the
+// SetupRequest part as submitted. Unknown top-level fields are refused.
+// Errors: an *agent.Error invalid_request_error whose message names the
+// JSON path ($.ensureDevice.deviceConfiguration.deviceName, …).
+func NewSetupRun(runID string, body []byte, defaultTenant string, currentPolicy int) (agent.Run, error) {
+	var req SubmitRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return agent.Run{}, agent.Wrap(agent.ErrInvalidRequest, err, "$: the run request must be {ensureDevice, provisionApp, launchOrAttach, waitIdle, schemaMode, tenantId, projectId, policyVersion}")
+	}
+	run := agent.Run{
+		RunID: runID, TenantID: req.TenantID, ProjectID: req.ProjectID, Status: agent.RunPending,
+		Graph: SetupGraphName, PolicyVersion: req.PolicyVersion,
+	}
+	if run.TenantID == "" {
+		run.TenantID = defaultTenant
+	}
+	if run.PolicyVersion == 0 {
+		run.PolicyVersion = currentPolicy
+	}
+	if req.PolicyVersion < 0 {
+		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$.policyVersion: %d is not a policy version", req.PolicyVersion)
+	}
+	if len(req.WaitIdle) == 0 {
+		req.WaitIdle = json.RawMessage(`{"idleHeuristicsConfiguration":{}}`)
+	}
+	inputs, err := DecodeSetup(run, req.SetupRequest)
+	if err != nil {
+		var ie *InputError
+		if asInput(err, &ie) {
+			msg := strings.TrimPrefix(ie.Err.Error(), string(agent.ErrInvalidRequest)+": ")
+			return agent.Run{}, &agent.Error{ID: agent.ErrInvalidRequest, Msg: "$." + inputKey(ie.Node) + ": " + msg}
+		}
+		return agent.Run{}, err
+	}
+	run.Serial = inputs.EnsureDevice.DeviceConfiguration.DeviceName
+	if run.Serial == "" {
+		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$.ensureDevice.deviceConfiguration.deviceName: required (a serial or an AVD name)")
+	}
+	if run.Input, err = json.Marshal(req.SetupRequest); err != nil {
+		return agent.Run{}, fmt.Errorf("run input: %w", err)
+	}
+	return run, nil
+}
+
+func asInput(err error, ie **InputError) bool {
+	e, ok := err.(*InputError)
+	if ok {
+		*ie = e
+	}
+	return ok
+}
+
+func inputKey(node string) string {
+	switch node {
+	case NodeEnsureDevice:
+		return "ensureDevice"
+	case NodeProvisionApp:
+		return "provisionApp"
+	case NodeLaunchOrAttach:
+		return "launchOrAttach"
+	case NodeWaitIdle:
+		return "waitIdle"
+	}
+	return node
+}
