@@ -60,6 +60,9 @@ type BootResult struct {
 	// ColdBootReason is why a quick boot became a cold one (the emulator's log
 	// line), or "" when it did not.
 	ColdBootReason string
+	// ReadOnly: the instance runs with -read-only (asked for, or because a
+	// writable instance of the AVD held its lock).
+	ReadOnly bool
 	// Took is the time from starting the emulator process to boot-ready.
 	Took time.Duration
 	// ReadyLag is the time from sys.boot_completed=1 (the emulator's "Boot

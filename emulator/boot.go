@@ -49,7 +49,9 @@ var (
 	// snapshot 'default_boot'" (and, for a renderer change, "Change of GLES
 	// renderer detected"); the simulator "Cold boot: snapshot failed to load".
 	reSnapshotFailed = regexp.MustCompile(`(?i)(fail\w* to load snapshot|snapshot\b.{0,40}\b(failed|invalid|corrupt\w*|could not|cannot)\b)`)
-	rePortInUse      = regexp.MustCompile(`(?i)(port \d+ is already in use|address already in use)`)
+	// A second writable instance of an AVD (fixtures/captures/emulator/multiple-instances-v32.txt).
+	reAVDLocked = regexp.MustCompile(`Running multiple emulators with the same AVD`)
+	rePortInUse = regexp.MustCompile(`(?i)(port \d+ is already in use|address already in use)`)
 )
 
 // Boot starts a new headless instance of req.AVD and waits until it is
@@ -78,7 +80,7 @@ func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.Boot
 	}
 	start := time.Now()
 	deadline := start.Add(timeout)
-	cold := req.ColdBoot
+	cold, readOnly := req.ColdBoot, req.ReadOnly
 	coldReason := ""
 	if cold {
 		coldReason = "cold boot requested"
@@ -88,7 +90,7 @@ func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.Boot
 		if err != nil {
 			return device.BootResult{}, err
 		}
-		args := BootArgs(req.AVD, port, req.ReadOnly, req.SaveSnapshot, cold)
+		args := BootArgs(req.AVD, port, readOnly, req.SaveSnapshot, cold)
 		progress("booting AVD %s as emulator-%d (%s boot): %s %s", req.AVD, port, map[bool]string{true: "cold", false: "quick"}[cold],
 			strings.Join(append([]string{filepath.Base(cmdline[0])}, cmdline[1:]...), " "), strings.Join(args, " "))
 		p, err := m.launch(cmdline, args, port)
@@ -99,7 +101,7 @@ func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.Boot
 		res, err := m.waitBoot(ctx, p, deadline, progress)
 		release()
 		if err == nil {
-			res.Took = time.Since(start)
+			res.Took, res.ReadOnly = time.Since(start), readOnly
 			if res.Mode == device.BootCold && res.ColdBootReason == "" {
 				res.ColdBootReason = coldReason
 			}
@@ -107,7 +109,7 @@ func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.Boot
 				res.ColdBootReason = "no quick-boot snapshot loaded"
 			}
 			now := m.now()
-			_ = m.updateStateBooted(res.Serial, Booted{AVD: req.AVD, PID: p.cmd.Process.Pid, ReadOnly: req.ReadOnly, Log: p.logPath, BootedAt: now, LastUsed: now})
+			_ = m.updateStateBooted(res.Serial, Booted{AVD: req.AVD, PID: p.cmd.Process.Pid, ReadOnly: readOnly, Log: p.logPath, BootedAt: now, LastUsed: now})
 			progress("%s ready: %s boot in %v", res.Serial, strings.ToLower(string(res.Mode)), res.Took.Round(time.Millisecond))
 			return res, nil
 		}
@@ -124,6 +126,11 @@ func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.Boot
 			progress("emulator-%d exited after its snapshot failed to load (%s): cold boot", port, ex.snapshotFailed)
 		case ex.portInUse:
 			progress("console port %d was taken: trying another", port)
+		case ex.avdLocked && !readOnly:
+			// Another writable instance holds the AVD's lock (a concurrent
+			// boot, or one started by hand): run beside it.
+			readOnly = true
+			progress("AVD %s is already running writable (its lock is held): booting a -read-only instance", req.AVD)
 		default:
 			return device.BootResult{}, ex.agentError()
 		}
@@ -220,6 +227,7 @@ type earlyExit struct {
 	crashed        bool // killed by a signal, or a non-zero exit without a known cause
 	snapshotFailed string
 	portInUse      bool
+	avdLocked      bool // "Running multiple emulators with the same AVD"
 	tail           []string
 }
 
@@ -351,8 +359,11 @@ func (m *Manager) exitInfo(p *proc) *earlyExit {
 		if rePortInUse.MatchString(l) {
 			e.portInUse = true
 		}
+		if reAVDLocked.MatchString(l) {
+			e.avdLocked = true
+		}
 	}
-	if e.snapshotFailed != "" || e.portInUse {
+	if e.snapshotFailed != "" || e.portInUse || e.avdLocked {
 		e.crashed = false
 	}
 	if len(lines) > 5 {

@@ -13,7 +13,9 @@
 //     P+1, serial emulator-P); output to a log file the manager reads for
 //     "Successfully loaded snapshot" (quick boot), a failed snapshot load (the
 //     reason; a process that exits on it is started again with
-//     -no-snapshot-load, a cold boot) and "Boot completed in N ms"; boot-ready
+//     -no-snapshot-load, a cold boot) and "Boot completed in N ms"; a writable
+//     boot refused because another instance holds the AVD's lock is started
+//     again with -read-only; boot-ready
 //     as EnsureDevice judges it (adb.BootCommand + `service list`,
 //     adb.ParseBootStatus), polled every 50 ms within a bounded wait that
 //     reports progress; an emulator process that exits before it is ready is

@@ -288,3 +288,34 @@ func BenchmarkBoot(b *testing.B) {
 	b.ReportMetric(float64(overhead.Microseconds())/1000/float64(2*b.N), "probe-overhead-ms")
 	b.ReportMetric(float64(slices.Max(lags).Microseconds())/1000, "max-probe-overhead-ms")
 }
+
+// TestLifecycleConcurrentWritableBoots: two writable boots of one AVD at the
+// same time (two runs naming a stopped AVD): the one that finds the AVD's
+// lock held is started again with -read-only, so both get an emulator.
+func TestLifecycleConcurrentWritableBoots(t *testing.T) {
+	w := newWorld(t)
+	simtest.CreateAVD(t, w.avdHome, simtest.AVD{Name: "Busy", Profile: "quickboot"})
+	type result struct {
+		r   device.BootResult
+		err error
+	}
+	ch := make(chan result, 2)
+	for range 2 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			r, err := w.m.Boot(ctx, device.BootRequest{AVD: "Busy", Timeout: 30 * time.Second})
+			ch <- result{r, err}
+		}()
+	}
+	a, b := <-ch, <-ch
+	if a.err != nil || b.err != nil {
+		t.Fatalf("boots: %v / %v", a.err, b.err)
+	}
+	if a.r.Serial == b.r.Serial || a.r.ReadOnly == b.r.ReadOnly {
+		t.Errorf("boots %+v and %+v: want two emulators, one of them -read-only", a.r, b.r)
+	}
+	if run, _ := w.m.Running(context.Background(), "Busy"); len(run) != 2 {
+		t.Errorf("Running(Busy) = %q", run)
+	}
+}

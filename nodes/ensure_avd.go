@@ -114,6 +114,7 @@ func ensureAVD(ctx context.Context, in EnsureDeviceInput, p Ports, policy Driver
 	ms := res.Took.Milliseconds()
 	mode := res.Mode
 	lc.Serial, lc.Booted, lc.BootMode, lc.BootMillis, lc.ColdBootReason = res.Serial, true, &mode, &ms, res.ColdBootReason
+	lc.ReadOnly = lc.ReadOnly || res.ReadOnly
 	if res.ColdBootReason != "" {
 		p.Logf("AVD %s booted cold as %s in %d ms: %s", name, res.Serial, ms, res.ColdBootReason)
 	} else {
