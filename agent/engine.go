@@ -325,7 +325,7 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 		}
 		if !paused {
 			if r.run.Status == RunPaused {
-				ok, err := r.setStatus(ctx, []RunStatus{RunPaused}, RunRunning)
+				ok, err := r.pauseTransition(ctx, KindRunResumed, RunPaused, RunRunning)
 				if err != nil {
 					return false, err
 				}
@@ -339,7 +339,7 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 		if r.run.Status != RunPaused {
-			ok, err := r.setStatus(ctx, []RunStatus{RunRunning}, RunPaused)
+			ok, err := r.pauseTransition(ctx, KindRunPaused, RunRunning, RunPaused)
 			if err != nil {
 				return false, err
 			}
@@ -371,6 +371,19 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 		}
 		r.apply(ctx, ctrl, &cancel, &paused)
 	}
+}
+
+// pauseTransition commits agent.run.paused / agent.run.resumed with the
+// status CAS from -> to; false, nil on a conflict (r.run refreshed).
+func (r *runner) pauseTransition(ctx context.Context, kind string, from, to RunStatus) (bool, error) {
+	ev, err := r.event(r.seq+1, kind, RunPausedPayload{
+		PayloadBase: r.base(), Status: to, CompletedNodes: r.completedNames(),
+		NextNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion,
+	})
+	if err != nil {
+		return false, err
+	}
+	return r.commit(ctx, []Event{ev}, nil, []RunStatus{from}, to)
 }
 
 // afterConflict re-reads the decision inputs after a status CAS lost.

@@ -490,7 +490,7 @@ func TestPauseResume(t *testing.T) {
 			t.Fatalf("after resume: %s %v", res.s, res.err)
 		}
 		eq(t, kinds(checkStream(t, f.store, res.s)), []string{"run.started",
-			"node.started:EnsureDevice#1", "node.finished:EnsureDevice#1",
+			"node.started:EnsureDevice#1", "node.finished:EnsureDevice#1", "run.paused", "run.resumed",
 			"node.started:ProvisionApp#1", "node.finished:ProvisionApp#1", "run.finished"})
 	})
 }
@@ -511,7 +511,7 @@ func TestPausedThenCanceled(t *testing.T) {
 			t.Fatalf("status %s err %v", status, err)
 		}
 		eq(t, kinds(checkStream(t, f.store, status)), []string{"run.started",
-			"node.started:EnsureDevice#1", "node.finished:EnsureDevice#1", "run.canceled"})
+			"node.started:EnsureDevice#1", "node.finished:EnsureDevice#1", "run.paused", "run.canceled"})
 	})
 }
 

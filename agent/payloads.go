@@ -79,3 +79,15 @@ type RunEndedPayload struct {
 	CanceledBeforeNode string `json:"canceledBeforeNode,omitempty"`
 	PolicyVersion      int    `json:"policyVersion"`
 }
+
+// RunPausedPayload is the payload of agent.run.paused and agent.run.resumed,
+// committed with the status change at a node boundary.
+type RunPausedPayload struct {
+	PayloadBase
+	Status         RunStatus `json:"status"`
+	CompletedNodes []string  `json:"completedNodes"`
+	// NextNode is the node that runs once the run is resumed ("" before the
+	// final transition).
+	NextNode      string `json:"nextNode,omitempty"`
+	PolicyVersion int    `json:"policyVersion"`
+}

@@ -48,6 +48,11 @@ const (
 	KindRunFinished = "agent.run.finished"
 	KindRunFailed   = "agent.run.failed"
 	KindRunCanceled = "agent.run.canceled"
+	// KindRunPaused and KindRunResumed are committed with the PAUSED and
+	// back-to-RUNNING transitions (not in the node spec; the daemon adds them
+	// so subscribers see control take effect).
+	KindRunPaused  = "agent.run.paused"
+	KindRunResumed = "agent.run.resumed"
 
 	KindNodeStarted    = "agent.node.started"
 	KindNodeTokenDelta = "agent.node.token_delta"

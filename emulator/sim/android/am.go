@@ -300,6 +300,7 @@ type startResult struct {
 // task starts. A dead process is started (COLD).
 func (am *activityManager) startActivityLocked(pkg, cls string, act Activity, it amIntent, uid int) startResult {
 	now := am.d.now()
+	am.d.actions.add("start", pkg, now)
 	res := startResult{totalTimeMs: -1}
 	proc, alive := am.procs[pkg]
 	if !alive {

@@ -50,6 +50,8 @@ type Device struct {
 	net   *inDeviceNet      // owned by net.go (in-device TCP listeners for tcp:PORT)
 
 	settings map[string]map[string]string // namespace -> key -> value (settings get/put/delete)
+
+	actions actionLog // installs and activity starts (History)
 }
 
 // Ctx is what a shell command gets: its arguments (argv[0] is the command name),

@@ -415,6 +415,9 @@ func sameSigners(a, b []string) bool {
 // existing install (-R), downgrade, signers.
 func (d *Device) install(data []byte, f installFlags) installResult {
 	res, replaced, id := d.installLocked(data, f)
+	if res.ok {
+		d.actions.add("install", id, d.now())
+	}
 	if replaced {
 		d.onPackageReplaced(id)
 	}
