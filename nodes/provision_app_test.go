@@ -130,7 +130,7 @@ func (d *provDevice) Install(_ context.Context, local string, opt device.Install
 		return provInstallFailed("INSTALL_PARSE_FAILED_NO_CERTIFICATES")
 	}
 	if opt.Progress != nil {
-		opt.Progress(int64(len(data))/2, int64(len(data)))
+		opt.Progress((int64(len(data))+1)/2, int64(len(data))) // half, rounded up: "50%" for any size
 		opt.Progress(int64(len(data)), int64(len(data)))
 	}
 	if d.app != nil {

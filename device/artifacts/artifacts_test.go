@@ -93,7 +93,7 @@ func TestFetchFileCachesAndNoticesChange(t *testing.T) {
 		t.Fatalf("second fetch %+v, %v: want a cache hit", a2, err)
 	}
 	// Rewritten with other bytes of the same size (demo-v1 and -v2 are both
-	// 8530 bytes): the modification time tells.
+	// 8587 bytes): the modification time tells.
 	if len(v1) != len(v2) {
 		t.Logf("fixtures differ in size (%d, %d)", len(v1), len(v2))
 	}
