@@ -23,17 +23,17 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(applied, []int64{1}) {
-		t.Errorf("first Up applied %v, want [1]", applied)
+	if !slices.Equal(applied, []int64{1, 2}) {
+		t.Errorf("first Up applied %v, want [1 2]", applied)
 	}
 	again, err := migrations.Up(ctx, db, migrations.SQLite)
 	if err != nil || len(again) != 0 {
 		t.Errorf("second Up applied %v, %v; want nothing", again, err)
 	}
-	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 1 {
-		t.Errorf("Version = %d, %v", v, err)
+	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 2 {
+		t.Errorf("Version = %d, %v; want 2", v, err)
 	}
-	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv"} {
+	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases"} {
 		var n int
 		if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n); err != nil || n != 1 {
 			t.Errorf("table %s: %d, %v", table, n, err)
@@ -50,6 +50,28 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	mustExec(t, db, `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope) VALUES ('r', 1, 'e1', 'k', 'ts', '{}', 'c', '{}')`)
 	if _, err := db.Exec(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope) VALUES ('r', 1, 'e2', 'k', 'ts', '{}', 'c', '{}')`); err == nil {
 		t.Error("run_events accepted (r, 1) twice")
+	}
+	// One active lease per device (partial unique index); released ones are
+	// history; fencing tokens grow.
+	mustExec(t, db, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at, released_at, release_reason) VALUES ('d', 'h', 'r', 'x', 'x', 'x', 'x', 'finished')`)
+	mustExec(t, db, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ('d', 'h', 'r', 'x', 'x', 'x')`)
+	if _, err := db.Exec(`INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ('d', 'h2', 'r2', 'x', 'x', 'x')`); err == nil {
+		t.Error("a second active lease of device d was accepted")
+	}
+	mustExec(t, db, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ('d2', 'h', 'r', 'x', 'x', 'x')`)
+	var tokens []int64
+	rows, err := db.Query(`SELECT fencing_token FROM device_leases ORDER BY rowid`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var tok int64
+		rows.Scan(&tok)
+		tokens = append(tokens, tok)
+	}
+	rows.Close()
+	if !slices.Equal(tokens, []int64{1, 2, 3}) {
+		t.Errorf("fencing tokens %v, want [1 2 3] (the refused insert takes none)", tokens)
 	}
 }
 

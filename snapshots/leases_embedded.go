@@ -44,8 +44,16 @@ func scanLease(sc interface{ Scan(...any) error }) (agent.Lease, error) {
 	return l, nil
 }
 
+// leaseTimes returns the clock's reading and the expiry ttl later as the store
+// keeps them (UTC, microseconds), so a returned lease equals the stored one.
+func leaseTimes(clock agent.Clock, ttl time.Duration) (now, expires time.Time) {
+	now = storeTime(clock.Now())
+	return now, storeTime(now.Add(ttl))
+}
+
 // AcquireLease implements agent.Leases (see there) in one IMMEDIATE
-// transaction, so two acquisitions of one device cannot both succeed.
+// transaction, so two acquisitions of one device cannot both succeed; the
+// partial unique index (one active lease per serial) is the last guard.
 func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID string, ttl time.Duration) (agent.Lease, error) {
 	if serial == "" || holder == "" || runID == "" || ttl <= 0 {
 		return agent.Lease{}, fmt.Errorf("acquire lease %q/%q/%q ttl %v: %w", serial, holder, runID, ttl, ErrInvalid)
@@ -59,70 +67,88 @@ func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID strin
 		return agent.Lease{}, err
 	}
 	defer tx.Rollback()
-	now := s.clock.Now()
+	// Read the clock once the write lock is held.
+	now, expires := leaseTimes(s.clock, ttl)
 	cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = ? AND released_at IS NULL`, serial))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
 		return agent.Lease{}, err
 	default:
-		var reason agent.LeaseReleaseReason
-		switch {
-		case cur.RunID == runID && cur.Holder == holder:
+		reason, err := takeOver(cur, holder, runID, now)
+		if err != nil {
+			return agent.Lease{}, err
+		}
+		if reason == "" {
 			// Re-acquiring one's own lease renews it.
-			cur.RenewedAt, cur.ExpiresAt = now, now.Add(ttl)
+			cur.RenewedAt, cur.ExpiresAt = now, expires
 			if _, err := tx.ExecContext(ctx, `UPDATE device_leases SET renewed_at = ?, expires_at = ? WHERE fencing_token = ?`,
-				fmtTime(now), fmtTime(cur.ExpiresAt), cur.FencingToken); err != nil {
+				fmtTime(now), fmtTime(expires), cur.FencingToken); err != nil {
 				return agent.Lease{}, err
 			}
 			return cur, tx.Commit()
-		case cur.RunID == runID:
-			reason = agent.LeaseHolderLost
-		case !cur.ExpiresAt.After(now):
-			reason = agent.LeaseExpired
-		default:
-			return agent.Lease{}, fmt.Errorf("device %s: held by run %s (holder %s) until %s: %w",
-				serial, cur.RunID, cur.Holder, cur.ExpiresAt.Format(time.RFC3339), agent.ErrLeaseHeld)
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE fencing_token = ?`,
 			fmtTime(now), string(reason), cur.FencingToken); err != nil {
 			return agent.Lease{}, err
 		}
 	}
-	l := agent.Lease{Serial: serial, Holder: holder, RunID: runID, AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(ttl)}
+	l := agent.Lease{Serial: serial, Holder: holder, RunID: runID, AcquiredAt: now, RenewedAt: now, ExpiresAt: expires}
 	res, err := tx.ExecContext(ctx, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		serial, holder, runID, fmtTime(now), fmtTime(now), fmtTime(l.ExpiresAt))
+		serial, holder, runID, fmtTime(now), fmtTime(now), fmtTime(expires))
+	if sqliteConstraint(err, "device_leases.serial") {
+		return agent.Lease{}, fmt.Errorf("device %s: another active lease: %w", serial, agent.ErrLeaseHeld)
+	}
 	if err != nil {
 		return agent.Lease{}, err
 	}
 	if l.FencingToken, err = res.LastInsertId(); err != nil {
 		return agent.Lease{}, err
 	}
-	l.AcquiredAt, _ = parseTime(fmtTime(now))
-	l.RenewedAt, l.ExpiresAt = l.AcquiredAt, l.AcquiredAt.Add(ttl)
 	return l, tx.Commit()
 }
 
-// RenewLease implements agent.Leases.
+// takeOver decides an acquisition of a device whose active lease is cur:
+// "" when it is cur's own (same run and holder: renew it), the reason to
+// release cur with when it may be taken over, ErrLeaseHeld otherwise.
+func takeOver(cur agent.Lease, holder, runID string, now time.Time) (agent.LeaseReleaseReason, error) {
+	switch {
+	case cur.RunID == runID && cur.Holder == holder:
+		return "", nil
+	case cur.RunID == runID:
+		return agent.LeaseHolderLost, nil
+	case !cur.ExpiresAt.After(now):
+		return agent.LeaseExpired, nil
+	}
+	return "", fmt.Errorf("device %s: held by run %s (holder %s) until %s: %w",
+		cur.Serial, cur.RunID, cur.Holder, cur.ExpiresAt.Format(time.RFC3339), agent.ErrLeaseHeld)
+}
+
+// RenewLease implements agent.Leases: one UPDATE … RETURNING, so the lease
+// returned is the one renewed.
 func (s *Embedded) RenewLease(ctx context.Context, serial string, token int64, ttl time.Duration) (agent.Lease, error) {
+	if ttl <= 0 {
+		return agent.Lease{}, fmt.Errorf("renew lease %s/%d ttl %v: %w", serial, token, ttl, ErrInvalid)
+	}
 	w, err := s.writer()
 	if err != nil {
 		return agent.Lease{}, err
 	}
-	now := s.clock.Now()
-	res, err := w.ExecContext(ctx, `UPDATE device_leases SET renewed_at = ?, expires_at = ? WHERE serial = ? AND fencing_token = ? AND released_at IS NULL`,
-		fmtTime(now), fmtTime(now.Add(ttl)), serial, token)
-	if err != nil {
-		return agent.Lease{}, err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	now, expires := leaseTimes(s.clock, ttl)
+	l, err := scanLease(w.QueryRowContext(ctx, `UPDATE device_leases SET renewed_at = ?, expires_at = ?
+		WHERE serial = ? AND fencing_token = ? AND released_at IS NULL RETURNING `+leaseCols,
+		fmtTime(now), fmtTime(expires), serial, token))
+	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Lease{}, fmt.Errorf("device %s lease %d: %w", serial, token, agent.ErrLeaseLost)
 	}
-	return scanLease(w.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE fencing_token = ?`, token))
+	return l, err
 }
 
 // ReleaseLease implements agent.Leases.
 func (s *Embedded) ReleaseLease(ctx context.Context, serial string, token int64, reason agent.LeaseReleaseReason) error {
+	if reason == "" {
+		return fmt.Errorf("release lease %s/%d without a reason: %w", serial, token, ErrInvalid)
+	}
 	w, err := s.writer()
 	if err != nil {
 		return err
@@ -138,9 +164,23 @@ func (s *Embedded) ReleaseLease(ctx context.Context, serial string, token int64,
 	return nil
 }
 
-// ReleaseHolderLeases implements agent.Leases.
+// ReleaseHolderLeases implements agent.Leases in one IMMEDIATE transaction
+// and returns the leases it ended, released, in acquisition order.
 func (s *Embedded) ReleaseHolderLeases(ctx context.Context, match func(string) bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
-	active, err := s.ActiveLeases(ctx)
+	if reason == "" {
+		return nil, fmt.Errorf("release holder leases without a reason: %w", ErrInvalid)
+	}
+	w, err := s.writer()
+	if err != nil {
+		return nil, err
+	}
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	now := storeTime(s.clock.Now())
+	active, err := collectLeases(tx.QueryContext(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE released_at IS NULL ORDER BY fencing_token`))
 	if err != nil {
 		return nil, err
 	}
@@ -149,14 +189,17 @@ func (s *Embedded) ReleaseHolderLeases(ctx context.Context, match func(string) b
 		if !match(l.Holder) {
 			continue
 		}
-		if err := s.ReleaseLease(ctx, l.Serial, l.FencingToken, reason); errors.Is(err, agent.ErrLeaseLost) {
-			continue
-		} else if err != nil {
-			return out, err
+		if _, err := tx.ExecContext(ctx, `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE fencing_token = ?`,
+			fmtTime(now), string(reason), l.FencingToken); err != nil {
+			return nil, err
 		}
+		l.ReleasedAt, l.ReleaseReason = &now, reason
 		out = append(out, l)
 	}
-	return out, nil
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, tx.Commit()
 }
 
 // ActiveLeases implements agent.Leases.
@@ -173,7 +216,10 @@ func (s *Embedded) LeaseHistory(ctx context.Context, serial string) ([]agent.Lea
 }
 
 func (s *Embedded) queryLeases(ctx context.Context, q string, args ...any) ([]agent.Lease, error) {
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	return collectLeases(s.r.QueryContext(ctx, q, args...))
+}
+
+func collectLeases(rows *sql.Rows, err error) ([]agent.Lease, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -162,9 +162,11 @@ func TestPostgresMigrateConcurrentlyAndNotify(t *testing.T) {
 		}
 		defer stores[i].Close()
 	}
-	var n int
-	if err := stores[0].Pool().QueryRow(t.Context(), `SELECT count(*) FROM goose_db_version WHERE version_id = 1`).Scan(&n); err != nil || n != 1 {
-		t.Errorf("migration 1 recorded %d times (%v), want once", n, err)
+	for _, v := range []int{1, 2} {
+		var n int
+		if err := stores[0].Pool().QueryRow(t.Context(), `SELECT count(*) FROM goose_db_version WHERE version_id = $1`, v).Scan(&n); err != nil || n != 1 {
+			t.Errorf("migration %d recorded %d times (%v), want once", v, n, err)
+		}
 	}
 	a, b := stores[0], stores[1]
 	// Drain the wake-up each listener sends when it starts listening.
@@ -198,7 +200,7 @@ func TestDialectsSameColumns(t *testing.T) {
 	}
 	defer db.Close()
 	sqliteCols := map[string]bool{}
-	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv"} {
+	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases"} {
 		rows, err := db.Query(`SELECT name FROM pragma_table_info(?)`, table)
 		if err != nil {
 			t.Fatal(err)
