@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -228,4 +230,45 @@ func ParseINI(s string) map[string]string {
 		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
 	return out
+}
+
+// AVDInfo is what `emulator list` shows of an AVD's config.ini.
+type AVDInfo struct {
+	Name string `json:"name"`
+	// APILevel is read from image.sysdir.1 (system-images/android-NN/...), else
+	// target (android-NN); 0 when neither says.
+	APILevel int    `json:"apiLevel,omitempty"`
+	ABI      string `json:"abi,omitempty"`
+	// Display is hw.lcd.width x hw.lcd.height, density hw.lcd.density.
+	Display string `json:"display,omitempty"`
+	Density string `json:"density,omitempty"`
+	// Dir is the AVD's content directory (NAME.avd).
+	Dir string `json:"dir"`
+}
+
+var reAndroidLevel = regexp.MustCompile(`android-(\d+)`)
+
+// DescribeAVD reads NAME's config.ini into an AVDInfo (process_error
+// AVD_UNKNOWN when it has none).
+func (m *Manager) DescribeAVD(name string) (AVDInfo, error) {
+	cfg, err := m.ReadAVDConfig(name)
+	if err != nil {
+		return AVDInfo{Name: name}, err
+	}
+	return DescribeConfig(name, AVDDir(m.cfg.Env, name), cfg), nil
+}
+
+// DescribeConfig is DescribeAVD over a parsed config.ini.
+func DescribeConfig(name, dir string, cfg map[string]string) AVDInfo {
+	info := AVDInfo{Name: name, Dir: dir, ABI: cfg["abi.type"], Density: cfg["hw.lcd.density"]}
+	for _, k := range []string{"image.sysdir.1", "target"} {
+		if m := reAndroidLevel.FindStringSubmatch(cfg[k]); m != nil {
+			info.APILevel, _ = strconv.Atoi(m[1])
+			break
+		}
+	}
+	if w, h := cfg["hw.lcd.width"], cfg["hw.lcd.height"]; w != "" && h != "" {
+		info.Display = w + "x" + h
+	}
+	return info
 }

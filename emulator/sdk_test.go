@@ -62,6 +62,9 @@ func TestAVDHomeOrderAndConfig(t *testing.T) {
 	if cfg["AvdId"] != "Pixel_7" || cfg["hw.lcd.height"] != "2400" || cfg["image.sysdir.1"] != "system-images/android-34/google_apis/x86_64/" {
 		t.Errorf("config %v", cfg)
 	}
+	if info, err := m.DescribeAVD("Pixel_7"); err != nil || info.APILevel != 34 || info.Display != "1080x2400" || info.Dir != other {
+		t.Errorf("DescribeAVD: %+v %v", info, err)
+	}
 	if _, err := m.ReadAVDConfig("nope"); err == nil || !strings.Contains(err.Error(), CodeAVDUnknown) {
 		t.Errorf("missing AVD: %v", err)
 	}

@@ -67,7 +67,7 @@ type emulatorListCmd struct {
 
 // avdRow is one AVD of `emulator list`.
 type avdRow struct {
-	Name    string   `json:"name"`
+	emulator.AVDInfo
 	Running []string `json:"running"`
 }
 
@@ -86,7 +86,8 @@ func (c *emulatorListCmd) Run(ctx context.Context) error {
 	}
 	rows := make([]avdRow, 0, len(names))
 	for _, n := range names {
-		r := avdRow{Name: n, Running: []string{}}
+		info, _ := m.DescribeAVD(n)
+		r := avdRow{AVDInfo: info, Running: []string{}}
 		for _, in := range ins {
 			if in.AVD == n {
 				r.Running = append(r.Running, in.Serial)
@@ -101,13 +102,20 @@ func (c *emulatorListCmd) Run(ctx context.Context) error {
 		return printJSON(map[string]any{"avds": rows, "emulators": ins})
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "AVD\tRUNNING")
+	fmt.Fprintln(w, "AVD\tAPI\tDISPLAY\tRUNNING")
 	for _, r := range rows {
 		run := strings.Join(r.Running, ", ")
 		if run == "" {
 			run = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\n", r.Name, run)
+		api, disp := "-", "-"
+		if r.APILevel > 0 {
+			api = fmt.Sprint(r.APILevel)
+		}
+		if r.Display != "" {
+			disp = r.Display
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.Name, api, disp, run)
 	}
 	if len(ins) > 0 {
 		fmt.Fprintln(w, "\nSERIAL\tSTATE\tAVD\tBOOTED HERE")

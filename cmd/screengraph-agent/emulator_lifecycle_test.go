@@ -12,9 +12,9 @@ import (
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 )
 
-// buildAgent builds this command into a temp dir (the tests run it as a
+// buildEmulatorCLI builds this command into a temp dir (the tests run it as a
 // separate process, as a user would).
-func buildAgent(t *testing.T) string {
+func buildEmulatorCLI(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "screengraph-agent")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -30,7 +30,7 @@ func buildAgent(t *testing.T) string {
 // removes it from `adb devices`, and a second stop is device_not_found in the
 // agent error format.
 func TestEmulatorListStartStopCLI(t *testing.T) {
-	bin := buildAgent(t)
+	bin := buildEmulatorCLI(t)
 	srv := simtest.StartADBServer(t)
 	home, avdHome, data := t.TempDir(), t.TempDir(), t.TempDir()
 	simtest.CreateAVD(t, avdHome, simtest.AVD{Name: "Pixel_7", Profile: "quickboot"})
