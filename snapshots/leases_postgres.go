@@ -1,0 +1,196 @@
+package snapshots
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+var _ agent.Leases = (*Postgres)(nil)
+
+// pgLeaseLockClass is the first key of the transaction-level advisory lock
+// an acquisition takes on its device: pg_advisory_xact_lock(class,
+// hashtext(serial)). Two int4 keys live apart from goose's bigint key.
+const pgLeaseLockClass int32 = 0x53474c45 // "SGLE"
+
+func pgScanLease(row pgx.Row) (agent.Lease, error) {
+	var (
+		l        agent.Lease
+		released *time.Time
+		why      *string
+	)
+	if err := row.Scan(&l.FencingToken, &l.Serial, &l.Holder, &l.RunID, &l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &released, &why); err != nil {
+		return l, err
+	}
+	l.AcquiredAt, l.RenewedAt, l.ExpiresAt = l.AcquiredAt.UTC(), l.RenewedAt.UTC(), l.ExpiresAt.UTC()
+	if released != nil {
+		t := released.UTC()
+		l.ReleasedAt = &t
+		if why != nil {
+			l.ReleaseReason = agent.LeaseReleaseReason(*why)
+		}
+	}
+	return l, nil
+}
+
+func pgLeases(rows pgx.Rows, err error) ([]agent.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Lease
+	for rows.Next() {
+		l, err := pgScanLease(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// AcquireLease implements agent.Leases (see there; same semantics as
+// Embedded.AcquireLease) in one transaction, race-free across processes:
+// acquisitions of one device serialize on an advisory lock of the serial
+// (which also covers a free device, where there is no row to lock), the
+// active row is locked FOR UPDATE (so a renewal or release of it cannot
+// interleave), and the partial unique index device_leases_active_key is the
+// last guard: its violation is ErrLeaseHeld.
+func (s *Postgres) AcquireLease(ctx context.Context, serial, holder, runID string, ttl time.Duration) (agent.Lease, error) {
+	if serial == "" || holder == "" || runID == "" || ttl <= 0 {
+		return agent.Lease{}, fmt.Errorf("acquire lease %q/%q/%q ttl %v: %w", serial, holder, runID, ttl, ErrInvalid)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return agent.Lease{}, err
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))`, pgLeaseLockClass, serial); err != nil {
+		return agent.Lease{}, err
+	}
+	// Read the clock once the device is locked.
+	now, expires := leaseTimes(s.clock, ttl)
+	cur, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = $1 AND released_at IS NULL FOR UPDATE`, serial))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return agent.Lease{}, err
+	default:
+		reason, err := takeOver(cur, holder, runID, now)
+		if err != nil {
+			return agent.Lease{}, err
+		}
+		if reason == "" {
+			// Re-acquiring one's own lease renews it.
+			cur.RenewedAt, cur.ExpiresAt = now, expires
+			if _, err := tx.Exec(ctx, `UPDATE device_leases SET renewed_at = $1, expires_at = $2 WHERE fencing_token = $3`,
+				now, expires, cur.FencingToken); err != nil {
+				return agent.Lease{}, err
+			}
+			return cur, tx.Commit(ctx)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE device_leases SET released_at = $1, release_reason = $2 WHERE fencing_token = $3`,
+			now, string(reason), cur.FencingToken); err != nil {
+			return agent.Lease{}, err
+		}
+	}
+	l := agent.Lease{Serial: serial, Holder: holder, RunID: runID, AcquiredAt: now, RenewedAt: now, ExpiresAt: expires}
+	err = tx.QueryRow(ctx, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ($1, $2, $3, $4, $4, $5)
+		RETURNING fencing_token`, serial, holder, runID, now, expires).Scan(&l.FencingToken)
+	if pgConstraint(err, pgUniqueViolation, "device_leases_active_key") {
+		return agent.Lease{}, fmt.Errorf("device %s: another active lease: %w", serial, agent.ErrLeaseHeld)
+	}
+	if err != nil {
+		return agent.Lease{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		if pgConstraint(err, pgUniqueViolation, "device_leases_active_key") {
+			return agent.Lease{}, fmt.Errorf("device %s: another active lease: %w", serial, agent.ErrLeaseHeld)
+		}
+		return agent.Lease{}, err
+	}
+	return l, nil
+}
+
+// RenewLease implements agent.Leases: one UPDATE … RETURNING.
+func (s *Postgres) RenewLease(ctx context.Context, serial string, token int64, ttl time.Duration) (agent.Lease, error) {
+	if ttl <= 0 {
+		return agent.Lease{}, fmt.Errorf("renew lease %s/%d ttl %v: %w", serial, token, ttl, ErrInvalid)
+	}
+	now, expires := leaseTimes(s.clock, ttl)
+	l, err := pgScanLease(s.pool.QueryRow(ctx, `UPDATE device_leases SET renewed_at = $1, expires_at = $2
+		WHERE serial = $3 AND fencing_token = $4 AND released_at IS NULL RETURNING `+leaseCols,
+		now, expires, serial, token))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return agent.Lease{}, fmt.Errorf("device %s lease %d: %w", serial, token, agent.ErrLeaseLost)
+	}
+	return l, err
+}
+
+// ReleaseLease implements agent.Leases.
+func (s *Postgres) ReleaseLease(ctx context.Context, serial string, token int64, reason agent.LeaseReleaseReason) error {
+	if reason == "" {
+		return fmt.Errorf("release lease %s/%d without a reason: %w", serial, token, ErrInvalid)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE device_leases SET released_at = $1, release_reason = $2 WHERE serial = $3 AND fencing_token = $4 AND released_at IS NULL`,
+		storeTime(s.clock.Now()), string(reason), serial, token)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("device %s lease %d: %w", serial, token, agent.ErrLeaseLost)
+	}
+	return nil
+}
+
+// ReleaseHolderLeases implements agent.Leases and returns the leases it
+// ended, released, in acquisition order. The release is one UPDATE of the
+// matching tokens still active, so a lease released or taken over meanwhile
+// is left alone and not returned.
+func (s *Postgres) ReleaseHolderLeases(ctx context.Context, match func(string) bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
+	if reason == "" {
+		return nil, fmt.Errorf("release holder leases without a reason: %w", ErrInvalid)
+	}
+	active, err := s.ActiveLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var tokens []int64
+	for _, l := range active {
+		if match(l.Holder) {
+			tokens = append(tokens, l.FencingToken)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil, nil
+	}
+	out, err := pgLeases(s.pool.Query(ctx, `UPDATE device_leases SET released_at = $1, release_reason = $2
+		WHERE fencing_token = ANY($3) AND released_at IS NULL RETURNING `+leaseCols,
+		storeTime(s.clock.Now()), string(reason), tokens))
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING has no order.
+	slices.SortFunc(out, func(a, b agent.Lease) int { return cmp.Compare(a.FencingToken, b.FencingToken) })
+	return out, nil
+}
+
+// ActiveLeases implements agent.Leases.
+func (s *Postgres) ActiveLeases(ctx context.Context) ([]agent.Lease, error) {
+	return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE released_at IS NULL ORDER BY fencing_token`))
+}
+
+// LeaseHistory implements agent.Leases.
+func (s *Postgres) LeaseHistory(ctx context.Context, serial string) ([]agent.Lease, error) {
+	if serial == "" {
+		return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases ORDER BY fencing_token`))
+	}
+	return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = $1 ORDER BY fencing_token`, serial))
+}

@@ -1,0 +1,116 @@
+package snapshots_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/storetest"
+)
+
+func newPostgresClock(t *testing.T, url string, clock agent.Clock) *snapshots.Postgres {
+	t.Helper()
+	s, err := snapshots.OpenPostgres(context.Background(), url, snapshots.PostgresOptions{Clock: clock, NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestPostgresLeases(t *testing.T) {
+	storetest.RunLeases(t, func(t *testing.T, clock agent.Clock) agent.Leases {
+		return newPostgresClock(t, newPostgresURL(t), clock)
+	})
+}
+
+// Two stores (two daemons) on one database race for one device: one wins.
+func TestPostgresLeasesAcrossStores(t *testing.T) {
+	url := newPostgresURL(t)
+	clock := storetest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	var stores [4]*snapshots.Postgres
+	for i := range stores {
+		stores[i] = newPostgresClock(t, url, clock)
+	}
+	for round := range 5 {
+		serial := "emulator-" + string(rune('a'+round))
+		res := make(chan error, 2*len(stores))
+		for i, s := range stores {
+			for j := range 2 {
+				go func() {
+					_, err := s.AcquireLease(t.Context(), serial, "daemon-"+string(rune('0'+i))+string(rune('0'+j)), storetest.NewRun("T", serial).RunID, time.Minute)
+					res <- err
+				}()
+			}
+		}
+		won := 0
+		for range 2 * len(stores) {
+			switch err := <-res; {
+			case err == nil:
+				won++
+			case !errors.Is(err, agent.ErrLeaseHeld):
+				t.Errorf("round %d: %v, want ErrLeaseHeld", round, err)
+			}
+		}
+		if won != 1 {
+			t.Errorf("round %d: %d acquisitions won, want 1", round, won)
+		}
+	}
+}
+
+// The partial unique index is the last guard: an active row another writer
+// inserted (without the advisory lock), committed while AcquireLease waits
+// on it, makes AcquireLease fail with ErrLeaseHeld, not a raw error.
+func TestPostgresLeaseUniqueIndexIsLastGuard(t *testing.T) {
+	url := newPostgresURL(t)
+	s := newPostgresClock(t, url, agent.SystemClock{})
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at)
+		VALUES ('emulator-5554', 'rogue', 'run-x', now(), now(), now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.AcquireLease(t.Context(), "emulator-5554", "daemon-1", "run-y", time.Minute)
+		done <- err
+	}()
+	// Let AcquireLease reach its INSERT and block on the uncommitted key.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := s.Pool().QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO device_leases%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("AcquireLease never waited on the uncommitted row")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, agent.ErrLeaseHeld) {
+		t.Fatalf("AcquireLease = %v, want ErrLeaseHeld", err)
+	}
+	ls, err := s.ActiveLeases(t.Context())
+	if err != nil || len(ls) != 1 || ls[0].Holder != "rogue" {
+		t.Errorf("active = %+v, %v; want the rogue lease only", ls, err)
+	}
+}
