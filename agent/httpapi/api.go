@@ -127,14 +127,16 @@ func ErrorBody(err error, node string) agent.ErrorReport {
 func statusOf(err error) int {
 	var ae *agent.Error
 	switch {
+	case errors.As(err, &ae) && ae.ID == agent.ErrInvalidRequest:
+		// Before ErrNotFound: an unknown policy version in a request is a bad
+		// request, not a missing resource.
+		return http.StatusBadRequest
 	case errors.Is(err, agent.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, service.ErrRunTerminal):
 		return http.StatusConflict
 	case errors.Is(err, service.ErrStopping):
 		return http.StatusServiceUnavailable
-	case errors.As(err, &ae) && ae.ID == agent.ErrInvalidRequest:
-		return http.StatusBadRequest
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	}
@@ -302,13 +304,15 @@ func Detail(ctx context.Context, svc *service.Service, g *agent.Graph, runID str
 	started := map[string]string{}
 	for _, e := range evs {
 		var p struct {
-			NodeName      string  `json:"nodeName"`
-			StepOrdinal   int     `json:"stepOrdinal"`
-			Attempt       int     `json:"attempt"`
-			Outcome       string  `json:"nodeExecutionOutcomeStatus"`
-			ErrorID       *string `json:"errorId"`
-			Duration      int64   `json:"durationMillis"`
-			PolicyVersion int     `json:"policyVersion"`
+			NodeName    string  `json:"nodeName"`
+			StepOrdinal int     `json:"stepOrdinal"`
+			Attempt     int     `json:"attempt"`
+			Outcome     string  `json:"nodeExecutionOutcomeStatus"`
+			ErrorID     *string `json:"errorId"`
+			Duration    int64   `json:"durationMillis"`
+			Output      struct {
+				PolicyVersion int `json:"policyVersion"`
+			} `json:"output"`
 		}
 		json.Unmarshal(e.Payload, &p)
 		switch e.Kind {
@@ -321,7 +325,7 @@ func Detail(ctx context.Context, svc *service.Service, g *agent.Graph, runID str
 		case agent.KindNodeFinished:
 			d.Steps++
 			d.Nodes = append(d.Nodes, NodeTiming{Node: p.NodeName, Attempt: p.Attempt, StepOrdinal: p.StepOrdinal, Outcome: p.Outcome,
-				ErrorID: p.ErrorID, PolicyVersion: p.PolicyVersion, StartedAt: started[p.NodeName], FinishedAt: e.TS, DurationMillis: p.Duration})
+				ErrorID: p.ErrorID, PolicyVersion: p.Output.PolicyVersion, StartedAt: started[p.NodeName], FinishedAt: e.TS, DurationMillis: p.Duration})
 		}
 	}
 	if d.StartedAt != "" && d.EndedAt != "" {

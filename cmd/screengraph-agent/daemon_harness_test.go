@@ -73,8 +73,14 @@ func (d *daemon) NATSURL() string { return "nats://127.0.0.1:" + strconv.Itoa(d.
 // against srv, and waits until /healthz answers.
 func startDaemon(t testing.TB, srv *simtest.ADBServer, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, srv, nil, extra...)
+}
+
+// startDaemonEnv is startDaemon with extra environment variables.
+func startDaemonEnv(t testing.TB, srv *simtest.ADBServer, env []string, extra ...string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, bin: buildAgent(t), srv: srv, dataDir: t.TempDir(),
-		httpPort: simtest.FreePort(t), natsPort: simtest.FreePort(t), extra: extra}
+		httpPort: simtest.FreePort(t), natsPort: simtest.FreePort(t), extra: extra, env: env}
 	t.Cleanup(func() {
 		d.stop()
 		stopLocalAppium(d.dataDir)

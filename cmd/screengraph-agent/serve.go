@@ -255,7 +255,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 				return h.nc.FlushWithContext(ctx)
 			},
 		}})
-	sub, err := subscribeControl(h.nc, svc, log.Warn().Msgf)
+	sub, err := subscribeControl(h.nc, svc, func(format string, args ...any) { log.Warn().Msgf(format, args...) })
 	if err != nil {
 		return c.fail(agent.Wrap(agent.ErrNetwork, err, "NATS control subscription"))
 	}
