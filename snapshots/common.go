@@ -72,7 +72,6 @@ func token(s string) string {
 	}, s)
 }
 
-
 // Notifier is implemented by stores that signal their commits: the channel
 // receives (without blocking the writer, coalesced) after every CommitStep
 // that wrote events, so the relay drains at once instead of waiting for its

@@ -30,7 +30,9 @@ type Runner interface {
 type RunnerFunc func(ctx context.Context, runID string) (agent.RunStatus, error)
 
 // Run calls f.
-func (f RunnerFunc) Run(ctx context.Context, runID string) (agent.RunStatus, error) { return f(ctx, runID) }
+func (f RunnerFunc) Run(ctx context.Context, runID string) (agent.RunStatus, error) {
+	return f(ctx, runID)
+}
 
 // Preparer validates a run request (the JSON body of POST /v1/runs) and
 // builds the run row to store: RunID as given, Status PENDING, Serial, Graph,

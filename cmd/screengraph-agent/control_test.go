@@ -190,7 +190,9 @@ func TestServeControl(t *testing.T) {
 		id := submit(serials[0], "http")
 		pausedThenResumed(t, id, "http",
 			func() { mustStatus(t, d.call(t, "POST", "/v1/runs/"+id+"/pause", nil, nil), 202) },
-			func() { mustStatus(t, d.call(t, "POST", "/v1/runs/"+id+"/policy", map[string]int{"version": 2}, nil), 202) },
+			func() {
+				mustStatus(t, d.call(t, "POST", "/v1/runs/"+id+"/policy", map[string]int{"version": 2}, nil), 202)
+			},
 			func() { mustStatus(t, d.call(t, "POST", "/v1/runs/"+id+"/resume", nil, nil), 202) })
 		for _, p := range []string{"cancel", "pause", "resume"} {
 			mustStatus(t, d.call(t, "POST", "/v1/runs/"+id+"/"+p, nil, nil), 409)

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/emulator/sim/android"
+	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
+	"github.com/screengraph/screengraph-agent/nodes"
+)
+
+// TestServeCrashResume SIGKILLs the daemon at random points 20 times while
+// runs are in flight, restarting it each time on the same data dir. After
+// the last restart every run ends exactly once (FINISHED), sequences stay
+// gapless with checksums intact, no node that had finished runs again (each
+// install and activity start the simulators recorded happened under a lease
+// of its run and before that run's ProvisionApp / LaunchOrAttach result was
+// committed), no lease is left held, and NATS has every event once, in order.
+// Replay a failure with SCREENGRAPH_CHAOS_SEED=<the seed logged>.
+func TestServeCrashResume(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SCREENGRAPH_CHAOS_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("chaos seed %d (SCREENGRAPH_CHAOS_SEED=%d to replay)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+
+	srv := simtest.StartADBServer(t)
+	devs := map[string]*android.Device{}
+	var serials []string
+	for range 4 {
+		emu, dev := launchDefault(t, srv)
+		serials = append(serials, emu.Serial())
+		devs[emu.Serial()] = dev
+	}
+	d := startDaemon(t, srv, "--lease-ttl", "3s")
+	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
+	sha := signerDigest(t, apk)
+	var ids []string
+	serialOf := map[string]string{}
+	submit := func() {
+		s := serials[rng.IntN(len(serials))]
+		id := d.submit(t, runBody(s, "file://"+apk, sha, "ALWAYS_REINSTALL", "FORCE_RESTART", nil))
+		ids = append(ids, id)
+		serialOf[id] = s
+	}
+	for range 8 {
+		submit()
+	}
+	const kills = 20
+	for k := range kills {
+		if rng.IntN(10) < 6 {
+			submit()
+		}
+		time.Sleep(time.Duration(50+rng.IntN(700)) * time.Millisecond)
+		d.kill()
+		d.start()
+		t.Logf("kill %d done", k+1)
+	}
+	d.waitStatus(t, ids, 5*time.Minute, agent.RunFinished, agent.RunFailed, agent.RunCanceled)
+
+	all := map[string][]agent.Event{}
+	for _, id := range ids {
+		evs := d.events(t, id)
+		if st := d.run(t, id).Status; st != agent.RunFinished {
+			t.Fatalf("run %s ended %s: %v\n%s", id, st, kindsOf(evs), d.log())
+		}
+		checkRunEvents(t, evs, agent.KindRunFinished)
+		all[id] = evs
+	}
+	leases := d.leases(t, true)
+	by := checkLeaseHistory(t, leases)
+	holderLost := 0
+	for _, l := range leases {
+		if l.ReleaseReason == agent.LeaseHolderLost {
+			holderLost++
+		}
+	}
+	if holderLost == 0 {
+		t.Fatalf("no lease was taken back from a killed daemon in %d kills: the kills hit no run in flight", kills)
+	}
+	// What the devices did, against what was committed.
+	committedAt := func(id, node string) time.Time {
+		for _, e := range all[id] {
+			if e.Kind == agent.KindNodeFinished {
+				if p := decodeNode(t, e); p.NodeName == node && p.NodeExecutionOutcomeStatus == "SUCCESS" {
+					ts, _ := time.Parse(agent.TimestampLayout, e.TS)
+					return ts
+				}
+			}
+		}
+		t.Fatalf("run %s: %s never succeeded", id, node)
+		return time.Time{}
+	}
+	actions := 0
+	for serial, dev := range devs {
+		for _, a := range dev.History() {
+			if a.Package != appPkg {
+				continue
+			}
+			actions++
+			var holder *agent.Lease
+			for i, l := range by[serial] {
+				if !a.At.Before(l.AcquiredAt) && !a.At.After(*l.ReleasedAt) {
+					holder = &by[serial][i]
+				}
+			}
+			if holder == nil {
+				t.Fatalf("%s: %s of %s at %v under no lease", serial, a.Kind, a.Package, a.At)
+			}
+			node := nodes.NodeProvisionApp
+			if a.Kind == "start" {
+				node = nodes.NodeLaunchOrAttach
+			}
+			if done := committedAt(holder.RunID, node); a.At.After(done.Add(time.Millisecond)) {
+				t.Fatalf("%s: %s at %v for run %s, whose %s had finished at %v: a finished node ran again", serial, a.Kind, a.At, holder.RunID, node, done)
+			}
+		}
+	}
+	if actions < 2*len(ids) {
+		t.Fatalf("the devices recorded %d installs and starts of %s for %d runs", actions, appPkg, len(ids))
+	}
+	collectNATS(t, d.NATSURL()).check(t, all)
+	t.Logf("%d runs, %d kills, %d leases (%d taken back from killed daemons), %d installs+starts", len(ids), kills, len(leases), holderLost, actions)
+}
