@@ -120,6 +120,29 @@ func TestBootArgsAreRealEmulatorFlags(t *testing.T) {
 			t.Errorf("%s documented as %q, want it to say %q", flag, documented[flag], meaning)
 		}
 	}
+	// And against the emulator's own option table (cmdline-options.h,
+	// fixtures/captures/emulator/cmdline-options.txt): known, and followed by
+	// a value exactly when the table says so.
+	table := map[string]bool{} // name -> takes a value
+	for _, l := range strings.Split(capture(t, "emulator/cmdline-options.txt"), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "-") {
+			table[f[0]] = len(f) > 1
+		}
+	}
+	for _, a := range BootArgs("Pixel_7", 5556, true, false, true) {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		v, ok := table[a]
+		if !ok || v != takesValue[a] {
+			t.Errorf("%s: in cmdline-options.h %v, takes a value %v (we pass one: %v)", a, ok, v, takesValue[a])
+		}
+	}
+	for _, a := range []string{"-no-snapshot-save", "-list-avds"} {
+		if _, ok := table[a]; !ok {
+			t.Errorf("%s not in cmdline-options.h", a)
+		}
+	}
 	if got := BootArgs("ci", 5554, false, false, false); strings.Join(got, " ") != "-avd ci -port 5554 -no-window -no-audio -no-boot-anim -no-snapshot-save" {
 		t.Errorf("CI boot: %q", got)
 	}
