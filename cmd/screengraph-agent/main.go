@@ -29,7 +29,11 @@ type cli struct {
 	Run      runCmd      `cmd:"" help:"Run the setup chain (EnsureDevice, ProvisionApp, LaunchOrAttach, WaitIdle) on one device."`
 	Devices  devicesCmd  `cmd:"" help:"List every device the adb server knows, with state, model, API level and boot readiness."`
 	Emulator emulatorCmd `cmd:"" help:"Emulators: list, start and stop AVDs; run simulated ones."`
-	Runs     runsCmd     `cmd:"" help:"Inspect runs kept in the embedded store."`
+	Runs     runsCmd     `cmd:"" help:"Inspect runs (through the daemon when one answers, else the embedded store); resume one without a daemon."`
+	Cancel   cancelCmd   `cmd:"" help:"Ask the daemon to cancel a run (at its next node boundary)."`
+	Pause    pauseCmd    `cmd:"" help:"Ask the daemon to pause a run at its next node boundary."`
+	Resume   resumeCmd   `cmd:"" help:"Ask the daemon to resume a paused run."`
+	Policy   policyCmd   `cmd:"" help:"Policies of runs on the daemon."`
 	Appium   appiumCmd   `cmd:"" help:"The local Appium server runs start."`
 }
 

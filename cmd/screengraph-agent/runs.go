@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -39,6 +40,7 @@ type runsCmd struct {
 	Show    runsShowCmd    `cmd:"" help:"Show one run: status, latest step, and the error report when it failed."`
 	Events  runsEventsCmd  `cmd:"" help:"A run's events in sequence order."`
 	Inspect runsInspectCmd `cmd:"" help:"Step N of a run: its snapshot and the events committed with it."`
+	Resume  runsResumeCmd  `cmd:"" help:"Resume an unfinished run from its last snapshot, without a daemon."`
 }
 
 type outputFlag struct {
@@ -74,20 +76,35 @@ func redactEvents(evs []agent.Event) []agent.Event {
 	return out
 }
 
+// The runs commands read through the daemon when --server is given (or
+// SCREENGRAPH_SERVER), or when no --data-dir is given and a daemon answers
+// at the default address; otherwise they read the local embedded store.
+
 type runsListCmd struct {
 	storeFlags
+	serverFlags
 	outputFlag
 	Limit  int    `help:"At most this many runs." default:"20"`
 	Serial string `help:"Only runs on this device serial."`
+	Status string `help:"Only runs with these statuses (comma-separated: PENDING,RUNNING,PAUSED,CANCELED_REQUESTED,CANCELED,FINISHED,FAILED)."`
 }
 
 func (c *runsListCmd) Run(ctx context.Context) error {
+	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
+		return c.viaDaemon(ctx, cl)
+	}
 	st, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	runs, err := st.ListRuns(ctx, agent.RunFilter{Limit: c.Limit, Serial: c.Serial})
+	f := agent.RunFilter{Limit: c.Limit, Serial: c.Serial}
+	for _, s := range strings.Split(c.Status, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			f.Status = append(f.Status, agent.RunStatus(strings.ToUpper(s)))
+		}
+	}
+	runs, err := st.ListRuns(ctx, f)
 	if err != nil {
 		return err
 	}
@@ -97,6 +114,11 @@ func (c *runsListCmd) Run(ctx context.Context) error {
 		}
 		return printJSON(map[string]any{"runs": runs})
 	}
+	return writeRuns(runs)
+}
+
+// writeRuns prints runs as a table.
+func writeRuns(runs []agent.Run) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "RUN ID\tSTATUS\tSERIAL\tGRAPH\tCREATED\tTOOK")
 	for _, r := range runs {
@@ -104,18 +126,26 @@ func (c *runsListCmd) Run(ctx context.Context) error {
 		if r.Status.Terminal() {
 			took = r.UpdatedAt.Sub(r.CreatedAt).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Status, r.Serial, r.Graph, r.CreatedAt.UTC().Format(time.RFC3339), took)
+		graph := r.Graph
+		if graph == "" {
+			graph = "-" // the daemon's run list does not name the graph
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Status, r.Serial, graph, r.CreatedAt.UTC().Format(time.RFC3339), took)
 	}
 	return w.Flush()
 }
 
 type runsShowCmd struct {
 	storeFlags
+	serverFlags
 	outputFlag
 	RunID string `arg:"" help:"The run's ULID."`
 }
 
 func (c *runsShowCmd) Run(ctx context.Context) error {
+	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
+		return c.viaDaemon(ctx, cl)
+	}
 	st, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -135,6 +165,12 @@ func (c *runsShowCmd) Run(ctx context.Context) error {
 	if c.Output == "json" {
 		return printJSON(map[string]any{"run": r, "state": state, "lastSequence": last})
 	}
+	writeShow(r, state, last)
+	return nil
+}
+
+// writeShow prints a run, its completed nodes and its last sequence.
+func writeShow(r agent.Run, state *agent.RunState, last int64) {
 	fmt.Printf("run %s\nstatus %s\nserial %s\ngraph %s\ntenant %s\npolicy v%d\ncreated %s\nupdated %s\nevents %d\n",
 		r.RunID, r.Status, r.Serial, r.Graph, r.TenantID, r.PolicyVersion,
 		r.CreatedAt.UTC().Format(time.RFC3339Nano), r.UpdatedAt.UTC().Format(time.RFC3339Nano), last)
@@ -143,22 +179,29 @@ func (c *runsShowCmd) Run(ctx context.Context) error {
 			fmt.Printf("completed %s (step %d)\n", n.Node, n.StepOrdinal)
 		}
 	}
-	return nil
 }
 
 type runsEventsCmd struct {
 	storeFlags
+	serverFlags
 	outputFlag
-	RunID string `arg:"" help:"The run's ULID."`
-	After int64  `help:"Only events with a sequence above this." default:"0"`
+	RunID  string `arg:"" help:"The run's ULID."`
+	After  int64  `help:"Only events with a sequence above this." default:"0"`
+	Follow bool   `help:"Print each event as it is committed until the run ends (json: one event a line)." short:"f"`
 }
 
 func (c *runsEventsCmd) Run(ctx context.Context) error {
+	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
+		return c.viaDaemon(ctx, cl)
+	}
 	st, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if c.Follow {
+		return followLocal(ctx, st, c.RunID, c.After, eventPrinter(c.Output))
+	}
 	evs, err := snapshots.RunEvents(ctx, st, c.RunID, c.After)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", c.RunID, err)
@@ -174,12 +217,16 @@ func (c *runsEventsCmd) Run(ctx context.Context) error {
 
 type runsInspectCmd struct {
 	storeFlags
+	serverFlags
 	outputFlag
 	RunID string `arg:"" help:"The run's ULID."`
 	Step  int    `help:"Step ordinal (0-based); -1 means the latest." default:"-1"`
 }
 
 func (c *runsInspectCmd) Run(ctx context.Context) error {
+	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
+		return c.viaDaemon(ctx, cl)
+	}
 	st, err := c.open(ctx)
 	if err != nil {
 		return err

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/agent/service"
+)
+
+// runsResumeCmd is `runs resume RUN_ID`: it drives an unfinished run
+// (RUNNING, PAUSED, PENDING, CANCELED_REQUESTED) to its end from its last
+// snapshot in this process, without a daemon. Nodes that finished are not run
+// again. A daemon serving the data dir resumes runs itself, so this refuses
+// to run beside one (the data dir's daemon.lock).
+type runsResumeCmd struct {
+	storeFlags
+	ADBServer string `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
+	Appium    string `help:"Appium server URL; default: start a local one for this run."`
+	Output    string `help:"Output format: text (progress on stderr) or json." default:"text" enum:"text,json"`
+	RunID     string `arg:"" help:"The run's ULID."`
+}
+
+func (c *runsResumeCmd) fail(err error) error {
+	if c.Output == "json" {
+		printJSON(httpapi.ErrorBody(err, ""))
+	}
+	return exitError{code: 2, err: err}
+}
+
+func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
+	start := time.Now()
+	dir, err := c.dir()
+	if err != nil {
+		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "data dir"))
+	}
+	lock, err := lockDataDir(dir)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return c.fail(agent.Errorf(agent.ErrInvalidRequest,
+			"a daemon serves data dir %s; it resumes runs itself (control run %s with `screengraph-agent resume|cancel`)", dir, c.RunID))
+	}
+	if err != nil {
+		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "data dir"))
+	}
+	defer lock.Close()
+
+	// Check the run before starting anything (Appium, NATS).
+	st, err := c.open(ctx)
+	if err != nil {
+		return c.fail(agent.Wrap(agent.ErrProcess, err, "embedded store"))
+	}
+	run, err := st.GetRun(ctx, c.RunID)
+	st.Close()
+	if err != nil {
+		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "run %s", c.RunID))
+	}
+	if run.Status.Terminal() {
+		return c.fail(agent.Errorf(agent.ErrInvalidRequest, "run %s already ended (%s): nothing to resume", c.RunID, run.Status))
+	}
+
+	log := g.logger()
+	progress := func(node, line string) {
+		if c.Output == "text" {
+			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
+		}
+	}
+	h, err := openHost(ctx, hostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, Log: log, Progress: progress})
+	if err != nil {
+		return c.fail(err)
+	}
+	defer h.Close(context.Background())
+	// Resuming is the user's request: a PAUSED run goes on.
+	if run.Status == agent.RunPaused {
+		if err := h.store.RequestControl(ctx, agent.Control{RunID: run.RunID, Kind: agent.KindResumeRequested, RequestedAt: time.Now()}); err != nil {
+			return c.fail(agent.Wrap(agent.ErrProcess, err, "recording the resume of run %s", run.RunID))
+		}
+	}
+	_, release, err := service.Hold(ctx, h.store, run.Serial, fmt.Sprintf("resume:%d", os.Getpid()), run.RunID, 30*time.Second,
+		func(err error) {
+			if c.Output == "text" {
+				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
+			}
+		})
+	if err != nil {
+		return c.fail(agent.Wrap(agent.ErrInterrupted, err, "waiting for device %s", run.Serial))
+	}
+	if c.Output == "text" {
+		fmt.Fprintf(os.Stderr, "resuming run %s (%s) on %s\n", run.RunID, run.Status, run.Serial)
+	}
+	runStart := time.Now()
+	status, err := h.engine.Run(ctx, run.RunID, h.graph)
+	took := time.Since(runStart)
+	release(status)
+	if err != nil {
+		return c.fail(fmt.Errorf("run %s: %w (the run stays resumable)", run.RunID, err))
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := h.waitPublished(dctx, run.RunID); err != nil {
+		log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
+	}
+	cancel()
+	rc := runCmd{Output: c.Output}
+	return rc.report(ctx, h, run.RunID, status, took, time.Since(start))
+}
