@@ -38,6 +38,9 @@ func TestServeCrashResume(t *testing.T) {
 		serials = append(serials, emu.Serial())
 		devs[emu.Serial()] = dev
 	}
+	// The profiles preinstall the demo app at boot: only what happens from
+	// here on is the daemon's doing.
+	t0 := time.Now()
 	d := startDaemon(t, srv, "--lease-ttl", "3s")
 	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
 	sha := signerDigest(t, apk)
@@ -100,7 +103,7 @@ func TestServeCrashResume(t *testing.T) {
 	actions := 0
 	for serial, dev := range devs {
 		for _, a := range dev.History() {
-			if a.Package != appPkg {
+			if a.Package != appPkg || a.At.Before(t0) {
 				continue
 			}
 			actions++
