@@ -1,44 +1,93 @@
 #!/usr/bin/env bash
-# The main job: run the ScreenGraph setup chain (EnsureDevice -> ProvisionApp ->
-# LaunchOrAttach -> WaitIdle) twice on the embedded default store, installing
-# the signed demo APK. It uses the first device attached to this host's adb
-# server; when none is attached it starts a simulated emulator first. The
-# second run shows the warm path: session reused, install skipped (SAME, MATCHED).
+# The main job: the daemon. Starts `screengraph-agent serve` on this host's adb
+# server (with two simulated emulators when fewer than two devices are
+# attached), submits setup runs over HTTP on two devices (a cold round, then a
+# warm one), follows their events live and prints how long each took.
+# Overrides: ANDROID_ADB_SERVER_PORT, SCREENGRAPH_LISTEN (127.0.0.1:7420),
+# SCREENGRAPH_NATS_LISTEN (127.0.0.1:4222), SCREENGRAPH_DATA_DIR.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
 bin="$root/bin/screengraph-agent"
 port="${ANDROID_ADB_SERVER_PORT:-5037}"
 adbs="127.0.0.1:$port"
+listen="${SCREENGRAPH_LISTEN:-127.0.0.1:7420}"
+nats_listen="${SCREENGRAPH_NATS_LISTEN:-127.0.0.1:4222}"
+data="${SCREENGRAPH_DATA_DIR:-$root/.cache/demo-data}"
+api="http://$listen"
 apk="$root/fixtures/apks/demo-v2.apk"
 
 adb -P "$port" start-server >/dev/null
-sim=""
+sim="" serve="" followers=()
 cleanup() {
-  "$bin" appium stop >/dev/null 2>&1 || true
+  for f in "${followers[@]}"; do kill "$f" 2>/dev/null || true; done
+  [ -n "$serve" ] && kill -TERM "$serve" 2>/dev/null && wait "$serve" 2>/dev/null || true
+  "$bin" appium stop --data-dir "$data" >/dev/null 2>&1 || true
   [ -n "$sim" ] && kill "$sim" 2>/dev/null && wait "$sim" 2>/dev/null || true
 }
 trap cleanup EXIT
 
-serial=$(adb -P "$port" devices | awk 'NR>1 && $2=="device" {print $1; exit}')
-if [ -z "$serial" ]; then
-  echo "demo: no device attached to the adb server on port $port: starting a simulated emulator"
-  "$bin" emulator sim --port 5554 --adb-server "$adbs" &
+ready_devices() { adb -P "$port" devices | awk 'NR>1 && $2=="device" {print $1}'; }
+if [ "$(ready_devices | wc -l)" -lt 2 ]; then
+  echo "demo: fewer than two devices on the adb server at $adbs: starting two simulated emulators"
+  "$bin" emulator sim --count 2 --port 5554 --adb-server "$adbs" >"$data.sim.log" 2>&1 &
   sim=$!
-  for _ in $(seq 50); do
-    serial=$(adb -P "$port" devices | awk 'NR>1 && $2=="device" {print $1; exit}')
-    [ -n "$serial" ] && break
-    sleep 0.2
-  done
-  [ -n "$serial" ] || { echo "demo: the simulated emulator did not come up" >&2; exit 1; }
+  for _ in $(seq 50); do [ "$(ready_devices | wc -l)" -ge 2 ] && break; sleep 0.2; done
 fi
+mapfile -t serials < <(ready_devices | head -2)
+[ "${#serials[@]}" -eq 2 ] || { echo "demo: need two devices" >&2; exit 1; }
+
+mkdir -p "$data"
+echo "demo: screengraph-agent serve --data-dir $data --listen $listen --nats-listen $nats_listen --adb-server $adbs"
+"$bin" serve --data-dir "$data" --listen "$listen" --nats-listen "$nats_listen" --adb-server "$adbs" >"$data/serve.log" 2>&1 &
+serve=$!
+for _ in $(seq 300); do
+  curl -fsS "$api/readyz" >/dev/null 2>&1 && break
+  kill -0 "$serve" 2>/dev/null || { cat "$data/serve.log" >&2; exit 1; }
+  sleep 0.1
+done
+curl -fsS "$api/readyz"; echo
 "$bin" devices --adb-server "$adbs"
 
 # The expected signer: the demo APK's certificate SHA-256, as apksigner prints it.
 sha=$(apksigner verify --print-certs "$apk" | awk '/certificate SHA-256 digest/ {print $NF; exit}')
-for i in 1 2; do
+request() {
+  cat <<JSON
+{"ensureDevice": {"deviceConfiguration": {"platformName": "android", "deviceName": "$1"}},
+ "provisionApp": {"applicationUnderTestDescriptor": {"androidPackageId": "com.example.app",
+   "apkStorageObjectReference": "file://$apk", "expectedBuildSignatureSha256": "$sha"}},
+ "launchOrAttach": {"applicationUnderTestDescriptor": {"androidPackageId": "com.example.app"}},
+ "waitIdle": {"idleHeuristicsConfiguration": {}}}
+JSON
+}
+for round in cold warm; do
   echo
-  echo "demo: run $i: screengraph-agent run --serial $serial --package com.example.app --apk $apk --sha256 $sha"
-  "$bin" run --adb-server "$adbs" --serial "$serial" --package com.example.app --apk "$apk" --sha256 "$sha"
+  echo "demo: $round round: POST $api/v1/runs on ${serials[*]}"
+  ids=()
+  for s in "${serials[@]}"; do
+    id=$(request "$s" | curl -fsS -X POST "$api/v1/runs" -H 'Content-Type: application/json' --data-binary @- |
+      sed -n 's/.*"runId":"\([^"]*\)".*/\1/p')
+    echo "  $s -> run $id"
+    ids+=("$id")
+  done
+  # Follow each run's events live (Server-Sent Events through the CLI).
+  followers=()
+  for id in "${ids[@]}"; do
+    "$bin" runs events "$id" --follow --server "$api" | sed "s/^/  [${id: -6}] /" &
+    followers+=($!)
+  done
+  for f in "${followers[@]}"; do wait "$f" || true; done
+  followers=()
+  for id in "${ids[@]}"; do
+    curl -fsS "$api/v1/runs/$id" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+nodes = ", ".join("%s %d ms" % (n["node"], n["durationMillis"]) for n in r["nodes"])
+print("  run %s on %s: %s in %d ms (%s)" % (r["runId"], r["serial"], r["status"], r.get("tookMillis", 0), nodes))'
+  done
 done
 echo
-"$bin" runs list --limit 2
+echo "demo: the same from the CLI: screengraph-agent runs list --server $api"
+"$bin" runs list --server "$api" --limit 4
+echo "demo: events went to NATS at nats://$nats_listen, stream AGENT_EVENTS, subjects agent.events.<tenant>.<run>"
+curl -fsS "$api/metrics" | grep -E '^screengraph_(runs|leases_held|devices)' || true

@@ -216,13 +216,14 @@ type RunSummary struct {
 	ProjectID     string          `json:"projectId,omitempty"`
 	Status        agent.RunStatus `json:"status"`
 	Serial        string          `json:"serial"`
+	Graph         string          `json:"graph"`
 	PolicyVersion int             `json:"policyVersion"`
 	CreatedAt     time.Time       `json:"createdAt"`
 	UpdatedAt     time.Time       `json:"updatedAt"`
 }
 
 func summary(r agent.Run) RunSummary {
-	return RunSummary{r.RunID, r.TenantID, r.ProjectID, r.Status, r.Serial, r.PolicyVersion, r.CreatedAt, r.UpdatedAt}
+	return RunSummary{r.RunID, r.TenantID, r.ProjectID, r.Status, r.Serial, r.Graph, r.PolicyVersion, r.CreatedAt, r.UpdatedAt}
 }
 
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
