@@ -21,6 +21,7 @@ import (
 // install and activity start the simulators recorded happened under a lease
 // of its run and before that run's ProvisionApp / LaunchOrAttach result was
 // committed), no lease is left held, and NATS has every event once, in order.
+// Two graceful stops (SIGTERM) in between leave runs resumable too.
 // Replay a failure with SCREENGRAPH_CHAOS_SEED=<the seed logged>.
 func TestServeCrashResume(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
@@ -64,6 +65,15 @@ func TestServeCrashResume(t *testing.T) {
 		d.kill()
 		d.start()
 		t.Logf("kill %d done", k+1)
+		if k%7 == 6 {
+			// A graceful stop in between: SIGTERM discards the node in flight,
+			// releases the leases (shutdown) and exits 0; the restart resumes.
+			time.Sleep(time.Duration(50+rng.IntN(500)) * time.Millisecond)
+			if err := d.stop(); err != nil {
+				t.Fatalf("SIGTERM: %v\n%s", err, d.log())
+			}
+			d.start()
+		}
 	}
 	d.waitStatus(t, ids, 5*time.Minute, agent.RunFinished, agent.RunFailed, agent.RunCanceled)
 
@@ -78,10 +88,13 @@ func TestServeCrashResume(t *testing.T) {
 	}
 	leases := d.leases(t, true)
 	by := checkLeaseHistory(t, leases)
-	holderLost := 0
+	holderLost, shutdown := 0, 0
 	for _, l := range leases {
-		if l.ReleaseReason == agent.LeaseHolderLost {
+		switch l.ReleaseReason {
+		case agent.LeaseHolderLost:
 			holderLost++
+		case agent.LeaseShutdown:
+			shutdown++
 		}
 	}
 	if holderLost == 0 {
@@ -129,5 +142,5 @@ func TestServeCrashResume(t *testing.T) {
 		t.Fatalf("the devices recorded %d installs and starts of %s for %d runs", actions, appPkg, len(ids))
 	}
 	collectNATS(t, d.NATSURL()).check(t, all)
-	t.Logf("%d runs, %d kills, %d leases (%d taken back from killed daemons), %d installs+starts", len(ids), kills, len(leases), holderLost, actions)
+	t.Logf("%d runs, %d kills, %d leases (%d taken back from killed daemons, %d released at SIGTERM), %d installs+starts", len(ids), kills, len(leases), holderLost, shutdown, actions)
 }
