@@ -368,3 +368,88 @@ func TestRelayCleanStopMarksAcked(t *testing.T) {
 		t.Errorf("after a stop at the 10th ack: %d unpublished, %d marked; want 50 and 10", len(left), relay.Stats().Published)
 	}
 }
+
+// gatePublisher blocks every Publish until release is closed, telling
+// entered once the first call is in flight (so Run is surely active).
+type gatePublisher struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	calls   int
+}
+
+func (g *gatePublisher) Publish(ctx context.Context, subject, msgID string, body []byte) error {
+	g.once.Do(func() { close(g.entered) })
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	g.mu.Lock()
+	g.calls++
+	g.mu.Unlock()
+	return nil
+}
+
+// Defect 7 of issue 7: Drain beside an active Run would publish one run's
+// rows from two goroutines, out of order. Drain and a second Run are refused
+// while Run is active (ErrRelayRunning, nothing published by them); once Run
+// returned, Drain works.
+func TestRelayDrainRefusedWhileRunActive(t *testing.T) {
+	s := newEmbedded(t)
+	runs := commitRuns(t, s, 1, 3)
+	pub := &gatePublisher{entered: make(chan struct{}), release: make(chan struct{})}
+	relay := &snapshots.Relay{Store: s, Publisher: pub, PollInterval: time.Hour}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	select {
+	case <-pub.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run never published")
+	}
+	dctx, dcancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer dcancel()
+	if n, err := relay.Drain(dctx); !errors.Is(err, snapshots.ErrRelayRunning) || n != 0 {
+		t.Errorf("Drain during Run = %d, %v; want 0, ErrRelayRunning", n, err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- relay.Run(ctx) }()
+	select {
+	case err := <-second:
+		if !errors.Is(err, snapshots.ErrRelayRunning) {
+			t.Errorf("second concurrent Run = %v, want ErrRelayRunning", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("second concurrent Run did not return: it runs beside the first")
+	}
+	close(pub.release)
+	waitDrained(t, s, 10*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if pub.calls != 3 {
+		t.Errorf("%d publishes for 3 rows: the refused Drain/Run published too", pub.calls)
+	}
+	// After Run returned: Drain publishes what was committed since.
+	more := commitRuns(t, s, 1, 6)
+	n, err := relay.Drain(dctx)
+	if err != nil || n != 6 {
+		t.Errorf("Drain after Run = %d, %v; want 6, nil", n, err)
+	}
+	waitDrained(t, s, time.Second)
+	// And Run may start again after it returned.
+	ctx2, cancel2 := context.WithCancel(t.Context())
+	go func() { done <- relay.Run(ctx2) }()
+	commitRuns(t, s, 1, 3)
+	waitDrained(t, s, 10*time.Second)
+	cancel2()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after Run: %v", err)
+	}
+	if st := relay.Stats(); st.Published != 12 {
+		t.Errorf("stats %+v, want 12 published (%d runs)", st, len(runs)+len(more)+1)
+	}
+}
