@@ -500,13 +500,25 @@ func (s *Service) Events(ctx context.Context, runID string, after int64) ([]agen
 // order, as they are committed, until the run is terminal and all its events
 // were passed, fn fails, or ctx ends.
 func (s *Service) Follow(ctx context.Context, runID string, after int64, fn func(agent.Event) error) error {
+	return FollowStore(ctx, s.store, runID, after, s.store.changed, time.Second, fn)
+}
+
+// FollowStore is Follow over any store: it reads the run's new events each
+// time changed's channel closes (nil: never) or every poll (commits made by
+// another process), until the run is terminal and all its events were
+// passed to fn, fn fails, or ctx ends. Errors wrap agent.ErrNotFound for an
+// unknown run.
+func FollowStore(ctx context.Context, st agent.Store, runID string, after int64, changed func() <-chan struct{}, poll time.Duration, fn func(agent.Event) error) error {
 	for {
-		changed := s.store.changed()
-		r, err := s.store.GetRun(ctx, runID)
-		if err != nil {
-			return err
+		var wake <-chan struct{}
+		if changed != nil {
+			wake = changed()
 		}
-		evs, err := s.store.Events(ctx, runID, after)
+		r, err := st.GetRun(ctx, runID)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", runID, err)
+		}
+		evs, err := st.Events(ctx, runID, after)
 		if err != nil {
 			return err
 		}
@@ -523,8 +535,8 @@ func (s *Service) Follow(ctx context.Context, runID string, after int64, fn func
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-changed:
-		case <-time.After(time.Second): // commits by another process
+		case <-wake:
+		case <-time.After(poll):
 		}
 	}
 }

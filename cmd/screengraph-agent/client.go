@@ -22,6 +22,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/snapshots"
 )
 
@@ -239,30 +240,7 @@ func (c *client) follow(ctx context.Context, runID string, after int64, fn func(
 // followLocal polls the local store for the run's events until it ends
 // (`runs events --follow` without a daemon).
 func followLocal(ctx context.Context, st agent.Store, runID string, after int64, fn func(agent.Event) error) error {
-	for {
-		r, err := st.GetRun(ctx, runID)
-		if err != nil {
-			return fmt.Errorf("run %s: %w", runID, err)
-		}
-		evs, err := st.Events(ctx, runID, after)
-		if err != nil {
-			return err
-		}
-		for _, e := range evs {
-			if err := fn(e); err != nil {
-				return err
-			}
-			after = e.Sequence
-		}
-		if r.Status.Terminal() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return service.FollowStore(ctx, st, runID, after, nil, 200*time.Millisecond, fn)
 }
 
 // eventPrinter prints followed events as they arrive: a table row each
