@@ -382,6 +382,8 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 			reason = agent.LeaseHolderLost
 		case status == agent.RunCanceled:
 			reason = agent.LeaseCanceled
+		case status == agent.RunFailed && s.failedOnAbsentDevice(a.run.RunID):
+			reason = agent.LeaseDeviceAbsent
 		}
 		// The run's context is done; the release must still happen.
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -399,6 +401,22 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	}
 	s.mu.Unlock()
 	s.Wake()
+}
+
+// failedOnAbsentDevice reports whether the run's final failure says its
+// device left the adb server (device_not_found or device_offline).
+func (s *Service) failedOnAbsentDevice(runID string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	snap, err := s.store.LatestSnapshot(ctx, runID)
+	if err != nil {
+		return false
+	}
+	st, err := agent.DecodeRunState(snap)
+	if err != nil || st.Failure == nil {
+		return false
+	}
+	return st.Failure.ErrorID == agent.ErrDeviceNotFound || st.Failure.ErrorID == agent.ErrDeviceOffline
 }
 
 // Submit validates the request and stores the run PENDING (nothing is

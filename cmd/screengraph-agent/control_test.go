@@ -310,3 +310,43 @@ func mustCLI(t *testing.T, d *daemon, wantCode int, args ...string) string {
 	}
 	return out
 }
+
+// TestServeDeviceGoneMidRun: the emulator disappears while ProvisionApp is in
+// flight; the run's policy decides (device_offline is retried, then the run
+// fails), no goroutine hangs on the device, and the lease is released
+// device_absent.
+func TestServeDeviceGoneMidRun(t *testing.T) {
+	srv := simtest.StartADBServer(t)
+	emu, _ := launchDefault(t, srv)
+	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
+	g := newGatedAPKs(t, apk)
+	d := startDaemonEnv(t, srv, []string{"SSL_CERT_FILE=" + g.CertFile(t)})
+	id := d.submit(t, runBody(emu.Serial(), g.URL("gone"), signerDigest(t, apk), "ALWAYS_REINSTALL", "", nil))
+	g.waitFetch(t, "gone")
+	emu.Close()
+	srv.WaitState(t, emu.Serial(), "", 20*time.Second)
+	g.Release("gone")
+	d.waitStatus(t, []string{id}, 3*time.Minute, agent.RunFailed, agent.RunFinished, agent.RunCanceled)
+	var v struct {
+		Status agent.RunStatus `json:"status"`
+		Error  struct {
+			Errors []map[string]any `json:"errors"`
+		} `json:"error"`
+	}
+	d.call(t, "GET", "/v1/runs/"+id, nil, &v)
+	if v.Status != agent.RunFailed || len(v.Error.Errors) != 1 {
+		t.Fatalf("run on a vanished device: %+v", v)
+	}
+	if id := v.Error.Errors[0]["error_id"]; id != string(agent.ErrDeviceNotFound) && id != string(agent.ErrDeviceOffline) {
+		t.Fatalf("error %v, want device_not_found or device_offline", v.Error.Errors[0])
+	}
+	checkRunEvents(t, d.events(t, id), agent.KindRunFailed)
+	ls := d.leases(t, true)
+	checkLeaseHistory(t, ls)
+	if ls[len(ls)-1].ReleaseReason != agent.LeaseDeviceAbsent {
+		t.Fatalf("lease released %q, want device_absent", ls[len(ls)-1].ReleaseReason)
+	}
+	if st := d.call(t, "GET", "/healthz", nil, nil); st != 200 {
+		t.Fatal("daemon unhealthy after the device left")
+	}
+}
