@@ -478,7 +478,10 @@ func IsW3CError(err error, code string) bool {
 func instrumentationGone(msg string) bool {
 	m := strings.ToLower(msg)
 	return strings.Contains(m, "instrumentation process is not running") ||
-		strings.Contains(m, "cannot be proxied to uiautomator2 server")
+		strings.Contains(m, "cannot be proxied to uiautomator2 server") ||
+		// base-driver's proxy failure: the on-device server closed or refused
+		// the forwarded connection (it died, or another session replaced it).
+		strings.Contains(m, "could not proxy command to the remote server")
 }
 
 func classifyW3C(status int, we w3cError, what string, create bool) *agent.Error {

@@ -177,6 +177,19 @@ func TestInvalidSessionID(t *testing.T) {
 	}
 }
 
+// A proxy failure (the on-device UiAutomator2 server hung up: it died or a
+// newer session replaced it) means the session can never serve again: gone,
+// so EnsureDevice replaces it and WaitIdle falls back to frames and focus.
+func TestProxyHangUpIsSessionGone(t *testing.T) {
+	_, c := newFake(t, map[string]func(http.ResponseWriter, *http.Request){
+		"GET /session/s1/source": reply(500, capture(t, "proxy_socket_hang_up_500.json")),
+	})
+	_, err := c.PageSource(context.Background(), "s1")
+	if e := agentErr(t, err); !IsSessionGone(err) || e.Retryable {
+		t.Fatalf("PageSource after the server hung up: %+v", e)
+	}
+}
+
 // fakeClock advances by step on every reading.
 type fakeClock struct {
 	mu   sync.Mutex
