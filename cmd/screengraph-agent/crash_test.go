@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -81,7 +82,11 @@ func TestServeCrashResume(t *testing.T) {
 	for _, id := range ids {
 		evs := d.events(t, id)
 		if st := d.run(t, id).Status; st != agent.RunFinished {
-			t.Fatalf("run %s ended %s: %v\n%s", id, st, kindsOf(evs), d.log())
+			var detail map[string]any
+			d.call(t, "GET", "/v1/runs/"+id, nil, &detail)
+			b, _ := json.MarshalIndent(detail["error"], "", " ")
+			failed, _ := json.Marshal(finishedOf(t, evs, nodes.NodeEnsureDevice))
+			t.Fatalf("run %s ended %s: %v\nerror: %s\nEnsureDevice attempts: %s\n%s", id, st, kindsOf(evs), b, failed, d.log())
 		}
 		checkRunEvents(t, evs, agent.KindRunFinished)
 		all[id] = evs
