@@ -407,8 +407,18 @@ func TestShutdownThenStartTakesBackAndResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The dead daemon also held a device for a run nobody resumes (same-run
+	// takeover cannot free it): only Start's take-back does.
+	deadB, err := f.store.AcquireLease(ctx, "dev-b", "serve:host:2:dead", ulid.Make().String(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	svc2 := f.newService("serve:host:3:b", nil)
 	start(t, svc2)
+	hb := f.history("dev-b")
+	if len(hb) != 1 || hb[0].FencingToken != deadB.FencingToken || hb[0].ReleasedAt == nil || hb[0].ReleaseReason != agent.LeaseHolderLost {
+		t.Errorf("dead daemon's lease of dev-b after Start: %+v, want released holder_lost", hb)
+	}
 	f.node.waitStarted(t, r)
 	var deadNow, otherNow *agent.Lease
 	for _, l := range f.history("") {
