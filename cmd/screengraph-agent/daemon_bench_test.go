@@ -1,0 +1,440 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
+	"github.com/screengraph/screengraph-agent/snapshots"
+)
+
+// daemonBenchDevices is the issue's fleet size for BenchmarkDaemon32: 32
+// simulated emulators (in the test process) behind one adb server, one
+// daemon, one local Appium server holding one uiautomator2 session per device.
+const daemonBenchDevices = 32
+
+// daemonBenchSingleRuns is how many sequential chains on one device make the
+// single-chain baseline of one round.
+const daemonBenchSingleRuns = 8
+
+// arrival is one event as an outside NATS client received it.
+type arrival struct {
+	runID string
+	seq   int64
+	kind  string
+	ts    time.Time // the event's ts (set at commit, ms resolution)
+	at    time.Time // when the client received it
+	node  string
+	durMs int64
+}
+
+// natsClock is an outside NATS client (its own connection to the daemon's
+// --nats-listen port) consuming AGENT_EVENTS (agent.events.>) with an ordered
+// consumer and stamping each message with its arrival time.
+type natsClock struct {
+	mu    sync.Mutex
+	byRun map[string][]arrival
+}
+
+func watchNATS(b testing.TB, url string) *natsClock {
+	b.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"agent.events.>"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &natsClock{byRun: map[string][]arrival{}}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		at := time.Now()
+		var e agent.Event
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			return
+		}
+		ts, _ := time.Parse(agent.TimestampLayout, e.TS)
+		a := arrival{runID: e.RunID, seq: e.Sequence, kind: e.Kind, ts: ts, at: at}
+		if e.Kind == agent.KindNodeFinished {
+			var p nodePayload
+			if json.Unmarshal(e.Payload, &p) == nil {
+				a.node, a.durMs = p.NodeName, p.DurationMillis
+			}
+		}
+		c.mu.Lock()
+		c.byRun[e.RunID] = append(c.byRun[e.RunID], a)
+		c.mu.Unlock()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cc.Stop(); nc.Close() })
+	return c
+}
+
+func isTerminal(kind string) bool {
+	return kind == agent.KindRunFinished || kind == agent.KindRunFailed || kind == agent.KindRunCanceled
+}
+
+// wait blocks until every run's terminal event has arrived on NATS.
+func (c *natsClock) wait(b testing.TB, d *daemon, ids []string, timeout time.Duration) {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		left := 0
+		c.mu.Lock()
+		for _, id := range ids {
+			evs := c.byRun[id]
+			if len(evs) == 0 || !isTerminal(evs[len(evs)-1].kind) {
+				left++
+			}
+		}
+		c.mu.Unlock()
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d runs without a terminal event on NATS after %v\n%s", left, len(ids), timeout, d.log())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c *natsClock) events(id string) []arrival {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]arrival(nil), c.byRun[id]...)
+}
+
+// postRun submits body and returns the run id and when the POST returned
+// (safe off the test goroutine).
+func postRun(d *daemon, body map[string]any) (string, time.Time, error) {
+	raw, _ := json.Marshal(body)
+	resp, err := http.Post(d.URL()+"/v1/runs", "application/json", bytes.NewReader(raw))
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		RunID string `json:"runId"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&v)
+	done := time.Now()
+	if resp.StatusCode != http.StatusAccepted || err != nil || v.RunID == "" {
+		return "", done, fmt.Errorf("POST /v1/runs: %d %v %+v", resp.StatusCode, err, v)
+	}
+	return v.RunID, done, nil
+}
+
+// failure is a FAILED run's error (errorId, code, message) from its detail.
+func failure(b testing.TB, d *daemon, id string) string {
+	var v struct {
+		Error json.RawMessage `json:"error"`
+	}
+	d.call(b, "GET", "/v1/runs/"+id, nil, &v)
+	s := string(v.Error)
+	if len(s) > 600 {
+		s = s[:600]
+	}
+	return s
+}
+
+// benchSample gathers one phase's figures.
+type benchSample struct {
+	took        []float64 // run durations (run.started -> terminal ts), ms
+	submitFirst []float64 // POST returned -> first event on NATS, ms
+	commitNATS  []float64 // event arrival on NATS - event ts, ms
+	nodeMs      map[string][]float64
+	statuses    map[string]int
+}
+
+func newSample() *benchSample {
+	return &benchSample{nodeMs: map[string][]float64{}, statuses: map[string]int{}}
+}
+
+func (s *benchSample) add(b testing.TB, c *natsClock, id string, submitted time.Time) {
+	evs := c.events(id)
+	if len(evs) == 0 {
+		b.Fatalf("run %s: no events on NATS", id)
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].seq < evs[j].seq })
+	last := evs[len(evs)-1]
+	s.statuses[last.kind]++
+	s.took = append(s.took, float64(last.ts.Sub(evs[0].ts).Milliseconds()))
+	s.submitFirst = append(s.submitFirst, msf(evs[0].at.Sub(submitted)))
+	for _, a := range evs {
+		s.commitNATS = append(s.commitNATS, msf(a.at.Sub(a.ts)))
+		if a.node != "" {
+			s.nodeMs[a.node] = append(s.nodeMs[a.node], float64(a.durMs))
+		}
+	}
+}
+
+func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// pct is the nearest-rank percentile p (0-100) of xs.
+func pct(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	return s[i]
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	t := 0.0
+	for _, x := range xs {
+		t += x
+	}
+	return t / float64(len(xs))
+}
+
+// procStatus reads a field (kB) of /proc/<pid>/status.
+func procStatus(pid int, field string) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			return n
+		}
+	}
+	return -1
+}
+
+// procCPU is utime+stime of pid (and its waited-for children) in seconds.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return math.NaN()
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// Fields after the command: state is f[0]; utime f[11], stime f[12].
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100 // USER_HZ
+}
+
+// appiumPid is the pid of the data dir's local Appium server (0 if none).
+func appiumPid(dataDir string) int {
+	b, err := os.ReadFile(localAppiumFile(dataDir))
+	if err != nil {
+		return 0
+	}
+	var st localAppiumState
+	json.Unmarshal(b, &st)
+	return st.PID
+}
+
+// BenchmarkDaemon32: the issue's daemon benchmark, side by side in one run.
+// One adb server, daemonBenchDevices simulated emulators, one `serve` (the
+// real binary, at its default log level), an outside NATS client on its
+// --nats-listen port. Warm-up: one cold chain per device, all at once
+// (install + first session; not in the figures). Then each of b.N rounds
+// (use -benchtime 1x): (a) daemonBenchSingleRuns sequential chains on one
+// device, (b) one chain per device submitted at once. Every run is the setup
+// chain with the demo APK, INSTALL_IF_MISSING + LAUNCH_OR_ATTACH, policy
+// defaults. Reported: run duration (agent.run.started ts -> terminal ts) p50
+// and p99 of both and p99(32)/p99(single) (target <= 2); submit-to-first-event
+// (POST returned -> first event of the run on NATS) and commit-to-NATS (arrival
+// on NATS - event ts) p50/p99 (target p99 <= 50 ms at 32 devices); the
+// daemon's peak RSS, VmHWM (target <= 150 MB). The local Appium server (a
+// Node.js process of its own) is not the daemon; its peak RSS and the CPU
+// seconds of each process in the concurrent phase are logged beside.
+func BenchmarkDaemon32(b *testing.B) {
+	n := daemonBenchDevices
+	srv := simtest.StartADBServer(b)
+	t0 := time.Now()
+	var serials []string
+	for range n {
+		emu, _ := launchDefault(b, srv)
+		serials = append(serials, emu.Serial())
+	}
+	b.Logf("%d simulated emulators up in %v", n, time.Since(t0).Round(time.Millisecond))
+	// The harness starts serve with --log-level debug; the benchmark measures
+	// the default level (kong takes the later value).
+	d := startDaemon(b, srv, "--log-level", "info")
+	pid := d.cmd.Process.Pid
+	clock := watchNATS(b, d.NATSURL())
+	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
+	sha := signerDigest(b, apk)
+	body := func(serial string) map[string]any {
+		return runBody(serial, "file://"+apk, sha, "INSTALL_IF_MISSING", "LAUNCH_OR_ATTACH", nil)
+	}
+
+	// submitAll posts one run per serial at once (one goroutine each).
+	submitAll := func(ss []string) ([]string, []time.Time) {
+		ids := make([]string, len(ss))
+		at := make([]time.Time, len(ss))
+		errs := make([]error, len(ss))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, s := range ss {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ids[i], at[i], errs[i] = postRun(d, body(s))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		return ids, at
+	}
+	finished := func(ids []string) []string {
+		var bad []string
+		for _, id := range ids {
+			if v := d.run(b, id); v.Status != agent.RunFinished {
+				bad = append(bad, id+" "+v.Serial+" "+string(v.Status))
+			}
+		}
+		return bad
+	}
+
+	// Warm-up: one cold chain per device, all at once.
+	t0 = time.Now()
+	warm, _ := submitAll(serials)
+	clock.wait(b, d, warm, 10*time.Minute)
+	coldWall := time.Since(t0)
+	// A cold run that failed (32 first sessions at once on one local Appium)
+	// gets one more cold run, alone; the failures are reported.
+	if bad := finished(warm); len(bad) > 0 {
+		b.Logf("warm-up: %d of %d cold runs at once not FINISHED:", len(bad), n)
+		for _, id := range bad {
+			b.Logf("  %s: %s", id, failure(b, d, strings.Fields(id)[0]))
+		}
+		for i, id := range warm {
+			if v := d.run(b, id); v.Status != agent.RunFinished {
+				rid, _, err := postRun(d, body(v.Serial))
+				if err != nil {
+					b.Fatal(err)
+				}
+				clock.wait(b, d, []string{rid}, 5*time.Minute)
+				if v := d.run(b, rid); v.Status != agent.RunFinished {
+					b.Fatalf("warm-up retry on %s: %s: %s", v.Serial, v.Status, failure(b, d, rid))
+				}
+				warm[i] = rid
+			}
+		}
+	}
+	cold := newSample()
+	for _, id := range warm {
+		cold.add(b, clock, id, time.Time{})
+	}
+	b.Logf("warm-up: %d cold chains at once in %v (run p50 %.0f ms, max %.0f ms)", n, coldWall.Round(time.Millisecond), pct(cold.took, 50), pct(cold.took, 100))
+
+	single, conc := newSample(), newSample()
+	var concWall time.Duration
+	var cpuDaemon, cpuAppium, cpuTest float64
+	apid := appiumPid(d.dataDir)
+	b.ResetTimer()
+	for range b.N {
+		// (a) single: sequential chains on one device, nothing else running.
+		for range daemonBenchSingleRuns {
+			id, at, err := postRun(d, body(serials[0]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			clock.wait(b, d, []string{id}, time.Minute)
+			single.add(b, clock, id, at)
+		}
+		// (b) concurrent: one chain per device, submitted at once.
+		cd, ca, ct := procCPU(pid), procCPU(apid), procCPU(os.Getpid())
+		t0 = time.Now()
+		ids, ats := submitAll(serials)
+		clock.wait(b, d, ids, 5*time.Minute)
+		concWall += time.Since(t0)
+		cpuDaemon += procCPU(pid) - cd
+		cpuAppium += procCPU(apid) - ca
+		cpuTest += procCPU(os.Getpid()) - ct
+		for i, id := range ids {
+			conc.add(b, clock, id, ats[i])
+		}
+		if bad := finished(ids); len(bad) > 0 {
+			b.Errorf("concurrent round: %d runs not FINISHED: %v", len(bad), bad)
+		}
+	}
+	b.StopTimer()
+	hwm := float64(procStatus(pid, "VmHWM")) / 1024
+	appiumHWM := float64(procStatus(apid, "VmHWM")) / 1024
+	rss := float64(procStatus(pid, "VmRSS")) / 1024
+
+	b.ReportMetric(pct(single.took, 50), "p50-ms-single")
+	b.ReportMetric(pct(single.took, 99), "p99-ms-single")
+	b.ReportMetric(pct(conc.took, 50), "p50-ms-32")
+	b.ReportMetric(pct(conc.took, 99), "p99-ms-32")
+	b.ReportMetric(pct(conc.took, 99)/pct(single.took, 99), "x-p99-ratio")
+	b.ReportMetric(hwm, "peak-RSS-MB")
+	b.ReportMetric(pct(conc.submitFirst, 50), "submit-first-event-p50-ms")
+	b.ReportMetric(pct(conc.submitFirst, 99), "submit-first-event-p99-ms")
+	b.ReportMetric(pct(conc.commitNATS, 50), "commit-nats-p50-ms")
+	b.ReportMetric(pct(conc.commitNATS, 99), "commit-nats-p99-ms")
+
+	var tab strings.Builder
+	fmt.Fprintf(&tab, "\n%-34s %12s %12s %8s\n", "metric", "single", fmt.Sprintf("%d at once", n), "target")
+	row := func(name string, s, c float64, target string) {
+		fmt.Fprintf(&tab, "%-34s %12.1f %12.1f %8s\n", name, s, c, target)
+	}
+	row("run duration p50 (ms)", pct(single.took, 50), pct(conc.took, 50), "")
+	row("run duration p99 (ms)", pct(single.took, 99), pct(conc.took, 99), "")
+	fmt.Fprintf(&tab, "%-34s %12s %12.2f %8s\n", "p99 ratio 32/single", "", pct(conc.took, 99)/pct(single.took, 99), "<= 2")
+	row("submit -> first event p50 (ms)", pct(single.submitFirst, 50), pct(conc.submitFirst, 50), "")
+	row("submit -> first event p99 (ms)", pct(single.submitFirst, 99), pct(conc.submitFirst, 99), "<= 50")
+	row("commit -> NATS p50 (ms)", pct(single.commitNATS, 50), pct(conc.commitNATS, 50), "")
+	row("commit -> NATS p99 (ms)", pct(single.commitNATS, 99), pct(conc.commitNATS, 99), "<= 50")
+	var nodes []string
+	for k := range conc.nodeMs {
+		nodes = append(nodes, k)
+	}
+	sort.Strings(nodes)
+	for _, k := range nodes {
+		row(k+" mean (ms)", mean(single.nodeMs[k]), mean(conc.nodeMs[k]), "")
+	}
+	fmt.Fprintf(&tab, "runs: single %d %v, concurrent %d %v; events on NATS: single %d, concurrent %d\n",
+		len(single.took), single.statuses, len(conc.took), conc.statuses, len(single.commitNATS), len(conc.commitNATS))
+	fmt.Fprintf(&tab, "concurrent rounds wall %v total; CPU s in them: daemon %.2f, Appium %.2f, test process (sims, adb server, client) %.2f\n",
+		concWall.Round(time.Millisecond), cpuDaemon, cpuAppium, cpuTest)
+	fmt.Fprintf(&tab, "daemon peak RSS (VmHWM) %.1f MB (target <= 150), VmRSS now %.1f MB; local Appium VmHWM %.1f MB (not the daemon)\n",
+		hwm, rss, appiumHWM)
+	b.Log(tab.String())
+	// go test cuts a benchmark's log to 10 lines: the whole table on stderr.
+	fmt.Fprintln(os.Stderr, "BenchmarkDaemon32"+tab.String())
+}
