@@ -148,7 +148,9 @@ func (h *host) open(ctx context.Context) (err error) {
 	if h.pub, err = snapshots.NewJetStreamPublisher(ctx, h.nc); err != nil {
 		return agent.Wrap(agent.ErrNetwork, err, "NATS JetStream")
 	}
-	h.relay = &snapshots.Relay{Store: h.store, Publisher: h.pub, Log: cfg.Log}
+	// Runs publish side by side (each strictly in order): a daemon drives
+	// up to one run per device, and 4 at a time left 32 devices queueing.
+	h.relay = &snapshots.Relay{Store: h.store, Publisher: h.pub, Log: cfg.Log, Concurrency: 64}
 	rctx, cancel := context.WithCancel(context.Background())
 	h.stopRly = cancel
 	h.relayErr = make(chan error, 1)
