@@ -156,7 +156,8 @@ func (m *Manager) reservePort(ctx context.Context) (int, func(), error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for p := FirstConsolePort; p <= LastConsolePort; p += 2 {
+	first, last := m.consolePorts()
+	for p := first; p <= last; p += 2 {
 		if m.busy[p] || known["emulator-"+strconv.Itoa(p)] || !portFree(p) || !portFree(p+1) {
 			continue
 		}
@@ -168,7 +169,7 @@ func (m *Manager) reservePort(ctx context.Context) (int, func(), error) {
 		}, nil
 	}
 	return 0, nil, &agent.Error{ID: agent.ErrProcess, Code: CodeNoFreePort,
-		Msg: fmt.Sprintf("no free console port pair in %d..%d", FirstConsolePort, LastConsolePort+1)}
+		Msg: fmt.Sprintf("no free console port pair in %d..%d", first, last+1)}
 }
 
 func portFree(p int) bool {

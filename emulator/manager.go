@@ -28,6 +28,26 @@ const (
 	LastConsolePort  = 5682
 )
 
+// EnvConsolePorts names another console port range, "FIRST-LAST" (even
+// ports), for emulators that accept it: tests running the simulated
+// emulator in place of the real binary use ports above 20000, so they never
+// take a developer's 5554..5584.
+const EnvConsolePorts = "SCREENGRAPH_EMULATOR_PORTS"
+
+// consolePorts is the range boot scans: $SCREENGRAPH_EMULATOR_PORTS, else
+// FirstConsolePort..LastConsolePort.
+func (m *Manager) consolePorts() (int, int) {
+	if v := getenv(m.cfg.Env, EnvConsolePorts); v != "" {
+		a, b, ok := strings.Cut(v, "-")
+		first, err1 := strconv.Atoi(strings.TrimSpace(a))
+		last, err2 := strconv.Atoi(strings.TrimSpace(b))
+		if ok && err1 == nil && err2 == nil && first > 0 && first <= last && last < 65535 {
+			return first + first%2, last
+		}
+	}
+	return FirstConsolePort, LastConsolePort
+}
+
 // Config configures a Manager.
 type Config struct {
 	// Command replaces the emulator binary (e.g. {"/tmp/x/screengraph-agent",

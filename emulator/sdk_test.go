@@ -203,3 +203,18 @@ func TestHasAVDWithoutSDK(t *testing.T) {
 		t.Errorf("ListAVDs without SDK: %v", err)
 	}
 }
+
+func TestConsolePortRange(t *testing.T) {
+	for env, want := range map[string][2]int{
+		"":            {FirstConsolePort, LastConsolePort},
+		"21001-21099": {21002, 21099},
+		"21000-21098": {21000, 21098},
+		"bogus":       {FirstConsolePort, LastConsolePort},
+		"300-200":     {FirstConsolePort, LastConsolePort},
+	} {
+		m := New(Config{Env: []string{EnvConsolePorts + "=" + env}})
+		if f, l := m.consolePorts(); f != want[0] || l != want[1] {
+			t.Errorf("%s=%q: %d..%d, want %d..%d", EnvConsolePorts, env, f, l, want[0], want[1])
+		}
+	}
+}

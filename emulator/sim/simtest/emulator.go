@@ -102,5 +102,9 @@ func (s *ADBServer) EmulatorEnv(home, avdHome string) []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "HOME="+home, "ANDROID_AVD_HOME="+avdHome)
+	// Emulators booted by the lifecycle code take console ports above 20000
+	// (a range per test process), never the 5554.. a developer's emulators use.
+	base := 20000 + (os.Getpid()%400)*100
+	return append(env, "HOME="+home, "ANDROID_AVD_HOME="+avdHome,
+		fmt.Sprintf("SCREENGRAPH_EMULATOR_PORTS=%d-%d", base, base+98))
 }
