@@ -250,22 +250,8 @@ func TestChainEventsAndNATS(t *testing.T) {
 		first.Out["tookMillis"], first.Took.Round(time.Millisecond), second.Out["tookMillis"], second.Took.Round(time.Millisecond), len(all[0]), len(all[1]))
 
 	// JetStream: the relay published every event of both runs, once each, in order.
-	ns, _, err := snapshots.StartEmbeddedNATSWith(snapshots.EmbeddedNATSOptions{Dir: filepath.Join(env.dataDir, "nats")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, evs := range all {
-		checkJetStream(t, js, evs)
+		checkStream(t, env.dataDir, evs)
 	}
 }
 
