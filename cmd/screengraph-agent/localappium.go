@@ -28,12 +28,25 @@ func localAppiumFile(dataDir string) string { return filepath.Join(dataDir, "app
 // is how long a start took (0 when one was reused).
 func localAppium(ctx context.Context, dataDir string, adbPort int) (url string, started time.Duration, err error) {
 	var st localAppiumState
-	if b, err := os.ReadFile(localAppiumFile(dataDir)); err == nil && json.Unmarshal(b, &st) == nil && st.ADBPort == adbPort {
-		c, err := appium.New(st.URL, appium.Options{Timeout: 2 * time.Second})
-		if err == nil {
-			if _, err := c.Status(ctx); err == nil {
-				return st.URL, 0, nil
+	if b, err := os.ReadFile(localAppiumFile(dataDir)); err == nil && json.Unmarshal(b, &st) == nil && st.PID > 0 {
+		alive := syscall.Kill(st.PID, 0) == nil
+		if alive && st.ADBPort == adbPort {
+			// A busy server (a loaded host, sessions being created) may answer
+			// late: give it up to 10 s before replacing it.
+			c, err := appium.New(st.URL, appium.Options{Timeout: 2 * time.Second})
+			for i := 0; err == nil && i < 5; i++ {
+				if _, serr := c.Status(ctx); serr == nil {
+					return st.URL, 0, nil
+				}
+				if ctx.Err() != nil {
+					return "", 0, ctx.Err()
+				}
 			}
+		}
+		if alive {
+			// Replaced, not left running: a second server would hold the
+			// sessions this data dir's runs can no longer reach.
+			stopLocalAppium(dataDir)
 		}
 	}
 	start := time.Now()
