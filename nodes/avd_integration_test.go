@@ -168,9 +168,6 @@ func (h *avdHost) wantFinished(r chainRun, what string) *nodes.EmulatorLifecycle
 // once; two CREATE_NEW runs get two -read-only instances; the console's kill
 // ends an emulator and it leaves `adb devices`.
 func TestSetupChainBootsAVD(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots simulated emulators and starts Appium")
-	}
 	h := newAVDHost(t)
 	ctx := context.Background()
 	simtest.CreateAVD(t, h.avdHome, simtest.AVD{Name: "Pixel_7", Profile: "quickboot"})

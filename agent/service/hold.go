@@ -42,18 +42,7 @@ func Hold(ctx context.Context, l agent.Leases, serial, holder, runID string, ttl
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-				if _, err := l.RenewLease(hbCtx, serial, lease.FencingToken, ttl); errors.Is(err, agent.ErrLeaseLost) {
-					return
-				}
-			}
-		}
+		heartbeat(hbCtx, l, lease, ttl, ttl/3, nil, nil)
 	}()
 	release := func(status agent.RunStatus) {
 		stop()
@@ -70,4 +59,30 @@ func Hold(ctx context.Context, l agent.Leases, serial, holder, runID string, ttl
 		l.ReleaseLease(rctx, serial, lease.FencingToken, reason)
 	}
 	return lease, release, nil
+}
+
+// heartbeat renews lease every `every` until ctx ends or the lease is lost
+// (then it calls lost and returns). renewed sees each renewed lease; a
+// failed renewal other than ErrLeaseLost is retried at the next beat.
+// lost and renewed may be nil.
+func heartbeat(ctx context.Context, l agent.Leases, lease agent.Lease, ttl, every time.Duration, renewed func(agent.Lease), lost func(error)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		nl, err := l.RenewLease(ctx, lease.Serial, lease.FencingToken, ttl)
+		switch {
+		case errors.Is(err, agent.ErrLeaseLost):
+			if lost != nil {
+				lost(err)
+			}
+			return
+		case err == nil && renewed != nil:
+			renewed(nl)
+		}
+	}
 }

@@ -332,31 +332,17 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	if a.lease != nil {
 		go func() {
 			defer close(hbDone)
-			t := time.NewTicker(s.cfg.Heartbeat)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				l, err := s.cfg.Leases.RenewLease(ctx, a.lease.Serial, a.lease.FencingToken, s.cfg.LeaseTTL)
-				if errors.Is(err, agent.ErrLeaseLost) {
+			heartbeat(ctx, s.cfg.Leases, *a.lease, s.cfg.LeaseTTL, s.cfg.Heartbeat,
+				func(l agent.Lease) {
+					s.mu.Lock()
+					a.lease = &l
+					s.mu.Unlock()
+				},
+				func(error) {
 					s.logf("run %s: lease %d of %s lost; stopping the run here", a.run.RunID, a.lease.FencingToken, a.lease.Serial)
 					close(lost)
 					a.stop()
-					return
-				}
-				if err != nil {
-					if ctx.Err() == nil {
-						s.logf("run %s: lease renewal: %v", a.run.RunID, err)
-					}
-					continue
-				}
-				s.mu.Lock()
-				a.lease = &l
-				s.mu.Unlock()
-			}
+				})
 		}()
 	} else {
 		close(hbDone)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -16,12 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
-	"github.com/screengraph/screengraph-agent/snapshots"
 )
 
 // daemonBenchDevices is the fleet size for BenchmarkDaemon32: 32
@@ -54,22 +51,8 @@ type natsClock struct {
 
 func watchNATS(b testing.TB, url string) *natsClock {
 	b.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		b.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"agent.events.>"}})
-	if err != nil {
-		b.Fatal(err)
-	}
 	c := &natsClock{byRun: map[string][]arrival{}}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	consumeEvents(b, url, func(m jetstream.Msg) {
 		at := time.Now()
 		var e agent.Event
 		if err := json.Unmarshal(m.Data(), &e); err != nil {
@@ -87,10 +70,6 @@ func watchNATS(b testing.TB, url string) *natsClock {
 		c.byRun[e.RunID] = append(c.byRun[e.RunID], a)
 		c.mu.Unlock()
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cc.Stop(); nc.Close() })
 	return c
 }
 

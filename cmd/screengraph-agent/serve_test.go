@@ -23,12 +23,20 @@ import (
 // natsCollector is a NATS client outside the daemon's process: it reads
 // AGENT_EVENTS from the start, through the daemon's --nats-listen port.
 type natsCollector struct {
-	nc   *nats.Conn
 	msgs chan jetstream.Msg
-	cc   jetstream.ConsumeContext
 }
 
 func collectNATS(t testing.TB, url string) *natsCollector {
+	t.Helper()
+	c := &natsCollector{msgs: make(chan jetstream.Msg, 100000)}
+	consumeEvents(t, url, func(m jetstream.Msg) { c.msgs <- m })
+	return c
+}
+
+// consumeEvents is a NATS client of the test's own (not the daemon's
+// process) reading stream AGENT_EVENTS from its start with an ordered
+// consumer on agent.events.>, calling fn for each message until the test ends.
+func consumeEvents(t testing.TB, url string, fn func(jetstream.Msg)) {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
@@ -40,16 +48,15 @@ func collectNATS(t testing.TB, url string) *natsCollector {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{snapshots.SubjectPrefix + ".>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &natsCollector{nc: nc, msgs: make(chan jetstream.Msg, 100000)}
-	if c.cc, err = cons.Consume(func(m jetstream.Msg) { c.msgs <- m }); err != nil {
+	cc, err := cons.Consume(fn)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.cc.Stop(); nc.Close() })
-	return c
+	t.Cleanup(func() { cc.Stop(); nc.Close() })
 }
 
 // checkNATS reads until it has n messages and checks that every committed
