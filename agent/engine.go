@@ -188,7 +188,7 @@ func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, fro
 			return false, fmt.Errorf("internal: event %d has sequence %d, want %d", i, events[i].Sequence, r.seq+int64(i)+1)
 		}
 	}
-	err := r.e.Store.CommitStep(ctx, Step{RunID: r.run.RunID, Events: events, Snapshot: snap, StatusFrom: from, StatusTo: to})
+	err := r.e.Store.CommitStep(ctx, Step{RunID: r.run.RunID, Events: events, Snapshot: snap, StatusFrom: from, StatusTo: to, Fence: FenceFrom(ctx)})
 	if errors.Is(err, ErrStatusConflict) {
 		return false, r.refresh(ctx)
 	}

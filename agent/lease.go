@@ -67,3 +67,30 @@ type Leases interface {
 	ActiveLeases(ctx context.Context) ([]Lease, error)
 	LeaseHistory(ctx context.Context, serial string) ([]Lease, error)
 }
+
+// Fence names the device lease a commit is made under. A store commits a
+// Step carrying a Fence only while the lease with that serial and fencing
+// token is active and unexpired by the store's clock; otherwise it writes
+// nothing and returns an error wrapping ErrLeaseLost. This is what keeps a
+// daemon whose lease expired or was taken over (a paused process, a network
+// partition) from committing another step of the run.
+type Fence struct {
+	Serial string `json:"serial"`
+	Token  int64  `json:"fencingToken"`
+}
+
+type fenceKey struct{}
+
+// WithFence returns ctx carrying f; the engine puts it on every Step it
+// commits for the run driven with that ctx.
+func WithFence(ctx context.Context, f Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+// FenceFrom returns the Fence of ctx, or nil when it carries none.
+func FenceFrom(ctx context.Context) *Fence {
+	if f, ok := ctx.Value(fenceKey{}).(Fence); ok {
+		return &f
+	}
+	return nil
+}

@@ -26,6 +26,9 @@ type Step struct {
 	// StatusFrom (compare-and-set).
 	StatusFrom []RunStatus
 	StatusTo   RunStatus
+	// Fence, when set, makes the commit conditional on that device lease
+	// being active and unexpired (ErrLeaseLost otherwise, nothing written).
+	Fence *Fence
 }
 
 // ErrSequenceTaken means run_events(run_id, sequence) would be duplicated.

@@ -354,6 +354,17 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 	if err := checkStepAgainstRun(st, evs, tenant, agent.RunStatus(status), last); err != nil {
 		return err
 	}
+	if f := st.Fence; f != nil {
+		// The write lock is held: no takeover can interleave.
+		l, err := scanLease(tx.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = ? AND fencing_token = ?`, f.Serial, f.Token))
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		nowT, _ := parseTime(now)
+		if err := checkFence(f, l, err == nil, nowT); err != nil {
+			return err
+		}
+	}
 	if st.StatusTo != "" {
 		// The write lock is held since BEGIN IMMEDIATE, so the status read above
 		// is current; the WHERE repeats it to keep the statement a CAS on its own.

@@ -112,16 +112,34 @@ func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID strin
 // "" when it is cur's own (same run and holder: renew it), the reason to
 // release cur with when it may be taken over, ErrLeaseHeld otherwise.
 func takeOver(cur agent.Lease, holder, runID string, now time.Time) (agent.LeaseReleaseReason, error) {
+	// An expired lease is handed out one of its holder's heartbeats (its TTL/3)
+	// after its expiry: the holder stops driving the device when it cannot
+	// renew in time, and gets that long to let go of a node in flight.
+	handOut := !cur.ExpiresAt.Add(cur.ExpiresAt.Sub(cur.RenewedAt) / 3).After(now)
 	switch {
 	case cur.RunID == runID && cur.Holder == holder:
 		return "", nil
-	case cur.RunID == runID:
+	case cur.RunID == runID && handOut:
 		return agent.LeaseHolderLost, nil
-	case !cur.ExpiresAt.After(now):
+	case handOut:
 		return agent.LeaseExpired, nil
 	}
 	return "", fmt.Errorf("device %s: held by run %s (holder %s) until %s: %w",
 		cur.Serial, cur.RunID, cur.Holder, cur.ExpiresAt.Format(time.RFC3339), agent.ErrLeaseHeld)
+}
+
+// checkFence reports whether l (the lease row with the fence's token, found
+// or not) lets a step commit now: active and unexpired.
+func checkFence(f *agent.Fence, l agent.Lease, found bool, now time.Time) error {
+	switch {
+	case !found:
+		return fmt.Errorf("device %s lease %d: no such lease: %w", f.Serial, f.Token, agent.ErrLeaseLost)
+	case l.ReleasedAt != nil:
+		return fmt.Errorf("device %s lease %d released (%s): %w", f.Serial, f.Token, l.ReleaseReason, agent.ErrLeaseLost)
+	case !l.ExpiresAt.After(now):
+		return fmt.Errorf("device %s lease %d expired at %s: %w", f.Serial, f.Token, l.ExpiresAt.Format(time.RFC3339Nano), agent.ErrLeaseLost)
+	}
+	return nil
 }
 
 // RenewLease implements agent.Leases: one UPDATE … RETURNING, so the lease
@@ -136,8 +154,8 @@ func (s *Embedded) RenewLease(ctx context.Context, serial string, token int64, t
 	}
 	now, expires := leaseTimes(s.clock, ttl)
 	l, err := scanLease(w.QueryRowContext(ctx, `UPDATE device_leases SET renewed_at = ?, expires_at = ?
-		WHERE serial = ? AND fencing_token = ? AND released_at IS NULL RETURNING `+leaseCols,
-		fmtTime(now), fmtTime(expires), serial, token))
+		WHERE serial = ? AND fencing_token = ? AND released_at IS NULL AND expires_at > ? RETURNING `+leaseCols,
+		fmtTime(now), fmtTime(expires), serial, token, fmtTime(now)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Lease{}, fmt.Errorf("device %s lease %d: %w", serial, token, agent.ErrLeaseLost)
 	}

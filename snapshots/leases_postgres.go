@@ -126,7 +126,7 @@ func (s *Postgres) RenewLease(ctx context.Context, serial string, token int64, t
 	}
 	now, expires := leaseTimes(s.clock, ttl)
 	l, err := pgScanLease(s.pool.QueryRow(ctx, `UPDATE device_leases SET renewed_at = $1, expires_at = $2
-		WHERE serial = $3 AND fencing_token = $4 AND released_at IS NULL RETURNING `+leaseCols,
+		WHERE serial = $3 AND fencing_token = $4 AND released_at IS NULL AND expires_at > $1 RETURNING `+leaseCols,
 		now, expires, serial, token))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return agent.Lease{}, fmt.Errorf("device %s lease %d: %w", serial, token, agent.ErrLeaseLost)

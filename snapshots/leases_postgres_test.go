@@ -29,6 +29,12 @@ func TestPostgresLeases(t *testing.T) {
 	})
 }
 
+func TestPostgresFencing(t *testing.T) {
+	storetest.RunFencing(t, func(t *testing.T, clock agent.Clock) storetest.LeaseStore {
+		return newPostgresClock(t, newPostgresURL(t), clock)
+	})
+}
+
 // Two stores (two daemons) on one database race for one device: one wins.
 func TestPostgresLeasesAcrossStores(t *testing.T) {
 	url := newPostgresURL(t)

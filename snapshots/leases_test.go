@@ -20,3 +20,14 @@ func TestEmbeddedLeases(t *testing.T) {
 		return s
 	})
 }
+
+func TestEmbeddedFencing(t *testing.T) {
+	storetest.RunFencing(t, func(t *testing.T, clock agent.Clock) storetest.LeaseStore {
+		s, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}

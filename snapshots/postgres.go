@@ -276,6 +276,17 @@ func (s *Postgres) CommitStep(ctx context.Context, st agent.Step) error {
 	if err := checkStepAgainstRun(st, evs, tenant, agent.RunStatus(status), last); err != nil {
 		return err
 	}
+	if f := st.Fence; f != nil {
+		// FOR SHARE: a takeover (which updates the row) waits for this commit,
+		// so no step commits after its lease was released.
+		l, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = $1 AND fencing_token = $2 FOR SHARE`, f.Serial, f.Token))
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if err := checkFence(f, l, err == nil, now); err != nil {
+			return err
+		}
+	}
 	if st.StatusTo != "" {
 		if _, err := tx.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3 AND status = $4`,
 			string(st.StatusTo), now, st.RunID, status); err != nil {

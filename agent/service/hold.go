@@ -62,12 +62,16 @@ func Hold(ctx context.Context, l agent.Leases, serial, holder, runID string, ttl
 }
 
 // heartbeat renews lease every `every` until ctx ends or the lease is lost
-// (then it calls lost and returns). renewed sees each renewed lease; a
-// failed renewal other than ErrLeaseLost is retried at the next beat.
+// (then it calls lost and returns). renewed sees each renewed lease. A failed
+// renewal other than ErrLeaseLost (the store unreachable) is retried at the
+// next beat, but once the lease's expiry is less than half a beat away
+// without a renewal, the lease counts as lost: the holder must stop driving
+// the device before another holder may take it (one beat after expiry).
 // lost and renewed may be nil.
 func heartbeat(ctx context.Context, l agent.Leases, lease agent.Lease, ttl, every time.Duration, renewed func(agent.Lease), lost func(error)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	expires := lease.ExpiresAt
 	for {
 		select {
 		case <-ctx.Done():
@@ -76,13 +80,19 @@ func heartbeat(ctx context.Context, l agent.Leases, lease agent.Lease, ttl, ever
 		}
 		nl, err := l.RenewLease(ctx, lease.Serial, lease.FencingToken, ttl)
 		switch {
-		case errors.Is(err, agent.ErrLeaseLost):
+		case err == nil:
+			expires = nl.ExpiresAt
+			if renewed != nil {
+				renewed(nl)
+			}
+		case errors.Is(err, agent.ErrLeaseLost) || time.Until(expires) < every/2:
+			if ctx.Err() != nil {
+				return
+			}
 			if lost != nil {
 				lost(err)
 			}
 			return
-		case err == nil && renewed != nil:
-			renewed(nl)
 		}
 	}
 }

@@ -347,7 +347,12 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	} else {
 		close(hbDone)
 	}
-	status, err := s.cfg.Runner.Run(ctx, a.run.RunID)
+	runCtx := ctx
+	if a.lease != nil {
+		// Every step the engine commits is fenced by the lease's token.
+		runCtx = agent.WithFence(ctx, agent.Fence{Serial: a.lease.Serial, Token: a.lease.FencingToken})
+	}
+	status, err := s.cfg.Runner.Run(runCtx, a.run.RunID)
 	a.stop()
 	<-hbDone
 	select {

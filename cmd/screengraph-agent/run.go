@@ -143,7 +143,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	// The device lease: a daemon (or another run) driving the device makes
 	// this run wait, never share it.
-	_, stopLease, err := service.Hold(ctx, h.store, run.Serial, fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
+	lease, stopLease, err := service.Hold(ctx, h.store, run.Serial, fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
 		func(err error) {
 			if c.Output == "text" {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
@@ -156,7 +156,8 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(os.Stderr, "run %s on %s (policy v%d)\n", run.RunID, run.Serial, run.PolicyVersion)
 	}
 	runStart := time.Now()
-	status, err := h.engine.Run(ctx, run.RunID, h.graph)
+	// Every step commits under the lease's fencing token.
+	status, err := h.engine.Run(agent.WithFence(ctx, agent.Fence{Serial: lease.Serial, Token: lease.FencingToken}), run.RunID, h.graph)
 	took := time.Since(runStart)
 	stopLease(status)
 	if err != nil {

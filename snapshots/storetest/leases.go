@@ -56,7 +56,8 @@ func RunLeases(t *testing.T, newLeases func(t *testing.T, clock agent.Clock) age
 		{"AcquireFree", testLeaseAcquireFree},
 		{"HeldByAnotherRun", testLeaseHeld},
 		{"ReacquireRenews", testLeaseReacquireRenews},
-		{"SameRunOtherHolderTakesOver", testLeaseTakeover},
+		{"SameRunOtherHolderTakesOverAfterExpiry", testLeaseTakeover},
+		{"ExpiredNotHandedOutDuringGrace", testLeaseGrace},
 		{"ExpiredTakenOver", testLeaseExpiry},
 		{"Renew", testLeaseRenew},
 		{"Release", testLeaseRelease},
@@ -77,6 +78,11 @@ func RunLeases(t *testing.T, newLeases func(t *testing.T, clock agent.Clock) age
 }
 
 const leaseTTL = 30 * time.Second
+
+// handOut is how long after its acquisition an unrenewed lease of leaseTTL
+// is handed to another holder: its expiry plus one of its holder's
+// heartbeats (TTL/3) of grace, plus a second.
+const handOut = leaseTTL + leaseTTL/3 + time.Second
 
 func newRunID() string { return ulid.Make().String() }
 
@@ -294,9 +300,14 @@ func testLeaseTakeover(t *testing.T, s agent.Leases, c *Clock) {
 	runA := newRunID()
 	old := mustAcquire(t, s, "emulator-5554", "daemon-1", runA, leaseTTL)
 	c.Advance(5 * time.Second)
+	// A live lease is never taken, not even by another holder of its run (a
+	// second daemon that believes the first is dead).
+	_, err := s.AcquireLease(ctx(t), "emulator-5554", "daemon-2", runA, leaseTTL)
+	wantErr(t, "same run, another holder, lease live", err, agent.ErrLeaseHeld)
+	c.Advance(handOut - 5*time.Second)
 	nl, err := s.AcquireLease(ctx(t), "emulator-5554", "daemon-2", runA, leaseTTL)
 	if err != nil {
-		t.Fatalf("same run, another holder: %v", err)
+		t.Fatalf("same run, another holder, after expiry: %v", err)
 	}
 	checkFresh(t, nl, "emulator-5554", "daemon-2", runA, c.Now(), leaseTTL)
 	if nl.FencingToken <= old.FencingToken {
@@ -312,10 +323,26 @@ func testLeaseTakeover(t *testing.T, s agent.Leases, c *Clock) {
 	sameLeases(t, "active after the old holder's attempts", active(t, s), nl)
 }
 
-func testLeaseExpiry(t *testing.T, s agent.Leases, c *Clock) {
+// Between its expiry and expiry + TTL/3 a lease is neither renewable (its
+// holder must stop) nor handed out (its holder gets time to let go).
+func testLeaseGrace(t *testing.T, s agent.Leases, c *Clock) {
 	runA, runB := newRunID(), newRunID()
 	old := mustAcquire(t, s, "emulator-5554", "daemon-1", runA, leaseTTL)
 	c.Advance(leaseTTL + time.Second)
+	_, err := s.RenewLease(ctx(t), "emulator-5554", old.FencingToken, leaseTTL)
+	wantErr(t, "renew after expiry", err, agent.ErrLeaseLost)
+	_, err = s.AcquireLease(ctx(t), "emulator-5554", "daemon-2", runB, leaseTTL)
+	wantErr(t, "another run inside the grace", err, agent.ErrLeaseHeld)
+	sameLeases(t, "active inside the grace", active(t, s), old)
+	c.Advance(handOut - leaseTTL - time.Second)
+	nl := mustAcquire(t, s, "emulator-5554", "daemon-2", runB, leaseTTL)
+	sameLeases(t, "history", history(t, s, ""), released(old, c.Now(), agent.LeaseExpired), nl)
+}
+
+func testLeaseExpiry(t *testing.T, s agent.Leases, c *Clock) {
+	runA, runB := newRunID(), newRunID()
+	old := mustAcquire(t, s, "emulator-5554", "daemon-1", runA, leaseTTL)
+	c.Advance(handOut)
 	nl, err := s.AcquireLease(ctx(t), "emulator-5554", "daemon-2", runB, leaseTTL)
 	if err != nil {
 		t.Fatalf("acquire after the TTL passed: %v", err)
@@ -362,24 +389,18 @@ func testLeaseRenew(t *testing.T, s agent.Leases, c *Clock) {
 	want.RenewedAt, want.ExpiresAt = r2.RenewedAt, r2.RenewedAt.Add(time.Minute)
 	sameLease(t, "renewed twice", r2, want)
 	sameLeases(t, "active", active(t, s), r2)
-	// An expired lease nobody took over is still the device's latest lease:
-	// its holder may renew it (lost means released, or expired and taken over).
+	// An expired lease cannot be renewed, even when nobody took it over: its
+	// holder has to stop driving the device at expiry (and acquire again).
 	c.Advance(2 * time.Minute)
-	r3, err := s.RenewLease(ctx(t), "emulator-5554", a.FencingToken, leaseTTL)
-	if err != nil {
-		t.Fatalf("RenewLease of an expired lease nobody took: %v", err)
-	}
-	want.RenewedAt, want.ExpiresAt = r3.RenewedAt, r3.RenewedAt.Add(leaseTTL)
-	sameLease(t, "renewed after expiry", r3, want)
-	if !near(r3.RenewedAt, c.Now()) {
-		t.Errorf("renewed at %v, want now (%v)", r3.RenewedAt, c.Now())
-	}
+	_, err = s.RenewLease(ctx(t), "emulator-5554", a.FencingToken, leaseTTL)
+	wantErr(t, "RenewLease of an expired lease nobody took", err, agent.ErrLeaseLost)
+	sameLeases(t, "active after the refused renewal", active(t, s), r2)
 	for _, ttl := range []time.Duration{0, -time.Second} {
 		if _, err := s.RenewLease(ctx(t), "emulator-5554", a.FencingToken, ttl); err == nil {
 			t.Errorf("RenewLease(ttl %v) = nil error, want one", ttl)
 		}
 	}
-	sameLeases(t, "history at the end", history(t, s, ""), r3)
+	sameLeases(t, "history at the end", history(t, s, ""), r2)
 }
 
 func testLeaseRelease(t *testing.T, s agent.Leases, c *Clock) {
@@ -433,6 +454,7 @@ func testLeaseStaleToken(t *testing.T, s agent.Leases, c *Clock) {
 	sameLeases(t, "active after stale attempts", active(t, s), a, b)
 	sameLeases(t, "history after stale attempts", history(t, s, ""), a, b)
 	// A takeover makes the first token stale.
+	c.Advance(handOut)
 	n := mustAcquire(t, s, "emulator-5554", "daemon-2", runA, leaseTTL)
 	_, err = s.RenewLease(ctx(t), "emulator-5554", a.FencingToken, leaseTTL)
 	wantErr(t, "RenewLease with the token taken over", err, agent.ErrLeaseLost)
@@ -501,10 +523,10 @@ func testLeaseHistoryOrder(t *testing.T, s agent.Leases, c *Clock) {
 	l3 := mustAcquire(t, s, s1, "daemon-2", newRunID(), time.Hour)
 	c.Advance(time.Second)
 	l4 := mustAcquire(t, s, s3, "daemon-2", newRunID(), time.Hour)
-	c.Advance(leaseTTL)
+	c.Advance(handOut)
 	l5 := mustAcquire(t, s, s2, "daemon-2", newRunID(), time.Hour) // l2 expired
 	l2r := released(l2, c.Now(), agent.LeaseExpired)
-	c.Advance(time.Second)
+	c.Advance(time.Hour + 21*time.Minute) // l4's TTL and its grace (TTL/3)
 	l6 := mustAcquire(t, s, s3, "daemon-3", l4.RunID, time.Hour) // takes l4 over
 	l4r := released(l4, c.Now(), agent.LeaseHolderLost)
 
@@ -551,7 +573,7 @@ func testLeaseTokensIncrease(t *testing.T, s agent.Leases, c *Clock) {
 				t.Fatalf("re-acquire = token %d, %v; want token %d", r.FencingToken, err, l.FencingToken)
 			}
 		default:
-			c.Advance(leaseTTL + time.Second)
+			c.Advance(handOut)
 			next(mustAcquire(t, s, serial, "daemon-9", newRunID(), leaseTTL)) // expired
 		}
 		c.Advance(time.Second)
@@ -628,7 +650,7 @@ func testLeaseConcurrentFree(t *testing.T, s agent.Leases, c *Clock) {
 // wins, the old lease is released (expired) once.
 func testLeaseConcurrentExpired(t *testing.T, s agent.Leases, c *Clock) {
 	old := mustAcquire(t, s, "emulator-5554", "daemon-0", newRunID(), leaseTTL)
-	c.Advance(leaseTTL + time.Second)
+	c.Advance(handOut)
 	won, errs := race(func(i int) (agent.Lease, error) {
 		return s.AcquireLease(ctx(t), "emulator-5554", fmt.Sprintf("daemon-%d", i+1), newRunID(), leaseTTL)
 	})
@@ -642,26 +664,30 @@ func testLeaseConcurrentExpired(t *testing.T, s agent.Leases, c *Clock) {
 	sameLeases(t, "active", active(t, s), won[0])
 }
 
-// racers holders of one run (daemons restarting in a loop) acquire its
-// device at once: each takes the previous lease over, none is refused, one
-// lease is active at the end and every earlier one ended holder_lost.
+// racers holders of one run (daemons that each believe the run orphaned)
+// acquire its device at once while the lease is live: all are refused; once
+// it expired past the grace, exactly one takes it over (holder_lost).
 func testLeaseConcurrentSameRun(t *testing.T, s agent.Leases, c *Clock) {
 	runA := newRunID()
 	first := mustAcquire(t, s, "emulator-5554", "daemon-0", runA, leaseTTL)
-	won, errs := race(func(i int) (agent.Lease, error) {
+	acquire := func(i int) (agent.Lease, error) {
 		return s.AcquireLease(ctx(t), "emulator-5554", fmt.Sprintf("daemon-%d", i+1), runA, leaseTTL)
-	})
-	if len(errs) > 0 || len(won) != racers {
-		t.Fatalf("%d of %d acquisitions by holders of the same run won; errors %v", len(won), racers, errs)
 	}
-	h := history(t, s, "emulator-5554")
-	if len(h) != racers+1 {
-		t.Fatalf("history has %d leases, want %d", len(h), racers+1)
+	won, errs := race(acquire)
+	if len(won) != 0 {
+		t.Fatalf("%d acquisitions of a live lease by other holders of its run won, want 0", len(won))
 	}
-	sameLease(t, "history[0]", h[0], released(first, c.Now(), agent.LeaseHolderLost))
-	for i := 1; i < racers; i++ {
-		sameLease(t, fmt.Sprintf("history[%d]", i), h[i], released(won[i-1], c.Now(), agent.LeaseHolderLost))
+	for _, err := range errs {
+		wantErr(t, "a holder of the same run, lease live", err, agent.ErrLeaseHeld)
 	}
-	sameLease(t, "last lease", h[racers], won[racers-1])
-	sameLeases(t, "active", active(t, s), won[racers-1])
+	c.Advance(handOut)
+	won, errs = race(acquire)
+	if len(won) != 1 {
+		t.Fatalf("%d takeovers of an expired lease by holders of its run won, want 1 (errors %v)", len(won), errs)
+	}
+	for _, err := range errs {
+		wantErr(t, "a losing takeover", err, agent.ErrLeaseHeld)
+	}
+	sameLeases(t, "history", history(t, s, "emulator-5554"), released(first, c.Now(), agent.LeaseHolderLost), won[0])
+	sameLeases(t, "active", active(t, s), won[0])
 }
