@@ -38,7 +38,9 @@ var ErrSequenceTaken = errors.New("event sequence already taken")
 type RunFilter struct {
 	Status []RunStatus
 	Serial string
-	Limit  int
+	// TenantID, when set, keeps only that tenant's runs (a tenant's API token).
+	TenantID string
+	Limit    int
 }
 
 // Store is the persistence port: the embedded store (one file) on a single

@@ -299,6 +299,10 @@ func (s *Embedded) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run
 		q += ` AND serial = ?`
 		args = append(args, f.Serial)
 	}
+	if f.TenantID != "" {
+		q += ` AND tenant_id = ?`
+		args = append(args, f.TenantID)
+	}
 	q += ` ORDER BY created_at DESC, run_id DESC`
 	if f.Limit > 0 {
 		q += ` LIMIT ?`

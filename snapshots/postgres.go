@@ -225,6 +225,10 @@ func (s *Postgres) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run
 		args = append(args, f.Serial)
 		q += fmt.Sprintf(` AND serial = $%d`, len(args))
 	}
+	if f.TenantID != "" {
+		args = append(args, f.TenantID)
+		q += fmt.Sprintf(` AND tenant_id = $%d`, len(args))
+	}
 	q += ` ORDER BY created_at DESC, run_id DESC`
 	if f.Limit > 0 {
 		args = append(args, f.Limit)

@@ -200,7 +200,7 @@ func TestDialectsSameColumns(t *testing.T) {
 	}
 	defer db.Close()
 	sqliteCols := map[string]bool{}
-	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases"} {
+	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases", "api_tokens"} {
 		rows, err := db.Query(`SELECT name FROM pragma_table_info(?)`, table)
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,124 @@
+package snapshots
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+var _ agent.Tokens = (*Embedded)(nil)
+
+const tokenCols = `token_id, tenant_id, admin, token_hash, nats_password_hash, created_at, revoked_at`
+
+// checkToken validates a token record before it is stored.
+func checkToken(t agent.APIToken, clock agent.Clock) (agent.APIToken, error) {
+	if t.ID == "" || t.TenantID == "" || len(t.Hash) != 64 {
+		return t, fmt.Errorf("%w: api token needs an id, a tenant and a 64-hex-digit SHA-256 hash", ErrInvalid)
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = clock.Now()
+	}
+	t.CreatedAt = storeTime(t.CreatedAt)
+	t.RevokedAt = nil
+	return t, nil
+}
+
+func scanToken(sc interface{ Scan(...any) error }) (agent.APIToken, error) {
+	var (
+		t       agent.APIToken
+		admin   int
+		created string
+		revoked sql.NullString
+	)
+	if err := sc.Scan(&t.ID, &t.TenantID, &admin, &t.Hash, &t.NATSPasswordHash, &created, &revoked); err != nil {
+		return t, err
+	}
+	t.Admin = admin != 0
+	var err error
+	if t.CreatedAt, err = parseTime(created); err != nil {
+		return t, err
+	}
+	if revoked.Valid {
+		r, err := parseTime(revoked.String)
+		if err != nil {
+			return t, err
+		}
+		t.RevokedAt = &r
+	}
+	return t, nil
+}
+
+// CreateToken implements agent.Tokens.
+func (s *Embedded) CreateToken(ctx context.Context, t agent.APIToken) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	if t, err = checkToken(t, s.clock); err != nil {
+		return err
+	}
+	admin := 0
+	if t.Admin {
+		admin = 1
+	}
+	_, err = w.ExecContext(ctx, `INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, NULL)`,
+		t.ID, t.TenantID, admin, t.Hash, t.NATSPasswordHash, fmtTime(t.CreatedAt))
+	if sqliteConstraint(err, "api_tokens.") {
+		return fmt.Errorf("api token %s: %w", t.ID, agent.ErrTokenExists)
+	}
+	return err
+}
+
+// LookupToken implements agent.Tokens.
+func (s *Embedded) LookupToken(ctx context.Context, hash string) (agent.APIToken, error) {
+	t, err := scanToken(s.r.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM api_tokens WHERE token_hash = ?`, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("api token: %w", agent.ErrNotFound)
+	}
+	return t, err
+}
+
+// ListTokens implements agent.Tokens.
+func (s *Embedded) ListTokens(ctx context.Context) ([]agent.APIToken, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at, token_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.APIToken
+	for rows.Next() {
+		t, err := scanToken(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// RevokeToken implements agent.Tokens.
+func (s *Embedded) RevokeToken(ctx context.Context, id string) (agent.APIToken, error) {
+	w, err := s.writer()
+	if err != nil {
+		return agent.APIToken{}, err
+	}
+	if _, err := w.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL`,
+		fmtTime(s.clock.Now()), id); err != nil {
+		return agent.APIToken{}, err
+	}
+	t, err := scanToken(w.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM api_tokens WHERE token_id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("api token %s: %w", id, agent.ErrNotFound)
+	}
+	return t, err
+}
+
+// HasTokens implements agent.Tokens.
+func (s *Embedded) HasTokens(ctx context.Context) (bool, error) {
+	var n int
+	err := s.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens)`).Scan(&n)
+	return n != 0, err
+}
