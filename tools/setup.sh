@@ -19,6 +19,8 @@ command -v npm >/dev/null || need_apt+=(npm)
 # Postgres: the fleet store's tests start their own server from Debian's package.
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
 command -v runuser >/dev/null || need_apt+=(util-linux)
+# NATS: the fleet tests start a 3-node JetStream cluster of Debian's nats-server (/usr/sbin).
+command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need_apt+=(nats-server)
 # promtool (Debian's prometheus package) checks the daemon's /metrics in tests.
 command -v promtool >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
