@@ -53,6 +53,10 @@ type Device struct {
 	HeldBy string `json:"heldBy,omitempty"`
 	// Lease is the active lease, when one is held.
 	Lease *agent.Lease `json:"lease,omitempty"`
+	// Quarantined: runs kept failing on the device; it is offered to no run
+	// until a health probe passes.
+	Quarantined      bool   `json:"quarantined,omitempty"`
+	QuarantineReason string `json:"quarantineReason,omitempty"`
 }
 
 // DeviceLister lists the devices of the host's adb server.
@@ -102,6 +106,18 @@ type Config struct {
 	// RetryAfter is how long a run whose engine stopped on an error (not a
 	// terminal status) waits before it is scheduled again (default 2 s).
 	RetryAfter time.Duration
+	// Reachable, when set, lists the device names (adb serials, AVD names)
+	// this daemon can drive; the scheduler takes only runs for those and
+	// leaves the others to the daemons of the fleet that can. nil: every
+	// run's device is this host's (the single-host default).
+	Reachable func(ctx context.Context) (map[string]bool, error)
+	// QuarantineAfter consecutive runs FAILED on a device put it in
+	// quarantine (default 3; negative: never): it is reported in Devices and
+	// offered to no run until Probe passes on it, tried every ProbeEvery
+	// (default 5 s). Without a Probe the quarantine lasts ProbeEvery.
+	QuarantineAfter int
+	Probe           func(ctx context.Context, serial string) error
+	ProbeEvery      time.Duration
 }
 
 // Service is the daemon's run service. Create it with New, then Start.
@@ -112,8 +128,9 @@ type Service struct {
 	wake chan struct{}
 
 	mu       sync.Mutex
-	active   map[string]*activeRun // by run id
-	notUntil map[string]time.Time  // run id -> earliest reschedule after an engine error
+	active   map[string]*activeRun    // by run id
+	notUntil map[string]time.Time     // run id -> earliest reschedule after an engine error
+	health   map[string]*deviceHealth // by serial
 	stopping bool
 	runCtx   context.Context
 	stopRuns context.CancelFunc
@@ -148,12 +165,18 @@ func New(cfg Config) (*Service, error) {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 2 * time.Second
 	}
+	if cfg.QuarantineAfter == 0 {
+		cfg.QuarantineAfter = 3
+	}
+	if cfg.ProbeEvery <= 0 {
+		cfg.ProbeEvery = 5 * time.Second
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = agent.SystemClock{}
 	}
 	s := &Service{
 		cfg: cfg, store: newNotifyingStore(cfg.Store), wake: make(chan struct{}, 1),
-		active: map[string]*activeRun{}, notUntil: map[string]time.Time{},
+		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, health: map[string]*deviceHealth{},
 	}
 	return s, nil
 }
@@ -262,6 +285,12 @@ func (s *Service) schedule(ctx context.Context) error {
 		return err
 	}
 	slices.Reverse(runs) // ListRuns is newest first
+	var reachable map[string]bool
+	if s.cfg.Reachable != nil {
+		if reachable, err = s.cfg.Reachable(ctx); err != nil {
+			return fmt.Errorf("reachable devices: %w", err)
+		}
+	}
 	busy := map[string]bool{}
 	s.mu.Lock()
 	for _, a := range s.active {
@@ -290,7 +319,11 @@ func (s *Service) schedule(ctx context.Context) error {
 			s.launch(r, nil)
 			continue
 		}
-		if busy[r.Serial] {
+		if busy[r.Serial] || (reachable != nil && !reachable[r.Serial]) {
+			continue
+		}
+		if s.quarantined(ctx, r.Serial) {
+			busy[r.Serial] = true
 			continue
 		}
 		lease, err := s.cfg.Leases.AcquireLease(ctx, r.Serial, s.cfg.Holder, r.RunID, s.cfg.LeaseTTL)
@@ -383,6 +416,9 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 		}
 		cancel()
 	}
+	if err == nil && a.lease != nil {
+		s.recordHealth(a.lease.Serial, status == agent.RunFailed && deviceFailures[s.failureID(a.run.RunID)])
+	}
 	s.mu.Lock()
 	delete(s.active, a.run.RunID)
 	if err != nil && !shutdown {
@@ -397,17 +433,30 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 // failedOnAbsentDevice reports whether the run's final failure says its
 // device left the adb server (device_not_found or device_offline).
 func (s *Service) failedOnAbsentDevice(runID string) bool {
+	id := s.failureID(runID)
+	return id == agent.ErrDeviceNotFound || id == agent.ErrDeviceOffline
+}
+
+// deviceFailures are the errorIds that blame the device, not the app or the
+// request: only these count toward a quarantine.
+var deviceFailures = map[agent.ErrorID]bool{
+	agent.ErrDeviceOffline: true, agent.ErrDeviceUnauthorized: true, agent.ErrBootTimeout: true,
+	agent.ErrSessionCreateFailed: true, agent.ErrInstallFailed: true,
+}
+
+// failureID is the errorId of the run's final failure ("" when none or unreadable).
+func (s *Service) failureID(runID string) agent.ErrorID {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	snap, err := s.store.LatestSnapshot(ctx, runID)
 	if err != nil {
-		return false
+		return ""
 	}
 	st, err := agent.DecodeRunState(snap)
 	if err != nil || st.Failure == nil {
-		return false
+		return ""
 	}
-	return st.Failure.ErrorID == agent.ErrDeviceNotFound || st.Failure.ErrorID == agent.ErrDeviceOffline
+	return st.Failure.ErrorID
 }
 
 // Submit validates the request and stores the run PENDING (nothing is
@@ -575,6 +624,14 @@ func (s *Service) Devices(ctx context.Context) ([]Device, error) {
 	for _, l := range leases {
 		bySerial[l.Serial] = l
 	}
+	s.mu.Lock()
+	for i := range devs {
+		if h := s.health[devs[i].Serial]; h != nil && h.quarantined {
+			devs[i].Quarantined = true
+			devs[i].QuarantineReason = fmt.Sprintf("%d runs in a row FAILED on it; waiting for a health probe to pass", h.failures)
+		}
+	}
+	s.mu.Unlock()
 	for i := range devs {
 		if l, ok := bySerial[devs[i].Serial]; ok {
 			devs[i].HeldBy, devs[i].Lease = l.RunID, &l
@@ -606,4 +663,69 @@ func (s *Service) ActiveRuns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.active)
+}
+
+// deviceHealth counts a device's consecutive FAILED runs on this daemon.
+type deviceHealth struct {
+	failures    int
+	quarantined bool
+	nextProbe   time.Time
+}
+
+// recordHealth notes a run's end on serial: a FAILED run counts, any other
+// end clears the count.
+func (s *Service) recordHealth(serial string, failed bool) {
+	if s.cfg.QuarantineAfter < 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.health[serial]
+	if !failed {
+		delete(s.health, serial)
+		return
+	}
+	if h == nil {
+		h = &deviceHealth{}
+		s.health[serial] = h
+	}
+	h.failures++
+	if !h.quarantined && h.failures >= s.cfg.QuarantineAfter {
+		h.quarantined, h.nextProbe = true, time.Now().Add(s.cfg.ProbeEvery)
+		s.logf("device %s quarantined: %d runs in a row FAILED on it", serial, h.failures)
+	}
+}
+
+// quarantined reports whether serial is in quarantine, probing it when a
+// probe is due; a passing probe ends the quarantine.
+func (s *Service) quarantined(ctx context.Context, serial string) bool {
+	s.mu.Lock()
+	h := s.health[serial]
+	if h == nil || !h.quarantined {
+		s.mu.Unlock()
+		return false
+	}
+	due := !time.Now().Before(h.nextProbe)
+	if due {
+		h.nextProbe = time.Now().Add(s.cfg.ProbeEvery)
+	}
+	s.mu.Unlock()
+	if !due {
+		return true
+	}
+	var err error
+	if s.cfg.Probe != nil {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = s.cfg.Probe(pctx, serial)
+		cancel()
+	}
+	if err != nil {
+		s.logf("device %s stays quarantined: health probe: %v", serial, err)
+		return true
+	}
+	s.mu.Lock()
+	delete(s.health, serial)
+	s.mu.Unlock()
+	s.logf("device %s leaves quarantine: health probe passed", serial)
+	return false
 }
