@@ -27,6 +27,8 @@ var (
 	// Query parameter names secretQuery matches that carry no secret.
 	notSecretQuery = map[string]bool{"x-amz-signedheaders": true, "x-goog-signedheaders": true}
 	bearer         = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}`)
+	// API tokens (token.go) wherever they appear, e.g. pasted into a run input.
+	apiToken = regexp.MustCompile(TokenPrefix + `[A-Za-z0-9_-]{8,}`)
 )
 
 func isSecretKey(k string) bool { return secretKey.MatchString(k) && !notSecretKey[k] }
@@ -38,6 +40,9 @@ func isSecretKey(k string) bool { return secretKey.MatchString(k) && !notSecretK
 // and Bearer/Basic authorization values. The rest stays readable. Applying
 // it twice gives the same string.
 func RedactString(s string) string {
+	if strings.Contains(s, TokenPrefix) {
+		s = apiToken.ReplaceAllString(s, Redacted)
+	}
 	if !strings.ContainsAny(s, "@?&") && !strings.Contains(strings.ToLower(s), "bearer") && !strings.Contains(strings.ToLower(s), "basic") {
 		return s
 	}

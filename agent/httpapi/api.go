@@ -44,6 +44,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logf reports handler failures; may be nil.
 	Logf func(format string, args ...any)
+	// Tokens, when set, turns on Bearer authentication and tenant scoping
+	// once the store holds a token (auth.go); nil: no authentication.
+	Tokens agent.Tokens
 }
 
 // Route is one route of the API.
@@ -63,11 +66,14 @@ func Routes() []Route {
 	}
 }
 
-type api struct{ cfg Config }
+type api struct {
+	cfg  Config
+	auth *auth
+}
 
 // New returns the API's handler.
 func New(cfg Config) http.Handler {
-	a := &api{cfg: cfg}
+	a := &api{cfg: cfg, auth: &auth{tokens: cfg.Tokens}}
 	mux := http.NewServeMux()
 	h := map[string]http.HandlerFunc{
 		"POST /v1/runs":               a.submit,
@@ -89,12 +95,12 @@ func New(cfg Config) http.Handler {
 		},
 	}
 	if cfg.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", a.guard("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP))
 	} else {
 		h["GET /metrics"] = func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }
 	}
 	for p, f := range h {
-		mux.HandleFunc(p, f)
+		mux.HandleFunc(p, a.guard(p, f))
 	}
 	// Unknown routes and wrong methods answer in the agent error format too.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -200,6 +206,10 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	b, ok := a.scopeSubmit(w, r, b)
+	if !ok {
+		return
+	}
 	run, err := a.cfg.Service.Submit(r.Context(), b)
 	if err != nil {
 		a.fail(w, r, err)
@@ -227,7 +237,7 @@ func summary(r agent.Run) RunSummary {
 }
 
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
-	f := agent.RunFilter{Serial: r.URL.Query().Get("serial")}
+	f := agent.RunFilter{Serial: r.URL.Query().Get("serial"), TenantID: tenantFilter(r.Context())}
 	if s := r.URL.Query().Get("status"); s != "" {
 		for _, st := range strings.Split(s, ",") {
 			f.Status = append(f.Status, agent.RunStatus(strings.ToUpper(strings.TrimSpace(st))))
@@ -463,9 +473,7 @@ func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if devs == nil {
-		devs = []service.Device{}
-	}
+	devs = a.scopeDevices(r.Context(), devs)
 	writeJSON(w, 200, map[string]any{"devices": devs})
 }
 
@@ -476,9 +484,7 @@ func (a *api) leases(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if ls == nil {
-		ls = []agent.Lease{}
-	}
+	ls = a.scopeLeases(r.Context(), ls)
 	writeJSON(w, 200, map[string]any{"leases": ls})
 }
 
