@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,10 +31,16 @@ import (
 // NATS JetStream (in-process, or an external server), the shared adb server
 // and an Appium server.
 type hostConfig struct {
-	DataDir    string
-	ADBServer  string // host:port
-	AppiumURL  string // "" starts a local Appium
-	PolicyFile string
+	DataDir string
+	// DatabaseURL puts the host on a shared Postgres (fleet mode) instead
+	// of the embedded store in DataDir.
+	DatabaseURL string
+	// NATSReplicas is the AGENT_EVENTS stream's replica count (1 on the
+	// embedded server; 3 on a three-node cluster).
+	NATSReplicas int
+	ADBServer    string // host:port
+	AppiumURL    string // "" starts a local Appium
+	PolicyFile   string
 	// PolicyFiles are added to the policy store as well (serve --policy).
 	PolicyFiles []string
 	// NATSURL publishes to an external NATS server; otherwise an in-process
@@ -44,11 +52,19 @@ type hostConfig struct {
 	Progress func(node, line string)
 }
 
+// hostStore is what the host needs of a store: runs, events, outbox and
+// device leases (snapshots.Embedded on one host, snapshots.Postgres in a
+// fleet).
+type hostStore interface {
+	agent.Store
+	agent.Leases
+}
+
 // host holds the running pieces; Close stops them in reverse order, after the
 // relay has published what the runs committed.
 type host struct {
 	cfg      hostConfig
-	store    *snapshots.Embedded
+	store    hostStore
 	policies *policy.Store
 	nats     *server.Server
 	nc       *nats.Conn
@@ -94,8 +110,20 @@ func (h *host) open(ctx context.Context) (err error) {
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "tmp"), 0o700); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "data dir %s", cfg.DataDir)
 	}
-	if h.store, err = snapshots.OpenEmbedded(ctx, filepath.Join(cfg.DataDir, "agent.db"), snapshots.EmbeddedOptions{}); err != nil {
-		return agent.Wrap(agent.ErrProcess, err, "embedded store")
+	if cfg.DatabaseURL != "" {
+		// Migrates under goose's advisory lock: daemons starting together
+		// migrate once.
+		pg, err := snapshots.OpenPostgres(ctx, cfg.DatabaseURL, snapshots.PostgresOptions{Log: cfg.Log})
+		if err != nil {
+			return agent.Wrap(agent.ErrNetwork, err, "Postgres %s", agent.RedactString(cfg.DatabaseURL))
+		}
+		h.store = pg
+	} else {
+		emb, err := snapshots.OpenEmbedded(ctx, filepath.Join(cfg.DataDir, "agent.db"), snapshots.EmbeddedOptions{})
+		if err != nil {
+			return agent.Wrap(agent.ErrProcess, err, "embedded store")
+		}
+		h.store = emb
 	}
 	if h.policies, err = policy.NewStore(ctx, h.store); err != nil {
 		return agent.Wrap(agent.ErrProcess, err, "policies")
@@ -183,7 +211,7 @@ func (h *host) open(ctx context.Context) (err error) {
 			},
 		},
 		DeviceFor: func(serial string) device.Device { return device.NewADBDevice(h.adb, serial) },
-		Sessions:  kvSessions{h.store},
+		Sessions:  kvSessions{st: h.store, server: url},
 		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: kvVerifications{h.store},
 			TempDir: filepath.Join(cfg.DataDir, "tmp")},
 		Progress: cfg.Progress,
@@ -256,14 +284,23 @@ func (h *host) Close(ctx context.Context) {
 	}
 }
 
-// kvSessions keeps the Appium session id per device serial in the store, so
-// a restarted daemon reuses the session (EnsureDevice's REUSE_OR_CREATE).
-type kvSessions struct{ st agent.Store }
+// kvSessions keeps the Appium session id per Appium server and device serial
+// in the store, so a restarted daemon reuses the session (EnsureDevice's
+// REUSE_OR_CREATE). The key names the server by a hash of its URL: in a
+// fleet the store is shared, and another daemon's Appium does not know the
+// session; the URL may carry credentials.
+type kvSessions struct {
+	st     agent.Store
+	server string
+}
 
-func sessionKey(serial string) string { return "appium/session/" + serial }
+func (k kvSessions) sessionKey(serial string) string {
+	sum := sha256.Sum256([]byte(k.server))
+	return "appium/session/" + hex.EncodeToString(sum[:6]) + "/" + serial
+}
 
 func (k kvSessions) Get(ctx context.Context, serial string) (string, error) {
-	b, err := k.st.GetKV(ctx, sessionKey(serial))
+	b, err := k.st.GetKV(ctx, k.sessionKey(serial))
 	if errors.Is(err, agent.ErrNotFound) {
 		return "", nil
 	}
@@ -271,11 +308,11 @@ func (k kvSessions) Get(ctx context.Context, serial string) (string, error) {
 }
 
 func (k kvSessions) Put(ctx context.Context, serial, id string) error {
-	return k.st.PutKV(ctx, sessionKey(serial), []byte(id))
+	return k.st.PutKV(ctx, k.sessionKey(serial), []byte(id))
 }
 
 func (k kvSessions) Forget(ctx context.Context, serial string) error {
-	return k.st.PutKV(ctx, sessionKey(serial), nil)
+	return k.st.PutKV(ctx, k.sessionKey(serial), nil)
 }
 
 // kvVerifications keeps the verified signer digests of installed builds.

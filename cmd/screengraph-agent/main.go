@@ -35,6 +35,7 @@ type cli struct {
 	Resume   resumeCmd   `cmd:"" help:"Ask the daemon to resume a paused run."`
 	Policy   policyCmd   `cmd:"" help:"Policies of runs on the daemon."`
 	Appium   appiumCmd   `cmd:"" help:"The local Appium server runs start."`
+	Migrate  migrateCmd  `cmd:"" help:"Apply the embedded schema migrations to a fleet's Postgres (serve does too, at start)."`
 }
 
 type emulatorCmd struct {

@@ -40,36 +40,41 @@ const DefaultListen = "127.0.0.1:7420"
 // first) defaults, the config file (YAML or JSON), SCREENGRAPH_* environment
 // variables (SCREENGRAPH_DATA_DIR -> data-dir) and the flags given.
 type daemonConfig struct {
-	Listen     string        `koanf:"listen" json:"listen"`
-	DataDir    string        `koanf:"data-dir" json:"dataDir"`
-	ADBServer  string        `koanf:"adb-server" json:"adbServer"`
-	Appium     string        `koanf:"appium" json:"appium"`
-	NATSListen string        `koanf:"nats-listen" json:"natsListen"`
-	NATSURL    string        `koanf:"nats-url" json:"natsUrl"`
-	Policies   []string      `koanf:"policy" json:"policy"`
-	Tenant     string        `koanf:"tenant" json:"tenant"`
-	LeaseTTL   time.Duration `koanf:"lease-ttl" json:"leaseTtl"`
+	Listen     string `koanf:"listen" json:"listen"`
+	DataDir    string `koanf:"data-dir" json:"dataDir"`
+	ADBServer  string `koanf:"adb-server" json:"adbServer"`
+	Appium     string `koanf:"appium" json:"appium"`
+	NATSListen string `koanf:"nats-listen" json:"natsListen"`
+	NATSURL    string `koanf:"nats-url" json:"natsUrl"`
+	// DatabaseURL: fleet mode on a shared Postgres (postgres://…).
+	DatabaseURL  string        `koanf:"database-url" json:"databaseUrl"`
+	NATSReplicas int           `koanf:"nats-replicas" json:"natsReplicas"`
+	Policies     []string      `koanf:"policy" json:"policy"`
+	Tenant       string        `koanf:"tenant" json:"tenant"`
+	LeaseTTL     time.Duration `koanf:"lease-ttl" json:"leaseTtl"`
 }
 
 type serveCmd struct {
-	Listen      string        `help:"HTTP API address (default ${default_listen})." placeholder:"HOST:PORT"`
-	DataDir     string        `help:"Data directory (embedded store, NATS files, artifacts; default ~/.local/share/screengraph-agent)." name:"data-dir" type:"path"`
-	ADBServer   string        `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
-	Appium      string        `help:"Appium server URL; default: a local one started for this data dir."`
-	NATSListen  string        `help:"Address the in-process NATS server (JetStream) listens on, for any NATS client (default 127.0.0.1:4222)." name:"nats-listen"`
-	NATSURL     string        `help:"Publish events to this NATS server instead of the in-process one." name:"nats-url"`
-	Policy      []string      `help:"Policy documents (YAML/JSON) to add; the first becomes current." type:"existingfile"`
-	Tenant      string        `help:"Tenant of runs submitted without tenantId (default local)."`
-	LeaseTTL    time.Duration `help:"Device lease TTL (renewed every TTL/3; default 30s)." name:"lease-ttl"`
-	Config      string        `help:"Config file (YAML or JSON) with the keys of the flags above." type:"existingfile"`
-	PrintConfig bool          `help:"Print the merged configuration (secrets redacted) and exit." name:"print-config"`
-	Output      string        `help:"Output format of --print-config and failures: text or json." default:"text" enum:"text,json"`
+	Listen       string        `help:"HTTP API address (default ${default_listen})." placeholder:"HOST:PORT"`
+	DataDir      string        `help:"Data directory (embedded store, NATS files, artifacts; default ~/.local/share/screengraph-agent)." name:"data-dir" type:"path"`
+	ADBServer    string        `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
+	Appium       string        `help:"Appium server URL; default: a local one started for this data dir."`
+	NATSListen   string        `help:"Address the in-process NATS server (JetStream) listens on, for any NATS client (default 127.0.0.1:4222)." name:"nats-listen"`
+	NATSURL      string        `help:"Publish events to this NATS server or cluster (comma-separated URLs) instead of the in-process one." name:"nats-url"`
+	DatabaseURL  string        `help:"Fleet mode: keep runs, events, outbox and device leases in this shared Postgres (postgres://…) instead of the embedded store; migrated at start." name:"database-url"`
+	NATSReplicas int           `help:"Replicas of the AGENT_EVENTS stream (default 1; 3 on a three-node JetStream cluster)." name:"nats-replicas"`
+	Policy       []string      `help:"Policy documents (YAML/JSON) to add; the first becomes current." type:"existingfile"`
+	Tenant       string        `help:"Tenant of runs submitted without tenantId (default local)."`
+	LeaseTTL     time.Duration `help:"Device lease TTL (renewed every TTL/3; default 30s)." name:"lease-ttl"`
+	Config       string        `help:"Config file (YAML or JSON) with the keys of the flags above." type:"existingfile"`
+	PrintConfig  bool          `help:"Print the merged configuration (secrets redacted) and exit." name:"print-config"`
+	Output       string        `help:"Output format of --print-config and failures: text or json." default:"text" enum:"text,json"`
 }
 
 func (c *serveCmd) load() (daemonConfig, error) {
 	k := koanf.New(".")
 	defaults := map[string]any{
-		"listen": DefaultListen, "nats-listen": "127.0.0.1:4222", "tenant": "local", "lease-ttl": "30s",
+		"listen": DefaultListen, "nats-listen": "127.0.0.1:4222", "tenant": "local", "lease-ttl": "30s", "nats-replicas": 1,
 		"adb-server": adbAddr(""),
 	}
 	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
@@ -101,6 +106,10 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	set("appium", c.Appium)
 	set("nats-listen", c.NATSListen)
 	set("nats-url", c.NATSURL)
+	set("database-url", c.DatabaseURL)
+	if c.NATSReplicas > 0 {
+		flags["nats-replicas"] = c.NATSReplicas
+	}
 	set("tenant", c.Tenant)
 	if c.LeaseTTL > 0 {
 		flags["lease-ttl"] = c.LeaseTTL.String()
@@ -124,6 +133,12 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	}
 	if cfg.LeaseTTL <= 0 {
 		return cfg, agent.Errorf(agent.ErrInvalidRequest, "lease-ttl must be > 0")
+	}
+	if cfg.NATSReplicas < 1 || cfg.NATSReplicas > 5 {
+		return cfg, agent.Errorf(agent.ErrInvalidRequest, "nats-replicas must be 1 to 5, not %d", cfg.NATSReplicas)
+	}
+	if cfg.DatabaseURL != "" && !strings.HasPrefix(cfg.DatabaseURL, "postgres://") && !strings.HasPrefix(cfg.DatabaseURL, "postgresql://") {
+		return cfg, agent.Errorf(agent.ErrInvalidRequest, "database-url must be a postgres:// URL, not %q", agent.RedactString(cfg.DatabaseURL))
 	}
 	return cfg, nil
 }
@@ -178,7 +193,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer lock.Close()
 
-	hc := hostConfig{DataDir: cfg.DataDir, ADBServer: cfg.ADBServer, AppiumURL: cfg.Appium, PolicyFiles: cfg.Policies,
+	hc := hostConfig{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, NATSReplicas: cfg.NATSReplicas,
+		ADBServer: cfg.ADBServer, AppiumURL: cfg.Appium, PolicyFiles: cfg.Policies,
 		Log: log, Progress: func(node, line string) { log.Debug().Str("node", node).Msg(line) }}
 	if cfg.NATSURL != "" {
 		hc.NATSURL = cfg.NATSURL
@@ -195,6 +211,12 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "--listen %s", cfg.Listen))
 	}
 
+	var reach func(context.Context) (map[string]bool, error)
+	if cfg.DatabaseURL != "" {
+		// Fleet: the shared queue holds every host's runs; take only those
+		// for devices this host reaches.
+		reach = (&reachable{h: h, dataDir: cfg.DataDir, adbAddr: cfg.ADBServer}).devices
+	}
 	hostname, _ := os.Hostname()
 	newID := func() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
 	holderPrefix := "serve:" + hostname + ":" + filepath.Clean(cfg.DataDir) + ":"
@@ -217,6 +239,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		},
 		Holder: holderPrefix + newID(), HolderPrefix: holderPrefix,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
+		Probe: probeDevice(h.adb), Reachable: reach,
 		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) },
 	})
 	if err != nil {
