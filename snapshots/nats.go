@@ -16,13 +16,24 @@ import (
 
 // DuplicateWindow is the stream's deduplication window: a re-publish of an
 // eventId within it is acknowledged as a duplicate and not stored again. It
-// must exceed the worst delay between a publish and its MarkPublished
-// (relay crash, store outage); 10 minutes.
+// must exceed the worst delay between a row's first publish and its
+// MarkPublished (a relay killed between the ack and the commit of its claim,
+// a store or NATS outage): measured worst 60-75 s (a 60 s NATS cluster outage
+// plus the relay's backoff); 10 minutes.
 const DuplicateWindow = 10 * time.Minute
 
-// StreamConfig is the AGENT_EVENTS stream: subjects agent.events.>, file storage, limits retention, 10-minute duplicate
-// window.
-func StreamConfig() jetstream.StreamConfig {
+// StreamConfig is the AGENT_EVENTS stream for a single server (the embedded
+// one): StreamConfigFor(1).
+func StreamConfig() jetstream.StreamConfig { return StreamConfigFor(1) }
+
+// StreamConfigFor is the AGENT_EVENTS stream with replicas copies: subjects
+// agent.events.>, file storage, limits retention, the 10-minute duplicate
+// window. With replicas 3 on a 3-node cluster a publish is acknowledged once
+// a majority (2 of 3) stored it in the stream's raft log, so it survives the
+// loss of any one node; whether it also survives a power loss depends on the
+// servers' fsync (`jetstream { sync_interval: always }`, nats-server 2.10+;
+// see docs/decisions.md). replicas < 1 counts as 1.
+func StreamConfigFor(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "ScreenGraph run events, published by the agent's outbox relay",
@@ -30,6 +41,7 @@ func StreamConfig() jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Duplicates:  DuplicateWindow,
+		Replicas:    max(replicas, 1),
 	}
 }
 
@@ -52,14 +64,30 @@ type JetStreamPublisher struct {
 
 var _ agent.Publisher = (*JetStreamPublisher)(nil)
 
+// PublisherOption configures NewJetStreamPublisher.
+type PublisherOption func(*publisherOptions)
+
+type publisherOptions struct{ replicas int }
+
+// WithReplicas sets the AGENT_EVENTS stream's replicas (default 1, the
+// embedded server; 3 on a 3-node cluster, the daemon's --nats-replicas). An
+// existing stream is updated to it (JetStream scales a stream's replicas up
+// and down in place).
+func WithReplicas(n int) PublisherOption { return func(o *publisherOptions) { o.replicas = n } }
+
 // NewJetStreamPublisher ensures the AGENT_EVENTS stream on nc's server
-// and returns a publisher over it.
-func NewJetStreamPublisher(ctx context.Context, nc *nats.Conn) (*JetStreamPublisher, error) {
+// (StreamConfigFor the WithReplicas option, default 1) and returns a
+// publisher over it.
+func NewJetStreamPublisher(ctx context.Context, nc *nats.Conn, opts ...PublisherOption) (*JetStreamPublisher, error) {
+	o := publisherOptions{replicas: 1}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := EnsureStream(ctx, js, StreamConfig()); err != nil {
+	if _, err := EnsureStream(ctx, js, StreamConfigFor(o.replicas)); err != nil {
 		return nil, err
 	}
 	return &JetStreamPublisher{js: js}, nil

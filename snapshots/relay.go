@@ -24,6 +24,11 @@ import (
 // Runs are independent: up to Concurrency runs publish side by side. On a
 // failure the relay backs off (MinBackoff doubling to MaxBackoff, with
 // jitter) and drains again from the first unpublished row.
+//
+// With a store that is an OutboxClaimer (Postgres) the relay claims runs
+// instead of reading Unpublished, so relays of several daemons drain one
+// outbox together and never publish one run at the same time: see
+// OutboxClaimer. The embedded store (one daemon per data dir) is read as is.
 type Relay struct {
 	Store     agent.Store
 	Publisher agent.Publisher
@@ -42,6 +47,10 @@ type Relay struct {
 	// re-publishes at most MarkEvery-1 acked rows, which the stream
 	// deduplicates. Default 32; 1 marks every row on its own.
 	MarkEvery int
+	// ClaimWorkers: with an OutboxClaimer store, claims open at once, each
+	// holding up to ceil(Concurrency/ClaimWorkers) runs and one store
+	// connection while it publishes (default 2).
+	ClaimWorkers int
 	// PublishTimeout bounds one publish's wait for its ack (default 5 s).
 	PublishTimeout time.Duration
 	MinBackoff     time.Duration // default 50 ms
@@ -76,6 +85,9 @@ func (r *Relay) setDefaults() {
 	}
 	if r.Concurrency <= 0 {
 		r.Concurrency = 4
+	}
+	if r.ClaimWorkers <= 0 {
+		r.ClaimWorkers = 2
 	}
 	if r.MarkEvery <= 0 {
 		r.MarkEvery = 32
@@ -155,6 +167,9 @@ var ErrRelayRunning = errors.New("snapshots: relay is running; stop Run before c
 
 func (r *Relay) drain(ctx context.Context) (int, error) {
 	r.defaults()
+	if c, ok := r.Store.(OutboxClaimer); ok {
+		return r.drainClaims(ctx, c)
+	}
 	total := 0
 	for {
 		rows, err := r.Store.Unpublished(ctx, r.BatchSize)
@@ -275,4 +290,140 @@ func (r *Relay) publishRun(ctx context.Context, rows []agent.OutboxRow) (int, er
 		}
 	}
 	return marked, ctx.Err()
+}
+
+// OutboxClaimer is implemented by stores that several relays drain at once
+// (Postgres, one outbox for a fleet of daemons). ClaimOutbox locks the head
+// row (lowest unpublished sequence) of up to maxRuns runs whose head no other
+// claim holds and returns up to rowsPerRun unpublished rows of each, in
+// sequence order; the claim holds those runs until Finish or Release. Two
+// open claims never share a run, so each run is published by one relay at a
+// time and strictly in order.
+type OutboxClaimer interface {
+	ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (OutboxClaim, error)
+}
+
+// OutboxClaim is one open claim of ClaimOutbox.
+type OutboxClaim interface {
+	// Runs are the claimed runs' rows: one slice per run, in sequence order,
+	// starting at the run's first unpublished row. Empty: nothing to claim.
+	Runs() [][]agent.OutboxRow
+	// Finish marks each run's rows with sequence <= ackedUpTo[runID]
+	// published and ends the claim (commits), returning how many rows it
+	// marked. If it fails nothing is marked and the runs are free again.
+	Finish(ctx context.Context, ackedUpTo map[string]int64) (int, error)
+	// Release ends the claim without marking anything.
+	Release()
+}
+
+// drainClaims is drain on an OutboxClaimer: ClaimWorkers loops, each
+// claiming runs, publishing every claimed run side by side (each strictly in
+// order, stopping at its first failure), marking the acked prefix of each in
+// the claim's transaction and committing, until a claim finds no free run.
+func (r *Relay) drainClaims(ctx context.Context, c OutboxClaimer) (int, error) {
+	perClaim := (r.Concurrency + r.ClaimWorkers - 1) / r.ClaimWorkers
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		total    atomic.Int64
+	)
+	for range r.ClaimWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				n, more, err := r.claimOnce(ctx, c, perClaim)
+				total.Add(int64(n))
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				if !more {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+		if firstErr != nil {
+			firstErr = nil // a stop is not a failure; Run returns on ctx
+		}
+	}
+	return int(total.Load()), firstErr
+}
+
+// claimOnce claims up to maxRuns runs, publishes them and finishes the
+// claim. more: a claim found runs (there may be more to do).
+func (r *Relay) claimOnce(ctx context.Context, c OutboxClaimer, maxRuns int) (marked int, more bool, err error) {
+	claim, err := c.ClaimOutbox(ctx, maxRuns, r.BatchSize)
+	if err != nil {
+		return 0, false, fmt.Errorf("snapshots: relay claim outbox: %w", err)
+	}
+	runs := claim.Runs()
+	if len(runs) == 0 {
+		claim.Release()
+		return 0, false, nil
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		acked = make(map[string]int64, len(runs))
+		errs  []error
+	)
+	for _, run := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := r.publishSequential(ctx, run)
+			mu.Lock()
+			defer mu.Unlock()
+			if n > 0 {
+				acked[run[0].RunID] = run[n-1].Sequence
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
+	wg.Wait()
+	// Also on a canceled ctx: a clean stop marks what was acked. The store
+	// call is short; it gets its own deadline.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.PublishTimeout)
+	n, ferr := claim.Finish(fctx, acked)
+	cancel()
+	r.published.Add(int64(n))
+	if ferr != nil {
+		errs = append(errs, ferr)
+	}
+	if ctx.Err() != nil && ferr == nil {
+		return n, false, nil
+	}
+	return n, true, errors.Join(errs...)
+}
+
+// publishSequential publishes rows in order, each only after the previous
+// one's ack, and returns how many were acked (a prefix of rows).
+func (r *Relay) publishSequential(ctx context.Context, rows []agent.OutboxRow) (int, error) {
+	for i, row := range rows {
+		if ctx.Err() != nil {
+			return i, nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.PublishTimeout)
+		err := r.Publisher.Publish(pctx, row.Subject, row.EventID, row.Body)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return i, nil
+			}
+			return i, fmt.Errorf("run %s sequence %d: %w", row.RunID, row.Sequence, err)
+		}
+	}
+	return len(rows), nil
 }
