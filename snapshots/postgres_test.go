@@ -2,127 +2,45 @@ package snapshots_test
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/pgtest"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
-// A real Postgres from Debian's postgresql package, started once per test
-// binary on its own port and directory, as the postgres user when the tests
-// run as root (postgres refuses to run as root). Fails when not installed:
-// tools/setup.sh installs it.
+// A real Postgres from Debian's postgresql package (snapshots/pgtest),
+// started once per test binary on its own port and directory.
 var pg struct {
-	once  sync.Once
-	dir   string
-	port  int
-	bin   string
-	asPG  bool
-	err   error
-	dbSeq atomic.Int64
+	once sync.Once
+	srv  *pgtest.Server
+	err  error
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	stopPostgres()
+	if pg.srv != nil {
+		pg.srv.Close()
+	}
 	os.Exit(code)
-}
-
-func pgCmd(name string, args ...string) *exec.Cmd {
-	path := filepath.Join(pg.bin, name)
-	if pg.asPG {
-		return exec.Command("runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
-	}
-	return exec.Command(path, args...)
-}
-
-func startPostgres() {
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(bins) == 0 {
-		pg.err = fmt.Errorf("postgres not installed (/usr/lib/postgresql/*/bin/initdb)")
-		return
-	}
-	pg.bin = filepath.Dir(bins[len(bins)-1])
-	if u, _ := user.Current(); u != nil && u.Uid == "0" {
-		pg.asPG = true
-	}
-	dir, err := os.MkdirTemp("", "screengraph-pg-")
-	if err != nil {
-		pg.err = err
-		return
-	}
-	pg.dir = dir
-	if pg.asPG {
-		pu, err := user.Lookup("postgres")
-		if err != nil {
-			pg.err = err
-			return
-		}
-		uid, _ := strconv.Atoi(pu.Uid)
-		gid, _ := strconv.Atoi(pu.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			pg.err = err
-			return
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		pg.err = err
-		return
-	}
-	pg.port = l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	data := filepath.Join(dir, "data")
-	if out, err := pgCmd("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync").CombinedOutput(); err != nil {
-		pg.err = fmt.Errorf("initdb: %v\n%s", err, out)
-		return
-	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", pg.port, dir)
-	if out, err := pgCmd("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "30", "start").CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
-		pg.err = fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
-	}
-}
-
-func stopPostgres() {
-	if pg.dir == "" {
-		return
-	}
-	pgCmd("pg_ctl", "-D", filepath.Join(pg.dir, "data"), "-m", "immediate", "-w", "stop").Run()
-	os.RemoveAll(pg.dir)
 }
 
 // newPostgresURL creates a fresh database and returns its URL.
 func newPostgresURL(t testing.TB) string {
 	t.Helper()
-	pg.once.Do(startPostgres)
+	pg.once.Do(func() { pg.srv, pg.err = pgtest.Start("") })
 	if pg.err != nil {
 		t.Fatalf("no Postgres: %v", pg.err)
 	}
-	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", pg.port)
-	conn, err := pgx.Connect(context.Background(), admin)
+	url, err := pg.srv.NewDatabase(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
-	name := fmt.Sprintf("t%d_%d", os.Getpid(), pg.dbSeq.Add(1))
-	if _, err := conn.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", pg.port, name)
+	return url
 }
 
 func newPostgres(t testing.TB) *snapshots.Postgres {
