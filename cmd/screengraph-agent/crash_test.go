@@ -105,44 +105,7 @@ func TestServeCrashResume(t *testing.T) {
 	if holderLost == 0 {
 		t.Fatalf("no lease was taken back from a killed daemon in %d kills: the kills hit no run in flight", kills)
 	}
-	// What the devices did, against what was committed.
-	committedAt := func(id, node string) time.Time {
-		for _, e := range all[id] {
-			if e.Kind == agent.KindNodeFinished {
-				if p := decodeNode(t, e); p.NodeName == node && p.NodeExecutionOutcomeStatus == "SUCCESS" {
-					ts, _ := time.Parse(agent.TimestampLayout, e.TS)
-					return ts
-				}
-			}
-		}
-		t.Fatalf("run %s: %s never succeeded", id, node)
-		return time.Time{}
-	}
-	actions := 0
-	for serial, dev := range devs {
-		for _, a := range dev.History() {
-			if a.Package != appPkg || a.At.Before(t0) {
-				continue
-			}
-			actions++
-			var holder *agent.Lease
-			for i, l := range by[serial] {
-				if !a.At.Before(l.AcquiredAt) && !a.At.After(*l.ReleasedAt) {
-					holder = &by[serial][i]
-				}
-			}
-			if holder == nil {
-				t.Fatalf("%s: %s of %s at %v under no lease", serial, a.Kind, a.Package, a.At)
-			}
-			node := nodes.NodeProvisionApp
-			if a.Kind == "start" {
-				node = nodes.NodeLaunchOrAttach
-			}
-			if done := committedAt(holder.RunID, node); a.At.After(done.Add(time.Millisecond)) {
-				t.Fatalf("%s: %s at %v for run %s, whose %s had finished at %v: a finished node ran again", serial, a.Kind, a.At, holder.RunID, node, done)
-			}
-		}
-	}
+	actions := checkDeviceActions(t, devs, by, all, t0)
 	if actions < 2*len(ids) {
 		t.Fatalf("the devices recorded %d installs and starts of %s for %d runs", actions, appPkg, len(ids))
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,7 +17,9 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
+	"github.com/screengraph/screengraph-agent/nodes"
 )
 
 // The daemon tests run the real binary (SIGKILL needs a process of its own),
@@ -362,4 +363,52 @@ func checkLeaseHistory(t testing.TB, all []agent.Lease) map[string][]agent.Lease
 	return by
 }
 
-var _ = context.Background
+// checkDeviceActions checks what the simulated devices did since t0 against
+// what was committed: every install and activity start of appPkg happened
+// under a lease of a run (by: the lease history by serial) and before that
+// run's ProvisionApp / LaunchOrAttach result was committed (a finished node
+// never ran again). It returns how many actions it checked.
+func checkDeviceActions(t testing.TB, devs map[string]*android.Device, by map[string][]agent.Lease, all map[string][]agent.Event, t0 time.Time) int {
+	t.Helper()
+	committedAt := func(id, node string) time.Time {
+		for _, e := range all[id] {
+			if e.Kind == agent.KindNodeFinished {
+				if p := decodeNode(t, e); p.NodeName == node && p.NodeExecutionOutcomeStatus == "SUCCESS" {
+					ts, _ := time.Parse(agent.TimestampLayout, e.TS)
+					return ts
+				}
+			}
+		}
+		t.Fatalf("run %s: %s never succeeded", id, node)
+		return time.Time{}
+	}
+	actions := 0
+	for serial, dev := range devs {
+		for _, a := range dev.History() {
+			if a.Package != appPkg || a.At.Before(t0) {
+				continue
+			}
+			actions++
+			var holder *agent.Lease
+			for i, l := range by[serial] {
+				if !a.At.Before(l.AcquiredAt) && !a.At.After(*l.ReleasedAt) {
+					holder = &by[serial][i]
+				}
+			}
+			if holder == nil {
+				t.Fatalf("%s: %s of %s at %v under no lease", serial, a.Kind, a.Package, a.At)
+			}
+			if _, ok := all[holder.RunID]; !ok {
+				continue // a run that did not finish: nothing was committed to compare
+			}
+			node := nodes.NodeProvisionApp
+			if a.Kind == "start" {
+				node = nodes.NodeLaunchOrAttach
+			}
+			if done := committedAt(holder.RunID, node); a.At.After(done.Add(time.Millisecond)) {
+				t.Fatalf("%s: %s at %v for run %s, whose %s had finished at %v: a finished node ran again", serial, a.Kind, a.At, holder.RunID, node, done)
+			}
+		}
+	}
+	return actions
+}

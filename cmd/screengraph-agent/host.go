@@ -68,7 +68,7 @@ type host struct {
 	policies *policy.Store
 	nats     *server.Server
 	nc       *nats.Conn
-	pub      *snapshots.JetStreamPublisher
+	pub      agent.Publisher
 	relay    *snapshots.Relay
 	relayErr chan error
 	stopRly  context.CancelFunc
@@ -170,11 +170,29 @@ func (h *host) open(ctx context.Context) (err error) {
 			return agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.NATSListen)
 		}
 	}
-	if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL); err != nil {
-		return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
-	}
-	if h.pub, err = snapshots.NewJetStreamPublisher(ctx, h.nc); err != nil {
-		return agent.Wrap(agent.ErrNetwork, err, "NATS JetStream")
+	if cfg.NATSURL == "" {
+		if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL); err != nil {
+			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
+		}
+		if h.pub, err = snapshots.NewJetStreamPublisher(ctx, h.nc); err != nil {
+			return agent.Wrap(agent.ErrNetwork, err, "NATS JetStream")
+		}
+	} else {
+		// An external NATS (a fleet's cluster) may be down while the daemon
+		// starts: runs go on, their events wait in the outbox, and the relay
+		// publishes once the cluster answers.
+		if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL, nats.RetryOnFailedConnect(true)); err != nil {
+			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
+		}
+		sc := snapshots.StreamConfig()
+		sc.Replicas = max(cfg.NATSReplicas, 1)
+		lp := snapshots.NewLazyPublisher(h.nc, sc)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := lp.Ready(rctx); err != nil {
+			cfg.Log.Warn().Err(err).Str("nats", agent.RedactString(h.NATSClientURL)).Msg("NATS JetStream not ready; events wait in the outbox until it is")
+		}
+		cancel()
+		h.pub = lp
 	}
 	// Runs publish side by side (each strictly in order): a daemon drives
 	// up to one run per device, and 4 at a time left 32 devices queueing.

@@ -212,7 +212,11 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	}
 
 	var reach func(context.Context) (map[string]bool, error)
+	tick := time.Second
 	if cfg.DatabaseURL != "" {
+		// Other daemons' commits and lease releases wake no one here: poll
+		// the shared queue more often.
+		tick = 250 * time.Millisecond
 		// Fleet: the shared queue holds every host's runs; take only those
 		// for devices this host reaches.
 		reach = (&reachable{h: h, dataDir: cfg.DataDir, adbAddr: cfg.ADBServer}).devices
@@ -239,7 +243,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		},
 		Holder: holderPrefix + newID(), HolderPrefix: holderPrefix,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
-		Probe: probeDevice(h.adb), Reachable: reach,
+		Probe: probeDevice(h.adb), Reachable: reach, Tick: tick,
 		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) },
 	})
 	if err != nil {
@@ -335,7 +339,9 @@ type ControlMessage struct {
 // When the message has a reply subject, the reply is {"runId","kind",
 // "recorded":true} or the agent error format.
 func subscribeControl(nc *nats.Conn, svc *service.Service, logf func(string, ...any)) (*nats.Subscription, error) {
-	return nc.Subscribe(snapshots.ControlSubjectPrefix+".*.*", func(m *nats.Msg) {
+	// A queue group: in a fleet every daemon subscribes, and one of them
+	// (any: the store is shared) records each request once.
+	return nc.QueueSubscribe(snapshots.ControlSubjectPrefix+".*.*", "screengraph-agent-control", func(m *nats.Msg) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		parts := strings.Split(m.Subject, ".")

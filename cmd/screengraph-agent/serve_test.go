@@ -65,12 +65,18 @@ func consumeEvents(t testing.TB, url string, fn func(jetstream.Msg)) {
 // as body whose checksum, recomputed, matches.
 func (c *natsCollector) check(t testing.TB, want map[string][]agent.Event) {
 	t.Helper()
+	c.checkWithin(t, want, 30*time.Second)
+}
+
+// checkWithin is check, waiting up to d for the events.
+func (c *natsCollector) checkWithin(t testing.TB, want map[string][]agent.Event, d time.Duration) {
+	t.Helper()
 	total := 0
 	for _, evs := range want {
 		total += len(evs)
 	}
 	got := map[string][]agent.Event{}
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(d)
 	for n := 0; n < total; n++ {
 		select {
 		case m := <-c.msgs:
@@ -86,7 +92,7 @@ func (c *natsCollector) check(t testing.TB, want map[string][]agent.Event) {
 			}
 			got[e.RunID] = append(got[e.RunID], e)
 		case <-deadline:
-			t.Fatalf("NATS: %d of %d events after 30 s", n, total)
+			t.Fatalf("NATS: %d of %d events after %v", n, total, d)
 		}
 	}
 	select {

@@ -31,8 +31,9 @@ type Server struct {
 
 // Start initdb's a cluster under a new directory in parent ("" = the
 // system temp dir) and starts it on a free loopback port. Tuned for tests:
-// fsync off (a crash of the server process loses nothing; a machine crash
-// would), 200 connections. Errors: Postgres not installed (tools/setup.sh
+// fsync off but synchronous_commit on, so a commit has reached the OS when
+// it returns: a crash of the server process (StopServer "immediate") loses
+// no committed transaction, a crash of the machine would. 200 connections. Errors: Postgres not installed (tools/setup.sh
 // installs Debian's postgresql), initdb or pg_ctl failing (with its log).
 func Start(parent string) (*Server, error) {
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
@@ -86,7 +87,7 @@ func (s *Server) cmd(name string, args ...string) *exec.Cmd {
 // StartServer starts the (stopped) server on its port and waits until it
 // accepts connections.
 func (s *Server) StartServer() error {
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", s.Port, s.Dir)
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200", s.Port, s.Dir)
 	if out, err := s.cmd("pg_ctl", "-D", s.data(), "-o", opts, "-l", filepath.Join(s.Dir, "log"), "-w", "-t", "30", "start").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.Dir, "log"))
 		return fmt.Errorf("pgtest: pg_ctl start: %v\n%s\n%s", err, out, log)
