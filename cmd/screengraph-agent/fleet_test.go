@@ -28,7 +28,7 @@ type fleet struct {
 	nats *natstest.Cluster
 }
 
-func startFleet(t *testing.T) *fleet {
+func startFleet(t testing.TB) *fleet {
 	t.Helper()
 	pg, err := pgtest.Start("")
 	if err != nil {
