@@ -124,6 +124,9 @@ type EmbeddedNATSOptions struct {
 	// MaxMemory and MaxStore cap JetStream (the server's default is 75% of RAM
 	// and of the disk); default 64 MiB and 1 GiB.
 	MaxMemory, MaxStore int64
+	// Auth, when set, authenticates every client (e.g. *NATSTokenAuth:
+	// tenant tokens, natsauth.go); nil lets every client in.
+	Auth server.Authentication
 }
 
 // StartEmbeddedNATS starts an in-process NATS server with JetStream storing
@@ -151,15 +154,16 @@ func StartEmbeddedNATSWith(o EmbeddedNATSOptions) (*server.Server, string, error
 		o.MaxStore = 1 << 30
 	}
 	s, err := server.NewServer(&server.Options{
-		ServerName:         "screengraph-agent",
-		Host:               o.Host,
-		Port:               o.Port,
-		JetStream:          true,
-		StoreDir:           o.Dir,
-		JetStreamMaxMemory: o.MaxMemory,
-		JetStreamMaxStore:  o.MaxStore,
-		NoSigs:             true, // the daemon owns the process's signals
-		NoLog:              true,
+		ServerName:                 "screengraph-agent",
+		Host:                       o.Host,
+		Port:                       o.Port,
+		JetStream:                  true,
+		StoreDir:                   o.Dir,
+		JetStreamMaxMemory:         o.MaxMemory,
+		JetStreamMaxStore:          o.MaxStore,
+		NoSigs:                     true, // the daemon owns the process's signals
+		NoLog:                      true,
+		CustomClientAuthentication: o.Auth,
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshots: embedded NATS: %w", err)

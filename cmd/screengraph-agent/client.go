@@ -34,10 +34,20 @@ type serverFlags struct {
 	Server string `help:"URL of the daemon's HTTP API (default http://${default_listen})." env:"SCREENGRAPH_SERVER" placeholder:"URL"`
 }
 
+// clientToken is the API token of --token / SCREENGRAPH_TOKEN (main sets it).
+var clientToken string
+
 // client calls the daemon's HTTP API.
 type client struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string // sent as Authorization: Bearer when set
+}
+
+func (c *client) authorize(req *http.Request) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 }
 
 func newClient(server string) *client {
@@ -47,7 +57,11 @@ func newClient(server string) *client {
 	if !strings.Contains(server, "://") {
 		server = "http://" + server
 	}
-	return &client{base: strings.TrimRight(server, "/"), hc: &http.Client{}}
+	tok := clientToken
+	if tok == "" {
+		tok = os.Getenv("SCREENGRAPH_TOKEN")
+	}
+	return &client{base: strings.TrimRight(server, "/"), hc: &http.Client{}, token: tok}
 }
 
 // apiError is a call the daemon refused: its HTTP status and its body in
@@ -127,6 +141,7 @@ func (c *client) call(ctx context.Context, method, path, runID string, in, out a
 		return agent.Wrap(agent.ErrInvalidRequest, err, "--server %s", c.base)
 	}
 	req.Header.Set("Accept", "application/json")
+	c.authorize(req)
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -193,6 +208,7 @@ func (c *client) follow(ctx context.Context, runID string, after int64, fn func(
 		return agent.Wrap(agent.ErrInvalidRequest, err, "--server %s", c.base)
 	}
 	req.Header.Set("Accept", "text/event-stream")
+	c.authorize(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -50,6 +50,10 @@ type hostConfig struct {
 	Log        zerolog.Logger
 	// Progress sees node progress lines live; may be nil.
 	Progress func(node, line string)
+	// NATSAuth, when set, authenticates the embedded NATS server's clients
+	// against the store's API tokens and gives the options of the daemon's
+	// own connection (serve; token.go).
+	NATSAuth func(st agent.Store) (server.Authentication, []nats.Option)
 }
 
 // hostStore is what the host needs of a store: runs, events, outbox and
@@ -78,6 +82,8 @@ type host struct {
 	graph    *agent.Graph
 	// NATSClientURL is where the events are published (nats://host:port).
 	NATSClientURL string
+	// AppiumURL is the Appium server the driver talks to.
+	AppiumURL string
 	// AppiumStart is how long starting the local Appium server took (0 when
 	// one was reused or an external one was given).
 	AppiumStart time.Duration
@@ -149,6 +155,7 @@ func (h *host) open(ctx context.Context) (err error) {
 			}
 		}
 	}
+	var natsAuth []nats.Option // the daemon's own NATS credentials (tenancy)
 	if cfg.NATSURL != "" {
 		h.NATSClientURL = cfg.NATSURL
 	} else {
@@ -166,12 +173,15 @@ func (h *host) open(ctx context.Context) (err error) {
 				return agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.NATSListen)
 			}
 		}
+		if cfg.NATSAuth != nil {
+			o.Auth, natsAuth = cfg.NATSAuth(h.store)
+		}
 		if h.nats, h.NATSClientURL, err = snapshots.StartEmbeddedNATSWith(o); err != nil {
 			return agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.NATSListen)
 		}
 	}
 	if cfg.NATSURL == "" {
-		if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL); err != nil {
+		if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL, natsAuth...); err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
 		}
 		if h.pub, err = snapshots.NewJetStreamPublisher(ctx, h.nc); err != nil {
@@ -184,9 +194,7 @@ func (h *host) open(ctx context.Context) (err error) {
 		if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL, nats.RetryOnFailedConnect(true)); err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
 		}
-		sc := snapshots.StreamConfig()
-		sc.Replicas = max(cfg.NATSReplicas, 1)
-		lp := snapshots.NewLazyPublisher(h.nc, sc)
+		lp := snapshots.NewLazyPublisher(h.nc, snapshots.StreamConfigFor(max(cfg.NATSReplicas, 1)))
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := lp.Ready(rctx); err != nil {
 			cfg.Log.Warn().Err(err).Str("nats", agent.RedactString(h.NATSClientURL)).Msg("NATS JetStream not ready; events wait in the outbox until it is")
@@ -210,6 +218,7 @@ func (h *host) open(ctx context.Context) (err error) {
 			return agent.Wrap(agent.ErrAppiumUnreachable, err, "starting a local Appium server (install it with tools/setup.sh, or pass --appium URL)")
 		}
 	}
+	h.AppiumURL = url
 	if h.driver, err = appium.New(url, appium.Options{}); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "--appium")
 	}

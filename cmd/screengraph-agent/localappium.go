@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -27,6 +29,12 @@ func localAppiumFile(dataDir string) string { return filepath.Join(dataDir, "app
 // adb server on adbPort, starting a detached one when none answers. started
 // is how long a start took (0 when one was reused).
 func localAppium(ctx context.Context, dataDir string, adbPort int) (url string, started time.Duration, err error) {
+	return localAppiumOn(ctx, dataDir, adbPort, 0)
+}
+
+// localAppiumOn is localAppium starting a new server on port (0: a free one):
+// a supervisor restarts a dead server where the daemon's driver expects it.
+func localAppiumOn(ctx context.Context, dataDir string, adbPort, port int) (url string, started time.Duration, err error) {
 	var st localAppiumState
 	if b, err := os.ReadFile(localAppiumFile(dataDir)); err == nil && json.Unmarshal(b, &st) == nil && st.PID > 0 {
 		alive := syscall.Kill(st.PID, 0) == nil
@@ -50,7 +58,7 @@ func localAppium(ctx context.Context, dataDir string, adbPort int) (url string, 
 		}
 	}
 	start := time.Now()
-	srv, err := appium.StartServer(ctx, appium.ServerConfig{ADBServerPort: adbPort, Detached: true,
+	srv, err := appium.StartServer(ctx, appium.ServerConfig{ADBServerPort: adbPort, Detached: true, Port: port,
 		LogFile: filepath.Join(dataDir, "appium.log")})
 	if err != nil {
 		return "", 0, fmt.Errorf("local Appium server: %w", err)
@@ -61,6 +69,46 @@ func localAppium(ctx context.Context, dataDir string, adbPort int) (url string, 
 		return "", 0, err
 	}
 	return srv.URL, time.Since(start), nil
+}
+
+// superviseLocalAppium checks the local Appium server at url every 2 s while
+// ctx lasts; after 3 failed status checks in a row (it crashed, or was
+// killed) it starts a new one on the same port, so the daemon's driver
+// reaches it again. Sessions are lost with the old server: EnsureDevice's
+// REUSE_OR_CREATE finds its stored session gone and creates one (the policy
+// retries appium_unreachable meanwhile).
+func superviseLocalAppium(ctx context.Context, dataDir string, adbPort int, url string, logf func(string, ...any)) {
+	c, err := appium.New(url, appium.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return
+	}
+	port, _ := strconv.Atoi(u.Port())
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+		if _, err := c.Status(ctx); err == nil {
+			failures = 0
+			continue
+		}
+		if failures++; failures < 3 || ctx.Err() != nil {
+			continue
+		}
+		logf("local Appium server %s does not answer; starting a new one on port %d", url, port)
+		if _, took, err := localAppiumOn(ctx, dataDir, adbPort, port); err != nil {
+			logf("local Appium restart: %v", err)
+		} else {
+			logf("local Appium server back on port %d after %v", port, took.Round(time.Millisecond))
+			failures = 0
+		}
+	}
 }
 
 // stopLocalAppium ends the data dir's local Appium server, if any.

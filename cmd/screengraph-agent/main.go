@@ -21,6 +21,8 @@ import (
 type Globals struct {
 	LogLevel string `help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error"`
 	LogJSON  bool   `help:"Log JSON lines instead of console text." name:"log-json"`
+	// Token is sent by the client commands (token.go, client.go).
+	Token string `help:"API token the client commands send to the daemon (Authorization: Bearer); see token create." env:"SCREENGRAPH_TOKEN"`
 }
 
 type cli struct {
@@ -35,7 +37,10 @@ type cli struct {
 	Resume   resumeCmd   `cmd:"" help:"Ask the daemon to resume a paused run."`
 	Policy   policyCmd   `cmd:"" help:"Policies of runs on the daemon."`
 	Appium   appiumCmd   `cmd:"" help:"The local Appium server runs start."`
-	Migrate  migrateCmd  `cmd:"" help:"Apply the embedded schema migrations to a fleet's Postgres (serve does too, at start)."`
+	// Tenancy (token.go).
+	Token      tokenCmd      `cmd:"" help:"API tokens scoped to a tenant, or admin: create (printed once), list, revoke."`
+	NATSConfig natsConfigCmd `cmd:"" name:"nats-config" help:"Print the authorization block of a nats-server config (users and permissions per token) for an external cluster."`
+	Migrate    migrateCmd    `cmd:"" help:"Apply the embedded schema migrations to a fleet's Postgres (serve does too, at start)."`
 }
 
 type emulatorCmd struct {
@@ -66,6 +71,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	kctx.BindTo(ctx, (*context.Context)(nil))
+	clientToken = c.Globals.Token // tenancy: the client commands' Bearer token
 	if err := kctx.Run(&c.Globals); err != nil {
 		fmt.Fprintln(os.Stderr, "screengraph-agent:", agent.RedactString(err.Error()))
 		os.Exit(exitCode(err))

@@ -201,6 +201,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	} else {
 		hc.NATSListen = cfg.NATSListen
 	}
+	hc.NATSAuth = serveTenancy(func(format string, args ...any) { log.Warn().Msgf(format, args...) }) // tenancy (token.go)
 	h, err := openHost(ctx, hc)
 	if err != nil {
 		return c.fail(err)
@@ -264,7 +265,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	}); err != nil {
 		return c.fail(err)
 	}
-	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg,
+	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Tokens: storeTokens(h.store),
 		Logf: func(format string, args ...any) { log.Error().Msgf(format, args...) },
 		Ready: map[string]func(context.Context) error{
 			"store": func(ctx context.Context) error {
@@ -289,6 +290,11 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	defer sub.Unsubscribe()
 	if err := svc.Start(ctx); err != nil {
 		return c.fail(err)
+	}
+	if cfg.Appium == "" {
+		// The daemon owns its local Appium: a crashed one is restarted.
+		go superviseLocalAppium(ctx, cfg.DataDir, adbPort(cfg.ADBServer), h.AppiumURL,
+			func(format string, args ...any) { log.Warn().Msgf(format, args...) })
 	}
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	srvErr := make(chan error, 1)
@@ -351,6 +357,9 @@ func subscribeControl(nc *nats.Conn, svc *service.Service, logf func(string, ...
 				b, _ := json.Marshal(v)
 				m.Respond(agent.RedactJSON(b))
 			}
+		}
+		if isJetStreamDelivery(m) { // tenancy (token.go): a stored event pushed here is no request
+			return
 		}
 		var msg ControlMessage
 		if err := json.Unmarshal(m.Data, &msg); err != nil {

@@ -1,0 +1,253 @@
+package main
+
+// Tenancy: `token create|list|revoke`, `nats-config`, and serve's wiring of
+// API tokens into the HTTP API and the embedded NATS server (serveTenancy).
+// The token is printed once, by `token create`; the store keeps its SHA-256
+// (and a bcrypt hash for a generated nats-server configuration).
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/snapshots"
+)
+
+type tokenCmd struct {
+	Create tokenCreateCmd `cmd:"" help:"Make an API token scoped to a tenant (or an admin token) and print it once."`
+	List   tokenListCmd   `cmd:"" help:"List the API tokens: id, tenant, admin, created, revoked (never the token)."`
+	Revoke tokenRevokeCmd `cmd:"" help:"Revoke an API token by id: refused from then on (HTTP at once, NATS at its next connect)."`
+}
+
+// tokenStoreFlags locate the store holding the tokens: the embedded store of
+// a data dir, or a fleet's Postgres.
+type tokenStoreFlags struct {
+	DataDir     string `help:"Data directory of the embedded store (default: ~/.local/share/screengraph-agent)." name:"data-dir" type:"path" env:"SCREENGRAPH_DATA_DIR"`
+	DatabaseURL string `help:"The fleet's Postgres (postgres://…) instead of the embedded store." name:"database-url" env:"SCREENGRAPH_DATABASE_URL"`
+}
+
+// tokenStore is a store with API tokens.
+type tokenStore interface {
+	agent.Tokens
+	Close() error
+}
+
+func (f tokenStoreFlags) open(ctx context.Context) (tokenStore, error) {
+	if f.DatabaseURL != "" {
+		s, err := snapshots.OpenPostgres(ctx, f.DatabaseURL, snapshots.PostgresOptions{NoListen: true})
+		if err != nil {
+			return nil, agent.Wrap(agent.ErrNetwork, err, "Postgres %s", agent.RedactString(f.DatabaseURL))
+		}
+		return s, nil
+	}
+	dir := f.DataDir
+	if dir == "" {
+		d, err := snapshots.DataDir()
+		if err != nil {
+			return nil, err
+		}
+		dir = d
+	}
+	s, err := snapshots.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), snapshots.EmbeddedOptions{})
+	if err != nil {
+		return nil, agent.Wrap(agent.ErrProcess, err, "embedded store in %s", dir)
+	}
+	return s, nil
+}
+
+// fail reports a token command's failure: the agent error format under
+// --output json, exit code 2.
+func (f outputFlag) fail(what string, err error) error {
+	if f.Output == "json" {
+		printJSON(httpapi.ErrorBody(err, ""))
+	}
+	return exitError{code: 2, err: fmt.Errorf("%s: %w", what, err)}
+}
+
+type tokenCreateCmd struct {
+	tokenStoreFlags
+	outputFlag
+	Tenant string `help:"Tenant the token is scoped to (1-64 of A-Z a-z 0-9 _ -); for --admin, a label." required:""`
+	Admin  bool   `help:"An admin token: every tenant's runs, events and control."`
+}
+
+// createdToken is what `token create` prints; the only place a token is
+// ever shown.
+type createdToken struct {
+	ID        string    `json:"id"`
+	TenantID  string    `json:"tenantId"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"createdAt"`
+	Token     string    `json:"token"`
+}
+
+func (c *tokenCreateCmd) Run(ctx context.Context) error {
+	if !agent.ValidTenantID(c.Tenant) {
+		return c.fail("token create", agent.Errorf(agent.ErrInvalidRequest, "--tenant %q: 1-64 of A-Z, a-z, 0-9, '_' and '-'", c.Tenant))
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return c.fail("token create", err)
+	}
+	defer st.Close()
+	tok, err := agent.NewToken()
+	if err != nil {
+		return c.fail("token create", err)
+	}
+	nh, err := bcrypt.GenerateFromPassword([]byte(tok), bcrypt.DefaultCost)
+	if err != nil {
+		return c.fail("token create", err)
+	}
+	rec := agent.APIToken{ID: ulid.MustNew(ulid.Now(), rand.Reader).String(), TenantID: c.Tenant, Admin: c.Admin,
+		Hash: agent.HashToken(tok), NATSPasswordHash: string(nh), CreatedAt: time.Now().UTC()}
+	if err := st.CreateToken(ctx, rec); err != nil {
+		return c.fail("token create", err)
+	}
+	out := createdToken{ID: rec.ID, TenantID: rec.TenantID, Admin: rec.Admin, CreatedAt: rec.CreatedAt.Truncate(time.Microsecond), Token: tok}
+	if c.Output == "json" {
+		// Not through printJSON: its redaction would hide the token.
+		b, _ := json.MarshalIndent(out, "", "  ")
+		_, err := os.Stdout.Write(append(b, '\n'))
+		return err
+	}
+	kind := "tenant " + rec.TenantID
+	if rec.Admin {
+		kind = "admin (" + rec.TenantID + ")"
+	}
+	fmt.Printf("token id  %s\nscope     %s\ntoken     %s\n", rec.ID, kind, tok)
+	fmt.Fprintln(os.Stderr, "Keep the token now: it is not shown again (the store keeps only its hash).")
+	return nil
+}
+
+type tokenListCmd struct {
+	tokenStoreFlags
+	outputFlag
+}
+
+func (c *tokenListCmd) Run(ctx context.Context) error {
+	st, err := c.open(ctx)
+	if err != nil {
+		return c.fail("token list", err)
+	}
+	defer st.Close()
+	ts, err := st.ListTokens(ctx)
+	if err != nil {
+		return c.fail("token list", err)
+	}
+	if ts == nil {
+		ts = []agent.APIToken{}
+	}
+	if c.Output == "json" {
+		// A bare array: a key named like "tokens" would be redacted whole.
+		return printJSON(ts)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tTENANT\tADMIN\tCREATED\tREVOKED")
+	for _, t := range ts {
+		rev := "-"
+		if t.RevokedAt != nil {
+			rev = t.RevokedAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\n", t.ID, t.TenantID, t.Admin, t.CreatedAt.Format(time.RFC3339), rev)
+	}
+	return w.Flush()
+}
+
+type tokenRevokeCmd struct {
+	tokenStoreFlags
+	outputFlag
+	ID string `arg:"" help:"The token's id (from token create or token list)."`
+}
+
+func (c *tokenRevokeCmd) Run(ctx context.Context) error {
+	st, err := c.open(ctx)
+	if err != nil {
+		return c.fail("token revoke", err)
+	}
+	defer st.Close()
+	t, err := st.RevokeToken(ctx, c.ID)
+	if errors.Is(err, agent.ErrNotFound) {
+		err = agent.Wrap(agent.ErrInvalidRequest, err, "no token %s", c.ID)
+	}
+	if err != nil {
+		return c.fail("token revoke", err)
+	}
+	if c.Output == "json" {
+		return printJSON(t)
+	}
+	fmt.Printf("token %s (tenant %s) revoked at %s\n", t.ID, t.TenantID, t.RevokedAt.Format(time.RFC3339))
+	return nil
+}
+
+// natsConfigCmd prints the authorization block of a nats-server
+// configuration for an external cluster (serve --nats-url).
+type natsConfigCmd struct {
+	tokenStoreFlags
+	DaemonPassword string `help:"Password of the daemons' own NATS user (screengraph-agent); they connect with --nats-url nats://screengraph-agent:PASSWORD@host:port. Only its bcrypt hash is printed." name:"daemon-password" env:"SCREENGRAPH_NATS_DAEMON_PASSWORD" required:""`
+}
+
+func (c *natsConfigCmd) Run(ctx context.Context) error {
+	st, err := c.open(ctx)
+	if err != nil {
+		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
+	}
+	defer st.Close()
+	ts, err := st.ListTokens(ctx)
+	if err != nil {
+		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
+	}
+	dh, err := bcrypt.GenerateFromPassword([]byte(c.DaemonPassword), bcrypt.DefaultCost)
+	if err != nil {
+		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
+	}
+	return snapshots.WriteNATSAuthConfig(os.Stdout, string(dh), ts)
+}
+
+// serveTenancy wires API tokens into serve: the store's tokens for the HTTP
+// API (nil when the store has none of its own), and for the embedded NATS
+// server the authenticator with the daemon's own secret (random per start)
+// and the option its own connection needs. Enforced only once the store holds
+// a token (see httpapi and snapshots.NATSTokenAuth).
+func serveTenancy(logf func(format string, args ...any)) func(st agent.Store) (server.Authentication, []nats.Option) {
+	return func(st agent.Store) (server.Authentication, []nats.Option) {
+		ts, ok := st.(agent.Tokens)
+		if !ok {
+			return nil, nil
+		}
+		internal, err := agent.NewToken()
+		if err != nil {
+			// crypto/rand failing: leave the server closed to tokens rather than open.
+			panic(err)
+		}
+		return &snapshots.NATSTokenAuth{Tokens: ts, Internal: internal, Logf: logf}, []nats.Option{nats.Token(internal)}
+	}
+}
+
+// storeTokens is the store's agent.Tokens for the HTTP API (nil: none).
+func storeTokens(st agent.Store) agent.Tokens {
+	ts, _ := st.(agent.Tokens)
+	return ts
+}
+
+// isJetStreamDelivery reports whether a message on a control subject is a
+// stored event a JetStream consumer delivered there (a tenant may point its
+// push consumer's deliver subject at any subject outside the stream's, e.g.
+// another tenant's agent.control.<T>.<run>): every AGENT_EVENTS message
+// carries Nats-Msg-Id, and an acked delivery replies to $JS.ACK.….
+func isJetStreamDelivery(m *nats.Msg) bool {
+	return m.Header.Get(nats.MsgIdHdr) != "" || strings.HasPrefix(m.Reply, "$JS.ACK.")
+}
