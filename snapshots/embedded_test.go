@@ -84,8 +84,8 @@ func TestEmbeddedPragmas(t *testing.T) {
 		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 	}
 	v, err := migrations.Version(t.Context(), db, migrations.SQLite)
-	if err != nil || v != 2 {
-		t.Errorf("schema version = %d, %v; want 2", v, err)
+	if err != nil || v != 3 {
+		t.Errorf("schema version = %d, %v; want 3", v, err)
 	}
 }
 
