@@ -144,6 +144,10 @@ func TestNATSAuthNoTokensOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The subscription must be on the server before the publish.
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	e.daemon.Publish("agent.events.x.y", []byte("{}"))
 	if _, err := sub.NextMsg(2 * time.Second); err != nil {
 		t.Errorf("anonymous subscriber got nothing: %v", err)
