@@ -2,10 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -25,12 +22,7 @@ import (
 // Two graceful stops (SIGTERM) in between leave runs resumable too.
 // Replay a failure with SCREENGRAPH_CHAOS_SEED=<the seed logged>.
 func TestServeCrashResume(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SCREENGRAPH_CHAOS_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("chaos seed %d (SCREENGRAPH_CHAOS_SEED=%d to replay)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	rng := chaosRNG(t, 0x5eed)
 
 	srv := simtest.StartADBServer(t)
 	devs := map[string]*android.Device{}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -411,4 +412,17 @@ func checkDeviceActions(t testing.TB, devs map[string]*android.Device, by map[st
 		}
 	}
 	return actions
+}
+
+// chaosRNG is a chaos test's random source: seeded from the clock, or from
+// SCREENGRAPH_CHAOS_SEED to replay a failure; the seed is logged. salt keeps
+// each test's sequence its own.
+func chaosRNG(t testing.TB, salt uint64) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SCREENGRAPH_CHAOS_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("chaos seed %d (SCREENGRAPH_CHAOS_SEED=%d to replay)", seed, seed)
+	return rand.New(rand.NewPCG(seed, seed^salt))
 }

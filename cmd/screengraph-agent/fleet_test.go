@@ -3,11 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 
@@ -67,12 +64,7 @@ func (f *fleet) daemonArgs(extra ...string) []string {
 // subscriber outside the daemons got every event exactly once, in order.
 // Replay a failure with SCREENGRAPH_CHAOS_SEED=<the seed logged>.
 func TestFleetChaos(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SCREENGRAPH_CHAOS_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("chaos seed %d (SCREENGRAPH_CHAOS_SEED=%d to replay)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed^0xf1ee7))
+	rng := chaosRNG(t, 0xf1ee7)
 	f := startFleet(t)
 
 	srv := simtest.StartADBServer(t)
