@@ -2,6 +2,7 @@ package snapshots_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -92,6 +93,10 @@ func publishRawAsync(b testing.TB, js jetstream.JetStream, runs [][]agent.Outbox
 			futs := make([]jetstream.PubAckFuture, 0, len(rows))
 			for _, row := range rows {
 				f, err := js.PublishAsync(row.Subject, row.Body, jetstream.WithMsgID(row.EventID))
+				for errors.Is(err, jetstream.ErrTooManyStalledMsgs) { // 4,000 acks outstanding: wait, as a producer would
+					time.Sleep(time.Millisecond)
+					f, err = js.PublishAsync(row.Subject, row.Body, jetstream.WithMsgID(row.EventID))
+				}
 				if err != nil {
 					b.Error(err)
 					return

@@ -60,6 +60,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 type JetStreamPublisher struct {
 	js         jetstream.JetStream
 	duplicates atomic.Int64
+	ordered    orderedState // PublishOrdered's window state (nats_ordered.go)
 }
 
 var _ agent.Publisher = (*JetStreamPublisher)(nil)
@@ -83,7 +84,8 @@ func NewJetStreamPublisher(ctx context.Context, nc *nats.Conn, opts ...Publisher
 	for _, opt := range opts {
 		opt(&o)
 	}
-	js, err := jetstream.New(nc)
+	// Async publishes (PublishOrdered) give up on an ack after 10 s.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
 	}

@@ -47,6 +47,10 @@ type Relay struct {
 	// re-publishes at most MarkEvery-1 acked rows, which the stream
 	// deduplicates. Default 32; 1 marks every row on its own.
 	MarkEvery int
+	// OneByOne: never pipeline through an OrderedPublisher; each run's next
+	// row is published only after the previous one's ack (the mode the
+	// relay falls back to anyway after a failed window).
+	OneByOne bool
 	// ClaimWorkers: with an OutboxClaimer store, claims open at once, each
 	// holding up to ceil(Concurrency/ClaimWorkers) runs and one store
 	// connection while it publishes (default 2).
@@ -316,6 +320,18 @@ type OutboxClaim interface {
 	Release()
 }
 
+// OrderedPublisher is implemented by publishers that pipeline many rows at
+// once and still keep each run strictly in order (JetStreamPublisher, with
+// JetStream's expected-sequence headers). rows hold several runs' rows, each
+// run's in sequence order starting at its next unpublished row; ok[i] tells
+// whether rows[i] was acknowledged (stored, or a duplicate of a stored
+// event). The promise: a row of a run is stored only directly after the
+// run's previous row, so after a failure of row n no later row of the run is
+// in the stream. err reports the first failure.
+type OrderedPublisher interface {
+	PublishOrdered(ctx context.Context, rows []agent.OutboxRow) (ok []bool, err error)
+}
+
 // drainClaims is drain on an OutboxClaimer: ClaimWorkers loops, each
 // claiming runs, publishing every claimed run side by side (each strictly in
 // order, stopping at its first failure), marking the acked prefix of each in
@@ -377,6 +393,12 @@ func (r *Relay) claimOnce(ctx context.Context, c OutboxClaimer, maxRuns int) (ma
 		acked = make(map[string]int64, len(runs))
 		errs  []error
 	)
+	if op, ok := r.Publisher.(OrderedPublisher); ok && !r.OneByOne {
+		if err := r.publishPipelined(ctx, op, runs, acked); err != nil {
+			errs = append(errs, err)
+		}
+		runs = nil
+	}
 	for _, run := range runs {
 		wg.Add(1)
 		go func() {
@@ -426,4 +448,41 @@ func (r *Relay) publishSequential(ctx context.Context, rows []agent.OutboxRow) (
 		}
 	}
 	return len(rows), nil
+}
+
+// publishPipelined publishes the claimed runs' rows in one window through
+// op, interleaved round-robin across runs, and records in acked each run's
+// last row of the acknowledged prefix.
+func (r *Relay) publishPipelined(ctx context.Context, op OrderedPublisher, runs [][]agent.OutboxRow, acked map[string]int64) error {
+	var rows []agent.OutboxRow
+	for i := 0; ; i++ {
+		added := false
+		for _, run := range runs {
+			if i < len(run) {
+				rows = append(rows, run[i])
+				added = true
+			}
+		}
+		if !added {
+			break
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.PublishTimeout)
+	ok, err := op.PublishOrdered(pctx, rows)
+	cancel()
+	broken := map[string]bool{}
+	for i, row := range rows {
+		if broken[row.RunID] {
+			continue
+		}
+		if i >= len(ok) || !ok[i] {
+			broken[row.RunID] = true
+			continue
+		}
+		acked[row.RunID] = row.Sequence
+	}
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
 }

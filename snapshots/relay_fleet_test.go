@@ -75,31 +75,65 @@ func newCounting() *countingPublisher {
 	return &countingPublisher{calls: map[string]int{}, first: map[string]time.Time{}}
 }
 
-// via returns a Publisher that counts into c and publishes through p;
-// onAck (optional) runs after each successful publish.
+// via returns a Publisher that counts into c and publishes through p (also
+// pipelined, when p is an OrderedPublisher); onAck (optional) runs after each
+// acknowledged row.
 func (c *countingPublisher) via(p agent.Publisher, n *atomic.Int64, onAck func()) agent.Publisher {
-	return publisherFunc(func(ctx context.Context, subject, msgID string, body []byte) error {
-		c.mu.Lock()
-		c.calls[msgID]++
-		if _, ok := c.first[msgID]; !ok {
-			c.first[msgID] = time.Now()
-		}
-		c.mu.Unlock()
-		err := p.Publish(ctx, subject, msgID, body)
-		if err == nil {
-			n.Add(1)
-			if onAck != nil {
-				onAck()
-			}
-		}
-		return err
-	})
+	cp := &countedPublisher{c: c, p: p, n: n, onAck: onAck}
+	if op, ok := p.(snapshots.OrderedPublisher); ok {
+		return &countedOrdered{cp, op}
+	}
+	return cp
 }
 
-type publisherFunc func(ctx context.Context, subject, msgID string, body []byte) error
+func (c *countingPublisher) count(msgID string) {
+	c.mu.Lock()
+	c.calls[msgID]++
+	if _, ok := c.first[msgID]; !ok {
+		c.first[msgID] = time.Now()
+	}
+	c.mu.Unlock()
+}
 
-func (f publisherFunc) Publish(ctx context.Context, subject, msgID string, body []byte) error {
-	return f(ctx, subject, msgID, body)
+type countedPublisher struct {
+	c     *countingPublisher
+	p     agent.Publisher
+	n     *atomic.Int64
+	onAck func()
+}
+
+func (cp *countedPublisher) Publish(ctx context.Context, subject, msgID string, body []byte) error {
+	cp.c.count(msgID)
+	err := cp.p.Publish(ctx, subject, msgID, body)
+	if err == nil {
+		cp.acked()
+	}
+	return err
+}
+
+func (cp *countedPublisher) acked() {
+	cp.n.Add(1)
+	if cp.onAck != nil {
+		cp.onAck()
+	}
+}
+
+type countedOrdered struct {
+	*countedPublisher
+	op snapshots.OrderedPublisher
+}
+
+func (co *countedOrdered) PublishOrdered(ctx context.Context, rows []agent.OutboxRow) ([]bool, error) {
+	for _, r := range rows {
+		co.c.count(r.EventID)
+	}
+	ok, err := co.op.PublishOrdered(ctx, rows)
+	for _, o := range ok {
+		if o {
+			co.acked()
+		}
+	}
+	return ok, err
 }
 
 // createRuns creates n runs on s.
@@ -170,9 +204,11 @@ func TestRelayFleetClaimsEachRowOnce(t *testing.T) {
 	counts := newCounting()
 	var relays []*runningRelay
 	var js jetstream.JetStream
+	var pubs []*snapshots.JetStreamPublisher
 	for range 3 {
 		_, pub := connectCluster(t, c)
 		js = pub.JetStream()
+		pubs = append(pubs, pub)
 		acks := new(atomic.Int64)
 		r := &snapshots.Relay{Store: openPostgresAt(t, url), Publisher: counts.via(pub, acks, nil),
 			BatchSize: 16, Concurrency: 4, ClaimWorkers: 2, PollInterval: 50 * time.Millisecond}
@@ -199,6 +235,11 @@ func TestRelayFleetClaimsEachRowOnce(t *testing.T) {
 	}
 	if len(counts.calls) != total || twice > 0 {
 		t.Errorf("%d events published, %d of them more than once; want %d, 0", len(counts.calls), twice, total)
+	}
+	for i, p := range pubs {
+		if d := p.Duplicates(); d != 0 {
+			t.Errorf("relay %d: %d publishes the stream acknowledged as duplicates (a row stored before was sent again)", i, d)
+		}
 	}
 	var marked int64
 	for _, rr := range relays {
@@ -326,6 +367,14 @@ func TestRelayFleetWakesOnOtherDaemonsCommit(t *testing.T) {
 // row's first publish attempt to its mark is logged (the duplicate window
 // must exceed it).
 func TestRelayFleetOrderUnderNATSFailures(t *testing.T) {
+	// One relay pipelines nearly every window; two contend for the stream
+	// and fall back to one row at a time per run after each broken chain.
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("relays=%d", n), func(t *testing.T) { orderUnderNATSFailures(t, n) })
+	}
+}
+
+func orderUnderNATSFailures(t *testing.T, nRelays int) {
 	outage := 3 * time.Second
 	if v := os.Getenv("SCREENGRAPH_NATS_OUTAGE"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -340,8 +389,10 @@ func TestRelayFleetOrderUnderNATSFailures(t *testing.T) {
 	_, pub := connectCluster(t, c)
 	counts := newCounting()
 	var relays []*runningRelay
-	for range 2 {
+	var pubs []*snapshots.JetStreamPublisher
+	for range nRelays {
 		_, p := connectCluster(t, c)
+		pubs = append(pubs, p)
 		acks := new(atomic.Int64)
 		r := &snapshots.Relay{Store: openPostgresAt(t, url), Publisher: counts.via(p, acks, nil), Concurrency: 8,
 			PublishTimeout: 500 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: time.Second, PollInterval: 100 * time.Millisecond}
@@ -377,8 +428,9 @@ func TestRelayFleetOrderUnderNATSFailures(t *testing.T) {
 	}
 	<-committed
 	waitDrained(t, writer, outage+60*time.Second)
-	for _, rr := range relays {
+	for i, rr := range relays {
 		rr.stop(t)
+		t.Logf("relay %d: %+v, windows %+v, duplicates %d", i, rr.relay.Stats(), pubs[i].OrderedStats(), pubs[i].Duplicates())
 	}
 	total := len(runs) * steps * 3
 	checkExactlyOnceInOrder(t, writer, runs, streamEvents(t, pub.JetStream(), total))
