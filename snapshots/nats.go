@@ -84,8 +84,7 @@ func NewJetStreamPublisher(ctx context.Context, nc *nats.Conn, opts ...Publisher
 	for _, opt := range opts {
 		opt(&o)
 	}
-	// Async publishes (PublishOrdered) give up on an ack after 10 s.
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
+	js, err := newPublisherJetStream(nc)
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +92,13 @@ func NewJetStreamPublisher(ctx context.Context, nc *nats.Conn, opts ...Publisher
 		return nil, err
 	}
 	return &JetStreamPublisher{js: js}, nil
+}
+
+// newPublisherJetStream is the JetStream context of a publisher: its async
+// publishes (PublishOrdered) give up on an ack after 10 s, so a lost message
+// never holds a slot of nats.go's 4,000 outstanding acks.
+func newPublisherJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	return jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 }
 
 // JetStream is the underlying context (consumers in tests and tools).

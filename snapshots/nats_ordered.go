@@ -81,41 +81,13 @@ func (p *JetStreamPublisher) PublishOrdered(ctx context.Context, rows []agent.Ou
 	}
 	st.stats.Pipelined++
 	ok := make([]bool, len(rows))
-	futs := make([]jetstream.PubAckFuture, 0, len(rows))
+	guardOnly := true // every failure is a broken chain's rejection
 	var firstErr error
-	for i, row := range rows {
-		opts := []jetstream.PublishOpt{jetstream.WithMsgID(row.EventID), jetstream.WithExpectStream(StreamName)}
-		if i > 0 {
-			opts = append(opts, jetstream.WithExpectLastMsgID(rows[i-1].EventID))
-		}
-		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: row.Subject, Data: row.Body}, opts...)
-		if err != nil {
-			firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", row.Subject, row.EventID, err)
-			break
-		}
-		futs = append(futs, f)
-	}
-	guardOnly := firstErr == nil // every failure so far is a broken chain's rejection
-wait:
-	for i, f := range futs {
-		select {
-		case ack := <-f.Ok():
-			ok[i] = true
-			if ack.Duplicate {
-				p.duplicates.Add(1)
-			}
-		case err := <-f.Err():
-			guardOnly = guardOnly && wrongLast(err)
-			if firstErr == nil {
-				firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", rows[i].Subject, rows[i].EventID, err)
-			}
-		case <-ctx.Done():
-			guardOnly = false
-			if firstErr == nil {
-				firstErr = fmt.Errorf("snapshots: ordered publish window: %w", ctx.Err())
-			}
-			break wait
-		}
+	for start := 0; start < len(rows) && firstErr == nil; start += orderedChunk {
+		end := min(start+orderedChunk, len(rows))
+		guard, err := p.sendChain(ctx, rows, start, end, ok)
+		guardOnly = guardOnly && guard
+		firstErr = err
 	}
 	if firstErr == nil {
 		return ok, nil
@@ -126,8 +98,8 @@ wait:
 		return ok, firstErr
 	}
 	// Only rejections: the chain broke (a duplicate stored nothing, another
-	// relay wrote meanwhile). Nothing is down, so each run
-	// goes on from its first rejected row, one row at a time: that row's
+	// relay wrote meanwhile). Nothing is down, so each run goes on from its
+	// first rejected (or unsent) row, one row at a time: that row's
 	// predecessor is stored.
 	var rest []int
 	broken := map[string]bool{}
@@ -147,6 +119,54 @@ wait:
 		ok[i] = ok2[j]
 	}
 	return ok, err
+}
+
+// orderedChunk bounds the acks a window has outstanding (nats.go stalls
+// async publishes at 4,000): a longer window is sent as consecutive chunks
+// of one chain, each after the previous one's acks.
+const orderedChunk = 1024
+
+// sendChain publishes rows[start:end] as the continuation of the chain
+// (rows[start] expects rows[start-1] as the stream's last message, unless
+// start is 0), waits for every ack and sets ok. guardOnly: every failure was
+// a rejection of the chain's condition (or a duplicate's consequence).
+func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxRow, start, end int, ok []bool) (guardOnly bool, firstErr error) {
+	futs := make([]jetstream.PubAckFuture, 0, end-start)
+	for i := start; i < end; i++ {
+		row := rows[i]
+		opts := []jetstream.PublishOpt{jetstream.WithMsgID(row.EventID), jetstream.WithExpectStream(StreamName)}
+		if i > 0 {
+			opts = append(opts, jetstream.WithExpectLastMsgID(rows[i-1].EventID))
+		}
+		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: row.Subject, Data: row.Body}, opts...)
+		if err != nil {
+			firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", row.Subject, row.EventID, err)
+			break
+		}
+		futs = append(futs, f)
+	}
+	guardOnly = firstErr == nil
+	for j, f := range futs {
+		i := start + j
+		select {
+		case ack := <-f.Ok():
+			ok[i] = true
+			if ack.Duplicate {
+				p.duplicates.Add(1)
+			}
+		case err := <-f.Err():
+			guardOnly = guardOnly && wrongLast(err)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", rows[i].Subject, rows[i].EventID, err)
+			}
+		case <-ctx.Done():
+			if firstErr == nil {
+				firstErr = fmt.Errorf("snapshots: ordered publish window: %w", ctx.Err())
+			}
+			return false, firstErr
+		}
+	}
+	return guardOnly, firstErr
 }
 
 // wrongLast: err is JetStream's rejection of an expected last message id

@@ -22,7 +22,10 @@ type LazyPublisher struct {
 	pub *JetStreamPublisher
 }
 
-var _ agent.Publisher = (*LazyPublisher)(nil)
+var (
+	_ agent.Publisher  = (*LazyPublisher)(nil)
+	_ OrderedPublisher = (*LazyPublisher)(nil)
+)
 
 // NewLazyPublisher returns a publisher over nc that ensures the stream cfg
 // (e.g. StreamConfig() with Replicas 3) at its first successful Publish.
@@ -43,7 +46,7 @@ func (p *LazyPublisher) get(ctx context.Context) (*JetStreamPublisher, error) {
 	if p.pub != nil {
 		return p.pub, nil
 	}
-	js, err := jetstream.New(p.nc)
+	js, err := newPublisherJetStream(p.nc)
 	if err != nil {
 		return nil, err
 	}
@@ -61,4 +64,14 @@ func (p *LazyPublisher) Publish(ctx context.Context, subject, msgID string, body
 		return err
 	}
 	return pub.Publish(ctx, subject, msgID, body)
+}
+
+// PublishOrdered implements OrderedPublisher (see
+// JetStreamPublisher.PublishOrdered): the relay pipelines its claims.
+func (p *LazyPublisher) PublishOrdered(ctx context.Context, rows []agent.OutboxRow) ([]bool, error) {
+	pub, err := p.get(ctx)
+	if err != nil {
+		return make([]bool, len(rows)), err
+	}
+	return pub.PublishOrdered(ctx, rows)
 }

@@ -399,11 +399,13 @@ func orderUnderNATSFailures(t *testing.T, nRelays int) {
 		relays = append(relays, startRelay(t, r, acks))
 	}
 	runs := createRuns(t, writer, 8)
-	const steps = 60
+	// 60 steps per run: 0-39 committed while the relays publish through the
+	// node kill, 40-59 while the whole cluster is down.
+	const steps, before = 60, 40
 	committed := make(chan struct{})
 	go func() {
 		defer close(committed)
-		commitSteadily(t, writer, runs, steps, 2*time.Millisecond)
+		commitSteadily(t, writer, runs, before, 2*time.Millisecond)
 	}()
 
 	// Kill the stream leader's node once the relays are publishing.
@@ -417,17 +419,32 @@ func orderUnderNATSFailures(t *testing.T, nRelays int) {
 	if err := c.Start(leader); err != nil {
 		t.Fatal(err)
 	}
+	<-committed
 	waitAcks(t, relays, 600)
 	t.Logf("stopping the whole cluster for %v", outage)
+	down := time.Now()
 	if err := c.StopAll(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(outage)
+	for step := before; step < steps; step++ { // runs go on: the outbox grows
+		for _, r := range runs {
+			if err := writer.CommitStep(t.Context(), storetest.NodeStep(r, int64(1+3*step), step, "EnsureDevice")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	left, err := writer.Unpublished(t.Context(), 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("outbox during the outage: %d rows unpublished", len(left))
+	time.Sleep(time.Until(down.Add(outage)))
 	if err := c.StartAll(); err != nil {
 		t.Fatal(err)
 	}
-	<-committed
-	waitDrained(t, writer, outage+60*time.Second)
+	drainStart := time.Now()
+	waitDrained(t, writer, 60*time.Second)
+	t.Logf("cluster back after %v; outbox drained %v later", time.Since(down)-time.Since(drainStart), time.Since(drainStart))
 	for i, rr := range relays {
 		rr.stop(t)
 		t.Logf("relay %d: %+v, windows %+v, duplicates %d", i, rr.relay.Stats(), pubs[i].OrderedStats(), pubs[i].Duplicates())
