@@ -47,6 +47,10 @@ type Relay struct {
 	// re-publishes at most MarkEvery-1 acked rows, which the stream
 	// deduplicates. Default 32; 1 marks every row on its own.
 	MarkEvery int
+	// ClaimRows: with an OutboxClaimer store, rows one claim takes in all,
+	// split evenly over its runs (default 4096). A claim
+	// is one pipelined window when the Publisher is an OrderedPublisher.
+	ClaimRows int
 	// OneByOne: never pipeline through an OrderedPublisher; each run's next
 	// row is published only after the previous one's ack (the mode the
 	// relay falls back to anyway after a failed window).
@@ -92,6 +96,9 @@ func (r *Relay) setDefaults() {
 	}
 	if r.ClaimWorkers <= 0 {
 		r.ClaimWorkers = 2
+	}
+	if r.ClaimRows <= 0 {
+		r.ClaimRows = 4096
 	}
 	if r.MarkEvery <= 0 {
 		r.MarkEvery = 32
@@ -378,7 +385,7 @@ func (r *Relay) drainClaims(ctx context.Context, c OutboxClaimer) (int, error) {
 // claimOnce claims up to maxRuns runs, publishes them and finishes the
 // claim. more: a claim found runs (there may be more to do).
 func (r *Relay) claimOnce(ctx context.Context, c OutboxClaimer, maxRuns int) (marked int, more bool, err error) {
-	claim, err := c.ClaimOutbox(ctx, maxRuns, r.BatchSize)
+	claim, err := c.ClaimOutbox(ctx, maxRuns, max(r.ClaimRows/maxRuns, 1))
 	if err != nil {
 		return 0, false, fmt.Errorf("snapshots: relay claim outbox: %w", err)
 	}
@@ -467,7 +474,8 @@ func (r *Relay) publishPipelined(ctx context.Context, op OrderedPublisher, runs 
 			break
 		}
 	}
-	pctx, cancel := context.WithTimeout(ctx, r.PublishTimeout)
+	// PublishTimeout per ack, plus the window's own length at 5,000 rows/s.
+	pctx, cancel := context.WithTimeout(ctx, r.PublishTimeout+time.Duration(len(rows))*200*time.Microsecond)
 	ok, err := op.PublishOrdered(pctx, rows)
 	cancel()
 	broken := map[string]bool{}

@@ -211,7 +211,7 @@ func TestRelayFleetClaimsEachRowOnce(t *testing.T) {
 		pubs = append(pubs, pub)
 		acks := new(atomic.Int64)
 		r := &snapshots.Relay{Store: openPostgresAt(t, url), Publisher: counts.via(pub, acks, nil),
-			BatchSize: 16, Concurrency: 4, ClaimWorkers: 2, PollInterval: 50 * time.Millisecond}
+			ClaimRows: 16, Concurrency: 4, ClaimWorkers: 2, PollInterval: 50 * time.Millisecond}
 		relays = append(relays, startRelay(t, r, acks))
 	}
 	runs := createRuns(t, writer, 8)
@@ -285,7 +285,7 @@ func TestRelayFleetKilledMidBatch(t *testing.T) {
 					cancelA()
 				})
 			}
-			relayA := &snapshots.Relay{Store: storeA, Publisher: counts.via(pubA, acksA, onAck), BatchSize: 8, Concurrency: 2, ClaimWorkers: 1}
+			relayA := &snapshots.Relay{Store: storeA, Publisher: counts.via(pubA, acksA, onAck), ClaimRows: 8, Concurrency: 2, ClaimWorkers: 1}
 			if err := relayA.Run(ctxA); err != nil {
 				t.Fatal(err)
 			}
