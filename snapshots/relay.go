@@ -373,12 +373,6 @@ func (r *Relay) drainClaims(ctx context.Context, c OutboxClaimer) (int, error) {
 		}()
 	}
 	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-		if firstErr != nil {
-			firstErr = nil // a stop is not a failure; Run returns on ctx
-		}
-	}
 	return int(total.Load()), firstErr
 }
 

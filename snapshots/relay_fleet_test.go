@@ -194,10 +194,17 @@ func (rr *runningRelay) stop(t testing.TB) {
 }
 
 // Three relays on three stores (three daemons) drain one outbox while eight
-// runs commit: every event is in the stream exactly once and in order per
+// runs commit, pipelining their claims or publishing one row at a time per
+// run: every event is in the stream exactly once and in order per
 // run, and no event was handed to a Publisher twice (no two relays ever
 // published one row; nothing failed, so nothing was retried).
 func TestRelayFleetClaimsEachRowOnce(t *testing.T) {
+	for _, oneByOne := range []bool{false, true} {
+		t.Run(fmt.Sprintf("oneByOne=%v", oneByOne), func(t *testing.T) { claimsEachRowOnce(t, oneByOne) })
+	}
+}
+
+func claimsEachRowOnce(t *testing.T, oneByOne bool) {
 	url := newPostgresURL(t)
 	writer := openPostgresAt(t, url)
 	c := startCluster(t)
@@ -211,7 +218,7 @@ func TestRelayFleetClaimsEachRowOnce(t *testing.T) {
 		pubs = append(pubs, pub)
 		acks := new(atomic.Int64)
 		r := &snapshots.Relay{Store: openPostgresAt(t, url), Publisher: counts.via(pub, acks, nil),
-			ClaimRows: 16, Concurrency: 4, ClaimWorkers: 2, PollInterval: 50 * time.Millisecond}
+			ClaimRows: 16, Concurrency: 4, ClaimWorkers: 2, PollInterval: 50 * time.Millisecond, OneByOne: oneByOne}
 		relays = append(relays, startRelay(t, r, acks))
 	}
 	runs := createRuns(t, writer, 8)
