@@ -81,14 +81,7 @@ func (p *JetStreamPublisher) PublishOrdered(ctx context.Context, rows []agent.Ou
 	}
 	st.stats.Pipelined++
 	ok := make([]bool, len(rows))
-	guardOnly := true // every failure is a broken chain's rejection
-	var firstErr error
-	for start := 0; start < len(rows) && firstErr == nil; start += orderedChunk {
-		end := min(start+orderedChunk, len(rows))
-		guard, err := p.sendChain(ctx, rows, start, end, ok)
-		guardOnly = guardOnly && guard
-		firstErr = err
-	}
+	guardOnly, firstErr := p.sendChain(ctx, rows, ok)
 	if firstErr == nil {
 		return ok, nil
 	}
@@ -121,48 +114,65 @@ func (p *JetStreamPublisher) PublishOrdered(ctx context.Context, rows []agent.Ou
 	return ok, err
 }
 
-// orderedChunk bounds the acks a window has outstanding (nats.go stalls
-// async publishes at 4,000): a longer window is sent as consecutive chunks
-// of one chain, each after the previous one's acks.
-const orderedChunk = 1024
+// orderedInFlight bounds the acks a window has outstanding (nats.go stalls
+// async publishes at 4,000): row i is sent once row i-1024's ack is in.
+const orderedInFlight = 1024
 
-// sendChain publishes rows[start:end] as the continuation of the chain
-// (rows[start] expects rows[start-1] as the stream's last message, unless
-// start is 0), waits for every ack and sets ok. guardOnly: every failure was
-// a rejection of the chain's condition (or a duplicate's consequence).
-func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxRow, start, end int, ok []bool) (guardOnly bool, firstErr error) {
-	futs := make([]jetstream.PubAckFuture, 0, end-start)
-	for i := start; i < end; i++ {
-		row := rows[i]
+// sendChain publishes rows as one chain (rows[i] expects rows[i-1] as the
+// stream's last message), at most orderedInFlight unacknowledged, and sets
+// ok. It stops sending at the first failure (every later row would be
+// rejected) and waits for the acks of what it sent. guardOnly: every failure
+// was a rejection of the chain's condition.
+func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxRow, ok []bool) (guardOnly bool, firstErr error) {
+	futs := make([]jetstream.PubAckFuture, 0, len(rows))
+	guardOnly = true
+	done := 0 // acks waited for
+	wait := func() bool {
+		i := done
+		done++
+		select {
+		case ack := <-futs[i].Ok():
+			ok[i] = true
+			if ack.Duplicate {
+				p.duplicates.Add(1)
+			}
+		case err := <-futs[i].Err():
+			guardOnly = guardOnly && wrongLast(err)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", rows[i].Subject, rows[i].EventID, err)
+			}
+		case <-ctx.Done():
+			guardOnly = false
+			if firstErr == nil {
+				firstErr = fmt.Errorf("snapshots: ordered publish window: %w", ctx.Err())
+			}
+			return false
+		}
+		return true
+	}
+	for i, row := range rows {
+		for firstErr == nil && len(futs)-done >= orderedInFlight {
+			if !wait() {
+				return false, firstErr
+			}
+		}
+		if firstErr != nil {
+			break
+		}
 		opts := []jetstream.PublishOpt{jetstream.WithMsgID(row.EventID), jetstream.WithExpectStream(StreamName)}
 		if i > 0 {
 			opts = append(opts, jetstream.WithExpectLastMsgID(rows[i-1].EventID))
 		}
 		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: row.Subject, Data: row.Body}, opts...)
 		if err != nil {
+			guardOnly = false
 			firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", row.Subject, row.EventID, err)
 			break
 		}
 		futs = append(futs, f)
 	}
-	guardOnly = firstErr == nil
-	for j, f := range futs {
-		i := start + j
-		select {
-		case ack := <-f.Ok():
-			ok[i] = true
-			if ack.Duplicate {
-				p.duplicates.Add(1)
-			}
-		case err := <-f.Err():
-			guardOnly = guardOnly && wrongLast(err)
-			if firstErr == nil {
-				firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", rows[i].Subject, rows[i].EventID, err)
-			}
-		case <-ctx.Done():
-			if firstErr == nil {
-				firstErr = fmt.Errorf("snapshots: ordered publish window: %w", ctx.Err())
-			}
+	for done < len(futs) {
+		if !wait() {
 			return false, firstErr
 		}
 	}
