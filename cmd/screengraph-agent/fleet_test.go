@@ -149,13 +149,7 @@ func TestFleetChaos(t *testing.T) {
 				outageDone <- f.nats.StartAll()
 			}()
 		case 9: // the adb server restarts; the emulators register again
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			srv.Command(ctx, "kill-server").Run()
-			out, err := srv.Command(ctx, "start-server").CombinedOutput()
-			cancel()
-			if err != nil {
-				t.Fatalf("adb start-server: %v %s", err, out)
-			}
+			restartADBServer(t, srv)
 			for _, e := range emus {
 				e.DropConnection()
 			}
@@ -295,4 +289,23 @@ func TestFleetRunGoesToTheHostWithTheDevice(t *testing.T) {
 	}
 	collectNATS(t, f.nats.URLs()).check(t, all)
 	t.Logf("%d runs submitted to one daemon; %d executed by the other host's daemon", len(ids), len(ids)/2)
+}
+
+// restartADBServer kills the adb server and starts it again on its port.
+// The old server may still hold its port for a moment after kill-server
+// answers (a start-server then reads a reset), so start-server is retried.
+func restartADBServer(t testing.TB, srv *simtest.ADBServer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv.Command(ctx, "kill-server").Run()
+	var out []byte
+	var err error
+	for range 20 {
+		if out, err = srv.Command(ctx, "start-server").CombinedOutput(); err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("adb start-server: %v %s", err, out)
 }
