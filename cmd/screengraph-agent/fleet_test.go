@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -299,6 +300,16 @@ func restartADBServer(t testing.TB, srv *simtest.ADBServer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv.Command(ctx, "kill-server").Run()
+	// Wait until the old server is gone: a start-server it still answered
+	// would start nothing.
+	for range 100 {
+		c, err := net.DialTimeout("tcp", srv.Addr(), 100*time.Millisecond)
+		if err != nil {
+			break
+		}
+		c.Close()
+		time.Sleep(100 * time.Millisecond)
+	}
 	var out []byte
 	var err error
 	for range 20 {
