@@ -12,22 +12,23 @@ import (
 
 func TestEmbeddedLeases(t *testing.T) {
 	storetest.RunLeases(t, func(t *testing.T, clock agent.Clock) agent.Leases {
-		s, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{Clock: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
+		return newEmbeddedClock(t, clock)
 	})
 }
 
 func TestEmbeddedFencing(t *testing.T) {
 	storetest.RunFencing(t, func(t *testing.T, clock agent.Clock) storetest.LeaseStore {
-		s, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{Clock: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
+		return newEmbeddedClock(t, clock)
 	})
+}
+
+// newEmbeddedClock opens a fresh embedded store whose times come from clock.
+func newEmbeddedClock(t *testing.T, clock agent.Clock) *snapshots.Embedded {
+	t.Helper()
+	s, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -215,10 +215,10 @@ func TestNATSAuthTenantIsolation(t *testing.T) {
 	denied := func() context.Context { return ctxFor(300 * time.Millisecond) }
 	js, _ := jetstream.New(acme.nc)
 	for name, cfg := range map[string]jetstream.ConsumerConfig{
-		"filtered to beta":  {Name: "c1", FilterSubject: "agent.events.beta.>", DeliverSubject: "_INBOX_acme.c1"},
-		"one run of beta":   {Name: "c2", FilterSubject: "agent.events.beta.r2", DeliverSubject: "_INBOX_acme.c2"},
-		"unfiltered":        {Name: "c3", DeliverSubject: "_INBOX_acme.c3"},
-		"several filters":   {Name: "c4", FilterSubjects: []string{"agent.events.acme.>", "agent.events.beta.>"}, DeliverSubject: "_INBOX_acme.c4"},
+		"filtered to beta": {Name: "c1", FilterSubject: "agent.events.beta.>", DeliverSubject: "_INBOX_acme.c1"},
+		"one run of beta":  {Name: "c2", FilterSubject: "agent.events.beta.r2", DeliverSubject: "_INBOX_acme.c2"},
+		"unfiltered":       {Name: "c3", DeliverSubject: "_INBOX_acme.c3"},
+		"several filters":  {Name: "c4", FilterSubjects: []string{"agent.events.acme.>", "agent.events.beta.>"}, DeliverSubject: "_INBOX_acme.c4"},
 	} {
 		if _, err := js.CreateOrUpdatePushConsumer(denied(), snapshots.StreamName, cfg); err == nil {
 			t.Errorf("acme created a consumer %s", name)

@@ -397,6 +397,10 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	if err != nil && !shutdown {
 		s.logf("run %s: engine stopped (%s): %v; retrying in %v", a.run.RunID, status, err, s.cfg.RetryAfter)
 	}
+	var failure agent.ErrorID // the FAILED run's errorId, read once
+	if err == nil && status == agent.RunFailed {
+		failure = s.failureID(a.run.RunID)
+	}
 	if a.lease != nil && !errors.Is(err, agent.ErrLeaseLost) {
 		reason := agent.LeaseFinished
 		switch {
@@ -406,7 +410,8 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 			reason = agent.LeaseHolderLost
 		case status == agent.RunCanceled:
 			reason = agent.LeaseCanceled
-		case status == agent.RunFailed && s.failedOnAbsentDevice(a.run.RunID):
+		case failure == agent.ErrDeviceNotFound || failure == agent.ErrDeviceOffline:
+			// The device left the adb server.
 			reason = agent.LeaseDeviceAbsent
 		}
 		// The run's context is done; the release must still happen.
@@ -417,7 +422,7 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 		cancel()
 	}
 	if err == nil && a.lease != nil {
-		s.recordHealth(a.lease.Serial, status == agent.RunFailed && deviceFailures[s.failureID(a.run.RunID)])
+		s.recordHealth(a.lease.Serial, deviceFailures[failure])
 	}
 	s.mu.Lock()
 	delete(s.active, a.run.RunID)
@@ -428,13 +433,6 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	}
 	s.mu.Unlock()
 	s.Wake()
-}
-
-// failedOnAbsentDevice reports whether the run's final failure says its
-// device left the adb server (device_not_found or device_offline).
-func (s *Service) failedOnAbsentDevice(runID string) bool {
-	id := s.failureID(runID)
-	return id == agent.ErrDeviceNotFound || id == agent.ErrDeviceOffline
 }
 
 // deviceFailures are the errorIds that blame the device, not the app or the

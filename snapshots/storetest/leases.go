@@ -526,7 +526,7 @@ func testLeaseHistoryOrder(t *testing.T, s agent.Leases, c *Clock) {
 	c.Advance(handOut)
 	l5 := mustAcquire(t, s, s2, "daemon-2", newRunID(), time.Hour) // l2 expired
 	l2r := released(l2, c.Now(), agent.LeaseExpired)
-	c.Advance(time.Hour + 21*time.Minute) // l4's TTL and its grace (TTL/3)
+	c.Advance(time.Hour + 21*time.Minute)                        // l4's TTL and its grace (TTL/3)
 	l6 := mustAcquire(t, s, s3, "daemon-3", l4.RunID, time.Hour) // takes l4 over
 	l4r := released(l4, c.Now(), agent.LeaseHolderLost)
 
