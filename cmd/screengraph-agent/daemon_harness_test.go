@@ -220,7 +220,9 @@ func (d *daemon) submit(t testing.TB, body map[string]any) string {
 		RunID  string `json:"runId"`
 		Status string `json:"status"`
 	}
-	if st := d.call(t, "POST", "/v1/runs", body, &resp); st != http.StatusAccepted || resp.RunID == "" || resp.Status != "PENDING" {
+	// The scheduler may lease the run before the response is written, so
+	// RUNNING is as right an answer as PENDING.
+	if st := d.call(t, "POST", "/v1/runs", body, &resp); st != http.StatusAccepted || resp.RunID == "" || (resp.Status != "PENDING" && resp.Status != "RUNNING") {
 		t.Fatalf("submit: %d %+v", st, resp)
 	}
 	return resp.RunID
