@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -267,7 +268,17 @@ func BenchmarkDaemon32(b *testing.B) {
 	b.Logf("%d simulated emulators up in %v", n, time.Since(t0).Round(time.Millisecond))
 	// The harness starts serve with --log-level debug; the benchmark measures
 	// the default level (kong takes the later value).
-	d := startDaemon(b, srv, "--log-level", "info")
+	args := []string{"--log-level", "info"}
+	// SCREENGRAPH_BENCH_PPROF=FILE: a CPU profile of the daemon over the
+	// measured rounds (seconds from SCREENGRAPH_BENCH_PPROF_SECONDS, default
+	// 20; use a -benchtime long enough to cover them).
+	profOut := os.Getenv("SCREENGRAPH_BENCH_PPROF")
+	pprofAddr := ""
+	if profOut != "" {
+		pprofAddr = "127.0.0.1:" + strconv.Itoa(simtest.FreePort(b))
+		args = append(args, "--pprof-listen", pprofAddr)
+	}
+	d := startDaemon(b, srv, args...)
 	pid := d.cmd.Process.Pid
 	clock := watchNATS(b, d.NATSURL())
 	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
@@ -348,6 +359,31 @@ func BenchmarkDaemon32(b *testing.B) {
 	var cpuDaemon, cpuAppium, cpuTest float64
 	apid := appiumPid(d.dataDir)
 	b.ResetTimer()
+	profDone := make(chan struct{})
+	if profOut != "" {
+		secs := os.Getenv("SCREENGRAPH_BENCH_PPROF_SECONDS")
+		if secs == "" {
+			secs = "20"
+		}
+		go func() {
+			defer close(profDone)
+			resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=" + secs)
+			if err != nil {
+				b.Logf("pprof: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(profOut)
+			if err != nil {
+				b.Logf("pprof: %v", err)
+				return
+			}
+			io.Copy(f, resp.Body)
+			f.Close()
+		}()
+	} else {
+		close(profDone)
+	}
 	for range b.N {
 		// (a) single: sequential chains on one device, nothing else running.
 		for range daemonBenchSingleRuns {
@@ -382,6 +418,7 @@ func BenchmarkDaemon32(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	<-profDone
 	hwm := float64(procStatus(pid, "VmHWM")) / 1024
 	appiumHWM := float64(procStatus(apid, "VmHWM")) / 1024
 	rss := float64(procStatus(pid, "VmRSS")) / 1024

@@ -69,6 +69,7 @@ type serveCmd struct {
 	Config       string        `help:"Config file (YAML or JSON) with the keys of the flags above." type:"existingfile"`
 	PrintConfig  bool          `help:"Print the merged configuration (secrets redacted) and exit." name:"print-config"`
 	Output       string        `help:"Output format of --print-config and failures: text or json." default:"text" enum:"text,json"`
+	PprofListen  string        `help:"Serve Go runtime profiles (/debug/pprof/) on this address (off by default)." name:"pprof-listen" hidden:""`
 }
 
 func (c *serveCmd) load() (daemonConfig, error) {
@@ -187,6 +188,9 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		return nil
 	}
 	log := g.logger()
+	if c.PprofListen != "" {
+		servePprof(c.PprofListen, log)
+	}
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
 		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "data dir"))
