@@ -93,6 +93,15 @@ type UpToMarker interface {
 	MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error)
 }
 
+// MultiUpToMarker is implemented by stores that mark several runs' outbox
+// prefixes in one transaction: for each entry of upTo (run id -> sequence),
+// what MarkPublishedUpTo does. The relay marks a whole pipelined window with
+// one write instead of one per run. It returns how many rows it marked; on
+// an error nothing is marked.
+type MultiUpToMarker interface {
+	MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64) (int, error)
+}
+
 // Requeuer is implemented by stores that can enqueue published events again
 // (operator recovery after a stream was lost; tests of deduplication). It
 // clears published_at of the run's outbox rows with sequence >= from and

@@ -681,6 +681,34 @@ func (s *Embedded) MarkPublishedUpTo(ctx context.Context, runID string, upTo int
 	return int(n), nil
 }
 
+// MarkPublishedUpToMany implements MultiUpToMarker.
+func (s *Embedded) MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64) (int, error) {
+	w, err := s.writer()
+	if err != nil {
+		return 0, err
+	}
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	now := fmtTime(s.clock.Now())
+	total := 0
+	for runID, seq := range upTo {
+		res, err := tx.ExecContext(ctx, `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`,
+			now, runID, seq)
+		if err != nil {
+			return 0, err
+		}
+		n, _ := res.RowsAffected()
+		total += int(n)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return total, nil
+}
+
 // Requeue implements Requeuer: it clears published_at of the run's published
 // outbox rows with sequence >= fromSequence (skipping any sequence that
 // already has an unpublished row) and wakes the relay.

@@ -28,7 +28,10 @@ import (
 // With a store that is an OutboxClaimer (Postgres) the relay claims runs
 // instead of reading Unpublished, so relays of several daemons drain one
 // outbox together and never publish one run at the same time: see
-// OutboxClaimer. The embedded store (one daemon per data dir) is read as is.
+// OutboxClaimer. The embedded store (one daemon per data dir) is read as is;
+// when the Publisher is an OrderedPublisher (JetStream) each batch read is
+// published as one pipelined window, still strictly in order per run, and
+// its acknowledged prefixes are marked with one write (MultiUpToMarker).
 type Relay struct {
 	Store     agent.Store
 	Publisher agent.Publisher
@@ -181,6 +184,8 @@ func (r *Relay) drain(ctx context.Context) (int, error) {
 	if c, ok := r.Store.(OutboxClaimer); ok {
 		return r.drainClaims(ctx, c)
 	}
+	op, pipelined := r.Publisher.(OrderedPublisher)
+	pipelined = pipelined && !r.OneByOne
 	total := 0
 	for {
 		rows, err := r.Store.Unpublished(ctx, r.BatchSize)
@@ -190,7 +195,12 @@ func (r *Relay) drain(ctx context.Context) (int, error) {
 		if len(rows) == 0 {
 			return total, nil
 		}
-		n, err := r.publishBatch(ctx, rows)
+		var n int
+		if pipelined {
+			n, err = r.publishWindow(ctx, op, rows)
+		} else {
+			n, err = r.publishBatch(ctx, rows)
+		}
 		total += n
 		if err != nil {
 			return total, err
@@ -201,9 +211,58 @@ func (r *Relay) drain(ctx context.Context) (int, error) {
 	}
 }
 
-// publishBatch publishes rows (ordered by run, sequence) with one goroutine
-// per run, at most Concurrency at once.
-func (r *Relay) publishBatch(ctx context.Context, rows []agent.OutboxRow) (int, error) {
+// publishWindow publishes rows (ordered by run, sequence; one relay on the
+// stream, as with the embedded store) as one pipelined window through op and
+// marks each run's acknowledged prefix: with a MultiUpToMarker store in one
+// write, else per run (UpToMarker) or per row. A run whose row failed keeps
+// that row and the rest unpublished for the next pass. It returns how many
+// rows it marked.
+func (r *Relay) publishWindow(ctx context.Context, op OrderedPublisher, rows []agent.OutboxRow) (int, error) {
+	runs := splitRuns(rows)
+	acked := make(map[string]int64, len(runs))
+	perr := r.publishPipelined(ctx, op, runs, acked)
+	if len(acked) == 0 {
+		return 0, perr
+	}
+	// Also on a canceled ctx: a clean stop marks what was acked. The store
+	// calls are short; they get their own deadline.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.PublishTimeout)
+	defer cancel()
+	marked := 0
+	var merr error
+	switch m := r.Store.(type) {
+	case MultiUpToMarker:
+		marked, merr = m.MarkPublishedUpToMany(mctx, acked)
+	case UpToMarker:
+		for runID, seq := range acked {
+			n, err := m.MarkPublishedUpTo(mctx, runID, seq)
+			marked += n
+			if err != nil {
+				merr = err
+				break
+			}
+		}
+	default:
+		for _, row := range rows {
+			if seq, ok := acked[row.RunID]; !ok || row.Sequence > seq {
+				continue
+			}
+			if err := r.Store.MarkPublished(mctx, row.RunID, row.Sequence); err != nil {
+				merr = err
+				break
+			}
+			marked++
+		}
+	}
+	r.published.Add(int64(marked))
+	if merr != nil {
+		merr = fmt.Errorf("acked outbox rows, mark published: %w", merr)
+	}
+	return marked, errors.Join(perr, merr)
+}
+
+// splitRuns cuts rows (ordered by run, sequence) into one slice per run.
+func splitRuns(rows []agent.OutboxRow) [][]agent.OutboxRow {
 	var runs [][]agent.OutboxRow
 	for i := 0; i < len(rows); {
 		j := i + 1
@@ -213,6 +272,13 @@ func (r *Relay) publishBatch(ctx context.Context, rows []agent.OutboxRow) (int, 
 		runs = append(runs, rows[i:j])
 		i = j
 	}
+	return runs
+}
+
+// publishBatch publishes rows (ordered by run, sequence) with one goroutine
+// per run, at most Concurrency at once.
+func (r *Relay) publishBatch(ctx context.Context, rows []agent.OutboxRow) (int, error) {
+	runs := splitRuns(rows)
 	var (
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, r.Concurrency)
