@@ -32,6 +32,7 @@ type Embedded struct {
 	r       *sql.DB
 	clock   agent.Clock
 	commits chan struct{}
+	ws, rs  *stmtCache // prepared statements of w and r (stmts.go)
 }
 
 var (
@@ -155,6 +156,11 @@ func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedde
 			return nil, err
 		}
 		s.w = w
+		s.ws = newStmtCache(w)
+		if err := s.ws.prepare(ctx, writerTxStatements...); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("snapshots: prepare: %w", err)
+		}
 	}
 	r, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, false))
 	if err != nil {
@@ -164,6 +170,7 @@ func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedde
 	r.SetMaxOpenConns(o.Readers)
 	r.SetMaxIdleConns(o.Readers)
 	s.r = r
+	s.rs = newStmtCache(r)
 	if err := r.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("snapshots: open %s: %w", path, err)
@@ -180,6 +187,11 @@ func (s *Embedded) Commits() <-chan struct{} { return s.commits }
 // Close closes both pools.
 func (s *Embedded) Close() error {
 	var errs []error
+	for _, c := range []*stmtCache{s.ws, s.rs} {
+		if c != nil {
+			errs = append(errs, c.close())
+		}
+	}
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
 	}
@@ -195,6 +207,21 @@ func (s *Embedded) writer() (*sql.DB, error) {
 	}
 	return s.w, nil
 }
+
+// Statements of the writer's hot transactions, prepared once at open (see
+// stmtCache).
+const (
+	sqlStepRun        = `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?), 0) FROM runs WHERE run_id = ?`
+	sqlFenceLease     = `SELECT ` + leaseCols + ` FROM device_leases WHERE serial = ? AND fencing_token = ?`
+	sqlStepStatus     = `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`
+	sqlInsertEvent    = `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertOutbox   = `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES (?, ?, ?, ?, ?)`
+	sqlInsertSnapshot = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
+	sqlMarkUpTo       = `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
+)
+
+var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertOutbox, sqlInsertSnapshot, sqlMarkUpTo,
+	sqlLeaseCurrent, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert}
 
 // sqliteConstraint reports whether err is a SQLite constraint violation whose
 // message names target (e.g. "run_events.run_id, run_events.sequence").
@@ -279,7 +306,11 @@ func scanRun(sc interface{ Scan(...any) error }) (agent.Run, error) {
 
 // GetRun returns the run or an error wrapping agent.ErrNotFound.
 func (s *Embedded) GetRun(ctx context.Context, runID string) (agent.Run, error) {
-	r, err := scanRun(s.r.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE run_id = ?`, runID))
+	q, err := s.rs.get(ctx, `SELECT `+runColumns+` FROM runs WHERE run_id = ?`)
+	if err != nil {
+		return agent.Run{}, err
+	}
+	r, err := scanRun(q.QueryRowContext(ctx, runID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", runID, agent.ErrNotFound)
 	}
@@ -308,7 +339,7 @@ func (s *Embedded) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run
 		q += ` LIMIT ?`
 		args = append(args, f.Limit)
 	}
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -347,8 +378,11 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 
 	var tenant, status string
 	var last int64
-	err = tx.QueryRowContext(ctx, `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?), 0) FROM runs WHERE run_id = ?`,
-		st.RunID, st.RunID).Scan(&tenant, &status, &last)
+	q, err := s.ws.tx(ctx, tx, sqlStepRun)
+	if err != nil {
+		return err
+	}
+	err = q.QueryRowContext(ctx, st.RunID, st.RunID).Scan(&tenant, &status, &last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
 	}
@@ -360,7 +394,11 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 	}
 	if f := st.Fence; f != nil {
 		// The write lock is held: no takeover can interleave.
-		l, err := scanLease(tx.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = ? AND fencing_token = ?`, f.Serial, f.Token))
+		q, err := s.ws.tx(ctx, tx, sqlFenceLease)
+		if err != nil {
+			return err
+		}
+		l, err := scanLease(q.QueryRowContext(ctx, f.Serial, f.Token))
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -372,8 +410,11 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 	if st.StatusTo != "" {
 		// The write lock is held since BEGIN IMMEDIATE, so the status read above
 		// is current; the WHERE repeats it to keep the statement a CAS on its own.
-		if _, err := tx.ExecContext(ctx, `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`,
-			string(st.StatusTo), now, st.RunID, status); err != nil {
+		q, err := s.ws.tx(ctx, tx, sqlStepStatus)
+		if err != nil {
+			return err
+		}
+		if _, err := q.ExecContext(ctx, string(st.StatusTo), now, st.RunID, status); err != nil {
 			return err
 		}
 	}
@@ -382,16 +423,14 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 		step = st.Snapshot.StepOrdinal
 	}
 	if len(evs) > 0 {
-		insEv, err := tx.PrepareContext(ctx, `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		insEv, err := s.ws.tx(ctx, tx, sqlInsertEvent)
 		if err != nil {
 			return err
 		}
-		defer insEv.Close()
-		insOb, err := tx.PrepareContext(ctx, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES (?, ?, ?, ?, ?)`)
+		insOb, err := s.ws.tx(ctx, tx, sqlInsertOutbox)
 		if err != nil {
 			return err
 		}
-		defer insOb.Close()
 		for _, e := range evs {
 			if _, err := insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.payload, e.Checksum, string(e.envelope), step); err != nil {
 				switch {
@@ -419,8 +458,11 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 		if !sn.CreatedAt.IsZero() {
 			created = fmtTime(sn.CreatedAt)
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			st.RunID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, state, created)
+		q, err := s.ws.tx(ctx, tx, sqlInsertSnapshot)
+		if err != nil {
+			return err
+		}
+		_, err = q.ExecContext(ctx, st.RunID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, state, created)
 		if sqliteConstraint(err, "agent_state_snapshot") {
 			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, ErrSnapshotTaken)
 		}
@@ -443,7 +485,7 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 // LastSequence is the run's highest event sequence, 0 when it has none.
 func (s *Embedded) LastSequence(ctx context.Context, runID string) (int64, error) {
 	var last int64
-	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = ?`, runID).Scan(&last)
+	err := s.queryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = ?`, runID).Scan(&last)
 	return last, err
 }
 
@@ -470,7 +512,7 @@ func collectEvents(rows *sql.Rows, err error) ([]agent.Event, error) {
 // Events returns the run's events with sequence > after, in sequence order,
 // decoded from the stored envelopes (byte-for-byte the committed payloads).
 func (s *Embedded) Events(ctx context.Context, runID string, after int64) ([]agent.Event, error) {
-	return collectEvents(s.r.QueryContext(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND sequence > ? ORDER BY sequence`, runID, after))
+	return collectEvents(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND sequence > ? ORDER BY sequence`, runID, after))
 }
 
 // StepEvents returns the events committed together with step N's snapshot,
@@ -478,17 +520,17 @@ func (s *Embedded) Events(ctx context.Context, runID string, after int64) ([]age
 // has no such snapshot).
 func (s *Embedded) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
 	var one int
-	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal).Scan(&one)
+	err := s.queryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("run %s step %d: %w", runID, stepOrdinal, agent.ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return collectEvents(s.r.QueryContext(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND step_ordinal = ? ORDER BY sequence`, runID, stepOrdinal))
+	return collectEvents(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND step_ordinal = ? ORDER BY sequence`, runID, stepOrdinal))
 }
 
-func scanSnapshot(row *sql.Row, runID string, what string) (agent.Snapshot, error) {
+func scanSnapshot(row rowScanner, runID string, what string) (agent.Snapshot, error) {
 	var (
 		sn      agent.Snapshot
 		state   sql.NullString
@@ -512,13 +554,13 @@ const snapshotColumns = `run_id, step_ordinal, node_name, resume_token, state, c
 
 // Snapshot returns step N's snapshot or an error wrapping agent.ErrNotFound.
 func (s *Embedded) Snapshot(ctx context.Context, runID string, stepOrdinal int) (agent.Snapshot, error) {
-	return scanSnapshot(s.r.QueryRowContext(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal),
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal),
 		runID, fmt.Sprintf("step %d", stepOrdinal))
 }
 
 // LatestSnapshot returns the snapshot with the highest step ordinal.
 func (s *Embedded) LatestSnapshot(ctx context.Context, runID string) (agent.Snapshot, error) {
-	return scanSnapshot(s.r.QueryRowContext(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? ORDER BY step_ordinal DESC LIMIT 1`, runID),
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? ORDER BY step_ordinal DESC LIMIT 1`, runID),
 		runID, "latest")
 }
 
@@ -577,6 +619,21 @@ func (s *Embedded) TakeControl(ctx context.Context, runID string) ([]agent.Contr
 	if err != nil {
 		return nil, err
 	}
+	// The engine asks at every node boundary and nearly always finds nothing:
+	// look on a reader first, so that costs no write transaction. A request
+	// recorded after this look is taken at the next boundary, as one recorded
+	// just after the transaction would be.
+	pending, err := s.rs.get(ctx, `SELECT EXISTS (SELECT 1 FROM run_control WHERE run_id = ? AND taken_at IS NULL)`)
+	if err != nil {
+		return nil, err
+	}
+	var found int
+	if err := pending.QueryRowContext(ctx, runID).Scan(&found); err != nil {
+		return nil, err
+	}
+	if found == 0 {
+		return nil, nil
+	}
 	tx, err := w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -626,7 +683,11 @@ func (s *Embedded) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRo
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT ?`, limit)
+	q, err := s.rs.get(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT ?`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -668,12 +729,14 @@ func (s *Embedded) MarkPublished(ctx context.Context, runID string, sequence int
 
 // MarkPublishedUpTo implements UpToMarker.
 func (s *Embedded) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
-	w, err := s.writer()
+	if _, err := s.writer(); err != nil {
+		return 0, err
+	}
+	q, err := s.ws.get(ctx, sqlMarkUpTo)
 	if err != nil {
 		return 0, err
 	}
-	res, err := w.ExecContext(ctx, `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`,
-		fmtTime(s.clock.Now()), runID, upTo)
+	res, err := q.ExecContext(ctx, fmtTime(s.clock.Now()), runID, upTo)
 	if err != nil {
 		return 0, err
 	}
@@ -694,9 +757,12 @@ func (s *Embedded) MarkPublishedUpToMany(ctx context.Context, upTo map[string]in
 	defer tx.Rollback()
 	now := fmtTime(s.clock.Now())
 	total := 0
+	q, err := s.ws.tx(ctx, tx, sqlMarkUpTo)
+	if err != nil {
+		return 0, err
+	}
 	for runID, seq := range upTo {
-		res, err := tx.ExecContext(ctx, `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`,
-			now, runID, seq)
+		res, err := q.ExecContext(ctx, now, runID, seq)
 		if err != nil {
 			return 0, err
 		}
@@ -738,7 +804,11 @@ func (s *Embedded) Requeue(ctx context.Context, runID string, fromSequence int64
 // GetKV returns the value of key or an error wrapping agent.ErrNotFound.
 func (s *Embedded) GetKV(ctx context.Context, key string) ([]byte, error) {
 	var v []byte
-	err := s.r.QueryRowContext(ctx, `SELECT value FROM agent_kv WHERE key = ?`, key).Scan(&v)
+	q, err := s.rs.get(ctx, `SELECT value FROM agent_kv WHERE key = ?`)
+	if err != nil {
+		return nil, err
+	}
+	err = q.QueryRowContext(ctx, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("kv %q: %w", key, agent.ErrNotFound)
 	}

@@ -51,6 +51,14 @@ func leaseTimes(clock agent.Clock, ttl time.Duration) (now, expires time.Time) {
 	return now, storeTime(now.Add(ttl))
 }
 
+// Statements of AcquireLease's transaction (prepared at open, stmtCache).
+const (
+	sqlLeaseCurrent  = `SELECT ` + leaseCols + ` FROM device_leases WHERE serial = ? AND released_at IS NULL`
+	sqlLeaseRenewOwn = `UPDATE device_leases SET renewed_at = ?, expires_at = ? WHERE fencing_token = ?`
+	sqlLeaseEnd      = `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE fencing_token = ?`
+	sqlLeaseInsert   = `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`
+)
+
 // AcquireLease implements agent.Leases (see there) in one IMMEDIATE
 // transaction, so two acquisitions of one device cannot both succeed; the
 // partial unique index (one active lease per serial) is the last guard.
@@ -69,7 +77,11 @@ func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID strin
 	defer tx.Rollback()
 	// Read the clock once the write lock is held.
 	now, expires := leaseTimes(s.clock, ttl)
-	cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = ? AND released_at IS NULL`, serial))
+	q, err := s.ws.tx(ctx, tx, sqlLeaseCurrent)
+	if err != nil {
+		return agent.Lease{}, err
+	}
+	cur, err := scanLease(q.QueryRowContext(ctx, serial))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -82,20 +94,29 @@ func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID strin
 		if reason == "" {
 			// Re-acquiring one's own lease renews it.
 			cur.RenewedAt, cur.ExpiresAt = now, expires
-			if _, err := tx.ExecContext(ctx, `UPDATE device_leases SET renewed_at = ?, expires_at = ? WHERE fencing_token = ?`,
-				fmtTime(now), fmtTime(expires), cur.FencingToken); err != nil {
+			q, err := s.ws.tx(ctx, tx, sqlLeaseRenewOwn)
+			if err != nil {
+				return agent.Lease{}, err
+			}
+			if _, err := q.ExecContext(ctx, fmtTime(now), fmtTime(expires), cur.FencingToken); err != nil {
 				return agent.Lease{}, err
 			}
 			return cur, tx.Commit()
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE fencing_token = ?`,
-			fmtTime(now), string(reason), cur.FencingToken); err != nil {
+		q, err := s.ws.tx(ctx, tx, sqlLeaseEnd)
+		if err != nil {
+			return agent.Lease{}, err
+		}
+		if _, err := q.ExecContext(ctx, fmtTime(now), string(reason), cur.FencingToken); err != nil {
 			return agent.Lease{}, err
 		}
 	}
 	l := agent.Lease{Serial: serial, Holder: holder, RunID: runID, AcquiredAt: now, RenewedAt: now, ExpiresAt: expires}
-	res, err := tx.ExecContext(ctx, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		serial, holder, runID, fmtTime(now), fmtTime(now), fmtTime(expires))
+	ins, err := s.ws.tx(ctx, tx, sqlLeaseInsert)
+	if err != nil {
+		return agent.Lease{}, err
+	}
+	res, err := ins.ExecContext(ctx, serial, holder, runID, fmtTime(now), fmtTime(now), fmtTime(expires))
 	if sqliteConstraint(err, "device_leases.serial") {
 		return agent.Lease{}, fmt.Errorf("device %s: another active lease: %w", serial, agent.ErrLeaseHeld)
 	}
@@ -148,14 +169,16 @@ func (s *Embedded) RenewLease(ctx context.Context, serial string, token int64, t
 	if ttl <= 0 {
 		return agent.Lease{}, fmt.Errorf("renew lease %s/%d ttl %v: %w", serial, token, ttl, ErrInvalid)
 	}
-	w, err := s.writer()
-	if err != nil {
+	if _, err := s.writer(); err != nil {
 		return agent.Lease{}, err
 	}
 	now, expires := leaseTimes(s.clock, ttl)
-	l, err := scanLease(w.QueryRowContext(ctx, `UPDATE device_leases SET renewed_at = ?, expires_at = ?
-		WHERE serial = ? AND fencing_token = ? AND released_at IS NULL AND expires_at > ? RETURNING `+leaseCols,
-		fmtTime(now), fmtTime(expires), serial, token, fmtTime(now)))
+	q, err := s.ws.get(ctx, `UPDATE device_leases SET renewed_at = ?, expires_at = ?
+		WHERE serial = ? AND fencing_token = ? AND released_at IS NULL AND expires_at > ? RETURNING `+leaseCols)
+	if err != nil {
+		return agent.Lease{}, err
+	}
+	l, err := scanLease(q.QueryRowContext(ctx, fmtTime(now), fmtTime(expires), serial, token, fmtTime(now)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Lease{}, fmt.Errorf("device %s lease %d: %w", serial, token, agent.ErrLeaseLost)
 	}
@@ -167,12 +190,14 @@ func (s *Embedded) ReleaseLease(ctx context.Context, serial string, token int64,
 	if reason == "" {
 		return fmt.Errorf("release lease %s/%d without a reason: %w", serial, token, ErrInvalid)
 	}
-	w, err := s.writer()
+	if _, err := s.writer(); err != nil {
+		return err
+	}
+	q, err := s.ws.get(ctx, `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE serial = ? AND fencing_token = ? AND released_at IS NULL`)
 	if err != nil {
 		return err
 	}
-	res, err := w.ExecContext(ctx, `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE serial = ? AND fencing_token = ? AND released_at IS NULL`,
-		fmtTime(s.clock.Now()), string(reason), serial, token)
+	res, err := q.ExecContext(ctx, fmtTime(s.clock.Now()), string(reason), serial, token)
 	if err != nil {
 		return err
 	}

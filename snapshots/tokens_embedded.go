@@ -74,7 +74,7 @@ func (s *Embedded) CreateToken(ctx context.Context, t agent.APIToken) error {
 
 // LookupToken implements agent.Tokens.
 func (s *Embedded) LookupToken(ctx context.Context, hash string) (agent.APIToken, error) {
-	t, err := scanToken(s.r.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM api_tokens WHERE token_hash = ?`, hash))
+	t, err := scanToken(s.queryRow(ctx, `SELECT `+tokenCols+` FROM api_tokens WHERE token_hash = ?`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("api token: %w", agent.ErrNotFound)
 	}
@@ -83,7 +83,7 @@ func (s *Embedded) LookupToken(ctx context.Context, hash string) (agent.APIToken
 
 // ListTokens implements agent.Tokens.
 func (s *Embedded) ListTokens(ctx context.Context) ([]agent.APIToken, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at, token_id`)
+	rows, err := s.query(ctx, `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at, token_id`)
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +119,6 @@ func (s *Embedded) RevokeToken(ctx context.Context, id string) (agent.APIToken, 
 // HasTokens implements agent.Tokens.
 func (s *Embedded) HasTokens(ctx context.Context) (bool, error) {
 	var n int
-	err := s.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens)`).Scan(&n)
+	err := s.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens)`).Scan(&n)
 	return n != 0, err
 }
