@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,7 +20,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/appium"
+	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
+	"github.com/screengraph/screengraph-agent/nodes"
 )
 
 // daemonBenchDevices is the fleet size for BenchmarkDaemon32: 32
@@ -30,6 +34,14 @@ const daemonBenchDevices = 32
 // daemonBenchSingleRuns is how many sequential chains on one device make the
 // single-chain baseline of one round.
 const daemonBenchSingleRuns = 8
+
+// appiumAloneSamples is how many page sources an Appium-alone chain of
+// BenchmarkDaemon32 takes: WaitIdle's least (a sample, then one ConfirmGap
+// later, the confirming one).
+const appiumAloneSamples = 2
+
+// appiumAloneGap spaces those page sources: WaitIdle's ConfirmGap.
+const appiumAloneGap = nodes.ConfirmGap
 
 // arrival is one event as an outside NATS client received it.
 type arrival struct {
@@ -256,6 +268,20 @@ func appiumPid(dataDir string) int {
 // daemon's peak RSS, VmHWM (target <= 150 MB). The local Appium server (a
 // Node.js process of its own) is not the daemon; its peak RSS and the CPU
 // seconds of each process in the concurrent phase are logged beside.
+//
+// Appium alone, after the measured rounds: the Appium requests a warm chain
+// makes, with no daemon in between, on the sessions the daemon's FINISHED
+// runs left (EnsureDevice's driverSessionId): an "Appium-alone chain" is
+// appium.Client.Probe (GET /session/{id}/appium/capabilities, GET
+// /session/{id}/window/rect; EnsureDevice's reuse probe) then
+// appiumAloneSamples page sources (GET /session/{id}/source) nodes.ConfirmGap
+// apart (WaitIdle's floor; its typical sample count in the run is printed
+// beside), through one appium.Client like the daemon's. Each of b.N rounds:
+// daemonBenchSingleRuns sequential chains on one device's session, then one
+// per device started at once. Reported: their wall time p50/p99 and
+// p99(32)/p99(single), and the Appium server's CPU seconds in the concurrent
+// part: the floor the Appium server (one Node.js event loop for every
+// uiautomator2 session) and the host's CPU set under the daemon's figures.
 func BenchmarkDaemon32(b *testing.B) {
 	n := daemonBenchDevices
 	srv := simtest.StartADBServer(b)
@@ -357,6 +383,7 @@ func BenchmarkDaemon32(b *testing.B) {
 	var concWall time.Duration
 	failedConc := 0
 	var cpuDaemon, cpuAppium, cpuTest float64
+	var lastConc []string // the last concurrent round's runs
 	apid := appiumPid(d.dataDir)
 	b.ResetTimer()
 	profDone := make(chan struct{})
@@ -403,6 +430,7 @@ func BenchmarkDaemon32(b *testing.B) {
 		cpuDaemon += procCPU(pid) - cd
 		cpuAppium += procCPU(apid) - ca
 		cpuTest += procCPU(os.Getpid()) - ct
+		lastConc = ids
 		for i, id := range ids {
 			conc.add(b, clock, id, ats[i])
 		}
@@ -422,6 +450,7 @@ func BenchmarkDaemon32(b *testing.B) {
 	hwm := float64(procStatus(pid, "VmHWM")) / 1024
 	appiumHWM := float64(procStatus(apid, "VmHWM")) / 1024
 	rss := float64(procStatus(pid, "VmRSS")) / 1024
+	al := warmAppiumAlone(b, d, serials, append(append([]string(nil), warm...), lastConc...), apid)
 
 	b.ReportMetric(pct(single.took, 50), "p50-ms-single")
 	b.ReportMetric(pct(single.took, 99), "p99-ms-single")
@@ -434,6 +463,12 @@ func BenchmarkDaemon32(b *testing.B) {
 	b.ReportMetric(pct(conc.submitFirst, 99), "submit-first-event-p99-ms")
 	b.ReportMetric(pct(conc.commitNATS, 50), "commit-nats-p50-ms")
 	b.ReportMetric(pct(conc.commitNATS, 99), "commit-nats-p99-ms")
+	b.ReportMetric(pct(al.single, 50), "appium-alone-p50-ms-single")
+	b.ReportMetric(pct(al.single, 99), "appium-alone-p99-ms-single")
+	b.ReportMetric(pct(al.conc, 50), "appium-alone-p50-ms-32")
+	b.ReportMetric(pct(al.conc, 99), "appium-alone-p99-ms-32")
+	b.ReportMetric(pct(al.conc, 99)/pct(al.single, 99), "appium-alone-p99-ratio")
+	b.ReportMetric(al.cpuAppium, "appium-alone-appium-cpu-s")
 
 	var tab strings.Builder
 	fmt.Fprintf(&tab, "\n%-34s %12s %12s %8s\n", "metric", "single", fmt.Sprintf("%d at once", n), "target")
@@ -443,6 +478,9 @@ func BenchmarkDaemon32(b *testing.B) {
 	row("run duration p50 (ms)", pct(single.took, 50), pct(conc.took, 50), "")
 	row("run duration p99 (ms)", pct(single.took, 99), pct(conc.took, 99), "")
 	fmt.Fprintf(&tab, "%-34s %12s %12.2f %8s\n", "p99 ratio 32/single", "", pct(conc.took, 99)/pct(single.took, 99), "<= 2")
+	row("Appium alone: chain p50 (ms)", pct(al.single, 50), pct(al.conc, 50), "")
+	row("Appium alone: chain p99 (ms)", pct(al.single, 99), pct(al.conc, 99), "")
+	fmt.Fprintf(&tab, "%-34s %12s %12.2f %8s\n", "Appium alone p99 ratio 32/single", "", pct(al.conc, 99)/pct(al.single, 99), "")
 	row("submit -> first event p50 (ms)", pct(single.submitFirst, 50), pct(conc.submitFirst, 50), "")
 	row("submit -> first event p99 (ms)", pct(single.submitFirst, 99), pct(conc.submitFirst, 99), "<= 50")
 	row("  of which submit -> commit p50", pct(single.submitTS, 50), pct(conc.submitTS, 50), "")
@@ -461,9 +499,130 @@ func BenchmarkDaemon32(b *testing.B) {
 		len(single.took), single.statuses, len(conc.took), conc.statuses, len(single.commitNATS), len(conc.commitNATS))
 	fmt.Fprintf(&tab, "concurrent rounds wall %v total; CPU s in them: daemon %.2f, Appium %.2f, test process (sims, adb server, client) %.2f\n",
 		concWall.Round(time.Millisecond), cpuDaemon, cpuAppium, cpuTest)
+	fmt.Fprintf(&tab, "Appium alone: probe + %d page sources %v apart per chain (WaitIdle samples in the last concurrent round: %s)\n",
+		appiumAloneSamples, appiumAloneGap, al.samples)
+	fmt.Fprintf(&tab, "  chains single %d, concurrent %d, failed %d; concurrent wall %v total; CPU s in it: Appium %.2f, test process %.2f\n",
+		len(al.single), len(al.conc), al.failed, al.concWall.Round(time.Millisecond), al.cpuAppium, al.cpuTest)
 	fmt.Fprintf(&tab, "daemon peak RSS (VmHWM) %.1f MB (target <= 150), VmRSS now %.1f MB; local Appium VmHWM %.1f MB (not the daemon)\n",
 		hwm, rss, appiumHWM)
 	b.Log(tab.String())
 	// go test cuts a benchmark's log to 10 lines: the whole table on stderr.
 	fmt.Fprintln(os.Stderr, "BenchmarkDaemon32"+tab.String())
+}
+
+// aloneSample is the Appium-alone phase of BenchmarkDaemon32.
+type aloneSample struct {
+	single, conc       []float64 // chain wall times, ms
+	failed             int
+	concWall           time.Duration
+	cpuAppium, cpuTest float64 // CPU s in the concurrent part
+	samples            string  // WaitIdle's sample counts (min/median/max) in the runs it read
+}
+
+// warmAppiumAlone runs BenchmarkDaemon32's Appium-alone phase against the
+// daemon's local Appium server (the daemon is idle): the session of each
+// serial is EnsureDevice's driverSessionId in the latest FINISHED run of it
+// among runs.
+func warmAppiumAlone(b *testing.B, d *daemon, serials, runs []string, apid int) aloneSample {
+	b.Helper()
+	var st localAppiumState
+	if raw, err := os.ReadFile(localAppiumFile(d.dataDir)); err != nil || json.Unmarshal(raw, &st) != nil || st.URL == "" {
+		b.Fatalf("local Appium state %s: %v", localAppiumFile(d.dataDir), err)
+	}
+	cl, err := appium.New(st.URL, appium.Options{}) // as the daemon's (host.go)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sess := map[string]string{}
+	var counts []float64
+	for _, id := range runs {
+		v := d.run(b, id)
+		if v.Status != agent.RunFinished {
+			continue
+		}
+		var ed nodes.EnsureDeviceOutput
+		if json.Unmarshal(v.Outputs[nodes.NodeEnsureDevice], &ed) == nil && ed.DeviceRuntimeContext != nil && ed.DeviceRuntimeContext.DriverSessionID != "" {
+			sess[v.Serial] = ed.DeviceRuntimeContext.DriverSessionID
+		}
+	}
+	// WaitIdle's sample counts, from its "idle after … (N samples)" line, in
+	// the last len(serials) runs (the last concurrent round).
+	for _, id := range runs[max(0, len(runs)-len(serials)):] {
+		for _, l := range deltaLines(b, d.events(b, id), nodes.NodeWaitIdle) {
+			if i := strings.Index(l, " samples)"); i > 0 {
+				if j := strings.LastIndexByte(l[:i], '('); j >= 0 {
+					if k, err := strconv.Atoi(l[j+1 : i]); err == nil {
+						counts = append(counts, float64(k))
+					}
+				}
+			}
+		}
+	}
+	var ids []string
+	for _, s := range serials {
+		if sess[s] == "" {
+			b.Fatalf("Appium alone: no FINISHED run with a session on %s", s)
+		}
+		ids = append(ids, sess[s])
+	}
+	a := aloneSample{samples: "?"}
+	if len(counts) > 0 {
+		a.samples = fmt.Sprintf("%.0f/%.0f/%.0f min/median/max of %d runs", pct(counts, 0), pct(counts, 50), pct(counts, 100), len(counts))
+	}
+	ctx := context.Background()
+	// chain is one warm chain's Appium requests: EnsureDevice's probe, then
+	// WaitIdle's page sources ConfirmGap apart.
+	chain := func(id string) (float64, error) {
+		start := time.Now()
+		h, det, err := cl.Probe(ctx, id)
+		if err == nil && h == device.Unhealthy {
+			err = fmt.Errorf("probe UNHEALTHY: %v", det["reason"])
+		}
+		for i := 0; err == nil && i < appiumAloneSamples; i++ {
+			if i > 0 {
+				time.Sleep(appiumAloneGap)
+			}
+			_, err = cl.PageSource(ctx, id)
+		}
+		return msf(time.Since(start)), err
+	}
+	for range b.N {
+		for range daemonBenchSingleRuns {
+			ms, err := chain(ids[0])
+			if err != nil {
+				a.failed++
+				b.Logf("Appium alone, single on %s: %v", serials[0], err)
+				continue
+			}
+			a.single = append(a.single, ms)
+		}
+		took := make([]float64, len(ids))
+		errs := make([]error, len(ids))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				took[i], errs[i] = chain(id)
+			}()
+		}
+		ca, ct := procCPU(apid), procCPU(os.Getpid())
+		t0 := time.Now()
+		close(start)
+		wg.Wait()
+		a.concWall += time.Since(t0)
+		a.cpuAppium += procCPU(apid) - ca
+		a.cpuTest += procCPU(os.Getpid()) - ct
+		for i, err := range errs {
+			if err != nil {
+				a.failed++
+				b.Logf("Appium alone, concurrent on %s: %v", serials[i], err)
+				continue
+			}
+			a.conc = append(a.conc, took[i])
+		}
+	}
+	return a
 }
