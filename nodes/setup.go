@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,8 +54,10 @@ type SetupInputs struct {
 
 // DecodeSetup validates and decodes every node input of req for run r, so a
 // bad request is refused (invalid_request_error naming the JSON path) before
-// anything runs or is written.
-func DecodeSetup(r agent.Run, req SetupRequest) (SetupInputs, error) {
+// anything runs or is written. With only, just those nodes' inputs are
+// decoded (the others stay zero): a node of a stored run, whose request was
+// validated at submit, decodes what it uses.
+func DecodeSetup(r agent.Run, req SetupRequest, only ...string) (SetupInputs, error) {
 	mode, err := ParseMode(req.SchemaMode)
 	if err != nil {
 		return SetupInputs{}, err
@@ -71,6 +74,9 @@ func DecodeSetup(r agent.Run, req SetupRequest) (SetupInputs, error) {
 		{NodeWaitIdle, req.WaitIdle, &in.WaitIdle},
 	}
 	for _, s := range steps {
+		if len(only) > 0 && !slices.Contains(only, s.node) {
+			continue
+		}
 		raw, err := withRunIDs(s.raw, r)
 		if err != nil {
 			return SetupInputs{}, &InputError{Node: s.node, Err: agent.Wrap(agent.ErrInvalidRequest, err, "%s input", s.node)}
@@ -123,6 +129,15 @@ func NewSetupGraph(deps SetupDeps) (*agent.Graph, error) {
 	)
 }
 
+// setupUses are the node inputs each setup node reads (its own, and the
+// application descriptor of those before it).
+var setupUses = map[string][]string{
+	NodeEnsureDevice:   {NodeEnsureDevice},
+	NodeProvisionApp:   {NodeProvisionApp},
+	NodeLaunchOrAttach: {NodeLaunchOrAttach, NodeProvisionApp},
+	NodeWaitIdle:       {NodeWaitIdle, NodeLaunchOrAttach, NodeProvisionApp},
+}
+
 type setupNode struct {
 	name, next string
 	deps       SetupDeps
@@ -135,7 +150,7 @@ func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResul
 	if err := json.Unmarshal(in.Run.Input, &req); err != nil {
 		return agent.NodeResult{Err: agent.Wrap(agent.ErrInvalidRequest, err, "run input")}
 	}
-	inputs, err := DecodeSetup(in.Run, req)
+	inputs, err := DecodeSetup(in.Run, req, setupUses[n.name]...)
 	if err != nil {
 		return agent.NodeResult{Err: err}
 	}
