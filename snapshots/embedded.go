@@ -33,6 +33,7 @@ type Embedded struct {
 	clock   agent.Clock
 	commits chan struct{}
 	ws, rs  *stmtCache // prepared statements of w and r (stmts.go)
+	group   *groupCommitter
 }
 
 var (
@@ -135,6 +136,7 @@ func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedde
 		o.Readers = 4
 	}
 	s := &Embedded{path: path, clock: o.Clock, commits: make(chan struct{}, 1)}
+	s.group = newGroupCommitter(s)
 	if o.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("snapshots: open %s read-only: %w", path, err)
@@ -355,27 +357,29 @@ func (s *Embedded) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run
 	return out, rows.Err()
 }
 
-// CommitStep writes the step in one IMMEDIATE transaction: the CAS on
-// runs.status (when StatusTo is set), the events with their outbox rows, the
-// snapshot. Any failure rolls all of it back. Errors wrap agent.ErrNotFound
-// (no such run), agent.ErrStatusConflict, agent.ErrSequenceTaken,
-// ErrSequenceGap, ErrSnapshotTaken or ErrInvalid.
+// CommitStep writes the step atomically: the CAS on runs.status (when
+// StatusTo is set), the events with their outbox rows, the snapshot; any
+// failure writes none of it. Errors wrap agent.ErrNotFound (no such run),
+// agent.ErrStatusConflict, agent.ErrSequenceTaken, agent.ErrLeaseLost (stale
+// Fence), ErrSequenceGap, ErrSnapshotTaken or ErrInvalid.
+//
+// Steps committed at the same time by several runs share one IMMEDIATE
+// transaction (group commit, groupcommit.go), each under a SAVEPOINT of its
+// own, so one step's failure rolls back only that step.
 func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
-	w, err := s.writer()
-	if err != nil {
+	if _, err := s.writer(); err != nil {
 		return err
 	}
 	evs, err := prepareStep(st)
 	if err != nil {
 		return err
 	}
-	now := fmtTime(s.clock.Now())
-	tx, err := w.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
+	return s.group.commit(ctx, &stepReq{st: st, evs: evs})
+}
 
+// commitStepTx writes one step in tx (see CommitStep); now is the
+// transaction's time.
+func (s *Embedded) commitStepTx(ctx context.Context, tx *sql.Tx, st agent.Step, evs []preparedEvent, now string) error {
 	var tenant, status string
 	var last int64
 	q, err := s.ws.tx(ctx, tx, sqlStepRun)
@@ -468,15 +472,6 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 		}
 		if err != nil {
 			return err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	if len(evs) > 0 {
-		select {
-		case s.commits <- struct{}{}:
-		default: // a wake-up is already pending
 		}
 	}
 	return nil

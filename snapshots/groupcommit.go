@@ -1,0 +1,153 @@
+package snapshots
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// stepReq is one CommitStep waiting for its group.
+type stepReq struct {
+	st   agent.Step
+	evs  []preparedEvent
+	done chan error // buffered 1: the step's outcome
+}
+
+// groupCommitter runs the embedded store's step commits. SQLite has one
+// writer; with many runs committing at once (32 devices on one daemon) each
+// step used to wait for the writer connection behind every other, in random
+// order (database/sql hands a freed connection to a random waiter), for up to
+// 60 ms at p99 while each transaction held it about 1 ms. Here the first
+// committer to find the writer free becomes the leader and commits every step
+// queued meanwhile in one IMMEDIATE transaction, one SAVEPOINT per step (a
+// step that fails rolls back alone); the others wait for their outcome. A
+// step waits at most for the group in progress and its own.
+type groupCommitter struct {
+	s      *Embedded
+	leader chan struct{} // capacity 1: held by the committing leader
+	mu     sync.Mutex
+	queue  []*stepReq
+	// maxGroup bounds the steps of one transaction.
+	maxGroup int
+	// groups counts the transactions led, steps the steps they carried.
+	groups, steps atomic.Int64
+}
+
+func newGroupCommitter(s *Embedded) *groupCommitter {
+	return &groupCommitter{s: s, leader: make(chan struct{}, 1), maxGroup: 64}
+}
+
+// commit queues r and returns its outcome. When ctx ends while r is still
+// queued, r is withdrawn (nothing written) and ctx's error returned; once a
+// leader took r, commit waits for its outcome, so the caller never takes a
+// written step for an unwritten one.
+func (g *groupCommitter) commit(ctx context.Context, r *stepReq) error {
+	r.done = make(chan error, 1)
+	g.mu.Lock()
+	g.queue = append(g.queue, r)
+	g.mu.Unlock()
+	for {
+		select {
+		case err := <-r.done:
+			return err
+		case g.leader <- struct{}{}:
+			g.lead()
+			<-g.leader
+		case <-ctx.Done():
+			if g.withdraw(r) {
+				return ctx.Err()
+			}
+			return <-r.done
+		}
+	}
+}
+
+// withdraw removes r from the queue; false when a leader has taken it.
+func (g *groupCommitter) withdraw(r *stepReq) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, q := range g.queue {
+		if q == r {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// lead commits the queued steps (at most maxGroup) in one transaction and
+// hands each its outcome.
+func (g *groupCommitter) lead() {
+	g.mu.Lock()
+	n := min(len(g.queue), g.maxGroup)
+	batch := append([]*stepReq(nil), g.queue[:n]...)
+	g.queue = append(g.queue[:0], g.queue[n:]...)
+	g.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	// The steps were accepted by their callers; one caller's ctx ending must
+	// not fail the others', so the group has a deadline of its own.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs, err := g.s.commitGroup(ctx, batch)
+	g.groups.Add(1)
+	g.steps.Add(int64(len(batch)))
+	wrote := false
+	for i, r := range batch {
+		e := err
+		if e == nil {
+			e = errs[i]
+			wrote = wrote || (e == nil && len(r.evs) > 0)
+		}
+		r.done <- e
+	}
+	if wrote {
+		select {
+		case g.s.commits <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+// commitGroup writes batch in one transaction, each step under its own
+// SAVEPOINT. errs[i] is step i's own failure (rolled back alone); err, when
+// not nil, is the transaction's, and then nothing of the batch is written.
+func (s *Embedded) commitGroup(ctx context.Context, batch []*stepReq) (errs []error, err error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	now := fmtTime(s.clock.Now())
+	errs = make([]error, len(batch))
+	single := len(batch) == 1
+	for i, r := range batch {
+		if single {
+			// Alone in its transaction: its failure rolls the transaction back.
+			if errs[i] = s.commitStepTx(ctx, tx, r.st, r.evs, now); errs[i] != nil {
+				return errs, nil
+			}
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `SAVEPOINT step`); err != nil {
+			return nil, fmt.Errorf("savepoint: %w", err)
+		}
+		if errs[i] = s.commitStepTx(ctx, tx, r.st, r.evs, now); errs[i] != nil {
+			if _, err := tx.ExecContext(ctx, `ROLLBACK TO step`); err != nil {
+				return nil, fmt.Errorf("rollback to savepoint: %w", err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `RELEASE step`); err != nil {
+			return nil, fmt.Errorf("release savepoint: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return errs, nil
+}
