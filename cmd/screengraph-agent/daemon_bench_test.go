@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -62,28 +64,80 @@ type natsClock struct {
 	byRun map[string][]arrival
 }
 
+// watchNATS starts the outside NATS client in a process of its own (this
+// test binary, running TestNATSClockProcess): the benchmark's own process
+// hosts the simulators, whose heap (over 1 GB with 32 devices' APKs) and CPU
+// would delay a client's callbacks here and count into the latencies. The
+// child stamps each message on arrival and prints it; this side collects.
 func watchNATS(b testing.TB, url string) *natsClock {
 	b.Helper()
 	c := &natsClock{byRun: map[string][]arrival{}}
-	consumeEvents(b, url, func(m jetstream.Msg) {
-		at := time.Now()
-		var e agent.Event
-		if err := json.Unmarshal(m.Data(), &e); err != nil {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNATSClockProcess$", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), "SCREENGRAPH_NATS_CLOCK_URL="+url)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<24)
+		for sc.Scan() {
+			at, body, ok := strings.Cut(sc.Text(), " ")
+			ns, err := strconv.ParseInt(at, 10, 64)
+			if !ok || err != nil {
+				continue // the test framework's own lines
+			}
+			c.add(time.Unix(0, ns), []byte(body))
+		}
+	}()
+	return c
+}
+
+// add records one envelope that arrived at at.
+func (c *natsClock) add(at time.Time, body []byte) {
+	var e agent.Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return
+	}
+	ts, _ := time.Parse(agent.TimestampLayout, e.TS)
+	a := arrival{runID: e.RunID, seq: e.Sequence, kind: e.Kind, ts: ts, at: at}
+	if e.Kind == agent.KindNodeFinished {
+		var p nodePayload
+		if json.Unmarshal(e.Payload, &p) == nil {
+			a.node, a.durMs = p.NodeName, p.DurationMillis
+		}
+	}
+	c.mu.Lock()
+	c.byRun[e.RunID] = append(c.byRun[e.RunID], a)
+	c.mu.Unlock()
+}
+
+// TestNATSClockProcess is not a test of its own: BenchmarkDaemon32 runs this
+// binary with SCREENGRAPH_NATS_CLOCK_URL to make it the outside NATS client
+// (consumeEvents: an ordered consumer on AGENT_EVENTS). It prints one line
+// per message, "<arrival, Unix ns> <envelope JSON>", until it is killed.
+func TestNATSClockProcess(t *testing.T) {
+	url := os.Getenv("SCREENGRAPH_NATS_CLOCK_URL")
+	if url == "" {
+		t.Skip("the outside NATS client of BenchmarkDaemon32, run by it")
+	}
+	var mu sync.Mutex
+	consumeEvents(t, url, func(m jetstream.Msg) {
+		at := time.Now().UnixNano()
+		var body bytes.Buffer
+		if json.Compact(&body, m.Data()) != nil {
 			return
 		}
-		ts, _ := time.Parse(agent.TimestampLayout, e.TS)
-		a := arrival{runID: e.RunID, seq: e.Sequence, kind: e.Kind, ts: ts, at: at}
-		if e.Kind == agent.KindNodeFinished {
-			var p nodePayload
-			if json.Unmarshal(e.Payload, &p) == nil {
-				a.node, a.durMs = p.NodeName, p.DurationMillis
-			}
-		}
-		c.mu.Lock()
-		c.byRun[e.RunID] = append(c.byRun[e.RunID], a)
-		c.mu.Unlock()
+		mu.Lock()
+		fmt.Fprintf(os.Stdout, "%d %s\n", at, body.Bytes())
+		mu.Unlock()
 	})
-	return c
+	select {}
 }
 
 func isTerminal(kind string) bool {
