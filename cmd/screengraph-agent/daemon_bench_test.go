@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -313,6 +314,28 @@ func procCPU(pid int) float64 {
 	return (u + st) / 100 // USER_HZ
 }
 
+// adbServerPid is the pid of the adb server listening on port (Debian's adb
+// forks it off as "adb -L tcp:PORT fork-server server"), 0 if not found.
+func adbServerPid(port int) int {
+	dirs, _ := os.ReadDir("/proc")
+	want := "tcp:" + strconv.Itoa(port)
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if slices.Contains(args, "fork-server") && slices.ContainsFunc(args, func(a string) bool { return strings.HasSuffix(a, want) }) {
+			return pid
+		}
+	}
+	return 0
+}
+
 // appiumPid is the pid of the data dir's local Appium server (0 if none).
 func appiumPid(dataDir string) int {
 	b, err := os.ReadFile(localAppiumFile(dataDir))
@@ -453,7 +476,8 @@ func BenchmarkDaemon32(b *testing.B) {
 	single, conc := newSample(), newSample()
 	var concWall time.Duration
 	failedConc := 0
-	var cpuDaemon, cpuAppium, cpuTest float64
+	var cpuDaemon, cpuAppium, cpuTest, cpuADB float64
+	adbPid := adbServerPid(srv.Port)
 	var lastConc []string // the last concurrent round's runs
 	apid := appiumPid(d.dataDir)
 	b.ResetTimer()
@@ -493,11 +517,12 @@ func BenchmarkDaemon32(b *testing.B) {
 			single.add(b, clock, id, at)
 		}
 		// (b) concurrent: one chain per device, submitted at once.
-		cd, ca, ct := procCPU(pid), procCPU(apid), procCPU(os.Getpid())
+		cd, ca, ct, cadb := procCPU(pid), procCPU(apid), procCPU(os.Getpid()), procCPU(adbPid)
 		t0 = time.Now()
 		ids, ats := submitAll(serials)
 		clock.wait(b, d, ids, 5*time.Minute)
 		concWall += time.Since(t0)
+		cpuADB += procCPU(adbPid) - cadb
 		cpuDaemon += procCPU(pid) - cd
 		cpuAppium += procCPU(apid) - ca
 		cpuTest += procCPU(os.Getpid()) - ct
@@ -569,8 +594,8 @@ func BenchmarkDaemon32(b *testing.B) {
 	}
 	fmt.Fprintf(&tab, "runs: single %d %v, concurrent %d %v; events on NATS: single %d, concurrent %d\n",
 		len(single.took), single.statuses, len(conc.took), conc.statuses, len(single.commitNATS), len(conc.commitNATS))
-	fmt.Fprintf(&tab, "concurrent rounds wall %v total; CPU s in them: daemon %.2f, Appium %.2f, test process (sims, adb server, client) %.2f\n",
-		concWall.Round(time.Millisecond), cpuDaemon, cpuAppium, cpuTest)
+	fmt.Fprintf(&tab, "concurrent rounds wall %v total; CPU s in them: daemon %.2f, Appium %.2f, adb server %.2f, test process (sims) %.2f\n",
+		concWall.Round(time.Millisecond), cpuDaemon, cpuAppium, cpuADB, cpuTest)
 	fmt.Fprintf(&tab, "Appium alone: probe + %d page sources %v apart per chain (WaitIdle samples in the last concurrent round: %s)\n",
 		appiumAloneSamples, appiumAloneGap, al.samples)
 	fmt.Fprintf(&tab, "  chains single %d, concurrent %d, failed %d; concurrent wall %v total; CPU s in it: Appium %.2f, test process %.2f\n",
