@@ -146,13 +146,14 @@ var _ SessionMemory = (*MemorySessions)(nil)
 //     (offline, authorizing, connecting) is waited for up to OfflineGrace and
 //     then device_offline (retryable); bootloader/recovery/sideload are
 //     device_offline, not retryable.
-//  2. Boot: adb.BootCommand and `service list` every BootPollInterval until
-//     adb.ParseBootStatus says Ready (sys.boot_completed=1, boot animation
-//     stopped, activity/package/window services up), bounded by
-//     bootTimeoutMillis from the node's start and, when ctx has a deadline
-//     (the policy's node timeout), by that deadline minus a margin
-//     (BootDeadlineMargin): boot_timeout, not retryable, with what was still
-//     missing. The boot wait thus always ends before the node's deadline.
+//  2. Boot: one shell running adb.BootCommand and `service list` (bootProbe)
+//     every BootPollInterval until adb.ParseBootStatus says Ready
+//     (sys.boot_completed=1, boot animation stopped, activity/package/window
+//     services up), bounded by bootTimeoutMillis from the node's start and,
+//     when ctx has a deadline (the policy's node timeout), by that deadline
+//     minus a margin (BootDeadlineMargin): boot_timeout, not retryable, with
+//     what was still missing. The boot wait thus always ends before the
+//     node's deadline.
 //  3. Session, per driverReusePolicy (see the constants). The session id is
 //     remembered in memory under the serial. A reused session must probe
 //     HEALTHY or DEGRADED and, when its capabilities name a udid, name this
@@ -456,21 +457,31 @@ func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.T
 	}
 }
 
+// bootSplit is the marker line between the two parts of bootProbe's output.
+const bootSplit = "--SCREENGRAPH-BOOT-SPLIT--"
+
+// bootProbe is EnsureDevice's boot readiness probe, one shell round trip:
+// adb.BootCommand's three lines, the bootSplit line, then `service list`
+// ("Found N services:" and "N\tname: [interface]" lines). A plain `;` list,
+// which Android's mksh runs under adbd's `sh -c`.
+const bootProbe = adb.BootCommand + "; echo " + bootSplit + "; service list"
+
+// bootStatus runs bootProbe and judges it with adb.ParseBootStatus: Ready only
+// when the getprop part says booted and `service list` names BootServices.
+// The exit status (`service list`'s) is not looked at; output without the
+// marker counts as an empty service list. err is the shell's transport error.
 func bootStatus(ctx context.Context, dev device.Device) (adb.BootStatus, error) {
-	r, err := dev.Shell(ctx, adb.BootCommand)
+	r, err := dev.Shell(ctx, bootProbe)
 	if err != nil {
 		return adb.BootStatus{}, err
 	}
-	st := adb.ParseBootStatus(r.Stdout, "")
+	bootOut, services, _ := strings.Cut(r.Stdout, bootSplit)
+	st := adb.ParseBootStatus(bootOut, "")
 	if !st.Ready {
 		return st, nil
 	}
-	sl, err := dev.Shell(ctx, "service list")
-	if err != nil {
-		return adb.BootStatus{}, err
-	}
-	if strings.TrimSpace(sl.Stdout) == "" {
+	if strings.TrimSpace(services) == "" {
 		return adb.BootStatus{Reason: "service list is empty"}, nil
 	}
-	return adb.ParseBootStatus(r.Stdout, sl.Stdout), nil
+	return adb.ParseBootStatus(bootOut, services), nil
 }

@@ -9,32 +9,32 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/emulator/sim/android"
+	"github.com/screengraph/screengraph-agent/fixtures"
 )
 
-// bootedDevice answers the boot probes like a booted API 33 emulator: the
-// combined getprop form prints "1\n1\nstopped" (android-recipes.md) and
-// `service list` is a real capture. bootAfter > 0 keeps sys.boot_completed
-// empty and the boot animation running for that many probes.
+// bootedDevice answers the boot probe like a booted API 33 emulator: the
+// combined getprop form prints "1\n1\nstopped" (android-recipes.md), then the
+// marker line, then `service list` (a real capture). bootAfter > 0 keeps
+// sys.boot_completed empty and the boot animation running for that many
+// probes; bootAfter < 0 never boots.
 func bootedDevice(t *testing.T, bootAfter int) *scriptDevice {
 	services := capture(t, "service-list/api33-emulator.txt")
 	probes := 0
 	d := &scriptDevice{serial: "emulator-5554"}
 	d.shell = func(cmd string) (device.ShellResult, error) {
-		switch cmd {
-		case adb.BootCommand:
-			probes++
-			if bootAfter < 0 || probes <= bootAfter {
-				return device.ShellResult{Stdout: "\n\nrunning\n"}, nil
-			}
-			return device.ShellResult{Stdout: "1\n1\nstopped\n"}, nil
-		case "service list":
-			return device.ShellResult{Stdout: services}, nil
+		if cmd != bootProbe {
+			t.Errorf("unexpected shell %q", cmd)
+			return device.ShellResult{ExitCode: 127}, nil
 		}
-		t.Errorf("unexpected shell %q", cmd)
-		return device.ShellResult{ExitCode: 127}, nil
+		probes++
+		props := "1\n1\nstopped\n"
+		if bootAfter < 0 || probes <= bootAfter {
+			props = "\n\nrunning\n"
+		}
+		return device.ShellResult{Stdout: props + bootSplit + "\n" + services}, nil
 	}
 	return d
 }
@@ -276,10 +276,7 @@ func TestEnsureDeviceDeviceErrors(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			dev := bootedDevice(t, 0)
 			dev.shell = func(cmd string) (device.ShellResult, error) {
-				if cmd == "service list" {
-					return device.ShellResult{Stdout: "Found 1 services:\n0\tactivity: [android.app.IActivityManager]\n"}, nil
-				}
-				return device.ShellResult{Stdout: "1\n1\nstopped\n"}, nil
+				return device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\nFound 1 services:\n0\tactivity: [android.app.IActivityManager]\n"}, nil
 			}
 			_, err := EnsureDevice(ctx, ensureIn(""), Ports{Device: dev, Driver: &fakeDriver{}}, &MemorySessions{})
 			if e := wantID(t, err, agent.ErrBootTimeout, false); !strings.Contains(e.Error(), "package,window") {
@@ -304,4 +301,91 @@ func TestEnsureDeviceDeviceErrors(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	})
+}
+
+// The boot readiness probe is one shell round trip (getprop and `service
+// list` together), also while the device is still booting.
+func TestEnsureDeviceBootProbeIsOneShell(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dev := bootedDevice(t, 0)
+		out, err := EnsureDevice(context.Background(), ensureIn(""), Ports{Device: dev, Driver: &fakeDriver{}}, &MemorySessions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSuccessCommon(t, out.Common, NodeEnsureDevice)
+		if len(dev.calls) != 1 {
+			t.Errorf("booted device: %d shells %q, want 1", len(dev.calls), dev.calls)
+		}
+		dev = bootedDevice(t, 2)
+		if _, err := EnsureDevice(context.Background(), ensureIn(""), Ports{Device: dev, Driver: &fakeDriver{}}, &MemorySessions{}); err != nil {
+			t.Fatal(err)
+		}
+		if len(dev.calls) != 3 {
+			t.Errorf("booted on the 3rd probe: %d shells, want 3", len(dev.calls))
+		}
+	})
+}
+
+// bootStatus judges the combined output as the two separate commands were
+// judged: the getprop part first, then the service list; no marker is an
+// empty service list; the exit status is not looked at.
+func TestBootStatusCombinedOutput(t *testing.T) {
+	services := capture(t, "service-list/api33-emulator.txt")
+	for _, c := range []struct {
+		name   string
+		res    device.ShellResult
+		ready  bool
+		reason string
+	}{
+		{"booted", device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\n" + services}, true, ""},
+		{"booting", device.ShellResult{Stdout: "\n\nrunning\n" + bootSplit + "\n" + services}, false, "sys.boot_completed is not 1"},
+		{"animation", device.ShellResult{Stdout: "1\n1\nrunning\n" + bootSplit + "\n" + services}, false, "boot animation running"},
+		{"services missing", device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\nFound 1 services:\n0\tactivity: [android.app.IActivityManager]\n"},
+			false, "services not up: package,window"},
+		{"service list empty", device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\n", ExitCode: 1}, false, "service list is empty"},
+		{"no marker", device.ShellResult{Stdout: "1\n1\nstopped\n"}, false, "service list is empty"},
+		{"no marker, booting", device.ShellResult{Stdout: "\n\nrunning\n", ExitCode: 255}, false, "sys.boot_completed is not 1"},
+		{"non-zero exit", device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\n" + services, ExitCode: 1}, true, ""},
+		{"nothing", device.ShellResult{ExitCode: 127}, false, "sys.boot_completed is not 1"},
+	} {
+		dev := &scriptDevice{serial: "s", shell: func(string) (device.ShellResult, error) { return c.res, nil }}
+		st, err := bootStatus(context.Background(), dev)
+		if err != nil || st.Ready != c.ready || st.Reason != c.reason {
+			t.Errorf("%s: ready %v reason %q err %v, want %v %q", c.name, st.Ready, st.Reason, err, c.ready, c.reason)
+		}
+		if len(dev.calls) != 1 || dev.calls[0] != bootProbe {
+			t.Errorf("%s: shells %q", c.name, dev.calls)
+		}
+	}
+	// A transport error is returned as is (waitBooted classifies it).
+	want := &agent.Error{ID: agent.ErrDeviceOffline, Retryable: true}
+	dev := &scriptDevice{serial: "s", shell: func(string) (device.ShellResult, error) { return device.ShellResult{}, want }}
+	if _, err := bootStatus(context.Background(), dev); err != want {
+		t.Errorf("transport error: %v", err)
+	}
+}
+
+// The simulator's mksh grammar runs the combined line with real outputs: a
+// booted device is ready, one that never boots says what is missing.
+func TestBootStatusOnModel(t *testing.T) {
+	st, err := bootStatus(context.Background(), newModel(t))
+	if err != nil || !st.Ready || len(st.MissingServices) != 0 {
+		t.Errorf("booted model: %+v %v", st, err)
+	}
+	b, err := fixtures.Profile("never-boots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := android.ParseProfile("never-boots", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := android.New(prof, android.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = bootStatus(context.Background(), &modelDevice{Device: d, serial: "emulator-5556"})
+	if err != nil || st.Ready || st.Reason != "sys.boot_completed is not 1" {
+		t.Errorf("never-boots model: %+v %v", st, err)
+	}
 }

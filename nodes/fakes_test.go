@@ -89,7 +89,14 @@ func (d *modelDevice) Shell(ctx context.Context, cmd string) (device.ShellResult
 }
 func (d *modelDevice) Install(context.Context, string, device.InstallOptions) error { return nil }
 func (d *modelDevice) Uninstall(context.Context, string) error                      { return nil }
-func (d *modelDevice) Pull(context.Context, string, io.Writer) (int64, error)       { return 0, nil }
+func (d *modelDevice) Pull(_ context.Context, remote string, w io.Writer) (int64, error) {
+	b, err := d.Device.ReadFile(remote)
+	if err != nil {
+		return 0, err
+	}
+	n, err := w.Write(b)
+	return int64(n), err
+}
 
 func newModel(t *testing.T) *modelDevice {
 	t.Helper()
