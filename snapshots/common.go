@@ -93,6 +93,15 @@ type UpToMarker interface {
 	MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error)
 }
 
+// OutboxCursor is implemented by stores whose outbox has a single relay and
+// whose row ids grow in commit order (the embedded store: one writer, ids
+// from AUTOINCREMENT). UnpublishedAfter returns up to limit unpublished rows
+// with an outbox id above after, in id order (each run's in sequence order),
+// and the id of the last one returned (after itself when none).
+type OutboxCursor interface {
+	UnpublishedAfter(ctx context.Context, after int64, limit int) (rows []agent.OutboxRow, last int64, err error)
+}
+
 // MultiUpToMarker is implemented by stores that mark several runs' outbox
 // prefixes in one transaction: for each entry of upTo (run id -> sequence),
 // what MarkPublishedUpTo does. The relay marks a whole pipelined window with

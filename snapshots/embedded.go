@@ -37,11 +37,13 @@ type Embedded struct {
 }
 
 var (
-	_ agent.Store = (*Embedded)(nil)
-	_ Notifier    = (*Embedded)(nil)
-	_ StepEventer = (*Embedded)(nil)
-	_ Requeuer    = (*Embedded)(nil)
-	_ UpToMarker  = (*Embedded)(nil)
+	_ agent.Store     = (*Embedded)(nil)
+	_ Notifier        = (*Embedded)(nil)
+	_ StepEventer     = (*Embedded)(nil)
+	_ Requeuer        = (*Embedded)(nil)
+	_ UpToMarker      = (*Embedded)(nil)
+	_ OutboxCursor    = (*Embedded)(nil)
+	_ MultiUpToMarker = (*Embedded)(nil)
 )
 
 // EmbeddedOptions tune OpenEmbedded. The zero value is the default.
@@ -696,6 +698,38 @@ func (s *Embedded) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRo
 		out = append(out, o)
 	}
 	return out, rows.Err()
+}
+
+// UnpublishedAfter implements OutboxCursor.
+func (s *Embedded) UnpublishedAfter(ctx context.Context, after int64, limit int) ([]agent.OutboxRow, int64, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	// From the start, the partial index of unpublished rows (published rows
+	// are never deleted, so the id range would be the whole table); after a
+	// point, the id range (only rows committed since).
+	q := `SELECT id, run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`
+	if after <= 0 {
+		q = `SELECT id, run_id, sequence, event_id, subject, body FROM run_outbox INDEXED BY run_outbox_unpublished_key WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`
+	}
+	rows, err := s.query(ctx, q, after, limit)
+	if err != nil {
+		return nil, after, err
+	}
+	defer rows.Close()
+	var out []agent.OutboxRow
+	last := after
+	for rows.Next() {
+		var o agent.OutboxRow
+		if err := rows.Scan(&last, &o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
+			return nil, after, err
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, after, err
+	}
+	return out, last, nil
 }
 
 // MarkPublished sets published_at on the unpublished row (run, sequence). A

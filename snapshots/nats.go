@@ -61,6 +61,7 @@ type JetStreamPublisher struct {
 	js         jetstream.JetStream
 	duplicates atomic.Int64
 	ordered    orderedState // PublishOrdered's window state (nats_ordered.go)
+	chain      chainState   // SendChain's chain (nats_chain.go)
 }
 
 var _ agent.Publisher = (*JetStreamPublisher)(nil)

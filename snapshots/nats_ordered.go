@@ -32,13 +32,16 @@ type OrderedStats struct {
 	Pipelined int64 // windows sent as one chain
 	Broken    int64 // of those, windows with a failed or rejected row
 	OneByOne  int64 // windows published one row at a time per run (fallback)
+	Chained   int64 // rows sent by SendChain (the streaming relay)
 }
 
 // OrderedStats returns the window counters.
 func (p *JetStreamPublisher) OrderedStats() OrderedStats {
 	p.ordered.mu.Lock()
 	defer p.ordered.mu.Unlock()
-	return p.ordered.stats
+	st := p.ordered.stats
+	st.Chained = p.chain.sent.Load()
+	return st
 }
 
 // orderedFallbackWindows: after a window had a failure (another publisher

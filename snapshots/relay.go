@@ -29,9 +29,10 @@ import (
 // instead of reading Unpublished, so relays of several daemons drain one
 // outbox together and never publish one run at the same time: see
 // OutboxClaimer. The embedded store (one daemon per data dir) is read as is;
-// when the Publisher is an OrderedPublisher (JetStream) each batch read is
-// published as one pipelined window, still strictly in order per run, and
-// its acknowledged prefixes are marked with one write (MultiUpToMarker).
+// when the Publisher is an OrderedPublisher (JetStream) each batch Drain reads
+// is published as one pipelined window, still strictly in order per run, and
+// its acknowledged prefixes are marked with one write (MultiUpToMarker); Run
+// streams rows as they are committed (relay_stream.go).
 type Relay struct {
 	Store     agent.Store
 	Publisher agent.Publisher
@@ -134,6 +135,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrRelayRunning
 	}
 	defer r.running.Store(false)
+	if cur, mk, cp, ok := r.streamCapable(); ok {
+		return r.runStream(ctx, cur, mk, cp)
+	}
 	poll := time.NewTicker(r.PollInterval)
 	defer poll.Stop()
 	backoff := r.MinBackoff

@@ -305,9 +305,9 @@ func TestRelayJetStreamExactlyOnceAcrossRestart(t *testing.T) {
 	if pub.Duplicates() != 22 {
 		t.Errorf("duplicates = %d, want 22", pub.Duplicates())
 	}
-	// The embedded store's relay pipelines (one relay on the stream).
-	if st := pub.OrderedStats(); st.Pipelined == 0 {
-		t.Errorf("ordered windows %+v: the relay did not pipeline", st)
+	// The embedded store's relay streams (one relay on the stream).
+	if st := pub.OrderedStats(); st.Chained == 0 {
+		t.Errorf("ordered publishing %+v: the relay did not stream", st)
 	}
 	checkExactlyOnceInOrder(t, s, runs, streamEvents(t, pub.JetStream(), 63))
 }
