@@ -114,15 +114,17 @@ const ConfirmGap = 17 * time.Millisecond
 // Samples are spaced by samplingIntervalMillis at most, sooner when the
 // window would be complete earlier (never closer than ConfirmGap). The page
 // source is read while one shell round trip reads gfxinfo, window focus and
-// the socket tables. A sample whose reads fail with a retryable error counts
-// as a change; a non-retryable error ends the node with it.
+// the socket tables (the first sample's also the app's uid; see takeSample).
+// A sample whose reads fail with a retryable error counts as a change; a
+// non-retryable error ends the node with it.
 //
 // networkInFlightStatus is measured from the last sample's /proc/net/tcp and
 // /proc/net/tcp6 (kernel tcp4_seq_show/tcp6_seq_show format): ACTIVE when a
-// row owned by the app's uid (`dumpsys package PKG` userId=/appId=) has a
-// non-zero tx_queue or rx_queue (bytes not yet acknowledged / not yet read),
-// NONE when the app's rows (if any) all have empty queues, UNKNOWN when the
-// uid or the tables cannot be read. Idle sockets with empty queues (keep-alive
+// row owned by the app's uid (`dumpsys package PKG` userId=/appId=, read by
+// the first sample's shell; else `pm list packages -U PKG`) has a non-zero
+// tx_queue or rx_queue (bytes not yet acknowledged / not yet read), NONE
+// when the app's rows (if any) all have empty queues, UNKNOWN when the uid or
+// the tables cannot be read. Idle sockets with empty queues (keep-alive
 // connections) do not count as in flight.
 //
 // idle_timeout (not retryable) when the window is not reached within
@@ -165,6 +167,9 @@ type idleSample struct {
 	net        NetworkInFlightStatus
 	// changedByError: a signal could not be read for a retryable reason.
 	changedByError bool
+	// uid is the app's uid the sample's network status was measured with:
+	// the one takeSample was given, or the one it read (-1: unknown).
+	uid int
 }
 
 func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAssessment, error) {
@@ -202,10 +207,9 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 		}
 		pkg = fg.Package
 	}
-	uid := -1
-	if pkg != "" {
-		uid = appUID(sctx, p, pkg)
-	}
+	// The app's uid is read within the first sample that completes (see
+	// takeSample); uidPending until then.
+	uid, uidPending := -1, pkg != ""
 	var signals []string
 	if sessionID != "" {
 		signals = append(signals, "hierarchy")
@@ -214,9 +218,13 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 		signals = append(signals, "frames")
 	}
 	signals = append(signals, "focus")
-	p.Logf("waiting for idle: quiet %v within %v, sampling every %v; signals %s; package %q uid %d",
-		minQuiet, maxWait, interval, strings.Join(signals, "+"), pkg, uid)
-
+	logStart := func() {
+		p.Logf("waiting for idle: quiet %v within %v, sampling every %v; signals %s; package %q uid %d",
+			minQuiet, maxWait, interval, strings.Join(signals, "+"), pkg, uid)
+	}
+	if !uidPending {
+		logStart()
+	}
 	var prev *idleSignature
 	// quietSince: the first sample of the current unchanged run; lastFrameAt:
 	// the app's last frame as the run's first sample dated it (host clock,
@@ -225,7 +233,7 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 	confirmed := false
 	net := NetworkUnknown
 	for n := 0; ; n++ {
-		s, err := takeSample(sctx, p, sessionID, pkg, uid)
+		s, err := takeSample(sctx, p, sessionID, pkg, uid, uidPending)
 		if err != nil && sessionID != "" && sessionGone(err) {
 			// The session cannot serve the hierarchy any more (its on-device
 			// server died); frames and focus still tell whether the UI settles,
@@ -237,6 +245,10 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 		}
 		if err != nil {
 			return nil, deadlineAware(ctx, sctx, err)
+		}
+		if uidPending {
+			uid, uidPending = s.uid, false
+			logStart()
 		}
 		now := p.Now()
 		if s.net != "" {
@@ -307,9 +319,20 @@ func deadlineAware(ctx, sctx context.Context, err error) error {
 }
 
 // takeSample reads all signals once: the page source through the driver
-// while one shell round trip reads the device's signals.
-func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int) (idleSample, error) {
-	s := idleSample{sig: &idleSignature{frames: -1}, sinceFrame: -1}
+// while one shell round trip reads the device's signals:
+//
+//	dumpsys gfxinfo PKG framestats; echo SPLIT; dumpsys window displays;
+//	echo SPLIT; cat /proc/net/tcp /proc/net/tcp6
+//
+// (SPLIT = sampleSplit; without a package the gfxinfo part is left out).
+// With readUID (the first sample) the same shell also reads the app's uid:
+// `; echo SPLIT; dumpsys package PKG` is appended and its userId=/appId= is
+// the uid (adb.ParseDumpsysPackage); when that part names none (or the shell
+// failed), `pm list packages -U PKG` ("package:PKG uid:N") is asked. The
+// sample's network status is measured with that uid, returned in s.uid.
+// With readUID, a nil error means the uid lookup is done (s.uid may be -1).
+func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, readUID bool) (idleSample, error) {
+	s := idleSample{sig: &idleSignature{frames: -1}, sinceFrame: -1, uid: uid}
 	var src string
 	var srcErr error
 	var wg sync.WaitGroup
@@ -321,8 +344,14 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int) (i
 		}()
 	}
 	cmd := "dumpsys window displays; echo " + sampleSplit + "; cat /proc/net/tcp /proc/net/tcp6"
+	want := 2 // parts of the output
 	if pkg != "" {
 		cmd = "dumpsys gfxinfo " + pkg + " framestats; echo " + sampleSplit + "; " + cmd
+		want++
+	}
+	readUID = readUID && pkg != ""
+	if readUID {
+		cmd += "; echo " + sampleSplit + "; dumpsys package " + pkg
 	}
 	r, err := p.Device.Shell(ctx, cmd)
 	wg.Wait()
@@ -342,14 +371,27 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int) (i
 			return s, e
 		}
 		s.changedByError = true
+		if readUID {
+			s.uid = pmListUID(ctx, p, pkg)
+		}
 		return s, nil
 	}
 	parts := strings.Split(r.Stdout, sampleSplit)
-	if pkg != "" {
-		if len(parts) != 3 {
-			s.changedByError = true
-			return s, nil
+	if readUID {
+		s.uid = -1
+		if len(parts) == want+1 {
+			s.uid = dumpsysUID(parts[want], pkg)
+			parts = parts[:want]
 		}
+		if s.uid < 0 {
+			s.uid = pmListUID(ctx, p, pkg)
+		}
+	}
+	if len(parts) != want {
+		s.changedByError = true
+		return s, nil
+	}
+	if pkg != "" {
 		if fs, ok := adb.ParseGfxinfo(parts[0]); ok {
 			s.sig.frames = fs.TotalFrames
 		}
@@ -361,32 +403,34 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int) (i
 		}
 		parts = parts[1:]
 	}
-	if len(parts) != 2 {
-		s.changedByError = true
-		return s, nil
-	}
 	for _, d := range adb.ParseWindowFocus(parts[0]) {
 		s.sig.focus += fmt.Sprintf("%d:%s|%s|%v;", d.DisplayID, d.CurrentFocusWindow, d.FocusedApp, d.CurrentFocusNull)
 	}
-	s.net = NetworkStatus(parts[1], uid)
+	s.net = NetworkStatus(parts[1], s.uid)
 	return s, nil
 }
 
-// appUID returns pkg's uid from `dumpsys package PKG` (userId=/appId=), or
-// `pm list packages -U PKG` ("package:PKG uid:N"); -1 when neither says.
-func appUID(ctx context.Context, p Ports, pkg string) int {
-	if r, err := p.Device.Shell(ctx, "dumpsys package "+pkg); err == nil {
-		if info, ok := adb.ParseDumpsysPackage(r.Stdout, pkg); ok && info.UserID > 0 {
-			return int(info.UserID)
-		}
+// dumpsysUID returns pkg's uid from `dumpsys package PKG` output (userId=,
+// or appId= on older releases; adb.ParseDumpsysPackage), -1 when it names none.
+func dumpsysUID(out, pkg string) int {
+	if info, ok := adb.ParseDumpsysPackage(out, pkg); ok && info.UserID > 0 {
+		return int(info.UserID)
 	}
-	if r, err := p.Device.Shell(ctx, "pm list packages -U "+pkg); err == nil {
-		for _, l := range strings.Split(r.Stdout, "\n") {
-			f := strings.Fields(l)
-			if len(f) == 2 && f[0] == "package:"+pkg && strings.HasPrefix(f[1], "uid:") {
-				if n, err := strconv.Atoi(strings.TrimPrefix(f[1], "uid:")); err == nil {
-					return n
-				}
+	return -1
+}
+
+// pmListUID returns pkg's uid from `pm list packages -U PKG` ("package:PKG
+// uid:N"), -1 when the shell fails or the line is not there.
+func pmListUID(ctx context.Context, p Ports, pkg string) int {
+	r, err := p.Device.Shell(ctx, "pm list packages -U "+pkg)
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && f[0] == "package:"+pkg && strings.HasPrefix(f[1], "uid:") {
+			if n, err := strconv.Atoi(strings.TrimPrefix(f[1], "uid:")); err == nil {
+				return n
 			}
 		}
 	}

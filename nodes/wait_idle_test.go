@@ -62,8 +62,9 @@ func TestWaitIdleSettlesOnModel(t *testing.T) {
 		}
 		// Sockets: busy right after a launch, quiet later.
 		startActivity(t, d, ".HomeActivity")
-		uid := appUID(context.Background(), Ports{Device: d}, demoPkg)
-		r, _ := d.Shell(context.Background(), "cat /proc/net/tcp /proc/net/tcp6")
+		r, _ := d.Shell(context.Background(), "dumpsys package "+demoPkg)
+		uid := dumpsysUID(r.Stdout, demoPkg)
+		r, _ = d.Shell(context.Background(), "cat /proc/net/tcp /proc/net/tcp6")
 		if s := NetworkStatus(r.Stdout, uid); s != NetworkActive {
 			t.Errorf("right after launch: %s (uid %d)\n%s", s, uid, r.Stdout)
 		}
@@ -113,9 +114,14 @@ func quietDevice(t *testing.T, frames func() int64) *scriptDevice {
 		if frames != nil {
 			g = totalFramesRe.ReplaceAllString(gfx, fmt.Sprintf("Total frames rendered: %d", frames()))
 		}
-		return device.ShellResult{Stdout: g + sampleSplit + "\n  Display: mDisplayId=0\n    mCurrentFocus=Window{1 u0 com.example.app/com.example.app.HomeActivity}\n" +
+		out := g + sampleSplit + "\n  Display: mDisplayId=0\n    mCurrentFocus=Window{1 u0 com.example.app/com.example.app.HomeActivity}\n" +
 			sampleSplit + "\n  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
-			"   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 00000000:00000000 00:00000000 00000000 10123        0 4242 1 0000000000000000 20 4 30 10 -1\n"}, nil
+			"   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 00000000:00000000 00:00000000 00000000 10123        0 4242 1 0000000000000000 20 4 30 10 -1\n"
+		if strings.HasSuffix(cmd, "; dumpsys package "+demoPkg) {
+			// The first sample also reads the uid; this dumpsys names none.
+			out += sampleSplit + "\n"
+		}
+		return device.ShellResult{Stdout: out}, nil
 	}}
 }
 
@@ -380,4 +386,89 @@ func TestWaitIdleSettledScreenOnModel(t *testing.T) {
 			t.Errorf("quiet window %d ms, want about the 2.4 s since the animation's last frame", q)
 		}
 	})
+}
+
+// The app's uid comes with the first sample's shell (`dumpsys package PKG`
+// appended), not from a shell of its own, and the first sample's network
+// status already uses it; `pm list packages -U` only when that part names
+// no uid.
+func TestWaitIdleReadsUIDWithFirstSample(t *testing.T) {
+	const pkg = "com.example.foodies" // appId=10197 in the capture
+	dump := capture(t, "dumpsys-package/api34-emulator-adb-installed.txt")
+	gfx := capture(t, "dumpsys-gfxinfo/api31plus-phone-instagram.txt")
+	hdr := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+	samples := 0
+	dev := &scriptDevice{serial: "s", shell: func(cmd string) (device.ShellResult, error) {
+		if !strings.HasPrefix(cmd, "dumpsys gfxinfo "+pkg+" framestats; ") {
+			t.Errorf("unexpected shell %q", cmd)
+			return device.ShellResult{ExitCode: 127}, nil
+		}
+		tx := "00000000"
+		if samples == 0 {
+			tx = "000001A0" // bytes in flight at the first sample only
+		}
+		samples++
+		out := gfx + sampleSplit + "\n  Display: mDisplayId=0\n    mCurrentFocus=Window{1 u0 " + pkg + "/.Main}\n" + sampleSplit + "\n" + hdr +
+			"   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 " + tx + ":00000000 00:00000000 00000000 10197        0 4242 1 0000000000000000 20 4 30 10 -1\n"
+		if strings.HasSuffix(cmd, "; echo "+sampleSplit+"; dumpsys package "+pkg) {
+			out += sampleSplit + "\n" + dump
+		}
+		return device.ShellResult{Stdout: out}, nil
+	}}
+	s, err := takeSample(context.Background(), Ports{Device: dev}, "", pkg, -1, true)
+	if err != nil || s.changedByError || s.uid != 10197 || s.net != NetworkActive || s.sig.frames < 0 || s.sig.focus == "" {
+		t.Errorf("first sample: %+v %+v %v", s, s.sig, err)
+	}
+	if len(dev.calls) != 1 {
+		t.Errorf("first sample: shells %q, want 1", dev.calls)
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		dev.calls, samples = nil, 0
+		in := idleIn(400, 5000)
+		in.ApplicationUnderTestDescriptor.AndroidPackageID = pkg
+		var logs []string
+		out, err := WaitIdle(context.Background(), in, Ports{Device: dev, Driver: &fakeDriver{},
+			Progress: func(l string) { logs = append(logs, l) }})
+		if err != nil || out.UIStabilityAssessment.NetworkInFlightStatus != NetworkNone {
+			t.Fatalf("%+v %v", out.UIStabilityAssessment, err)
+		}
+		if len(dev.calls) != samples || dev.count("dumpsys package") != 0 || dev.count("pm list") != 0 {
+			t.Errorf("%d samples, shells %q", samples, dev.calls)
+		}
+		for i, c := range dev.calls {
+			if got := strings.HasSuffix(c, "; dumpsys package "+pkg); got != (i == 0) {
+				t.Errorf("sample %d reads the uid: %v", i+1, got)
+			}
+		}
+		if !strings.Contains(strings.Join(logs, "\n"), `package "`+pkg+`" uid 10197`) {
+			t.Errorf("logs %q", logs)
+		}
+	})
+
+	// The dumpsys part names no uid: pm list packages -U, once.
+	q := quietDevice(t, nil)
+	s, err = takeSample(context.Background(), Ports{Device: q}, "", demoPkg, -1, true)
+	if err != nil || s.changedByError || s.uid != 10123 || s.net != NetworkNone || q.count("pm list packages -U "+demoPkg) != 1 || len(q.calls) != 2 {
+		t.Errorf("fallback: %+v %v shells %q", s, err, q.calls)
+	}
+	// The shell fails (retryable): a change, and the uid from pm list.
+	inner := q.shell
+	q.calls = nil
+	q.shell = func(cmd string) (device.ShellResult, error) {
+		if strings.HasPrefix(cmd, "dumpsys gfxinfo") {
+			return device.ShellResult{}, &agent.Error{ID: agent.ErrDeviceOffline, Retryable: true}
+		}
+		return inner(cmd)
+	}
+	s, err = takeSample(context.Background(), Ports{Device: q}, "", demoPkg, -1, true)
+	if err != nil || !s.changedByError || s.uid != 10123 || len(q.calls) != 2 {
+		t.Errorf("failed shell: %+v %v shells %q", s, err, q.calls)
+	}
+	// Later samples keep the uid they are given and ask for none.
+	q.shell, q.calls = inner, nil
+	s, err = takeSample(context.Background(), Ports{Device: q}, "", demoPkg, 10123, false)
+	if err != nil || s.uid != 10123 || s.net != NetworkNone || len(q.calls) != 1 || strings.Contains(q.calls[0], "dumpsys package") {
+		t.Errorf("later sample: %+v %v shells %q", s, err, q.calls)
+	}
 }
