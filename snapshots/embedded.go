@@ -222,10 +222,11 @@ const (
 	sqlInsertOutbox   = `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES (?, ?, ?, ?, ?)`
 	sqlInsertSnapshot = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
 	sqlMarkUpTo       = `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
+	sqlInsertRun      = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertOutbox, sqlInsertSnapshot, sqlMarkUpTo,
-	sqlLeaseCurrent, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert}
+	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease}
 
 // sqliteConstraint reports whether err is a SQLite constraint violation whose
 // message names target (e.g. "run_events.run_id, run_events.sequence").
@@ -242,11 +243,10 @@ func sqliteConstraint(err error, target string) bool {
 // to CreatedAt. Errors: ErrInvalid (run id not a ULID, no tenant),
 // ErrRunExists.
 func (s *Embedded) CreateRun(ctx context.Context, r agent.Run) error {
-	w, err := s.writer()
-	if err != nil {
+	if _, err := s.writer(); err != nil {
 		return err
 	}
-	r, err = normalizeRun(r, s.clock)
+	r, err := normalizeRun(r, s.clock)
 	if err != nil {
 		return err
 	}
@@ -254,10 +254,15 @@ func (s *Embedded) CreateRun(ctx context.Context, r agent.Run) error {
 	if r.Input != nil {
 		input = string(r.Input)
 	}
-	_, err = w.ExecContext(ctx, `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.RunID, r.TenantID, r.ProjectID, string(r.Status), r.Serial, r.Graph, input, r.PolicyVersion,
-		fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt))
+	err = s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		q, err := s.ws.tx(ctx, tx, sqlInsertRun)
+		if err != nil {
+			return err
+		}
+		_, err = q.ExecContext(ctx, r.RunID, r.TenantID, r.ProjectID, string(r.Status), r.Serial, r.Graph, input, r.PolicyVersion,
+			fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt))
+		return err
+	})
 	if sqliteConstraint(err, "runs.run_id") {
 		return fmt.Errorf("run %s: %w", r.RunID, ErrRunExists)
 	}
@@ -376,7 +381,9 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 	if err != nil {
 		return err
 	}
-	return s.group.commit(ctx, &stepReq{st: st, evs: evs})
+	return s.group.do(ctx, len(evs) > 0, func(ctx context.Context, tx *sql.Tx) error {
+		return s.commitStepTx(ctx, tx, st, evs, fmtTime(s.clock.Now()))
+	})
 }
 
 // commitStepTx writes one step in tx (see CommitStep); now is the
@@ -564,19 +571,26 @@ func (s *Embedded) LatestSnapshot(ctx context.Context, runID string) (agent.Snap
 // SetStatus is the compare-and-set UPDATE runs SET status = to WHERE status
 // IN (from). Errors wrap agent.ErrStatusConflict or agent.ErrNotFound.
 func (s *Embedded) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
-	w, err := s.writer()
-	if err != nil {
+	if _, err := s.writer(); err != nil {
 		return err
 	}
 	if len(from) == 0 || to == "" {
 		return fmt.Errorf("%w: SetStatus needs from and to", ErrInvalid)
 	}
-	args := append([]any{string(to), fmtTime(s.clock.Now()), runID}, statusStrings(from)...)
-	res, err := w.ExecContext(ctx, `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status IN (?`+strings.Repeat(`, ?`, len(from)-1)+`)`, args...)
+	var n int64
+	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		args := append([]any{string(to), fmtTime(s.clock.Now()), runID}, statusStrings(from)...)
+		res, err := tx.ExecContext(ctx, `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status IN (?`+strings.Repeat(`, ?`, len(from)-1)+`)`, args...)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n == 1 {
+	if n == 1 {
 		return nil
 	}
 	r, err := s.GetRun(ctx, runID)
@@ -775,30 +789,28 @@ func (s *Embedded) MarkPublishedUpTo(ctx context.Context, runID string, upTo int
 
 // MarkPublishedUpToMany implements MultiUpToMarker.
 func (s *Embedded) MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64) (int, error) {
-	w, err := s.writer()
-	if err != nil {
+	if _, err := s.writer(); err != nil {
 		return 0, err
 	}
-	tx, err := w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback()
-	now := fmtTime(s.clock.Now())
 	total := 0
-	q, err := s.ws.tx(ctx, tx, sqlMarkUpTo)
-	if err != nil {
-		return 0, err
-	}
-	for runID, seq := range upTo {
-		res, err := q.ExecContext(ctx, now, runID, seq)
+	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		total = 0
+		now := fmtTime(s.clock.Now())
+		q, err := s.ws.tx(ctx, tx, sqlMarkUpTo)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		n, _ := res.RowsAffected()
-		total += int(n)
-	}
-	if err := tx.Commit(); err != nil {
+		for runID, seq := range upTo {
+			res, err := q.ExecContext(ctx, now, runID, seq)
+			if err != nil {
+				return err
+			}
+			n, _ := res.RowsAffected()
+			total += int(n)
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
 	return total, nil

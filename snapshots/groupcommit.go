@@ -2,35 +2,37 @@ package snapshots
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/screengraph/screengraph-agent/agent"
 )
 
-// stepReq is one CommitStep waiting for its group.
-type stepReq struct {
-	st   agent.Step
-	evs  []preparedEvent
-	done chan error // buffered 1: the step's outcome
+// writeReq is one write waiting for its group: fn runs in the group's
+// transaction (under a SAVEPOINT of its own when the group has others).
+type writeReq struct {
+	fn     func(ctx context.Context, tx *sql.Tx) error
+	notify bool       // it writes outbox rows: wake the relay after the commit
+	done   chan error // buffered 1: the outcome
 }
 
-// groupCommitter runs the embedded store's step commits. SQLite has one
-// writer; with many runs committing at once (32 devices on one daemon) each
-// step used to wait for the writer connection behind every other, in random
-// order (database/sql hands a freed connection to a random waiter), for up to
-// 60 ms at p99 while each transaction held it about 1 ms. Here the first
-// committer to find the writer free becomes the leader and commits every step
-// queued meanwhile in one IMMEDIATE transaction, one SAVEPOINT per step (a
-// step that fails rolls back alone); the others wait for their outcome. A
-// step waits at most for the group in progress and its own.
+// groupCommitter runs the embedded store's hot writes (step commits, run
+// creation, lease acquisition and renewal, status changes, outbox marks).
+// SQLite has one writer; with many runs writing at once (32 devices on one
+// daemon) each write used to wait for the writer connection behind every
+// other, in random order (database/sql hands a freed connection to a random
+// waiter), for up to 60 ms at p99 while each transaction held it about 1 ms.
+// Here the first writer to find the writer free becomes the leader and runs
+// every write queued meanwhile in one IMMEDIATE transaction, one SAVEPOINT
+// per write (a write that fails rolls back alone), as if they ran one after
+// the other; the others wait for their outcome. A write waits at most for the
+// group in progress and its own.
 type groupCommitter struct {
 	s      *Embedded
 	leader chan struct{} // capacity 1: held by the committing leader
 	mu     sync.Mutex
-	queue  []*stepReq
+	queue  []*writeReq
 	// maxGroup bounds the steps of one transaction.
 	maxGroup int
 	// groups counts the transactions led, steps the steps they carried.
@@ -41,11 +43,16 @@ func newGroupCommitter(s *Embedded) *groupCommitter {
 	return &groupCommitter{s: s, leader: make(chan struct{}, 1), maxGroup: 64}
 }
 
+// do runs fn in a group transaction and returns its outcome (see commit).
+func (g *groupCommitter) do(ctx context.Context, notify bool, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return g.commit(ctx, &writeReq{fn: fn, notify: notify})
+}
+
 // commit queues r and returns its outcome. When ctx ends while r is still
 // queued, r is withdrawn (nothing written) and ctx's error returned; once a
 // leader took r, commit waits for its outcome, so the caller never takes a
 // written step for an unwritten one.
-func (g *groupCommitter) commit(ctx context.Context, r *stepReq) error {
+func (g *groupCommitter) commit(ctx context.Context, r *writeReq) error {
 	r.done = make(chan error, 1)
 	g.mu.Lock()
 	g.queue = append(g.queue, r)
@@ -67,7 +74,7 @@ func (g *groupCommitter) commit(ctx context.Context, r *stepReq) error {
 }
 
 // withdraw removes r from the queue; false when a leader has taken it.
-func (g *groupCommitter) withdraw(r *stepReq) bool {
+func (g *groupCommitter) withdraw(r *writeReq) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, q := range g.queue {
@@ -79,12 +86,12 @@ func (g *groupCommitter) withdraw(r *stepReq) bool {
 	return false
 }
 
-// lead commits the queued steps (at most maxGroup) in one transaction and
+// lead commits the queued writes (at most maxGroup) in one transaction and
 // hands each its outcome.
 func (g *groupCommitter) lead() {
 	g.mu.Lock()
 	n := min(len(g.queue), g.maxGroup)
-	batch := append([]*stepReq(nil), g.queue[:n]...)
+	batch := append([]*writeReq(nil), g.queue[:n]...)
 	g.queue = append(g.queue[:0], g.queue[n:]...)
 	g.mu.Unlock()
 	if len(batch) == 0 {
@@ -102,7 +109,7 @@ func (g *groupCommitter) lead() {
 		e := err
 		if e == nil {
 			e = errs[i]
-			wrote = wrote || (e == nil && len(r.evs) > 0)
+			wrote = wrote || (e == nil && r.notify)
 		}
 		r.done <- e
 	}
@@ -114,22 +121,21 @@ func (g *groupCommitter) lead() {
 	}
 }
 
-// commitGroup writes batch in one transaction, each step under its own
-// SAVEPOINT. errs[i] is step i's own failure (rolled back alone); err, when
+// commitGroup runs batch in one transaction, each write under its own
+// SAVEPOINT. errs[i] is write i's own failure (rolled back alone); err, when
 // not nil, is the transaction's, and then nothing of the batch is written.
-func (s *Embedded) commitGroup(ctx context.Context, batch []*stepReq) (errs []error, err error) {
+func (s *Embedded) commitGroup(ctx context.Context, batch []*writeReq) (errs []error, err error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	now := fmtTime(s.clock.Now())
 	errs = make([]error, len(batch))
 	single := len(batch) == 1
 	for i, r := range batch {
 		if single {
 			// Alone in its transaction: its failure rolls the transaction back.
-			if errs[i] = s.commitStepTx(ctx, tx, r.st, r.evs, now); errs[i] != nil {
+			if errs[i] = r.fn(ctx, tx); errs[i] != nil {
 				return errs, nil
 			}
 			continue
@@ -137,7 +143,7 @@ func (s *Embedded) commitGroup(ctx context.Context, batch []*stepReq) (errs []er
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT step`); err != nil {
 			return nil, fmt.Errorf("savepoint: %w", err)
 		}
-		if errs[i] = s.commitStepTx(ctx, tx, r.st, r.evs, now); errs[i] != nil {
+		if errs[i] = r.fn(ctx, tx); errs[i] != nil {
 			if _, err := tx.ExecContext(ctx, `ROLLBACK TO step`); err != nil {
 				return nil, fmt.Errorf("rollback to savepoint: %w", err)
 			}

@@ -84,6 +84,7 @@ func TestGroupCommitIsolatesFailingSteps(t *testing.T) {
 	}
 	// Hold the leader's place so every step queues, then let one lead.
 	g := s.group
+	groups0, steps0 := g.groups.Load(), g.steps.Load()
 	g.leader <- struct{}{}
 	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
@@ -101,8 +102,8 @@ func TestGroupCommitIsolatesFailingSteps(t *testing.T) {
 	waitQueued(t, g, queued)
 	<-g.leader
 	wg.Wait()
-	if n := g.groups.Load(); n > int64((queued+g.maxGroup-1)/g.maxGroup)+1 {
-		t.Errorf("%d steps committed in %d transactions", g.steps.Load(), n)
+	if n := g.groups.Load() - groups0; n > int64((queued+g.maxGroup-1)/g.maxGroup)+1 {
+		t.Errorf("%d steps committed in %d transactions", g.steps.Load()-steps0, n)
 	}
 	for i, r := range runs {
 		if want[i] == nil && errs[i] != nil || want[i] != nil && !errors.Is(errs[i], want[i]) {
@@ -182,5 +183,55 @@ func TestGroupCommitWithdrawsCanceledStep(t *testing.T) {
 	}
 	if evs, _ := s.Events(context.Background(), r.RunID, 0); len(evs) != 3 {
 		t.Errorf("%d events, want 3 (once)", len(evs))
+	}
+}
+
+// Writes of one group run as if one after the other: two acquisitions of one
+// device in the same transaction cannot both succeed (the second sees the
+// first's lease), and a run created in the group can take a lease in it.
+func TestGroupCommitWritesSeeEachOther(t *testing.T) {
+	s := openGroupStore(t)
+	ctx := context.Background()
+	a := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
+	b := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
+	g := s.group
+	g.leader <- struct{}{}
+	var wg sync.WaitGroup
+	var ea, eb, ca, cb error
+	wg.Add(2)
+	go func() { defer wg.Done(); ca = s.CreateRun(ctx, a) }()
+	go func() { defer wg.Done(); cb = s.CreateRun(ctx, b) }()
+	waitQueued(t, g, 2)
+	<-g.leader
+	wg.Wait()
+	if ca != nil || cb != nil {
+		t.Fatal(ca, cb)
+	}
+	groups0 := g.groups.Load()
+	g.leader <- struct{}{}
+	wg.Add(2)
+	go func() { defer wg.Done(); _, ea = s.AcquireLease(ctx, "emulator-5554", "serve:a:1", a.RunID, time.Minute) }()
+	go func() { defer wg.Done(); _, eb = s.AcquireLease(ctx, "emulator-5554", "serve:a:1", b.RunID, time.Minute) }()
+	waitQueued(t, g, 2)
+	<-g.leader
+	wg.Wait()
+	if n := g.groups.Load() - groups0; n != 1 {
+		t.Errorf("two acquisitions in %d transactions, want 1", n)
+	}
+	held := 0
+	for _, err := range []error{ea, eb} {
+		switch {
+		case err == nil:
+		case errors.Is(err, agent.ErrLeaseHeld):
+			held++
+		default:
+			t.Errorf("acquire: %v", err)
+		}
+	}
+	if held != 1 {
+		t.Errorf("in one group: %v, %v; want one lease and one ErrLeaseHeld", ea, eb)
+	}
+	if ls, err := s.ActiveLeases(ctx); err != nil || len(ls) != 1 {
+		t.Errorf("active leases %+v (%v), want one", ls, err)
 	}
 }

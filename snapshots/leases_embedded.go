@@ -51,12 +51,15 @@ func leaseTimes(clock agent.Clock, ttl time.Duration) (now, expires time.Time) {
 	return now, storeTime(now.Add(ttl))
 }
 
-// Statements of AcquireLease's transaction (prepared at open, stmtCache).
+// Statements of the lease writes (prepared at open, stmtCache).
 const (
 	sqlLeaseCurrent  = `SELECT ` + leaseCols + ` FROM device_leases WHERE serial = ? AND released_at IS NULL`
 	sqlLeaseRenewOwn = `UPDATE device_leases SET renewed_at = ?, expires_at = ? WHERE fencing_token = ?`
 	sqlLeaseEnd      = `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE fencing_token = ?`
 	sqlLeaseInsert   = `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`
+	sqlLeaseRenew    = `UPDATE device_leases SET renewed_at = ?, expires_at = ?
+		WHERE serial = ? AND fencing_token = ? AND released_at IS NULL AND expires_at > ? RETURNING ` + leaseCols
+	sqlLeaseRelease = `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE serial = ? AND fencing_token = ? AND released_at IS NULL`
 )
 
 // AcquireLease implements agent.Leases (see there) in one IMMEDIATE
@@ -66,15 +69,20 @@ func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID strin
 	if serial == "" || holder == "" || runID == "" || ttl <= 0 {
 		return agent.Lease{}, fmt.Errorf("acquire lease %q/%q/%q ttl %v: %w", serial, holder, runID, ttl, ErrInvalid)
 	}
-	w, err := s.writer()
-	if err != nil {
+	if _, err := s.writer(); err != nil {
 		return agent.Lease{}, err
 	}
-	tx, err := w.BeginTx(ctx, nil)
-	if err != nil {
-		return agent.Lease{}, err
-	}
-	defer tx.Rollback()
+	var l agent.Lease
+	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		l, err = s.acquireLeaseTx(ctx, tx, serial, holder, runID, ttl)
+		return err
+	})
+	return l, err
+}
+
+// acquireLeaseTx is AcquireLease in tx (which holds the write lock).
+func (s *Embedded) acquireLeaseTx(ctx context.Context, tx *sql.Tx, serial, holder, runID string, ttl time.Duration) (agent.Lease, error) {
 	// Read the clock once the write lock is held.
 	now, expires := leaseTimes(s.clock, ttl)
 	q, err := s.ws.tx(ctx, tx, sqlLeaseCurrent)
@@ -101,7 +109,7 @@ func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID strin
 			if _, err := q.ExecContext(ctx, fmtTime(now), fmtTime(expires), cur.FencingToken); err != nil {
 				return agent.Lease{}, err
 			}
-			return cur, tx.Commit()
+			return cur, nil
 		}
 		q, err := s.ws.tx(ctx, tx, sqlLeaseEnd)
 		if err != nil {
@@ -126,7 +134,7 @@ func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID strin
 	if l.FencingToken, err = res.LastInsertId(); err != nil {
 		return agent.Lease{}, err
 	}
-	return l, tx.Commit()
+	return l, nil
 }
 
 // takeOver decides an acquisition of a device whose active lease is cur:
@@ -172,13 +180,16 @@ func (s *Embedded) RenewLease(ctx context.Context, serial string, token int64, t
 	if _, err := s.writer(); err != nil {
 		return agent.Lease{}, err
 	}
-	now, expires := leaseTimes(s.clock, ttl)
-	q, err := s.ws.get(ctx, `UPDATE device_leases SET renewed_at = ?, expires_at = ?
-		WHERE serial = ? AND fencing_token = ? AND released_at IS NULL AND expires_at > ? RETURNING `+leaseCols)
-	if err != nil {
-		return agent.Lease{}, err
-	}
-	l, err := scanLease(q.QueryRowContext(ctx, fmtTime(now), fmtTime(expires), serial, token, fmtTime(now)))
+	var l agent.Lease
+	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		now, expires := leaseTimes(s.clock, ttl)
+		q, err := s.ws.tx(ctx, tx, sqlLeaseRenew)
+		if err != nil {
+			return err
+		}
+		l, err = scanLease(q.QueryRowContext(ctx, fmtTime(now), fmtTime(expires), serial, token, fmtTime(now)))
+		return err
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Lease{}, fmt.Errorf("device %s lease %d: %w", serial, token, agent.ErrLeaseLost)
 	}
@@ -193,15 +204,23 @@ func (s *Embedded) ReleaseLease(ctx context.Context, serial string, token int64,
 	if _, err := s.writer(); err != nil {
 		return err
 	}
-	q, err := s.ws.get(ctx, `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE serial = ? AND fencing_token = ? AND released_at IS NULL`)
+	var n int64
+	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		q, err := s.ws.tx(ctx, tx, sqlLeaseRelease)
+		if err != nil {
+			return err
+		}
+		res, err := q.ExecContext(ctx, fmtTime(s.clock.Now()), string(reason), serial, token)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	res, err := q.ExecContext(ctx, fmtTime(s.clock.Now()), string(reason), serial, token)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		return fmt.Errorf("device %s lease %d: %w", serial, token, agent.ErrLeaseLost)
 	}
 	return nil

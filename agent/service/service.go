@@ -298,6 +298,7 @@ func (s *Service) schedule(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	now := time.Now()
+	var take []agent.Run
 	for _, r := range runs {
 		if ctx.Err() != nil {
 			return nil
@@ -326,18 +327,36 @@ func (s *Service) schedule(ctx context.Context) error {
 			busy[r.Serial] = true
 			continue
 		}
-		lease, err := s.cfg.Leases.AcquireLease(ctx, r.Serial, s.cfg.Holder, r.RunID, s.cfg.LeaseTTL)
-		if errors.Is(err, agent.ErrLeaseHeld) {
-			busy[r.Serial] = true
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("lease %s for run %s: %w", r.Serial, r.RunID, err)
-		}
+		// The oldest waiting run of a free device: it takes the device's
+		// lease (below); later runs of the device wait behind it.
 		busy[r.Serial] = true
-		s.launch(r, &lease)
+		take = append(take, r)
 	}
-	return nil
+	// The leases of different devices are taken side by side: with a burst
+	// of submits the store commits them together (the embedded store's group
+	// commit) instead of one after the other.
+	leases := make([]agent.Lease, len(take))
+	errs := make([]error, len(take))
+	var wg sync.WaitGroup
+	for i, r := range take {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, r.Serial, s.cfg.Holder, r.RunID, s.cfg.LeaseTTL)
+		}()
+	}
+	wg.Wait()
+	var failed []error
+	for i, r := range take {
+		switch err := errs[i]; {
+		case err == nil:
+			s.launch(r, &leases[i])
+		case errors.Is(err, agent.ErrLeaseHeld):
+		default:
+			failed = append(failed, fmt.Errorf("lease %s for run %s: %w", r.Serial, r.RunID, err))
+		}
+	}
+	return errors.Join(failed...)
 }
 
 func (s *Service) everStarted(ctx context.Context, runID string) bool {
