@@ -210,8 +210,14 @@ func TestGroupCommitWritesSeeEachOther(t *testing.T) {
 	groups0 := g.groups.Load()
 	g.leader <- struct{}{}
 	wg.Add(2)
-	go func() { defer wg.Done(); _, ea = s.AcquireLease(ctx, "emulator-5554", "serve:a:1", a.RunID, time.Minute) }()
-	go func() { defer wg.Done(); _, eb = s.AcquireLease(ctx, "emulator-5554", "serve:a:1", b.RunID, time.Minute) }()
+	go func() {
+		defer wg.Done()
+		_, ea = s.AcquireLease(ctx, "emulator-5554", "serve:a:1", a.RunID, time.Minute)
+	}()
+	go func() {
+		defer wg.Done()
+		_, eb = s.AcquireLease(ctx, "emulator-5554", "serve:a:1", b.RunID, time.Minute)
+	}()
 	waitQueued(t, g, 2)
 	<-g.leader
 	wg.Wait()
