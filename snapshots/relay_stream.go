@@ -25,8 +25,9 @@ import (
 // (an error, a timeout, a rejected chain condition): the rows still out are settled, what was acked is marked,
 // the chain is reset and a new session re-reads from the first unpublished
 // row, whose run's earlier rows are all stored. Errors other than a broken
-// chain back off (MinBackoff doubling to MaxBackoff). Each PollInterval a
-// session also ends quietly, so rows enqueued again (Requeue) are read.
+// chain back off (MinBackoff doubling to MaxBackoff). At a PollInterval tick
+// with nothing sent since the last one (at the latest every sweepEvery ticks)
+// a session also ends quietly, so rows enqueued again (Requeue) are read.
 
 // streamCapable reports whether Run streams (see above).
 func (r *Relay) streamCapable() (OutboxCursor, MultiUpToMarker, ChainPublisher, bool) {
@@ -41,6 +42,10 @@ func (r *Relay) streamCapable() (OutboxCursor, MultiUpToMarker, ChainPublisher, 
 	cp, ok3 := r.Publisher.(ChainPublisher)
 	return cur, mk, cp, ok1 && ok2 && ok3
 }
+
+// sweepEvery: under steady load a session sweeps every sweepEvery
+// PollIntervals (else at the first quiet one).
+const sweepEvery = 10
 
 // sessionEnd says why a session ended.
 type sessionEnd int
@@ -134,6 +139,10 @@ func (r *Relay) session(ctx context.Context, cur OutboxCursor, cp ChainPublisher
 // tick fires or reading or sending fails.
 func (r *Relay) send(ctx context.Context, cur OutboxCursor, cp ChainPublisher, out chan<- inFlight, broken <-chan struct{}, tick <-chan time.Time) (sessionEnd, error) {
 	var cursor int64
+	// A sweep settles everything in flight first, which would hold up rows
+	// committed meanwhile: it waits for a tick with nothing sent since the
+	// last one, or sweepEvery ticks under steady load.
+	sentSinceTick, busyTicks := false, 0
 	for {
 		rows, last, err := cur.UnpublishedAfter(ctx, cursor, r.BatchSize)
 		if err != nil {
@@ -154,6 +163,7 @@ func (r *Relay) send(ctx context.Context, cur OutboxCursor, cp ChainPublisher, o
 			if err != nil {
 				return endError, fmt.Errorf("run %s sequence %d: %w", row.RunID, row.Sequence, err)
 			}
+			sentSinceTick = true
 			select {
 			case out <- inFlight{row: row, ack: a, sent: time.Now()}:
 			case <-broken:
@@ -174,7 +184,11 @@ func (r *Relay) send(ctx context.Context, cur OutboxCursor, cp ChainPublisher, o
 		case <-broken:
 			return endSweep, nil
 		case <-tick:
-			return endSweep, nil
+			if !sentSinceTick || busyTicks >= sweepEvery {
+				return endSweep, nil
+			}
+			sentSinceTick = false
+			busyTicks++
 		case <-r.Wake:
 		}
 	}
