@@ -69,21 +69,25 @@ type Relay struct {
 	MaxBackoff     time.Duration // default 5 s
 	Log            zerolog.Logger
 
-	once      sync.Once
-	running   atomic.Bool
-	published atomic.Int64
-	failures  atomic.Int64
+	once       sync.Once
+	running    atomic.Bool
+	published  atomic.Int64
+	failures   atomic.Int64
+	passByPass atomic.Int64
 }
 
 // RelayStats are counters since the Relay was made.
 type RelayStats struct {
 	Published int64 // rows acked and marked published
 	Failures  int64 // drain passes that stopped on an error
+	// PassByPass counts the times a streaming relay found other writers on
+	// the stream and went pass by pass for a while (relay_stream.go).
+	PassByPass int64
 }
 
 // Stats returns the counters.
 func (r *Relay) Stats() RelayStats {
-	return RelayStats{Published: r.published.Load(), Failures: r.failures.Load()}
+	return RelayStats{Published: r.published.Load(), Failures: r.failures.Load(), PassByPass: r.passByPass.Load()}
 }
 
 func (r *Relay) defaults() { r.once.Do(r.setDefaults) }
@@ -135,13 +139,20 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrRelayRunning
 	}
 	defer r.running.Store(false)
-	if cur, mk, cp, ok := r.streamCapable(); ok {
-		return r.runStream(ctx, cur, mk, cp)
-	}
+	cur, mk, cp, canStream := r.streamCapable()
+	var streamAgain time.Time // pass by pass until then (the stream had other writers)
 	poll := time.NewTicker(r.PollInterval)
 	defer poll.Stop()
 	backoff := r.MinBackoff
 	for {
+		if canStream && !time.Now().Before(streamAgain) {
+			if !r.runStream(ctx, cur, mk, cp) {
+				return nil
+			}
+			r.passByPass.Add(1)
+			r.Log.Warn().Dur("for", streamPause).Msg("outbox relay: another publisher writes the stream; publishing pass by pass")
+			streamAgain = time.Now().Add(streamPause)
+		}
 		_, err := r.drain(ctx)
 		if ctx.Err() != nil {
 			return nil

@@ -57,7 +57,20 @@ const (
 	endError                   // a publish or store error: reset and back off
 )
 
-func (r *Relay) runStream(ctx context.Context, cur OutboxCursor, mk MultiUpToMarker, cp ChainPublisher) error {
+// streamPause: after the chain broke streamBreaks times within
+// streamBreakWindow (another publisher writes the stream: several daemons
+// with embedded stores on one NATS server), Run publishes pass by pass
+// (PublishOrdered, which falls back to one row at a time per run) for this
+// long before it streams again.
+const (
+	streamBreaks      = 3
+	streamBreakWindow = 2 * time.Second
+	streamPause       = 30 * time.Second
+)
+
+// runStream streams until ctx ends (false) or the chain keeps breaking
+// (true: Run goes pass by pass for streamPause).
+func (r *Relay) runStream(ctx context.Context, cur OutboxCursor, mk MultiUpToMarker, cp ChainPublisher) (contended bool) {
 	m := &marker{r: r, mk: mk, pending: map[string]int64{}, kick: make(chan struct{}, 1)}
 	mctx, stopMarker := context.WithCancel(context.WithoutCancel(ctx))
 	markerDone := make(chan struct{})
@@ -74,6 +87,7 @@ func (r *Relay) runStream(ctx context.Context, cur OutboxCursor, mk MultiUpToMar
 	defer poll.Stop()
 	backoff := r.MinBackoff
 	cp.ResetChain()
+	var breaks []time.Time
 	for {
 		end, err := r.session(ctx, cur, cp, m, poll.C)
 		if ferr := m.flush(context.WithoutCancel(ctx)); ferr != nil && end != endStop {
@@ -83,12 +97,20 @@ func (r *Relay) runStream(ctx context.Context, cur OutboxCursor, mk MultiUpToMar
 		}
 		switch end {
 		case endStop:
-			return nil
+			return false
 		case endSweep:
 			backoff = r.MinBackoff
 			continue
 		case endBreak:
 			cp.ResetChain()
+			now := time.Now()
+			breaks = append(breaks, now)
+			for len(breaks) > 0 && now.Sub(breaks[0]) > streamBreakWindow {
+				breaks = breaks[1:]
+			}
+			if len(breaks) >= streamBreaks {
+				return true
+			}
 			continue
 		}
 		cp.ResetChain()
@@ -98,7 +120,7 @@ func (r *Relay) runStream(ctx context.Context, cur OutboxCursor, mk MultiUpToMar
 		backoff = min(2*backoff, r.MaxBackoff)
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case <-time.After(wait):
 		}
 	}

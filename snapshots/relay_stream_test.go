@@ -142,3 +142,57 @@ func TestRelayStreamCleanStopMarksAcked(t *testing.T) {
 	<-done
 	checkExactlyOnceInOrder(t, s, runs, streamEvents(t, pub.JetStream(), 540))
 }
+
+// Two daemons with embedded stores publishing to one NATS server break each
+// other's chains: each relay then goes pass by pass (PublishOrdered, with its
+// one-row-at-a-time fallback), and every event of both still reaches the
+// stream once, in order per run.
+func TestRelayStreamSharedStreamFallsBack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(streamSeed(t), 3))
+	_, url := startNATS(t, snapshots.EmbeddedNATSOptions{})
+	var (
+		stores []*snapshots.Embedded
+		relays []*snapshots.Relay
+		runs   [][]agent.Run
+		waits  []func()
+		pub    *snapshots.JetStreamPublisher
+	)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 2)
+	for range 2 {
+		s := newEmbedded(t)
+		_, p := connectPublisher(t, url) // a connection of its own, as another daemon has
+		pub = p
+		r := &snapshots.Relay{Store: s, Publisher: p, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+		go func() { done <- r.Run(ctx) }()
+		rs, wait := commitWhile(t, s, rng, 4, 40)
+		stores, relays, runs, waits = append(stores, s), append(relays, r), append(runs, rs), append(waits, wait)
+	}
+	for i := range 2 {
+		waits[i]()
+		waitDrained(t, stores[i], 30*time.Second)
+	}
+	cancel()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if relays[0].Stats().PassByPass+relays[1].Stats().PassByPass == 0 {
+		t.Errorf("stats %+v %+v: neither relay went pass by pass", relays[0].Stats(), relays[1].Stats())
+	}
+	got := streamEvents(t, pub.JetStream(), 2*480)
+	byStore := [2][]agent.Event{}
+	of := map[string]int{}
+	for i, rs := range runs {
+		for _, r := range rs {
+			of[r.RunID] = i
+		}
+	}
+	for _, e := range got {
+		byStore[of[e.RunID]] = append(byStore[of[e.RunID]], e)
+	}
+	for i := range 2 {
+		checkExactlyOnceInOrder(t, stores[i], runs[i], byStore[i])
+	}
+}
