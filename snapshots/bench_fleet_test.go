@@ -141,9 +141,22 @@ func BenchmarkCommitToDelivery(b *testing.B) {
 		mu      sync.Mutex
 		arrived = map[string]time.Time{}
 	)
-	cons, err := subPub.JetStream().OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
-	if err != nil {
-		b.Fatal(err)
+	// A fresh R3 stream may still be electing its leader (a CI run timed
+	// out here once): retry the consumer's creation for a while.
+	var (
+		cons jetstream.Consumer
+		err  error
+	)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		cons, err = subPub.JetStream().OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal(err)
+		}
+		b.Logf("ordered consumer: %v (retrying)", err)
+		time.Sleep(500 * time.Millisecond)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		now := time.Now()
