@@ -72,6 +72,22 @@ type serveCmd struct {
 	PprofListen  string        `help:"Serve Go runtime profiles (/debug/pprof/) on this address (off by default)." name:"pprof-listen" hidden:""`
 }
 
+// relayMetrics are the outbox relay's counters since the daemon started.
+func relayMetrics(r *snapshots.Relay) []prometheus.Collector {
+	counter := func(name, help string, v func(snapshots.RelayStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v(r.Stats())) })
+	}
+	return []prometheus.Collector{
+		counter("screengraph_relay_published_total", "Outbox rows the relay published (acknowledged by JetStream) and marked published.",
+			func(s snapshots.RelayStats) int64 { return s.Published }),
+		counter("screengraph_relay_failures_total", "Relay publishing attempts that stopped on an error (each followed by a back-off).",
+			func(s snapshots.RelayStats) int64 { return s.Failures }),
+		counter("screengraph_relay_pass_by_pass_total", "Times the streaming relay found other publishers on the stream and published pass by pass for 30 s.",
+			func(s snapshots.RelayStats) int64 { return s.PassByPass }),
+	}
+}
+
 func (c *serveCmd) load() (daemonConfig, error) {
 	k := koanf.New(".")
 	defaults := map[string]any{
@@ -263,6 +279,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(relayMetrics(h.relay)...)
 	if err := svc.RegisterMetrics(reg, func(ctx context.Context) (int, error) {
 		rows, err := h.store.Unpublished(ctx, 100000)
 		return len(rows), err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -225,6 +226,20 @@ func TestServeRunsOnFourDevices(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// Every committed event was published and marked (the lag is 0 above).
+	var published float64
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, "screengraph_relay_published_total "); ok {
+			published, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	total := 0
+	for _, evs := range all {
+		total += len(evs)
+	}
+	if published != float64(total) {
+		t.Errorf("screengraph_relay_published_total %v, want the %d events committed", published, total)
 	}
 	if st := d.call(t, "GET", "/readyz", nil, nil); st != 200 {
 		t.Fatalf("/readyz %d", st)
