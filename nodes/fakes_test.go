@@ -98,7 +98,10 @@ func (d *modelDevice) Pull(_ context.Context, remote string, w io.Writer) (int64
 	return int64(n), err
 }
 
-func newModel(t *testing.T) *modelDevice {
+func newModel(t *testing.T) *modelDevice { return newModelWith(t, nil) }
+
+// newModelWith is newModel with the default profile changed by edit first.
+func newModelWith(t *testing.T, edit func(*android.Profile)) *modelDevice {
 	t.Helper()
 	b, err := fixtures.Profile("default")
 	if err != nil {
@@ -107,6 +110,9 @@ func newModel(t *testing.T) *modelDevice {
 	p, err := android.ParseProfile("default", b)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(&p)
 	}
 	d, err := android.New(p, android.Options{})
 	if err != nil {

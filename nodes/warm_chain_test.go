@@ -89,25 +89,16 @@ func TestWarmChainShellCount(t *testing.T) {
 // their APKs (as emulator/sim launches them), so base.apk can be pulled.
 func newModelWithAPKs(t *testing.T) *modelDevice {
 	t.Helper()
-	b, err := fixtures.Profile("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := android.ParseProfile("default", b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, pk := range p.Preinstalled {
-		if pk.APK == "" {
-			continue
+	return newModelWith(t, func(p *android.Profile) {
+		for i, pk := range p.Preinstalled {
+			if pk.APK == "" {
+				continue
+			}
+			b, err := fixtures.APK(filepath.Base(pk.APK))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Preinstalled[i].APKData = b
 		}
-		if p.Preinstalled[i].APKData, err = fixtures.APK(filepath.Base(pk.APK)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d, err := android.New(p, android.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &modelDevice{Device: d, serial: "emulator-5554"}
+	})
 }

@@ -226,7 +226,8 @@ const (
 )
 
 var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertOutbox, sqlInsertSnapshot, sqlMarkUpTo,
-	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease}
+	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease,
+	sqlSavepoint, sqlRollbackTo, sqlRelease}
 
 // sqliteConstraint reports whether err is a SQLite constraint violation whose
 // message names target (e.g. "run_events.run_id, run_events.sequence").

@@ -140,15 +140,15 @@ func (s *Embedded) commitGroup(ctx context.Context, batch []*writeReq) (errs []e
 			}
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, `SAVEPOINT step`); err != nil {
+		if err := s.execTx(ctx, tx, sqlSavepoint); err != nil {
 			return nil, fmt.Errorf("savepoint: %w", err)
 		}
 		if errs[i] = r.fn(ctx, tx); errs[i] != nil {
-			if _, err := tx.ExecContext(ctx, `ROLLBACK TO step`); err != nil {
+			if err := s.execTx(ctx, tx, sqlRollbackTo); err != nil {
 				return nil, fmt.Errorf("rollback to savepoint: %w", err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `RELEASE step`); err != nil {
+		if err := s.execTx(ctx, tx, sqlRelease); err != nil {
 			return nil, fmt.Errorf("release savepoint: %w", err)
 		}
 	}
@@ -156,4 +156,21 @@ func (s *Embedded) commitGroup(ctx context.Context, batch []*writeReq) (errs []e
 		return nil, err
 	}
 	return errs, nil
+}
+
+// The savepoint of each write in a group (prepared at open, stmtCache).
+const (
+	sqlSavepoint  = `SAVEPOINT step`
+	sqlRollbackTo = `ROLLBACK TO step`
+	sqlRelease    = `RELEASE step`
+)
+
+// execTx runs the prepared statement q in tx.
+func (s *Embedded) execTx(ctx context.Context, tx *sql.Tx, q string) error {
+	st, err := s.ws.tx(ctx, tx, q)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(ctx)
+	return err
 }

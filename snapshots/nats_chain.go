@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -119,9 +118,4 @@ func (p *LazyPublisher) ResetChain() {
 	if pub != nil {
 		pub.ResetChain()
 	}
-}
-
-// ackDeadline bounds the wait for a row's ack: d after it was sent.
-func ackDeadline(ctx context.Context, sent time.Time, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(ctx, sent.Add(d))
 }

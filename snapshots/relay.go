@@ -158,15 +158,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			r.failures.Add(1)
-			wait := backoff/2 + rand.N(backoff/2+1)
-			r.Log.Warn().Err(err).Dur("retry_in", wait).Msg("outbox relay: publish failed")
-			backoff = min(2*backoff, r.MaxBackoff)
-			// New commits do not cut a backoff short: the publisher is failing.
-			select {
-			case <-ctx.Done():
+			if !r.backOff(ctx, err, &backoff) {
 				return nil
-			case <-time.After(wait):
 			}
 			continue
 		}
@@ -177,6 +170,22 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-r.Wake:
 		case <-poll.C:
 		}
+	}
+}
+
+// backOff counts a failed attempt, logs it and waits the jittered back-off
+// (then doubles it, up to MaxBackoff); false when ctx ended first. New
+// commits do not cut a back-off short: the publisher is failing.
+func (r *Relay) backOff(ctx context.Context, err error, backoff *time.Duration) bool {
+	r.failures.Add(1)
+	wait := *backoff/2 + rand.N(*backoff/2+1)
+	r.Log.Warn().Err(err).Dur("retry_in", wait).Msg("outbox relay: publish failed")
+	*backoff = min(2**backoff, r.MaxBackoff)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(wait):
+		return true
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -114,14 +113,8 @@ func (r *Relay) runStream(ctx context.Context, cur OutboxCursor, mk MultiUpToMar
 			continue
 		}
 		cp.ResetChain()
-		r.failures.Add(1)
-		wait := backoff/2 + rand.N(backoff/2+1)
-		r.Log.Warn().Err(err).Dur("retry_in", wait).Msg("outbox relay: publish failed")
-		backoff = min(2*backoff, r.MaxBackoff)
-		select {
-		case <-ctx.Done():
+		if !r.backOff(ctx, err, &backoff) {
 			return false
-		case <-time.After(wait):
 		}
 	}
 }
@@ -230,7 +223,7 @@ func (r *Relay) settle(ctx context.Context, out <-chan inFlight, m *marker, brok
 	// Acks of a stopping relay are still waited for, PublishTimeout at most.
 	actx := context.WithoutCancel(ctx)
 	for f := range out {
-		wctx, cancel := ackDeadline(actx, f.sent, r.PublishTimeout)
+		wctx, cancel := context.WithDeadline(actx, f.sent.Add(r.PublishTimeout))
 		_, err := f.ack.Wait(wctx)
 		cancel()
 		if end != endSweep {

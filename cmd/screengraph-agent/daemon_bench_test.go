@@ -66,14 +66,14 @@ type natsClock struct {
 }
 
 // watchNATS starts the outside NATS client in a process of its own (this
-// test binary, running TestNATSClockProcess): the benchmark's own process
+// test binary, see TestMain): the benchmark's own process
 // hosts the simulators, whose heap (over 1 GB with 32 devices' APKs) and CPU
 // would delay a client's callbacks here and count into the latencies. The
 // child stamps each message on arrival and prints it; this side collects.
 func watchNATS(b testing.TB, url string) *natsClock {
 	b.Helper()
 	c := &natsClock{byRun: map[string][]arrival{}}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestNATSClockProcess$", "-test.timeout=0")
+	cmd := exec.Command(os.Args[0]) // TestMain makes it the client
 	cmd.Env = append(os.Environ(), "SCREENGRAPH_NATS_CLOCK_URL="+url)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -118,17 +118,27 @@ func (c *natsClock) add(at time.Time, body []byte) {
 	c.mu.Unlock()
 }
 
-// TestNATSClockProcess is not a test of its own: BenchmarkDaemon32 runs this
-// binary with SCREENGRAPH_NATS_CLOCK_URL to make it the outside NATS client
-// (consumeEvents: an ordered consumer on AGENT_EVENTS). It prints one line
-// per message, "<arrival, Unix ns> <envelope JSON>", until it is killed.
-func TestNATSClockProcess(t *testing.T) {
-	url := os.Getenv("SCREENGRAPH_NATS_CLOCK_URL")
-	if url == "" {
-		t.Skip("the outside NATS client of BenchmarkDaemon32, run by it")
+// TestMain: with SCREENGRAPH_NATS_CLOCK_URL set, this test binary is
+// BenchmarkDaemon32's outside NATS client (watchNATS), not a test run: it
+// prints one line per message, "<arrival, Unix ns> <envelope JSON>", until
+// it is killed.
+func TestMain(m *testing.M) {
+	if url := os.Getenv("SCREENGRAPH_NATS_CLOCK_URL"); url != "" {
+		fmt.Fprintln(os.Stderr, "NATS clock:", runNATSClock(url))
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// runNATSClock consumes AGENT_EVENTS and stamps each message on arrival; it
+// returns only on an error.
+func runNATSClock(url string) error {
+	_, cons, err := eventConsumer(url)
+	if err != nil {
+		return err
 	}
 	var mu sync.Mutex
-	consumeEvents(t, url, func(m jetstream.Msg) {
+	if _, err := cons.Consume(func(m jetstream.Msg) {
 		at := time.Now().UnixNano()
 		var body bytes.Buffer
 		if json.Compact(&body, m.Data()) != nil {
@@ -137,7 +147,9 @@ func TestNATSClockProcess(t *testing.T) {
 		mu.Lock()
 		fmt.Fprintf(os.Stdout, "%d %s\n", at, body.Bytes())
 		mu.Unlock()
-	})
+	}); err != nil {
+		return err
+	}
 	select {}
 }
 

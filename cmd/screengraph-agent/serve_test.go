@@ -39,25 +39,38 @@ func collectNATS(t testing.TB, url string) *natsCollector {
 // consumer on agent.events.>, calling fn for each message until the test ends.
 func consumeEvents(t testing.TB, url string, fn func(jetstream.Msg)) {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{snapshots.SubjectPrefix + ".>"}})
+	nc, cons, err := eventConsumer(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cc, err := cons.Consume(fn)
 	if err != nil {
+		nc.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Stop(); nc.Close() })
+}
+
+// eventConsumer connects to the NATS server at url (reconnecting forever)
+// and makes an ordered consumer of AGENT_EVENTS on agent.events.>.
+func eventConsumer(url string) (*nats.Conn, jetstream.Consumer, error) {
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{snapshots.SubjectPrefix + ".>"}})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, cons, nil
 }
 
 // checkNATS reads until it has n messages and checks that every committed
