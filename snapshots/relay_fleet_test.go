@@ -46,11 +46,19 @@ func connectCluster(t testing.TB, c *natstest.Cluster) (*nats.Conn, *snapshots.J
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	pub, err := snapshots.NewJetStreamPublisher(context.Background(), nc, snapshots.WithReplicas(3))
-	if err != nil {
-		t.Fatal(err)
+	// A fresh cluster may still be electing its meta leader, and an R3 stream
+	// its leader (CI timed out here once): retry ensuring the stream.
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		pub, err := snapshots.NewJetStreamPublisher(context.Background(), nc, snapshots.WithReplicas(3))
+		if err == nil {
+			return nc, pub
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		t.Logf("JetStream publisher: %v (retrying)", err)
+		time.Sleep(500 * time.Millisecond)
 	}
-	return nc, pub
 }
 
 func openPostgresAt(t testing.TB, url string) *snapshots.Postgres {

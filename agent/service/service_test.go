@@ -198,6 +198,20 @@ func (f *fixture) status(id string) agent.RunStatus {
 	return r.Status
 }
 
+// releasedHistory is the lease history of serial once no lease of it is
+// active any more (waiting up to 10 s).
+func (f *fixture) releasedHistory(serial string) []agent.Lease {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h := f.history(serial)
+		if !slices.ContainsFunc(h, func(l agent.Lease) bool { return l.ReleasedAt == nil }) || time.Now().After(deadline) {
+			return h
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitStatus polls until run id has status want.
 func (f *fixture) waitStatus(id string, want agent.RunStatus) {
 	f.t.Helper()
@@ -295,8 +309,9 @@ func TestQueuedRunsWaitInSubmissionOrder(t *testing.T) {
 	}
 
 	// dev-a's leases: a1, a2, a3 in order, each released (finished) before
-	// the next was acquired.
-	h := f.history("dev-a")
+	// the next was acquired. The service releases a lease after the run's
+	// final commit, so the last release may trail the status by a moment.
+	h := f.releasedHistory("dev-a")
 	var runs []string
 	for i, l := range h {
 		runs = append(runs, l.RunID)
