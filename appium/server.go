@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,11 +20,13 @@ import (
 
 // ServerConfig starts a local Appium server.
 type ServerConfig struct {
-	// Bin is the appium executable; "" means <repo>/tools/node/node_modules/.bin/appium
-	// when that exists, else `appium` on PATH.
+	// Bin is the appium executable; "" means the one Locate finds (the
+	// checkout's, PATH, $APPIUM_HOME, the data dir's install).
 	Bin string
+	// DataDir is the user's data dir, where `setup appium` installs (Locate).
+	DataDir string
 	// AppiumHome is APPIUM_HOME (where the uiautomator2 driver is installed);
-	// "" means <repo>/.cache/appium-home when that exists, else the inherited value.
+	// "" means the home Locate gives with the binary, else the inherited value.
 	AppiumHome string
 	// Address to listen on; "" means 127.0.0.1.
 	Address string
@@ -84,20 +85,14 @@ type Server struct {
 // not become ready in time (the message carries the end of its log); ctx's
 // cancellation stops the start.
 func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
-	root := repoRoot()
-	bin := cfg.Bin
-	if bin == "" {
-		bin = "appium"
-		if p := filepath.Join(root, "tools", "node", "node_modules", ".bin", "appium"); root != "" && fileExists(p) {
-			bin = p
-		}
+	inst, err := Locate(LocateConfig{Bin: cfg.Bin, DataDir: cfg.DataDir})
+	if err != nil {
+		return nil, err
 	}
-	if _, err := exec.LookPath(bin); err != nil {
-		return nil, agent.Wrap(agent.ErrProcess, err, "appium: server binary %q not found", bin)
-	}
+	bin := inst.Bin
 	home := cfg.AppiumHome
-	if home == "" && root != "" && fileExists(filepath.Join(root, ".cache", "appium-home")) {
-		home = filepath.Join(root, ".cache", "appium-home")
+	if home == "" {
+		home = inst.Home
 	}
 	addr := cfg.Address
 	if addr == "" {
@@ -304,26 +299,6 @@ func freePort(addr string) (int, error) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// repoRoot is the nearest directory above the working directory whose go.mod
-// declares this module; "" when there is none (an installed daemon).
-func repoRoot() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(b), "module github.com/screengraph/screengraph-agent\n") {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
 
 // PID is the server process id.
 func (s *Server) PID() int { return s.cmd.Process.Pid }

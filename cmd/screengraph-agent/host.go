@@ -40,6 +40,9 @@ type hostConfig struct {
 	NATSReplicas int
 	ADBServer    string // host:port
 	AppiumURL    string // "" starts a local Appium
+	// AppiumBinary is the local Appium's executable (--appium-binary); ""
+	// means appium.Locate's search.
+	AppiumBinary string
 	PolicyFile   string
 	// PolicyFiles are added to the policy store as well (serve --policy).
 	PolicyFiles []string
@@ -214,8 +217,9 @@ func (h *host) open(ctx context.Context) (err error) {
 	if url == "" {
 		// A local Appium that outlives the run, so the next run reuses it and
 		// its session (`screengraph-agent appium stop` ends it).
-		if url, h.AppiumStart, err = localAppium(ctx, cfg.DataDir, adbPort(cfg.ADBServer)); err != nil {
-			return agent.Wrap(agent.ErrAppiumUnreachable, err, "starting a local Appium server (install it with tools/setup.sh, or pass --appium URL)")
+		if url, h.AppiumStart, err = localAppium(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer)); err != nil {
+			// The error names the places searched and the fix (appium.Locate).
+			return agent.Wrap(agent.ErrAppiumUnreachable, err, "starting a local Appium server")
 		}
 	}
 	h.AppiumURL = url

@@ -28,13 +28,14 @@ func localAppiumFile(dataDir string) string { return filepath.Join(dataDir, "app
 // localAppium returns the URL of the data dir's local Appium server for the
 // adb server on adbPort, starting a detached one when none answers. started
 // is how long a start took (0 when one was reused).
-func localAppium(ctx context.Context, dataDir string, adbPort int) (url string, started time.Duration, err error) {
-	return localAppiumOn(ctx, dataDir, adbPort, 0)
+func localAppium(ctx context.Context, dataDir, bin string, adbPort int) (url string, started time.Duration, err error) {
+	return localAppiumOn(ctx, dataDir, bin, adbPort, 0)
 }
 
 // localAppiumOn is localAppium starting a new server on port (0: a free one):
 // a supervisor restarts a dead server where the daemon's driver expects it.
-func localAppiumOn(ctx context.Context, dataDir string, adbPort, port int) (url string, started time.Duration, err error) {
+// bin is --appium-binary ("" = appium.Locate's search).
+func localAppiumOn(ctx context.Context, dataDir, bin string, adbPort, port int) (url string, started time.Duration, err error) {
 	var st localAppiumState
 	if b, err := os.ReadFile(localAppiumFile(dataDir)); err == nil && json.Unmarshal(b, &st) == nil && st.PID > 0 {
 		alive := syscall.Kill(st.PID, 0) == nil
@@ -58,7 +59,7 @@ func localAppiumOn(ctx context.Context, dataDir string, adbPort, port int) (url 
 		}
 	}
 	start := time.Now()
-	srv, err := appium.StartServer(ctx, appium.ServerConfig{ADBServerPort: adbPort, Detached: true, Port: port,
+	srv, err := appium.StartServer(ctx, appium.ServerConfig{Bin: bin, DataDir: dataDir, ADBServerPort: adbPort, Detached: true, Port: port,
 		LogFile: filepath.Join(dataDir, "appium.log")})
 	if err != nil {
 		return "", 0, fmt.Errorf("local Appium server: %w", err)
@@ -77,7 +78,7 @@ func localAppiumOn(ctx context.Context, dataDir string, adbPort, port int) (url 
 // reaches it again. Sessions are lost with the old server: EnsureDevice's
 // REUSE_OR_CREATE finds its stored session gone and creates one (the policy
 // retries appium_unreachable meanwhile).
-func superviseLocalAppium(ctx context.Context, dataDir string, adbPort int, url string, logf func(string, ...any)) {
+func superviseLocalAppium(ctx context.Context, dataDir, bin string, adbPort int, url string, logf func(string, ...any)) {
 	c, err := appium.New(url, appium.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return
@@ -102,7 +103,7 @@ func superviseLocalAppium(ctx context.Context, dataDir string, adbPort int, url 
 			continue
 		}
 		logf("local Appium server %s does not answer; starting a new one on port %d", url, port)
-		if _, took, err := localAppiumOn(ctx, dataDir, adbPort, port); err != nil {
+		if _, took, err := localAppiumOn(ctx, dataDir, bin, adbPort, port); err != nil {
 			logf("local Appium restart: %v", err)
 		} else {
 			logf("local Appium server back on port %d after %v", port, took.Round(time.Millisecond))

@@ -41,6 +41,9 @@ type cli struct {
 	Token      tokenCmd      `cmd:"" help:"API tokens scoped to a tenant, or admin: create (printed once), list, revoke."`
 	NATSConfig natsConfigCmd `cmd:"" name:"nats-config" help:"Print the authorization block of a nats-server config (users and permissions per token) for an external cluster."`
 	Migrate    migrateCmd    `cmd:"" help:"Apply the embedded schema migrations to a fleet's Postgres (serve does too, at start)."`
+	// Installation (version.go, setup.go).
+	Version versionCmd `cmd:"" help:"Print the version, commit, build date and Go version, and those of the adb server, Appium and the uiautomator2 driver found."`
+	Setup   setupCmd   `cmd:"" help:"Install what the agent drives: setup appium."`
 }
 
 type emulatorCmd struct {
@@ -63,6 +66,11 @@ func (g Globals) logger() zerolog.Logger {
 
 func main() {
 	var c cli
+	// `screengraph-agent --version` is the version command (a global flag
+	// would clash with policy switch's --version).
+	if len(os.Args) > 1 && os.Args[1] == "--version" {
+		os.Args[1] = "version"
+	}
 	kctx := kong.Parse(&c,
 		kong.Name("screengraph-agent"),
 		kong.Description("The ScreenGraph device agent: prepares Android devices through adb and Appium."),

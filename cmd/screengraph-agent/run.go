@@ -23,6 +23,7 @@ type runCmd struct {
 	ADBServer string `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
 	Serial    string `help:"Device serial (or AVD/model name) to prepare."`
 	Appium    string `help:"Appium server URL; default: start a local one for this run."`
+	AppiumBin string `help:"Appium executable of the local server (default: the checkout's, appium on PATH, $APPIUM_HOME's, or the one setup appium installed in the data dir)." name:"appium-binary" placeholder:"PATH"`
 	Package   string `help:"Android package id of the app under test."`
 	APK       string `help:"APK reference: a path, file://, https:// or s3:// URL." name:"apk"`
 	SHA256    string `help:"Expected signer certificate SHA-256 of the APK (hex)." name:"sha256"`
@@ -128,7 +129,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
 		}
 	}
-	h, err := openHost(ctx, hostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium,
+	h, err := openHost(ctx, hostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, AppiumBinary: c.AppiumBin,
 		PolicyFile: c.Policy, Log: log, Progress: progress})
 	if err != nil {
 		return c.fail(nil, err)

@@ -40,12 +40,14 @@ const DefaultListen = "127.0.0.1:7420"
 // first) defaults, the config file (YAML or JSON), SCREENGRAPH_* environment
 // variables (SCREENGRAPH_DATA_DIR -> data-dir) and the flags given.
 type daemonConfig struct {
-	Listen     string `koanf:"listen" json:"listen"`
-	DataDir    string `koanf:"data-dir" json:"dataDir"`
-	ADBServer  string `koanf:"adb-server" json:"adbServer"`
-	Appium     string `koanf:"appium" json:"appium"`
-	NATSListen string `koanf:"nats-listen" json:"natsListen"`
-	NATSURL    string `koanf:"nats-url" json:"natsUrl"`
+	Listen    string `koanf:"listen" json:"listen"`
+	DataDir   string `koanf:"data-dir" json:"dataDir"`
+	ADBServer string `koanf:"adb-server" json:"adbServer"`
+	Appium    string `koanf:"appium" json:"appium"`
+	// AppiumBinary: the local Appium's executable (appium.Locate).
+	AppiumBinary string `koanf:"appium-binary" json:"appiumBinary"`
+	NATSListen   string `koanf:"nats-listen" json:"natsListen"`
+	NATSURL      string `koanf:"nats-url" json:"natsUrl"`
 	// DatabaseURL: fleet mode on a shared Postgres (postgres://…).
 	DatabaseURL  string        `koanf:"database-url" json:"databaseUrl"`
 	NATSReplicas int           `koanf:"nats-replicas" json:"natsReplicas"`
@@ -59,6 +61,7 @@ type serveCmd struct {
 	DataDir      string        `help:"Data directory (embedded store, NATS files, artifacts; default ~/.local/share/screengraph-agent)." name:"data-dir" type:"path"`
 	ADBServer    string        `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
 	Appium       string        `help:"Appium server URL; default: a local one started for this data dir."`
+	AppiumBinary string        `help:"Appium executable of the local server (default: the checkout's, appium on PATH, $APPIUM_HOME's, or the one setup appium installed in the data dir)." name:"appium-binary" placeholder:"PATH"`
 	NATSListen   string        `help:"Address the in-process NATS server (JetStream) listens on, for any NATS client (default 127.0.0.1:4222)." name:"nats-listen"`
 	NATSURL      string        `help:"Publish events to this NATS server or cluster (comma-separated URLs) instead of the in-process one." name:"nats-url"`
 	DatabaseURL  string        `help:"Fleet mode: keep runs, events, outbox and device leases in this shared Postgres (postgres://…) instead of the embedded store; migrated at start." name:"database-url"`
@@ -121,6 +124,7 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	set("data-dir", c.DataDir)
 	set("adb-server", c.ADBServer)
 	set("appium", c.Appium)
+	set("appium-binary", c.AppiumBinary)
 	set("nats-listen", c.NATSListen)
 	set("nats-url", c.NATSURL)
 	set("database-url", c.DatabaseURL)
@@ -214,7 +218,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	defer lock.Close()
 
 	hc := hostConfig{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, NATSReplicas: cfg.NATSReplicas,
-		ADBServer: cfg.ADBServer, AppiumURL: cfg.Appium, PolicyFiles: cfg.Policies,
+		ADBServer: cfg.ADBServer, AppiumURL: cfg.Appium, AppiumBinary: cfg.AppiumBinary, PolicyFiles: cfg.Policies,
 		Log: log, Progress: func(node, line string) { log.Debug().Str("node", node).Msg(line) }}
 	if cfg.NATSURL != "" {
 		hc.NATSURL = cfg.NATSURL
@@ -314,7 +318,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if cfg.Appium == "" {
 		// The daemon owns its local Appium: a crashed one is restarted.
-		go superviseLocalAppium(ctx, cfg.DataDir, adbPort(cfg.ADBServer), h.AppiumURL,
+		go superviseLocalAppium(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer), h.AppiumURL,
 			func(format string, args ...any) { log.Warn().Msgf(format, args...) })
 	}
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}

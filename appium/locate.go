@@ -1,0 +1,231 @@
+package appium
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// Pinned versions: what `screengraph-agent setup appium` installs and what
+// tools/setup.sh installs for the checkout (tools/node/package.json).
+const (
+	PinnedAppium       = "3.8.0"
+	PinnedUiAutomator2 = "8.7.0"
+)
+
+// Installation is an Appium server binary and the APPIUM_HOME its drivers
+// are in.
+type Installation struct {
+	// Bin is the appium executable's path.
+	Bin string
+	// Home is the APPIUM_HOME to run it with; "" keeps the inherited one.
+	Home string
+	// Source says where Bin was found: "--appium-binary", "checkout", "PATH",
+	// "APPIUM_HOME" or "data dir".
+	Source string
+}
+
+// LocateConfig is where Locate looks.
+type LocateConfig struct {
+	// Bin is an explicit appium executable (--appium-binary); when set it is
+	// the only candidate.
+	Bin string
+	// DataDir is the user's data dir: `setup appium` installs under
+	// InstallDir(DataDir).
+	DataDir string
+	// Getenv reads PATH and APPIUM_HOME; nil means os.Getenv.
+	Getenv func(string) string
+	// Getwd gives the directory the checkout is searched from; nil means os.Getwd.
+	Getwd func() (string, error)
+}
+
+// InstallDir is where `screengraph-agent setup appium` installs Appium for
+// the data dir: an npm prefix holding appium, with APPIUM_HOME at
+// InstallDir/home.
+func InstallDir(dataDir string) string { return filepath.Join(dataDir, "appium") }
+
+// Locate finds the Appium server binary, in order: cfg.Bin (only it, when
+// set); the checkout's tools/node/node_modules/.bin/appium (when run inside
+// the repository, with its .cache/appium-home); `appium` on PATH;
+// $APPIUM_HOME/node_modules/.bin/appium; the install of `setup appium` under
+// InstallDir(cfg.DataDir). The home is $APPIUM_HOME when set, else the
+// home beside the binary found (checkout or data-dir install).
+// Errors: process_error naming every place tried and why it did not fit.
+func Locate(cfg LocateConfig) (Installation, error) {
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	getwd := cfg.Getwd
+	if getwd == nil {
+		getwd = os.Getwd
+	}
+	envHome := getenv("APPIUM_HOME")
+	withHome := func(in Installation, fallback string) Installation {
+		switch {
+		case envHome != "":
+			in.Home = envHome
+		case fallback != "" && isDir(fallback):
+			in.Home = fallback
+		}
+		return in
+	}
+	var tried []string
+	if cfg.Bin != "" {
+		if err := executable(cfg.Bin); err != nil {
+			return Installation{}, agent.Errorf(agent.ErrProcess, "appium: --appium-binary %s: %v", cfg.Bin, err)
+		}
+		return withHome(Installation{Bin: cfg.Bin, Source: "--appium-binary"}, ""), nil
+	}
+	tried = append(tried, "--appium-binary (not given)")
+
+	if root := repoRootFrom(getwd); root != "" {
+		p := filepath.Join(root, "tools", "node", "node_modules", ".bin", "appium")
+		if err := executable(p); err == nil {
+			return withHome(Installation{Bin: p, Source: "checkout"}, filepath.Join(root, ".cache", "appium-home")), nil
+		} else {
+			tried = append(tried, p+" ("+err.Error()+"; run tools/setup.sh)")
+		}
+	} else {
+		tried = append(tried, "the checkout's tools/node (not inside a checkout)")
+	}
+
+	if p, err := lookPath("appium", getenv("PATH")); err == nil {
+		return withHome(Installation{Bin: p, Source: "PATH"}, ""), nil
+	} else {
+		tried = append(tried, "appium on PATH ("+err.Error()+")")
+	}
+
+	if envHome != "" {
+		p := filepath.Join(envHome, "node_modules", ".bin", "appium")
+		if err := executable(p); err == nil {
+			return withHome(Installation{Bin: p, Source: "APPIUM_HOME"}, ""), nil
+		} else {
+			tried = append(tried, "$APPIUM_HOME "+p+" ("+err.Error()+")")
+		}
+	} else {
+		tried = append(tried, "$APPIUM_HOME/node_modules/.bin/appium (APPIUM_HOME not set)")
+	}
+
+	if cfg.DataDir != "" {
+		dir := InstallDir(cfg.DataDir)
+		p := filepath.Join(dir, "node_modules", ".bin", "appium")
+		if err := executable(p); err == nil {
+			return withHome(Installation{Bin: p, Source: "data dir"}, filepath.Join(dir, "home")), nil
+		} else {
+			tried = append(tried, p+" ("+err.Error()+")")
+		}
+	}
+	return Installation{}, agent.Errorf(agent.ErrProcess,
+		"appium: no server binary found; tried %s. Install it with `screengraph-agent setup appium`, or pass --appium-binary PATH or --appium URL",
+		strings.Join(tried, "; "))
+}
+
+// executable is nil when p is an executable regular file (after symlinks).
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return errors.New("missing")
+	}
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		return errors.New("a directory")
+	}
+	if st.Mode().Perm()&0o111 == 0 {
+		return errors.New("not executable")
+	}
+	return nil
+}
+
+// lookPath is exec.LookPath over the given PATH value.
+func lookPath(name, path string) (string, error) {
+	if path == "" {
+		return "", errors.New("PATH is empty")
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// repoRootFrom is the nearest directory at or above getwd's whose go.mod
+// declares this module; "" when there is none (an installed daemon).
+func repoRootFrom(getwd func() (string, error)) string {
+	dir, err := getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/screengraph/screengraph-agent\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// Version runs `appium --version` (with the installation's APPIUM_HOME) and
+// returns what it prints, e.g. "3.8.0". Errors: process_error.
+func (in Installation) Version(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, in.Bin, "--version")
+	if in.Home != "" {
+		cmd.Env = withEnv(os.Environ(), "APPIUM_HOME", in.Home)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		return "", agent.Wrap(agent.ErrProcess, err, "appium --version (%s)", in.Bin)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
+// DriverVersion is the version of an installed Appium driver package (e.g.
+// "appium-uiautomator2-driver"), from its package.json under the
+// installation's home ($HOME/.appium when Home is ""). Errors: not found
+// (fs.ErrNotExist) when the driver is not installed there.
+func (in Installation) DriverVersion(pkg string) (string, error) {
+	home := in.Home
+	if home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		home = filepath.Join(h, ".appium")
+	}
+	b, err := os.ReadFile(filepath.Join(home, "node_modules", pkg, "package.json"))
+	if err != nil {
+		return "", err
+	}
+	var p struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil || p.Version == "" {
+		return "", fmt.Errorf("%s: no version in its package.json", pkg)
+	}
+	return p.Version, nil
+}
