@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -54,6 +55,7 @@ type daemonConfig struct {
 	Policies     []string      `koanf:"policy" json:"policy"`
 	Tenant       string        `koanf:"tenant" json:"tenant"`
 	LeaseTTL     time.Duration `koanf:"lease-ttl" json:"leaseTtl"`
+	PprofListen  string        `koanf:"pprof-listen" json:"pprofListen"`
 }
 
 type serveCmd struct {
@@ -70,8 +72,8 @@ type serveCmd struct {
 	Tenant       string        `help:"Tenant of runs submitted without tenantId (default local)."`
 	LeaseTTL     time.Duration `help:"Device lease TTL (renewed every TTL/3; default 30s)." name:"lease-ttl"`
 	Config       string        `help:"Config file (YAML or JSON) with the keys of the flags above." type:"existingfile"`
-	PrintConfig  bool          `help:"Print the merged configuration (secrets redacted) and exit." name:"print-config"`
-	Output       string        `help:"Output format of --print-config and failures: text or json." default:"text" enum:"text,json"`
+	PrintConfig  bool          `help:"Print the merged configuration as --config reads it (YAML; JSON with --output json; secrets redacted) and exit." name:"print-config"`
+	Output       string        `help:"Output format of --print-config (text: YAML) and failures: text or json." default:"text" enum:"text,json"`
 	PprofListen  string        `help:"Serve Go runtime profiles (/debug/pprof/) on this address (off by default)." name:"pprof-listen" hidden:""`
 }
 
@@ -101,12 +103,25 @@ func (c *serveCmd) load() (daemonConfig, error) {
 		return daemonConfig{}, err
 	}
 	if c.Config != "" {
-		if err := k.Load(file.Provider(c.Config), yaml.Parser()); err != nil {
+		// Read apart first: a key that is not a flag name (a typo, the
+		// camelCase of an older --print-config) is refused, not ignored.
+		fk := koanf.New(".")
+		if err := fk.Load(file.Provider(c.Config), yaml.Parser()); err != nil {
 			return daemonConfig{}, agent.Wrap(agent.ErrInvalidRequest, err, "--config %s", c.Config)
 		}
+		if err := checkConfigKeys(fk.Raw(), "--config "+c.Config); err != nil {
+			return daemonConfig{}, err
+		}
+		if err := k.Merge(fk); err != nil {
+			return daemonConfig{}, err
+		}
 	}
+	known := configKeys()
 	if err := k.Load(env.Provider(".", env.Opt{Prefix: "SCREENGRAPH_", TransformFunc: func(key, v string) (string, any) {
 		key = strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(key, "SCREENGRAPH_")), "_", "-")
+		if !slices.Contains(known, key) {
+			return "", nil // SCREENGRAPH_TOKEN, SCREENGRAPH_SERVER, …: the client commands'
+		}
 		if key == "policy" {
 			return key, strings.Split(v, ",")
 		}
@@ -114,31 +129,7 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	}}), nil); err != nil {
 		return daemonConfig{}, err
 	}
-	flags := map[string]any{}
-	set := func(key, v string) {
-		if v != "" {
-			flags[key] = v
-		}
-	}
-	set("listen", c.Listen)
-	set("data-dir", c.DataDir)
-	set("adb-server", c.ADBServer)
-	set("appium", c.Appium)
-	set("appium-binary", c.AppiumBinary)
-	set("nats-listen", c.NATSListen)
-	set("nats-url", c.NATSURL)
-	set("database-url", c.DatabaseURL)
-	if c.NATSReplicas > 0 {
-		flags["nats-replicas"] = c.NATSReplicas
-	}
-	set("tenant", c.Tenant)
-	if c.LeaseTTL > 0 {
-		flags["lease-ttl"] = c.LeaseTTL.String()
-	}
-	if len(c.Policy) > 0 {
-		flags["policy"] = c.Policy
-	}
-	if err := k.Load(confmap.Provider(flags, "."), nil); err != nil {
+	if err := k.Load(confmap.Provider(c.serveFlagValues(), "."), nil); err != nil {
 		return daemonConfig{}, err
 	}
 	var cfg daemonConfig
@@ -198,18 +189,17 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		return c.fail(err)
 	}
 	if c.PrintConfig {
-		b, _ := json.MarshalIndent(cfg, "", "  ")
-		b = agent.RedactJSON(b)
-		if c.Output == "json" {
-			os.Stdout.Write(append(b, '\n'))
-		} else {
-			fmt.Println(string(b))
+		// What --config reads: the same keys, durations as "30s" (config.go).
+		b, err := printConfig(cfg, c.Output)
+		if err != nil {
+			return c.fail(err)
 		}
-		return nil
+		_, err = os.Stdout.Write(b)
+		return err
 	}
 	log := g.logger()
-	if c.PprofListen != "" {
-		servePprof(c.PprofListen, log)
+	if cfg.PprofListen != "" {
+		servePprof(cfg.PprofListen, log)
 	}
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
