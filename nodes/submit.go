@@ -23,9 +23,14 @@ type SubmitRequest struct {
 // tenant defaultTenant and policy currentPolicy unless the request names
 // them, Serial = ensureDevice.deviceConfiguration.deviceName, Input = the
 // SetupRequest part as submitted. Unknown top-level fields are refused.
+// The limits of bounds.go apply (MaxRequestBytes, MaxIDLength,
+// MaxNameLength, Android's package and activity grammar).
 // Errors: an *agent.Error invalid_request_error whose message names the
 // JSON path ($.ensureDevice.deviceConfiguration.deviceName, …).
 func NewSetupRun(runID string, body []byte, defaultTenant string, currentPolicy int) (agent.Run, error) {
+	if len(body) > MaxRequestBytes {
+		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$: the run request is %d bytes, at most %d", len(body), MaxRequestBytes)
+	}
 	var req SubmitRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -42,6 +47,9 @@ func NewSetupRun(runID string, body []byte, defaultTenant string, currentPolicy 
 	if run.PolicyVersion == 0 {
 		run.PolicyVersion = currentPolicy
 	}
+	if err := checkRequestIDs(req); err != nil {
+		return agent.Run{}, err
+	}
 	if req.PolicyVersion < 0 {
 		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$.policyVersion: %d is not a policy version", req.PolicyVersion)
 	}
@@ -55,6 +63,9 @@ func NewSetupRun(runID string, body []byte, defaultTenant string, currentPolicy 
 			msg := strings.TrimPrefix(ie.Err.Error(), string(agent.ErrInvalidRequest)+": ")
 			return agent.Run{}, &agent.Error{ID: agent.ErrInvalidRequest, Msg: "$." + inputKey(ie.Node) + ": " + msg}
 		}
+		return agent.Run{}, err
+	}
+	if err := checkInputBounds(inputs); err != nil {
 		return agent.Run{}, err
 	}
 	run.Serial = inputs.EnsureDevice.DeviceConfiguration.DeviceName
