@@ -23,6 +23,9 @@ const (
 	RunFailed          RunStatus = "FAILED"
 )
 
+// RunStatuses lists every RunStatus, for validating ?status= filters.
+var RunStatuses = []RunStatus{RunPending, RunRunning, RunPaused, RunCancelRequested, RunCanceled, RunFinished, RunFailed}
+
 // Terminal reports whether s ends a run.
 func (s RunStatus) Terminal() bool { return s == RunCanceled || s == RunFinished || s == RunFailed }
 

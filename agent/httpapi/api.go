@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +46,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logf reports handler failures; may be nil.
 	Logf func(format string, args ...any)
+	// Limits bound connections and event streams (zero fields:
+	// DefaultLimits); serve the handler with NewServer(h, Limits).
+	Limits Limits
 	// Tokens, when set, turns on Bearer authentication and tenant scoping
 	// once the store holds a token (auth.go); nil: no authentication.
 	Tokens agent.Tokens
@@ -69,11 +74,15 @@ func Routes() []Route {
 type api struct {
 	cfg  Config
 	auth *auth
+	// followers counts the open event streams per tenant.
+	followersMu sync.Mutex
+	followers   map[string]int
 }
 
 // New returns the API's handler.
 func New(cfg Config) http.Handler {
-	a := &api{cfg: cfg, auth: &auth{tokens: cfg.Tokens}}
+	cfg.Limits = cfg.Limits.withDefaults()
+	a := &api{cfg: cfg, auth: &auth{tokens: cfg.Tokens}, followers: map[string]int{}}
 	mux := http.NewServeMux()
 	h := map[string]http.HandlerFunc{
 		"POST /v1/runs":               a.submit,
@@ -102,8 +111,22 @@ func New(cfg Config) http.Handler {
 	for p, f := range h {
 		mux.HandleFunc(p, a.guard(p, f))
 	}
-	// Unknown routes and wrong methods answer in the agent error format too.
+	// Unknown routes and wrong methods answer in the agent error format too:
+	// a path some route has, asked with another method, is 405 with Allow.
+	paths := http.NewServeMux()
+	allow := map[string][]string{}
+	for _, rt := range Routes() {
+		if allow[rt.Pattern] == nil {
+			paths.HandleFunc(rt.Pattern, http.NotFound)
+		}
+		allow[rt.Pattern] = append(allow[rt.Pattern], rt.Method)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if _, p := paths.Handler(r); p != "" {
+			w.Header().Set("Allow", strings.Join(allow[p], ", "))
+			writeError(w, http.StatusMethodNotAllowed, agent.Errorf(agent.ErrInvalidRequest, "%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow[p], ", ")))
+			return
+		}
 		writeError(w, http.StatusNotFound, agent.Errorf(agent.ErrInvalidRequest, "no route %s %s", r.Method, r.URL.Path))
 	})
 	return mux
@@ -240,7 +263,12 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	f := agent.RunFilter{Serial: r.URL.Query().Get("serial"), TenantID: tenantFilter(r.Context())}
 	if s := r.URL.Query().Get("status"); s != "" {
 		for _, st := range strings.Split(s, ",") {
-			f.Status = append(f.Status, agent.RunStatus(strings.ToUpper(strings.TrimSpace(st))))
+			rs := agent.RunStatus(strings.ToUpper(strings.TrimSpace(st)))
+			if !slices.Contains(agent.RunStatuses, rs) {
+				a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "status: %q is not a run status (%s)", st, joinStatuses()))
+				return
+			}
+			f.Status = append(f.Status, rs)
 		}
 	}
 	if l := r.URL.Query().Get("limit"); l != "" {
@@ -369,13 +397,24 @@ func latestState(ctx context.Context, svc *service.Service, runID string) (agent
 func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var after int64
-	if s := r.URL.Query().Get("after"); s != "" {
-		after, _ = strconv.ParseInt(s, 10, 64)
-	}
-	if s := r.Header.Get("Last-Event-ID"); s != "" {
-		after, _ = strconv.ParseInt(s, 10, 64)
+	for _, p := range []struct{ name, v string }{{"after", r.URL.Query().Get("after")}, {"Last-Event-ID", r.Header.Get("Last-Event-ID")}} {
+		if p.v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(p.v, 10, 64)
+		if err != nil || n < 0 {
+			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "%s: %q is not an event sequence (0, 1, …)", p.name, p.v))
+			return
+		}
+		after = n // Last-Event-ID, read second, wins: the browser's resume point
 	}
 	follow := r.URL.Query().Get("follow")
+	switch follow {
+	case "", "0", "false", "1", "true":
+	default:
+		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "follow: %q is not 0, 1, true or false", follow))
+		return
+	}
 	if follow == "" || follow == "0" || follow == "false" {
 		evs, err := a.cfg.Service.Events(r.Context(), id, after)
 		if err != nil {
@@ -397,6 +436,18 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, errors.New("streaming unsupported"))
 		return
 	}
+	tenant := tenantFilter(r.Context())
+	if !a.addFollower(tenant) {
+		writeError(w, http.StatusTooManyRequests, agent.Errorf(agent.ErrInvalidRequest,
+			"too many open event streams for this tenant (at most %d): close one or read events without follow", a.cfg.Limits.FollowersPerTenant))
+		return
+	}
+	defer a.removeFollower(tenant)
+	// The stream outlives the server's WriteTimeout: a write deadline per
+	// event. (ReadTimeout ends once the request is read: net/http clears the
+	// read deadline when it starts its background read.)
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -407,6 +458,9 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
+		if err := rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout)); err != nil {
+			return err
+		}
 		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Kind, agent.RedactJSON(b)); err != nil {
 			return err
 		}
@@ -414,9 +468,38 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err == nil {
+		rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
 		fmt.Fprint(w, "event: end\ndata: {}\n\n")
 		fl.Flush()
 	}
+}
+
+// addFollower counts an event stream of tenant; false when the tenant
+// already holds FollowersPerTenant of them.
+func (a *api) addFollower(tenant string) bool {
+	a.followersMu.Lock()
+	defer a.followersMu.Unlock()
+	if a.followers[tenant] >= a.cfg.Limits.FollowersPerTenant {
+		return false
+	}
+	a.followers[tenant]++
+	return true
+}
+
+func (a *api) removeFollower(tenant string) {
+	a.followersMu.Lock()
+	defer a.followersMu.Unlock()
+	if a.followers[tenant]--; a.followers[tenant] <= 0 {
+		delete(a.followers, tenant)
+	}
+}
+
+func joinStatuses() string {
+	s := make([]string, len(agent.RunStatuses))
+	for i, st := range agent.RunStatuses {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ", ")
 }
 
 func (a *api) step(w http.ResponseWriter, r *http.Request) {

@@ -9,28 +9,39 @@ import (
 
 // notifyingStore wraps the Store to wake event followers after each commit
 // and to tell observers (metrics) what was committed.
+// Wake-ups are per run: a commit wakes only the followers of its run, not
+// every follower of every run.
 type notifyingStore struct {
 	agent.Store
-	mu        sync.Mutex
-	ch        chan struct{}
+	mu sync.Mutex
+	// runs holds, per run someone waits on, the channel closed at the
+	// run's next commit (removed when closed).
+	runs      map[string]chan struct{}
 	observers []func(agent.Step)
 }
 
 func newNotifyingStore(st agent.Store) *notifyingStore {
-	return &notifyingStore{Store: st, ch: make(chan struct{})}
+	return &notifyingStore{Store: st, runs: map[string]chan struct{}{}}
 }
 
-// changed returns a channel closed at the next commit.
-func (n *notifyingStore) changed() <-chan struct{} {
+// changed returns a channel closed at the run's next commit or status change.
+func (n *notifyingStore) changed(runID string) <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.ch
+	ch, ok := n.runs[runID]
+	if !ok {
+		ch = make(chan struct{})
+		n.runs[runID] = ch
+	}
+	return ch
 }
 
 func (n *notifyingStore) notify(s agent.Step) {
 	n.mu.Lock()
-	close(n.ch)
-	n.ch = make(chan struct{})
+	if ch, ok := n.runs[s.RunID]; ok {
+		close(ch)
+		delete(n.runs, s.RunID)
+	}
 	obs := n.observers
 	n.mu.Unlock()
 	for _, o := range obs {

@@ -575,7 +575,7 @@ func (s *Service) Events(ctx context.Context, runID string, after int64) ([]agen
 // order, as they are committed, until the run is terminal and all its events
 // were passed, fn fails, or ctx ends.
 func (s *Service) Follow(ctx context.Context, runID string, after int64, fn func(agent.Event) error) error {
-	return FollowStore(ctx, s.store, runID, after, s.store.changed, time.Second, fn)
+	return FollowStore(ctx, s.store, runID, after, func() <-chan struct{} { return s.store.changed(runID) }, time.Second, fn)
 }
 
 // FollowStore is Follow over any store: it reads the run's new events each

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -311,7 +310,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		go superviseLocalAppium(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer), h.AppiumURL,
 			func(format string, args ...any) { log.Warn().Msgf(format, args...) })
 	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpapi.NewServer(api, httpapi.DefaultLimits)
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 	log.Info().Str("http", "http://"+ln.Addr().String()).Str("nats", agent.RedactString(h.NATSClientURL)).
