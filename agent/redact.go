@@ -21,11 +21,11 @@ var (
 	// scheme://userinfo@ in URLs, also inside longer strings. The userinfo
 	// runs to the authority's last '@' (a password may hold an unescaped one).
 	urlUserinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s"'<>]+@`)
-	// ?x=…/&x=… query parameters whose name looks secret: presigned S3
+	// ?x=…/&x=… query parameters (and ;x=… path parameters) whose name looks secret: presigned S3
 	// X-Amz-Signature / X-Amz-Credential / X-Amz-Security-Token, GCS
 	// X-Goog-Signature, Azure SAS sig, CloudFront Signature, token=, api_key=, ….
 	// The value ends at &, #, blanks and quotes (a URL quoted in an error text).
-	secretQuery = regexp.MustCompile(`(?i)([?&]([^=&#\s"'<>]*(token|passw(or)?d|secret|key|signature|credential|auth|sig)[^=&#\s"'<>]*)=)[^&#\s"']*`)
+	secretQuery = regexp.MustCompile(`(?i)([?&;]([^=&;#\s"'<>]*(token|passw(or)?d|secret|key|signature|credential|auth|sig)[^=&;#\s"'<>]*)=)[^&;#\s"']*`)
 	// Query parameter names secretQuery matches that carry no secret.
 	notSecretQuery = map[string]bool{"x-amz-signedheaders": true, "x-goog-signedheaders": true}
 	bearer         = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}`)
@@ -66,7 +66,7 @@ func RedactString(s string) string {
 	if strings.Contains(s, TokenPrefix) {
 		s = apiToken.ReplaceAllString(s, Redacted)
 	}
-	if !strings.ContainsAny(s, "@?&") && !strings.Contains(strings.ToLower(s), "bearer") && !strings.Contains(strings.ToLower(s), "basic") {
+	if !strings.ContainsAny(s, "@?&;") && !strings.Contains(strings.ToLower(s), "bearer") && !strings.Contains(strings.ToLower(s), "basic") {
 		return s
 	}
 	s = urlUserinfo.ReplaceAllString(s, "${1}"+Redacted+"@")

@@ -39,6 +39,10 @@ func TestRedactStringSecrets(t *testing.T) {
 		"https://d111.cloudfront.net/app.apk?Expires=1700000000&Signature=Xyz~abc&Key-Pair-Id=K2J":     "https://d111.cloudfront.net/app.apk?Expires=1700000000&Signature=<REDACTED>&Key-Pair-Id=<REDACTED>",
 		"https://storage.googleapis.com/b/app.apk?X-Goog-Credential=sa%40p&X-Goog-Signature=beef#frag": "https://storage.googleapis.com/b/app.apk?X-Goog-Credential=<REDACTED>&X-Goog-Signature=<REDACTED>#frag",
 		"GET /a?api_key=zzz&x=1": "GET /a?api_key=<REDACTED>&x=1",
+		// path parameters
+		"https://h/builds/x.apk;token=SECRET":        "https://h/builds/x.apk;token=<REDACTED>",
+		"s3://b/x.apk;auth=abc;v=1":                  "s3://b/x.apk;auth=<REDACTED>;v=1",
+		`Get "https://h/x.apk;sig=s1g?k=v": refused`: `Get "https://h/x.apk;sig=<REDACTED>": refused`,
 		// embedded in longer strings (Go's url.Error quotes the URL)
 		`artifact_unavailable: Get "https://u:pw@h:8443/app.apk?token=t0k&x=1": tls: failed to verify certificate`: `artifact_unavailable: Get "https://<REDACTED>@h:8443/app.apk?token=<REDACTED>&x=1": tls: failed to verify certificate`,
 		"download s3://AKIA:sekret@bucket/app.apk?sig=s1g: 100%":                                                   "download s3://<REDACTED>@bucket/app.apk?sig=<REDACTED>: 100%",

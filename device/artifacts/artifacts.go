@@ -24,11 +24,14 @@ package artifacts
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -46,14 +49,32 @@ type Options struct {
 	CacheDir string
 	// Timeout bounds one download, request and body; 0 means 10 minutes.
 	Timeout time.Duration
-	// HTTPClient is used for https:// (and http://); nil means a client with
-	// no overall timeout of its own (Timeout applies through the context).
-	HTTPClient HTTPDoer
+	// RootCAs verify https servers; nil means the system's roots
+	// (SSL_CERT_FILE, SSL_CERT_DIR).
+	RootCAs *x509.CertPool
 	// AllowHTTP permits plain http:// references (tests, internal mirrors).
 	AllowHTTP bool
 	// S3 configures s3:// references.
 	S3 S3Options
+	// Policy confines what a fetch may reach (serve); the zero value
+	// confines nothing (run).
+	Policy Policy
+	// MaxBytes caps one artifact (Content-Length first, then the bytes
+	// read); 0 means DefaultMaxBytes.
+	MaxBytes int64
+	// IdleTimeout ends a download whose body sends nothing for that long;
+	// 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// CacheMaxBytes caps the cached blobs' total size; beyond it the least
+	// recently used blobs are deleted. 0 means no cap.
+	CacheMaxBytes int64
 }
+
+// Defaults of Options.
+const (
+	DefaultMaxBytes    int64 = 2 << 30
+	DefaultIdleTimeout       = 60 * time.Second
+)
 
 // S3Options configure the S3 client. Empty fields fall back to the AWS SDK's
 // default chain: AWS_REGION, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
@@ -83,6 +104,12 @@ type Fetcher struct {
 	s3once sync.Once
 	s3     s3API
 	s3err  error
+
+	// http[true] is the client used while the API has tenants; both check
+	// every dialed address against opt.Policy.
+	http map[bool]*http.Client
+	// evictMu serializes cache evictions.
+	evictMu sync.Mutex
 }
 
 // indexEntry is what index.json records for one ref.
@@ -106,15 +133,27 @@ func New(opt Options) (*Fetcher, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 10 * time.Minute
 	}
-	if opt.HTTPClient == nil {
-		opt.HTTPClient = defaultHTTPClient()
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = DefaultMaxBytes
 	}
-	for _, d := range []string{"sha256", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(opt.CacheDir, d), 0o755); err != nil {
+	if opt.IdleTimeout <= 0 {
+		opt.IdleTimeout = DefaultIdleTimeout
+	}
+	roots, err := resolveRoots(opt.Policy.FileRoots)
+	if err != nil {
+		return nil, agent.Wrap(agent.ErrInvalidRequest, err, "artifacts")
+	}
+	opt.Policy.FileRoots = roots
+	// The cache holds tenants' artifacts: owner only.
+	for _, d := range []string{"", "sha256", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(opt.CacheDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("artifacts: cache dir: %w", err)
 		}
 	}
-	f := &Fetcher{opt: opt, index: map[string]indexEntry{}}
+	f := &Fetcher{opt: opt, index: map[string]indexEntry{}, http: map[bool]*http.Client{
+		false: opt.Policy.guardedClient(false, opt.RootCAs),
+		true:  opt.Policy.guardedClient(true, opt.RootCAs),
+	}}
 	if b, err := os.ReadFile(f.indexPath()); err == nil {
 		_ = json.Unmarshal(b, &f.index)
 		if f.index == nil {
@@ -142,6 +181,9 @@ func (f *Fetcher) Fetch(ctx context.Context, ref string, progress func(done, tot
 	var a apk.Artifact
 	switch u.Scheme {
 	case "file":
+		if err := f.opt.Policy.CheckRef(ref); err != nil {
+			return apk.Artifact{}, err
+		}
 		a, err = f.fetchFile(ctx, ref, u.Path, progress)
 	case "https", "http":
 		a, err = f.fetchHTTP(ctx, ref, u, progress)
@@ -152,6 +194,9 @@ func (f *Fetcher) Fetch(ctx context.Context, ref string, progress func(done, tot
 		return apk.Artifact{}, ctxAware(ctx, err)
 	}
 	a.Ref = ref
+	if !a.CacheHit {
+		f.evict(a.Path)
+	}
 	return a, nil
 }
 
@@ -190,7 +235,35 @@ func parseRef(ref string, allowHTTP bool) (*url.URL, error) {
 	if (u.Scheme == "https" || u.Scheme == "http") && u.Host == "" {
 		return nil, agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: no host", ref)
 	}
+	if (u.Scheme == "https" || u.Scheme == "http") && numericHost(u.Hostname()) {
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: host %q is neither a name nor a canonical IP address", agent.RedactString(ref), u.Hostname())
+	}
 	return u, nil
+}
+
+// numericHost reports a host that looks like a number but is not a
+// canonical IP address: 127.1, 2130706433, 0x7f000001, 0177.0.0.1. Such
+// spellings mean an address to some resolvers (inet_aton) and a name to
+// others; no DNS name ends in a numeric label, so they are refused before
+// any lookup.
+func numericHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return false
+	}
+	if t := strings.TrimSuffix(h, "."); t != h {
+		if _, err := netip.ParseAddr(t); err == nil {
+			return true // "127.0.0.1." is a name to Go's resolver
+		}
+		h = t
+	}
+	last := h[strings.LastIndexByte(h, '.')+1:]
+	if last == "" {
+		return false
+	}
+	if strings.HasPrefix(strings.ToLower(last), "0x") {
+		return true
+	}
+	return strings.Trim(last, "0123456789") == ""
 }
 
 // unavailable builds artifact_unavailable with the given retryability.
@@ -234,11 +307,28 @@ func (f *Fetcher) lookup(ref string) (indexEntry, bool) {
 	return e, true
 }
 
+func (f *Fetcher) touch(path string) {
+	now := time.Now()
+	_ = os.Chtimes(path, now, now) // the modification time orders evictions (LRU)
+}
+
 // record stores ref's entry and rewrites index.json (temp file + rename).
 func (f *Fetcher) record(ref string, e indexEntry) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index[ref] = e
+	f.saveIndexLocked()
+}
+
+// forget drops ref's entry (its blob was evicted).
+func (f *Fetcher) forget(ref string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.index, ref)
+	f.saveIndexLocked()
+}
+
+func (f *Fetcher) saveIndexLocked() {
 	b, err := json.MarshalIndent(f.index, "", "  ")
 	if err != nil {
 		return
@@ -255,13 +345,18 @@ func (f *Fetcher) record(ref string, e indexEntry) {
 }
 
 func (f *Fetcher) hit(ref string, e indexEntry) apk.Artifact {
+	f.touch(f.blobPath(e.SHA256))
 	return apk.Artifact{Ref: ref, Path: f.blobPath(e.SHA256), SHA256: e.SHA256, Size: e.Size, CacheHit: true}
 }
 
 // store copies r into the cache, hashing while writing, and renames the temp
 // file to sha256/<hex>.apk. want >= 0 is the expected size: fewer bytes mean
-// a truncated transfer (retryable).
+// a truncated transfer (retryable). More than MaxBytes (declared or read) is
+// refused; on any failure the partial file is deleted.
 func (f *Fetcher) store(r io.Reader, want int64, progress func(done, total int64)) (sum string, n int64, err error) {
+	if want > f.opt.MaxBytes {
+		return "", 0, tooLarge(want, f.opt.MaxBytes)
+	}
 	tmp, err := os.CreateTemp(filepath.Join(f.opt.CacheDir, "tmp"), "fetch-*.part")
 	if err != nil {
 		return "", 0, unavailable(false, err, "cache: create temp file")
@@ -274,13 +369,16 @@ func (f *Fetcher) store(r io.Reader, want int64, progress func(done, total int64
 	}()
 	h := sha256.New()
 	w := &progressWriter{w: io.MultiWriter(tmp, h), total: want, fn: progress}
-	n, err = io.Copy(w, r)
+	n, err = io.Copy(w, io.LimitReader(r, f.opt.MaxBytes+1))
 	if err != nil {
 		var ae *agent.Error
 		if errors.As(err, &ae) {
 			return "", n, err
 		}
 		return "", n, unavailable(true, err, "download interrupted after %d bytes", n)
+	}
+	if n > f.opt.MaxBytes {
+		return "", n, tooLarge(n, f.opt.MaxBytes)
 	}
 	if want >= 0 && n != want {
 		return "", n, unavailable(true, nil, "download truncated: %d of %d bytes", n, want)
@@ -295,7 +393,14 @@ func (f *Fetcher) store(r io.Reader, want int64, progress func(done, total int64
 	if err = os.Rename(tmp.Name(), f.blobPath(sum)); err != nil {
 		return "", n, unavailable(false, err, "cache: rename")
 	}
+	f.touch(f.blobPath(sum))
 	return sum, n, nil
+}
+
+func tooLarge(n, max int64) *agent.Error {
+	e := unavailable(false, nil, "artifact of %d bytes or more exceeds --artifact-max-bytes %d", n, max)
+	e.Code = CodeTooLarge
+	return e
 }
 
 type progressWriter struct {
@@ -315,23 +420,34 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 }
 
 // fetchFile copies a local file into the cache (so the artifact stays stable
-// while it is installed even if the source is rewritten).
+// while it is installed even if the source is rewritten). With
+// Policy.ConfineFiles the file must resolve under a file root, and every
+// failure reads the same (nothing tells whether the file exists).
 func (f *Fetcher) fetchFile(_ context.Context, ref, path string, progress func(done, total int64)) (apk.Artifact, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return apk.Artifact{}, unavailable(false, err, "%s", ref)
+	var (
+		src *os.File
+		st  os.FileInfo
+		err error
+	)
+	if f.opt.Policy.ConfineFiles {
+		if src, st, err = openConfined(f.opt.Policy.FileRoots, ref, path); err != nil {
+			return apk.Artifact{}, err
+		}
+	} else {
+		if st, err = os.Stat(path); err != nil {
+			return apk.Artifact{}, unavailable(false, err, "%s", ref)
+		}
+		if !st.Mode().IsRegular() {
+			return apk.Artifact{}, unavailable(false, nil, "%s is not a regular file", ref)
+		}
+		if src, err = os.Open(path); err != nil {
+			return apk.Artifact{}, unavailable(false, err, "%s", ref)
+		}
 	}
-	if !st.Mode().IsRegular() {
-		return apk.Artifact{}, unavailable(false, nil, "%s is not a regular file", ref)
-	}
+	defer src.Close()
 	if e, ok := f.lookup(ref); ok && e.Size == st.Size() && e.ModTime == st.ModTime().UnixNano() {
 		return f.hit(ref, e), nil
 	}
-	src, err := os.Open(path)
-	if err != nil {
-		return apk.Artifact{}, unavailable(false, err, "%s", ref)
-	}
-	defer src.Close()
 	sum, n, err := f.store(src, st.Size(), progress)
 	if err != nil {
 		return apk.Artifact{}, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"net"
@@ -32,6 +33,13 @@ func fixture(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// pool trusts srv's certificate.
+func pool(srv *httptest.Server) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(srv.Certificate())
+	return p
 }
 
 func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
@@ -164,7 +172,7 @@ func TestFetchHTTPSConditional(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	f := newFetcher(t, Options{HTTPClient: srv.Client(), Timeout: 500 * time.Millisecond})
+	f := newFetcher(t, Options{RootCAs: pool(srv), Timeout: 500 * time.Millisecond})
 	ctx := context.Background()
 	ref := srv.URL + "/builds/app.apk?X-Amz-Signature=secret"
 	a, err := f.Fetch(ctx, ref, nil)

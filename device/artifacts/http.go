@@ -9,24 +9,17 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device/artifacts/apk"
 )
 
-// HTTPDoer is the part of *http.Client the fetcher uses.
-type HTTPDoer interface {
-	Do(*http.Request) (*http.Response, error)
-}
-
-func defaultHTTPClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.ResponseHeaderTimeout = time.Minute
-	return &http.Client{Transport: t}
-}
-
-// fetchHTTP GETs ref, conditionally when the index holds a validator.
+// fetchHTTP GETs ref, conditionally when the index holds a validator,
+// through the client of the policy's current mode (tenanted or not).
 func (f *Fetcher) fetchHTTP(ctx context.Context, ref string, u *url.URL, progress func(done, total int64)) (apk.Artifact, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.opt.Timeout)
-	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, f.opt.Timeout)
+	defer cancelT()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return apk.Artifact{}, unavailable(false, err, "%s", redact(u))
@@ -42,8 +35,11 @@ func (f *Fetcher) fetchHTTP(ctx context.Context, ref string, u *url.URL, progres
 			cached = false
 		}
 	}
-	resp, err := f.opt.HTTPClient.Do(req)
+	resp, err := f.http[f.opt.Policy.tenanted(ctx)].Do(req)
 	if err != nil {
+		if d := destinationError(err); d != nil {
+			return apk.Artifact{}, d
+		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			ue.URL = redact(u)
@@ -58,13 +54,25 @@ func (f *Fetcher) fetchHTTP(ctx context.Context, ref string, u *url.URL, progres
 	default:
 		return apk.Artifact{}, unavailable(retryableStatus(resp.StatusCode), nil, "GET %s: HTTP %s", redact(u), resp.Status)
 	}
-	sum, n, err := f.store(resp.Body, resp.ContentLength, progress)
+	body := newIdleReader(resp.Body, f.opt.IdleTimeout, cancel)
+	defer body.stop()
+	sum, n, err := f.store(body, resp.ContentLength, progress)
 	if err != nil {
-		return apk.Artifact{}, err
+		return apk.Artifact{}, stalled(ctx, err, f.opt.IdleTimeout)
 	}
 	f.record(ref, indexEntry{SHA256: sum, Size: n, ETag: resp.Header.Get("ETag"),
 		LastModified: resp.Header.Get("Last-Modified"), FetchedAt: time.Now().UTC()})
 	return apk.Artifact{Path: f.blobPath(sum), SHA256: sum, Size: n}, nil
+}
+
+// stalled reports err as CodeStalled (retryable) when the idle timer ended it.
+func stalled(ctx context.Context, err error, idle time.Duration) error {
+	if !errors.Is(context.Cause(ctx), errStalled) {
+		return err
+	}
+	e := unavailable(true, errStalled, "the download sent nothing for %s (--artifact-idle-timeout)", idle)
+	e.Code = CodeStalled
+	return e
 }
 
 // retryableStatus: server-side and throttling statuses are worth another
@@ -73,14 +81,15 @@ func retryableStatus(code int) bool {
 	return code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests
 }
 
-// redact drops the query (pre-signed URLs carry credentials there) and userinfo.
+// redact drops the query (pre-signed URLs carry credentials there), path
+// parameters (";token=…") and userinfo.
 func redact(u *url.URL) string {
 	c := *u
 	c.User = nil
 	if c.RawQuery != "" {
 		c.RawQuery = "REDACTED"
 	}
-	return c.String()
+	return agent.RedactString(c.String())
 }
 
 // finalTransportErr reports transport failures that another attempt cannot

@@ -60,8 +60,13 @@ func (f *Fetcher) s3Client(ctx context.Context) (s3API, error) {
 // fetchS3 heads the object and downloads it unless the index holds the same
 // ETag and size.
 func (f *Fetcher) fetchS3(ctx context.Context, ref, bucket, key string, progress func(done, total int64)) (apk.Artifact, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.opt.Timeout)
-	defer cancel()
+	if err := f.opt.Policy.checkBucket(ctx, bucket); err != nil {
+		return apk.Artifact{}, err
+	}
+	ctx, cancelT := context.WithTimeout(ctx, f.opt.Timeout)
+	defer cancelT()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	cl, err := f.s3Client(ctx)
 	if err != nil {
 		return apk.Artifact{}, err
@@ -71,6 +76,9 @@ func (f *Fetcher) fetchS3(ctx context.Context, ref, bucket, key string, progress
 		return apk.Artifact{}, s3Failure(err, "s3 HeadObject "+ref)
 	}
 	etag, size := aws.ToString(head.ETag), aws.ToInt64(head.ContentLength)
+	if size > f.opt.MaxBytes {
+		return apk.Artifact{}, tooLarge(size, f.opt.MaxBytes)
+	}
 	if prev, ok := f.lookup(ref); ok && etag != "" && prev.ETag == etag && prev.Size == size {
 		return f.hit(ref, prev), nil
 	}
@@ -85,9 +93,11 @@ func (f *Fetcher) fetchS3(ctx context.Context, ref, bucket, key string, progress
 		return apk.Artifact{}, s3Failure(err, "s3 GetObject "+ref)
 	}
 	defer out.Body.Close()
-	sum, n, err := f.store(out.Body, aws.ToInt64(out.ContentLength), progress)
+	body := newIdleReader(out.Body, f.opt.IdleTimeout, cancel)
+	defer body.stop()
+	sum, n, err := f.store(body, aws.ToInt64(out.ContentLength), progress)
 	if err != nil {
-		return apk.Artifact{}, err
+		return apk.Artifact{}, stalled(ctx, err, f.opt.IdleTimeout)
 	}
 	lm := ""
 	if out.LastModified != nil {

@@ -1,0 +1,304 @@
+package artifacts
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// Codes refining permission_error when a policy refuses a reference. Each
+// names the rule that refused it.
+const (
+	// CodeFileOutsideRoots: a file:// reference that does not resolve (after
+	// "..", symlinks) to a regular file under a --artifact-file-root. Also
+	// used for a missing or unreadable file there: the error never tells.
+	CodeFileOutsideRoots = "ARTIFACT_FILE_OUTSIDE_ROOTS"
+	// CodeFileNoRoots: file:// on a daemon configured without file roots.
+	CodeFileNoRoots = "ARTIFACT_FILE_ROOTS_UNSET"
+	// CodeDestination: an https destination address in a refused range
+	// (the message names the range's rule and --artifact-allow-cidr).
+	CodeDestination = "ARTIFACT_DESTINATION_REFUSED"
+	// CodeRedirect: a redirect to plain http, to another scheme, or past
+	// the 5th hop.
+	CodeRedirect = "ARTIFACT_REDIRECT_REFUSED"
+	// CodeBucket: an s3:// bucket not in --artifact-s3-bucket.
+	CodeBucket = "ARTIFACT_S3_BUCKET_REFUSED"
+	// CodeTooLarge (artifact_unavailable): the artifact exceeds --artifact-max-bytes.
+	CodeTooLarge = "ARTIFACT_TOO_LARGE"
+	// CodeStalled (artifact_unavailable, retryable): the body sent nothing
+	// for --artifact-idle-timeout.
+	CodeStalled = "ARTIFACT_DOWNLOAD_STALLED"
+)
+
+// MaxRedirects is how many redirects one https fetch follows.
+const MaxRedirects = 5
+
+// Policy confines what a fetch may reach on someone's behalf. The daemon
+// builds it once from its configuration (serve's --artifact-* flags); the
+// zero value confines nothing (the one-shot `run`, the user's own process).
+type Policy struct {
+	// ConfineFiles limits file:// (and bare absolute paths) to FileRoots;
+	// with no FileRoots every file reference is refused.
+	ConfineFiles bool
+	// FileRoots are directories file references must resolve under (after
+	// "..", symlinks). New resolves them once.
+	FileRoots []string
+	// AllowCIDRs are destination ranges an https fetch may dial even when
+	// a rule below refuses them (--artifact-allow-cidr).
+	AllowCIDRs []netip.Prefix
+	// S3Buckets, when Tenanted reports true, are the only buckets s3://
+	// may name (--artifact-s3-bucket).
+	S3Buckets []string
+	// Tenanted reports whether the API has tenants (the store holds API
+	// tokens). Then https may not dial loopback, private (RFC 1918,
+	// fc00::/7), link-local, CGNAT (100.64.0.0/10), unspecified (0.0.0.0/8,
+	// ::) or multicast addresses, and s3:// needs S3Buckets. Otherwise only
+	// link-local (cloud metadata: 169.254.0.0/16, fe80::/10) is refused.
+	// nil means never tenanted. An error counts as tenanted.
+	Tenanted func(context.Context) (bool, error)
+}
+
+func (p *Policy) tenanted(ctx context.Context) bool {
+	if p.Tenanted == nil {
+		return false
+	}
+	t, err := p.Tenanted(ctx)
+	return t || err != nil
+}
+
+// CheckRef refuses at submission what the policy refuses whatever the
+// file system holds: today a file reference on a daemon without file roots
+// (invalid_request_error naming --artifact-file-root). Other refusals happen
+// at fetch time, where they are checked against what is actually reached.
+func (p *Policy) CheckRef(ref string) error {
+	u, err := parseRef(ref, true)
+	if err != nil {
+		return err
+	}
+	if u.Scheme == "file" && p.ConfineFiles && len(p.FileRoots) == 0 {
+		e := agent.Errorf(agent.ErrInvalidRequest, "file references are refused: the daemon has no --artifact-file-root (config key artifact-file-root, SCREENGRAPH_ARTIFACT_FILE_ROOTS)")
+		e.Code = CodeFileNoRoots
+		return e
+	}
+	return nil
+}
+
+func refused(code, format string, args ...any) *agent.Error {
+	e := agent.Errorf(agent.ErrPermission, format, args...)
+	e.Code = code
+	e.Retryable = false
+	return e
+}
+
+// resolveRoots makes every root absolute and symlink-free, so resolved
+// paths can be compared with them.
+func resolveRoots(roots []string) ([]string, error) {
+	out := make([]string, 0, len(roots))
+	for _, r := range roots {
+		abs, err := filepath.Abs(r)
+		if err != nil {
+			return nil, fmt.Errorf("artifact file root %q: %w", r, err)
+		}
+		real, err := filepath.EvalSymlinks(abs)
+		if err != nil {
+			return nil, fmt.Errorf("artifact file root %q: %w", r, err)
+		}
+		if st, err := os.Stat(real); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("artifact file root %q is not a directory", r)
+		}
+		out = append(out, real)
+	}
+	return out, nil
+}
+
+// openConfined opens path when it resolves to a regular file under one of
+// roots, through os.Root, so a symlink swapped in after the check still
+// cannot lead outside. Every failure is the same error: whether the file
+// exists is not told.
+func openConfined(roots []string, ref, path string) (*os.File, os.FileInfo, error) {
+	no := refused(CodeFileOutsideRoots, "%s is not a readable regular file under the daemon's --artifact-file-root directories", ref)
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, nil, no
+	}
+	for _, r := range roots {
+		rel, err := filepath.Rel(r, real)
+		if err != nil || !filepath.IsLocal(rel) {
+			continue
+		}
+		root, err := os.OpenRoot(r)
+		if err != nil {
+			return nil, nil, no
+		}
+		// O_NONBLOCK: a FIFO placed under a root must not hang the fetch.
+		f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		root.Close()
+		if err != nil {
+			return nil, nil, no
+		}
+		st, err := f.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			f.Close()
+			return nil, nil, no
+		}
+		return f, st, nil
+	}
+	return nil, nil, no
+}
+
+// deniedRule names the rule that refuses ip, or "" when none does. ip is
+// unmapped first (::ffff:127.0.0.1 is loopback), and a NAT64 address
+// (64:ff9b::/96) is judged by the IPv4 address it embeds.
+func deniedRule(ip netip.Addr, tenanted bool) string {
+	ip = ip.Unmap()
+	if ip.Is6() && nat64.Contains(ip) {
+		b := ip.As16()
+		ip = netip.AddrFrom4([4]byte(b[12:]))
+	}
+	if ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() {
+		return "link-local (cloud metadata) addresses"
+	}
+	if !tenanted {
+		return ""
+	}
+	switch {
+	case ip.IsLoopback():
+		return "loopback addresses"
+	case ip.IsUnspecified() || thisNetwork.Contains(ip):
+		return "unspecified addresses"
+	case ip.IsPrivate():
+		return "private addresses (RFC 1918, fc00::/7)"
+	case cgnat.Contains(ip):
+		return "shared (CGNAT, 100.64.0.0/10) addresses"
+	case ip.IsMulticast() || ip == broadcast:
+		return "multicast and broadcast addresses"
+	}
+	return ""
+}
+
+var (
+	nat64       = netip.MustParsePrefix("64:ff9b::/96")
+	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
+	cgnat       = netip.MustParsePrefix("100.64.0.0/10")
+	broadcast   = netip.MustParseAddr("255.255.255.255")
+)
+
+// errDestination marks a dial the policy refused (kept in the chain for
+// errors.As; it carries the agent error to report).
+type errDestination struct{ e *agent.Error }
+
+func (d *errDestination) Error() string { return d.e.Error() }
+
+// control is the dialer's check of the address about to be connected (every
+// DNS answer, every redirect hop): a refused one is never connected.
+func (p *Policy) control(tenanted bool) func(ctx context.Context, network, address string, _ syscall.RawConn) error {
+	return func(ctx context.Context, network, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return &errDestination{refused(CodeDestination, "destination %q is not an IP address and port", address)}
+		}
+		ip := ap.Addr().Unmap()
+		for _, c := range p.AllowCIDRs {
+			if c.Contains(ip) {
+				return nil
+			}
+		}
+		if rule := deniedRule(ip, tenanted); rule != "" {
+			return &errDestination{refused(CodeDestination, "destination %s refused: %s are not fetched on a tenant's behalf (allow a range with --artifact-allow-cidr)", ip, rule)}
+		}
+		return nil
+	}
+}
+
+// guardedClient is the https client of one mode (tenanted or not): its
+// dialer checks each address, it uses no proxy (a proxy would be the only
+// address checked), and it follows at most MaxRedirects redirects, never
+// from https to anything else.
+func (p *Policy) guardedClient(tenanted bool, roots *x509.CertPool) *http.Client {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, ControlContext: p.control(tenanted)}
+	t := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          16,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: time.Minute,
+		ExpectContinueTimeout: time.Second,
+	}
+	if roots != nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: t, CheckRedirect: checkRedirect}
+}
+
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) > MaxRedirects {
+		return refused(CodeRedirect, "more than %d redirects", MaxRedirects)
+	}
+	prev := via[len(via)-1].URL.Scheme
+	if req.URL.Scheme != "https" && (prev == "https" || req.URL.Scheme != "http") {
+		return refused(CodeRedirect, "redirect from %s to %s refused (https is never redirected to another scheme)", prev, req.URL.Scheme)
+	}
+	return nil
+}
+
+// destinationError returns the policy refusal in err's chain, if any.
+func destinationError(err error) *agent.Error {
+	var d *errDestination
+	if errors.As(err, &d) {
+		return d.e
+	}
+	var ae *agent.Error
+	if errors.As(err, &ae) && ae.ID == agent.ErrPermission {
+		return ae
+	}
+	return nil
+}
+
+// checkBucket refuses a bucket outside S3Buckets when tenanted.
+func (p *Policy) checkBucket(ctx context.Context, bucket string) error {
+	if !p.tenanted(ctx) || slices.Contains(p.S3Buckets, bucket) {
+		return nil
+	}
+	return refused(CodeBucket, "s3 bucket %q is not one the daemon fetches from on a tenant's behalf (--artifact-s3-bucket)", bucket)
+}
+
+// ParseCIDRs parses --artifact-allow-cidr values (a bare address is a /32
+// or /128).
+func ParseCIDRs(vals []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range vals {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		if !strings.Contains(v, "/") {
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				return nil, agent.Wrap(agent.ErrInvalidRequest, err, "artifact-allow-cidr %q", v)
+			}
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		pf, err := netip.ParsePrefix(v)
+		if err != nil {
+			return nil, agent.Wrap(agent.ErrInvalidRequest, err, "artifact-allow-cidr %q", v)
+		}
+		out = append(out, pf.Masked())
+	}
+	return out, nil
+}
