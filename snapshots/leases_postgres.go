@@ -20,6 +20,32 @@ var _ agent.Leases = (*Postgres)(nil)
 // hashtext(serial)). Two int4 keys live apart from goose's bigint key.
 const pgLeaseLockClass int32 = 0x53474c45 // "SGLE"
 
+// pgNow is the SQL of the lease clock's reading, parameter $n being
+// Postgres.leaseClockArg(): the test clock's time, or NULL for the database's
+// clock. clock_timestamp(), not now(): now() is the transaction's start,
+// which may be long before an advisory lock or row lock was granted.
+func pgNow(n int) string { return fmt.Sprintf("coalesce($%d::timestamptz, clock_timestamp())", n) }
+
+// leaseClockArg is the parameter pgNow reads: nil (SQL NULL) for the
+// database's clock.
+func (s *Postgres) leaseClockArg() any {
+	if s.leaseClock == nil {
+		return nil
+	}
+	return storeTime(s.leaseClock.Now())
+}
+
+// extraRow scans a row's trailing columns into extra, after the columns the
+// wrapped caller asks for.
+type extraRow struct {
+	pgx.Row
+	extra []any
+}
+
+func (r extraRow) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
+
+func withExtra(row pgx.Row, extra ...any) pgx.Row { return extraRow{row, extra} }
+
 func pgScanLease(row pgx.Row) (agent.Lease, error) {
 	var (
 		l        agent.Lease
@@ -76,7 +102,12 @@ func (s *Postgres) AcquireLease(ctx context.Context, serial, holder, runID strin
 		return agent.Lease{}, err
 	}
 	// Read the clock once the device is locked.
-	now, expires := leaseTimes(s.clock, ttl)
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT `+pgNow(1), s.leaseClockArg()).Scan(&now); err != nil {
+		return agent.Lease{}, err
+	}
+	now = storeTime(now)
+	expires := storeTime(now.Add(ttl))
 	cur, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = $1 AND released_at IS NULL FOR UPDATE`, serial))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -124,10 +155,12 @@ func (s *Postgres) RenewLease(ctx context.Context, serial string, token int64, t
 	if ttl <= 0 {
 		return agent.Lease{}, fmt.Errorf("renew lease %s/%d ttl %v: %w", serial, token, ttl, ErrInvalid)
 	}
-	now, expires := leaseTimes(s.clock, ttl)
-	l, err := pgScanLease(s.pool.QueryRow(ctx, `UPDATE device_leases SET renewed_at = $1, expires_at = $2
-		WHERE serial = $3 AND fencing_token = $4 AND released_at IS NULL AND expires_at > $1 RETURNING `+leaseCols,
-		now, expires, serial, token))
+	// The new expiry is the store's clock plus ttl, in whole microseconds
+	// (the column's precision).
+	l, err := pgScanLease(s.pool.QueryRow(ctx, `UPDATE device_leases SET renewed_at = t.now, expires_at = t.now + $2::bigint * interval '1 microsecond'
+		FROM (SELECT `+pgNow(1)+` AS now) t
+		WHERE serial = $3 AND fencing_token = $4 AND released_at IS NULL AND expires_at > t.now RETURNING `+leaseCols,
+		s.leaseClockArg(), ttl.Microseconds(), serial, token))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return agent.Lease{}, fmt.Errorf("device %s lease %d: %w", serial, token, agent.ErrLeaseLost)
 	}
@@ -139,8 +172,8 @@ func (s *Postgres) ReleaseLease(ctx context.Context, serial string, token int64,
 	if reason == "" {
 		return fmt.Errorf("release lease %s/%d without a reason: %w", serial, token, ErrInvalid)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE device_leases SET released_at = $1, release_reason = $2 WHERE serial = $3 AND fencing_token = $4 AND released_at IS NULL`,
-		storeTime(s.clock.Now()), string(reason), serial, token)
+	tag, err := s.pool.Exec(ctx, `UPDATE device_leases SET released_at = `+pgNow(1)+`, release_reason = $2 WHERE serial = $3 AND fencing_token = $4 AND released_at IS NULL`,
+		s.leaseClockArg(), string(reason), serial, token)
 	if err != nil {
 		return err
 	}
@@ -171,9 +204,9 @@ func (s *Postgres) ReleaseHolderLeases(ctx context.Context, match func(string) b
 	if len(tokens) == 0 {
 		return nil, nil
 	}
-	out, err := pgLeases(s.pool.Query(ctx, `UPDATE device_leases SET released_at = $1, release_reason = $2
+	out, err := pgLeases(s.pool.Query(ctx, `UPDATE device_leases SET released_at = `+pgNow(1)+`, release_reason = $2
 		WHERE fencing_token = ANY($3) AND released_at IS NULL RETURNING `+leaseCols,
-		storeTime(s.clock.Now()), string(reason), tokens))
+		s.leaseClockArg(), string(reason), tokens))
 	if err != nil {
 		return nil, err
 	}

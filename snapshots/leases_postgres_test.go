@@ -15,7 +15,7 @@ import (
 
 func newPostgresClock(t *testing.T, url string, clock agent.Clock) *snapshots.Postgres {
 	t.Helper()
-	s, err := snapshots.OpenPostgres(context.Background(), url, snapshots.PostgresOptions{Clock: clock, NoListen: true})
+	s, err := snapshots.OpenPostgres(context.Background(), url, snapshots.PostgresOptions{Clock: clock, LeaseClock: clock, NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +118,66 @@ func TestPostgresLeaseUniqueIndexIsLastGuard(t *testing.T) {
 	ls, err := s.ActiveLeases(t.Context())
 	if err != nil || len(ls) != 1 || ls[0].Holder != "rogue" {
 		t.Errorf("active = %+v, %v; want the rogue lease only", ls, err)
+	}
+}
+
+// skewedClock is the system clock off by d (a daemon without NTP).
+type skewedClock time.Duration
+
+func (d skewedClock) Now() time.Time { return time.Now().Add(time.Duration(d)) }
+
+// Lease times are the database's clock, not the daemon's: a daemon whose
+// clock is two hours behind does not hand out already-expired leases, one two
+// hours ahead does not see live leases as expired, and the times stored are
+// the server's.
+func TestPostgresLeaseTimesAreTheDatabaseClock(t *testing.T) {
+	url := newPostgresURL(t)
+	open := func(skew time.Duration) *snapshots.Postgres {
+		s, err := snapshots.OpenPostgres(context.Background(), url, snapshots.PostgresOptions{Clock: skewedClock(skew), NoListen: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	behind, ahead := open(-2*time.Hour), open(2*time.Hour)
+	ctx := t.Context()
+	run := storetest.NewRun("T", "emulator-5554")
+	if err := behind.CreateRun(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	l, err := behind.AcquireLease(ctx, "emulator-5554", "daemon-behind", run.RunID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dbNow time.Time
+	if err := behind.Pool().QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	if d := dbNow.Sub(l.AcquiredAt); d < 0 || d > 30*time.Second || l.ExpiresAt.Sub(l.AcquiredAt) != time.Minute {
+		t.Errorf("lease acquired %v, expires %v; the database's clock reads %v", l.AcquiredAt, l.ExpiresAt, dbNow)
+	}
+	if _, err := ahead.AcquireLease(ctx, "emulator-5554", "daemon-ahead", storetest.NewRun("T", "emulator-5554").RunID, time.Minute); !errors.Is(err, agent.ErrLeaseHeld) {
+		t.Fatalf("a daemon two hours ahead took a live lease: %v", err)
+	}
+	nl, err := behind.RenewLease(ctx, "emulator-5554", l.FencingToken, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nl.ExpiresAt.Before(l.ExpiresAt) || nl.ExpiresAt.Sub(nl.RenewedAt) != time.Minute {
+		t.Errorf("renewed %+v after %+v", nl, l)
+	}
+	// A step fenced by the live lease commits from the skewed daemon.
+	st := storetest.NodeStep(run, 1, 0, "EnsureDevice")
+	st.Fence = &agent.Fence{Serial: "emulator-5554", Token: l.FencingToken}
+	if err := behind.CommitStep(ctx, st); err != nil {
+		t.Errorf("fenced commit under a live lease from a skewed daemon: %v", err)
+	}
+	if err := ahead.ReleaseLease(ctx, "emulator-5554", l.FencingToken, agent.LeaseFinished); err != nil {
+		t.Fatal(err)
+	}
+	h, err := ahead.LeaseHistory(ctx, "emulator-5554")
+	if err != nil || len(h) != 1 || h[0].ReleasedAt == nil || h[0].ReleasedAt.Sub(dbNow) > time.Minute || h[0].ReleasedAt.Before(nl.RenewedAt) {
+		t.Errorf("released %+v %v; want the database's time", h, err)
 	}
 }

@@ -30,6 +30,8 @@ const OutboxChannel = "screengraph_outbox"
 type Postgres struct {
 	pool    *pgxpool.Pool
 	clock   agent.Clock
+	// leaseClock: nil = the database's clock (PostgresOptions.LeaseClock).
+	leaseClock agent.Clock
 	log     zerolog.Logger
 	commits chan struct{}
 	stop    context.CancelFunc
@@ -46,7 +48,14 @@ var (
 
 // PostgresOptions tune OpenPostgres; the zero value is the default.
 type PostgresOptions struct {
+	// Clock stamps runs, events and control rows (default the system clock).
 	Clock agent.Clock
+	// LeaseClock, when set, replaces the database's clock for device lease
+	// times (acquired, renewed, expires, released) and the fence check: for
+	// tests that move time. Unset (production), those times are read from
+	// the Postgres server (clock_timestamp()), so every daemon of a fleet
+	// sees one clock, whatever its own says.
+	LeaseClock agent.Clock
 	// SkipMigrate leaves the schema alone (a read-only role, `runs inspect`).
 	SkipMigrate bool
 	// NoListen skips the LISTEN connection: Commits() then only reports this
@@ -80,7 +89,7 @@ func OpenPostgres(ctx context.Context, url string, o PostgresOptions) (*Postgres
 		}
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	s := &Postgres{pool: pool, clock: o.Clock, log: o.Log, commits: make(chan struct{}, 1), stop: cancel}
+	s := &Postgres{pool: pool, clock: o.Clock, leaseClock: o.LeaseClock, log: o.Log, commits: make(chan struct{}, 1), stop: cancel}
 	if !o.NoListen {
 		s.wg.Add(1)
 		go s.listen(lctx)
@@ -283,11 +292,13 @@ func (s *Postgres) CommitStep(ctx context.Context, st agent.Step) error {
 	if f := st.Fence; f != nil {
 		// FOR SHARE: a takeover (which updates the row) waits for this commit,
 		// so no step commits after its lease was released.
-		l, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = $1 AND fencing_token = $2 FOR SHARE`, f.Serial, f.Token))
+		var leaseNow time.Time
+		l, err := pgScanLease(withExtra(tx.QueryRow(ctx, `SELECT `+leaseCols+`, `+pgNow(3)+` FROM device_leases WHERE serial = $1 AND fencing_token = $2 FOR SHARE`,
+			f.Serial, f.Token, s.leaseClockArg()), &leaseNow))
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if err := checkFence(f, l, err == nil, now); err != nil {
+		if err := checkFence(f, l, err == nil, leaseNow.UTC()); err != nil {
 			return err
 		}
 	}

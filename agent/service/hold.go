@@ -3,30 +3,36 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
 )
 
 // Hold takes the device lease for a run driven outside a daemon (the
-// one-shot `run`): it waits while another run holds the device (calling
-// waiting once with the error), renews the lease every ttl/3 until release
-// is called, and release ends it with the reason that fits the run's final
-// status (a non-terminal status: LeaseShutdown, the run stays resumable).
+// one-shot `run` and `runs resume`): it waits while another run holds the
+// device (calling waiting once with the error), then renews the lease every
+// ttl/3 until release is called. runCtx is ctx carrying the lease's
+// agent.Fence; it is canceled, with cause agent.ErrLeaseLost, as soon as the
+// lease is lost (the store refused a renewal, or no renewal succeeded before
+// the lease's expiry by this process's clock), so the node in flight stops
+// before another holder may take the device. release ends the lease with the
+// reason that fits the run's final status (a non-terminal status:
+// LeaseShutdown, the run stays resumable); it also ends runCtx.
 // Errors: ctx done while waiting, or a store failure.
-func Hold(ctx context.Context, l agent.Leases, serial, holder, runID string, ttl time.Duration, waiting func(error)) (agent.Lease, func(agent.RunStatus), error) {
+func Hold(ctx context.Context, l agent.Leases, serial, holder, runID string, ttl time.Duration, waiting func(error)) (lease agent.Lease, runCtx context.Context, release func(agent.RunStatus), err error) {
 	var (
-		lease agent.Lease
-		err   error
 		told  bool
+		since time.Time
 	)
 	for {
+		since = time.Now()
 		lease, err = l.AcquireLease(ctx, serial, holder, runID, ttl)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, agent.ErrLeaseHeld) {
-			return agent.Lease{}, nil, err
+			return agent.Lease{}, nil, nil, err
 		}
 		if !told && waiting != nil {
 			waiting(err)
@@ -34,19 +40,24 @@ func Hold(ctx context.Context, l agent.Leases, serial, holder, runID string, ttl
 		}
 		select {
 		case <-ctx.Done():
-			return agent.Lease{}, nil, ctx.Err()
+			return agent.Lease{}, nil, nil, ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+	rctx, cancelRun := context.WithCancelCause(agent.WithFence(ctx, agent.Fence{Serial: lease.Serial, Token: lease.FencingToken}))
 	hbCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		heartbeat(hbCtx, l, lease, ttl, ttl/3, nil, nil)
+		heartbeat(hbCtx, l, lease, since, ttl, ttl/3, nil, func(err error) { cancelRun(err) })
 	}()
-	release := func(status agent.RunStatus) {
+	release = func(status agent.RunStatus) {
 		stop()
 		<-done
+		defer cancelRun(context.Canceled)
+		if context.Cause(rctx) != nil && errors.Is(context.Cause(rctx), agent.ErrLeaseLost) {
+			return // another holder may own the device now
+		}
 		reason := agent.LeaseShutdown
 		switch status {
 		case agent.RunFinished, agent.RunFailed:
@@ -54,45 +65,87 @@ func Hold(ctx context.Context, l agent.Leases, serial, holder, runID string, ttl
 		case agent.RunCanceled:
 			reason = agent.LeaseCanceled
 		}
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		l.ReleaseLease(rctx, serial, lease.FencingToken, reason)
+		l.ReleaseLease(ctx, serial, lease.FencingToken, reason)
 	}
-	return lease, release, nil
+	return lease, rctx, release, nil
 }
 
-// heartbeat renews lease every `every` until ctx ends or the lease is lost
-// (then it calls lost and returns). renewed sees each renewed lease. A failed
-// renewal other than ErrLeaseLost (the store unreachable) is retried at the
-// next beat, but once the lease's expiry is less than half a beat away
-// without a renewal, the lease counts as lost: the holder must stop driving
-// the device before another holder may take it (one beat after expiry).
-// lost and renewed may be nil.
-func heartbeat(ctx context.Context, l agent.Leases, lease agent.Lease, ttl, every time.Duration, renewed func(agent.Lease), lost func(error)) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	expires := lease.ExpiresAt
+// renewTimeout is the deadline of one renewal: half the beat, and never
+// more than TTL/6, so a hung store answers (or is given up on) well before
+// the next beat and long before the lease's expiry.
+func renewTimeout(ttl, every time.Duration) time.Duration {
+	return min(every, ttl/3) / 2
+}
+
+// heartbeat renews lease every `every` until ctx ends or the lease is lost;
+// then it calls lost (unless ctx ended) and returns. since is this process's
+// time just before the acquisition that returned lease was sent.
+//
+// Each renewal runs with a deadline (renewTimeout). Apart from the
+// renewals, a local timer ends the lease every/2 before ttl has passed
+// since the last successful renewal (or the acquisition) was sent: the store
+// computed that lease's expiry from its own clock when it received the
+// request, which was after the send, so this timer fires before the expiry
+// whatever the store answers (a hung store, a renewal stuck in the
+// network) and whatever the two clocks say: it measures only elapsed time on
+// this process's monotonic clock, never compares the store's timestamps with
+// the local wall clock. A failed renewal other than ErrLeaseLost (the store
+// unreachable, the deadline passed) is retried at the next beat.
+// renewed sees each renewed lease; lost gets the cause, wrapping
+// agent.ErrLeaseLost. Both may be nil.
+func heartbeat(ctx context.Context, l agent.Leases, lease agent.Lease, since time.Time, ttl, every time.Duration, renewed func(agent.Lease), lost func(error)) {
+	margin := every / 2
+	expiry := time.NewTimer(time.Until(since.Add(ttl - margin)))
+	defer expiry.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	type result struct {
+		lease agent.Lease
+		err   error
+		sent  time.Time
+	}
+	// Buffered: a renewal still stuck in the store when heartbeat returns
+	// finishes into it and its goroutine ends.
+	results := make(chan result, 1)
+	pending := false
+	timeout := renewTimeout(ttl, every)
+	fail := func(err error) {
+		if ctx.Err() == nil && lost != nil {
+			lost(err)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		nl, err := l.RenewLease(ctx, lease.Serial, lease.FencingToken, ttl)
-		switch {
-		case err == nil:
-			expires = nl.ExpiresAt
-			if renewed != nil {
-				renewed(nl)
+		case <-expiry.C:
+			fail(fmt.Errorf("device %s lease %d: no renewal succeeded before its expiry (ttl %v): %w", lease.Serial, lease.FencingToken, ttl, agent.ErrLeaseLost))
+			return
+		case <-tick.C:
+			if pending {
+				continue // the last renewal is still stuck past its deadline
 			}
-		case errors.Is(err, agent.ErrLeaseLost) || time.Until(expires) < every/2:
-			if ctx.Err() != nil {
+			pending = true
+			go func(sent time.Time) {
+				rctx, cancel := context.WithTimeout(ctx, timeout)
+				nl, err := l.RenewLease(rctx, lease.Serial, lease.FencingToken, ttl)
+				cancel()
+				results <- result{nl, err, sent}
+			}(time.Now())
+		case r := <-results:
+			pending = false
+			switch {
+			case r.err == nil:
+				expiry.Reset(time.Until(r.sent.Add(ttl - margin)))
+				if renewed != nil {
+					renewed(r.lease)
+				}
+			case errors.Is(r.err, agent.ErrLeaseLost):
+				fail(r.err)
 				return
 			}
-			if lost != nil {
-				lost(err)
-			}
-			return
 		}
 	}
 }

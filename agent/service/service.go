@@ -141,6 +141,7 @@ type Service struct {
 type activeRun struct {
 	run   agent.Run
 	lease *agent.Lease
+	since time.Time // local time the lease's acquisition was sent
 	stop  context.CancelFunc
 }
 
@@ -317,7 +318,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		// A run asked to cancel before it ever held a device ends without one:
 		// the engine commits started + canceled and touches no device.
 		if r.Status == agent.RunCancelRequested && !s.everStarted(ctx, r.RunID) {
-			s.launch(r, nil)
+			s.launch(r, nil, time.Time{})
 			continue
 		}
 		if busy[r.Serial] || (reachable != nil && !reachable[r.Serial]) {
@@ -337,11 +338,13 @@ func (s *Service) schedule(ctx context.Context) error {
 	// commit) instead of one after the other.
 	leases := make([]agent.Lease, len(take))
 	errs := make([]error, len(take))
+	sent := make([]time.Time, len(take)) // the heartbeat's local expiry counts from here
 	var wg sync.WaitGroup
 	for i, r := range take {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			sent[i] = time.Now()
 			leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, r.Serial, s.cfg.Holder, r.RunID, s.cfg.LeaseTTL)
 		}()
 	}
@@ -350,7 +353,7 @@ func (s *Service) schedule(ctx context.Context) error {
 	for i, r := range take {
 		switch err := errs[i]; {
 		case err == nil:
-			s.launch(r, &leases[i])
+			s.launch(r, &leases[i], sent[i])
 		case errors.Is(err, agent.ErrLeaseHeld):
 		default:
 			failed = append(failed, fmt.Errorf("lease %s for run %s: %w", r.Serial, r.RunID, err))
@@ -364,9 +367,9 @@ func (s *Service) everStarted(ctx context.Context, runID string) bool {
 	return err != nil || seq > 0
 }
 
-func (s *Service) launch(r agent.Run, lease *agent.Lease) {
+func (s *Service) launch(r agent.Run, lease *agent.Lease, since time.Time) {
 	ctx, cancel := context.WithCancel(s.runCtx)
-	a := &activeRun{run: r, lease: lease, stop: cancel}
+	a := &activeRun{run: r, lease: lease, since: since, stop: cancel}
 	s.mu.Lock()
 	s.active[r.RunID] = a
 	s.mu.Unlock()
@@ -384,14 +387,14 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	if a.lease != nil {
 		go func() {
 			defer close(hbDone)
-			heartbeat(ctx, s.cfg.Leases, *a.lease, s.cfg.LeaseTTL, s.cfg.Heartbeat,
+			heartbeat(ctx, s.cfg.Leases, *a.lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat,
 				func(l agent.Lease) {
 					s.mu.Lock()
 					a.lease = &l
 					s.mu.Unlock()
 				},
-				func(error) {
-					s.logf("run %s: lease %d of %s lost; stopping the run here", a.run.RunID, a.lease.FencingToken, a.lease.Serial)
+				func(err error) {
+					s.logf("run %s: %v; stopping the run here", a.run.RunID, err)
 					close(lost)
 					a.stop()
 				})

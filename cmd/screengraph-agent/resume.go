@@ -80,7 +80,7 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 			return c.fail(agent.Wrap(agent.ErrProcess, err, "recording the resume of run %s", run.RunID))
 		}
 	}
-	lease, release, err := service.Hold(ctx, h.store, run.Serial, fmt.Sprintf("resume:%d", os.Getpid()), run.RunID, 30*time.Second,
+	_, runCtx, release, err := service.Hold(ctx, h.store, run.Serial, fmt.Sprintf("resume:%d", os.Getpid()), run.RunID, 30*time.Second,
 		func(err error) {
 			if c.Output == "text" {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
@@ -93,8 +93,12 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(os.Stderr, "resuming run %s (%s) on %s\n", run.RunID, run.Status, run.Serial)
 	}
 	runStart := time.Now()
-	// Every step commits under the lease's fencing token.
-	status, err := h.engine.Run(agent.WithFence(ctx, agent.Fence{Serial: lease.Serial, Token: lease.FencingToken}), run.RunID, h.graph)
+	// runCtx carries the lease's fencing token (every step commits under it)
+	// and ends the node in flight when the lease is lost.
+	status, err := h.engine.Run(runCtx, run.RunID, h.graph)
+	if cause := context.Cause(runCtx); err != nil && errors.Is(cause, agent.ErrLeaseLost) {
+		err = cause
+	}
 	took := time.Since(runStart)
 	release(status)
 	if err != nil {

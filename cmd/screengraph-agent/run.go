@@ -144,7 +144,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	// The device lease: a daemon (or another run) driving the device makes
 	// this run wait, never share it.
-	lease, stopLease, err := service.Hold(ctx, h.store, run.Serial, fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
+	_, runCtx, stopLease, err := service.Hold(ctx, h.store, run.Serial, fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
 		func(err error) {
 			if c.Output == "text" {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
@@ -157,8 +157,12 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(os.Stderr, "run %s on %s (policy v%d)\n", run.RunID, run.Serial, run.PolicyVersion)
 	}
 	runStart := time.Now()
-	// Every step commits under the lease's fencing token.
-	status, err := h.engine.Run(agent.WithFence(ctx, agent.Fence{Serial: lease.Serial, Token: lease.FencingToken}), run.RunID, h.graph)
+	// runCtx carries the lease's fencing token (every step commits under it)
+	// and ends the node in flight when the lease is lost.
+	status, err := h.engine.Run(runCtx, run.RunID, h.graph)
+	if cause := context.Cause(runCtx); err != nil && errors.Is(cause, agent.ErrLeaseLost) {
+		err = cause
+	}
 	took := time.Since(runStart)
 	stopLease(status)
 	if err != nil {

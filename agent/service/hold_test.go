@@ -1,0 +1,153 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/agenttest"
+	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/pgtest"
+)
+
+// Hold (the one-shot `run`, `runs resume`) ends the node in flight when its
+// lease is lost, here taken over by another holder: the run stops, its
+// context's cause is ErrLeaseLost, and release leaves the new lease alone.
+func TestHoldCancelsNodeInFlightWhenLeaseLost(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	r := submit(t, f.newService("serve:test:1", nil), "dev-a")
+	lease, runCtx, release, err := service.Hold(ctx, f.store, "dev-a", "run:1", r, 600*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fe := agent.FenceFrom(runCtx); fe == nil || fe.Token != lease.FencingToken {
+		t.Fatalf("run context fence %+v, want token %d", fe, lease.FencingToken)
+	}
+	eng := &agent.Engine{Store: f.store, Policies: agenttest.NewPolicies(&agenttest.Policy{V: 1}), PollInterval: 10 * time.Millisecond}
+	type result struct {
+		status agent.RunStatus
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := eng.Run(runCtx, r, f.graph)
+		done <- result{st, err}
+	}()
+	f.node.waitStarted(t, r)
+	if err := f.store.ReleaseLease(ctx, "dev-a", lease.FencingToken, agent.LeaseExpired); err != nil {
+		t.Fatal(err)
+	}
+	thief, err := f.store.AcquireLease(ctx, "dev-a", "serve:other:1", ulid.Make().String(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-f.node.stopped:
+		if id != r {
+			t.Fatalf("stopped %s", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node in flight kept running after the lease was lost")
+	}
+	res := <-done
+	if res.err == nil {
+		t.Errorf("engine returned %s without error after the lease was lost", res.status)
+	}
+	if cause := context.Cause(runCtx); !errors.Is(cause, agent.ErrLeaseLost) {
+		t.Errorf("run context cause %v, want ErrLeaseLost", cause)
+	}
+	release(res.status)
+	act, err := f.store.ActiveLeases(ctx)
+	if err != nil || len(act) != 1 || act[0].FencingToken != thief.FencingToken {
+		t.Errorf("active leases after release: %+v %v; want the other holder's only", act, err)
+	}
+}
+
+// A hung store (Postgres: the lease row locked by another connection, so
+// every renewal of the holder waits): the holder's run is canceled before
+// the lease expires by the database's clock, and once the store answers
+// again another daemon takes the device over.
+func TestHoldHungPostgresCancelsBeforeExpiry(t *testing.T) {
+	srv, err := pgtest.Start("")
+	if err != nil {
+		t.Fatalf("no Postgres: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	url, err := srv.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() *snapshots.Postgres {
+		s, err := snapshots.OpenPostgres(ctx, url, snapshots.PostgresOptions{NoListen: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	runA, runB := ulid.Make().String(), ulid.Make().String()
+	const ttl = 3 * time.Second
+	lease, runCtx, release, err := service.Hold(ctx, a, "emulator-5554", "run:a", runA, ttl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(agent.RunRunning)
+
+	// Another connection locks the lease row: the holder's renewals hang.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM device_leases WHERE fencing_token = $1 FOR UPDATE`, lease.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-runCtx.Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("the holder kept driving the device while its store hung")
+	}
+	var live bool
+	var left time.Duration
+	if err := b.Pool().QueryRow(ctx, `SELECT expires_at > clock_timestamp(), expires_at - clock_timestamp() FROM device_leases WHERE fencing_token = $1`,
+		lease.FencingToken).Scan(&live, &left); err != nil {
+		t.Fatal(err)
+	}
+	if !live {
+		t.Fatal("the run was canceled only after its lease expired (by the database's clock)")
+	}
+	t.Logf("canceled %v before the lease's expiry", left)
+	if cause := context.Cause(runCtx); !errors.Is(cause, agent.ErrLeaseLost) {
+		t.Errorf("cause %v, want ErrLeaseLost", cause)
+	}
+	// The store answers again: the other daemon gets the device once the
+	// lease has expired (and its grace of TTL/3 passed).
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, 4*ttl)
+	defer cancel()
+	nl, _, releaseB, err := service.Hold(hctx, b, "emulator-5554", "run:b", runB, ttl, nil)
+	if err != nil {
+		t.Fatalf("the other daemon never got the device: %v", err)
+	}
+	defer releaseB(agent.RunFinished)
+	hist, err := b.LeaseHistory(ctx, "emulator-5554")
+	if err != nil || len(hist) != 2 || hist[0].ReleaseReason != agent.LeaseExpired || hist[1].FencingToken != nl.FencingToken {
+		t.Errorf("history %+v %v; want the hung holder's lease expired, then the new one", hist, err)
+	}
+}
