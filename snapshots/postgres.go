@@ -28,14 +28,14 @@ const OutboxChannel = "screengraph_outbox"
 // (SELECT … FOR UPDATE), so commits of one run serialize while runs proceed in
 // parallel; the unique constraints stay the last line of defense.
 type Postgres struct {
-	pool    *pgxpool.Pool
-	clock   agent.Clock
+	pool  *pgxpool.Pool
+	clock agent.Clock
 	// leaseClock: nil = the database's clock (PostgresOptions.LeaseClock).
 	leaseClock agent.Clock
-	log     zerolog.Logger
-	commits chan struct{}
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
+	log        zerolog.Logger
+	commits    chan struct{}
+	stop       context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 var (
