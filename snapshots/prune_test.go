@@ -1,0 +1,39 @@
+package snapshots_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/storetest"
+)
+
+func TestEmbeddedPrune(t *testing.T) {
+	storetest.RunPrune(t, func(t *testing.T, clock agent.Clock, n int) []storetest.PruneStore {
+		// n stores on one file: a daemon and the CLI's `runs prune` beside it.
+		path := filepath.Join(t.TempDir(), "agent.db")
+		out := make([]storetest.PruneStore, n)
+		for i := range out {
+			s, err := snapshots.OpenEmbedded(context.Background(), path, snapshots.EmbeddedOptions{Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			out[i] = s
+		}
+		return out
+	})
+}
+
+func TestPostgresPrune(t *testing.T) {
+	storetest.RunPrune(t, func(t *testing.T, clock agent.Clock, n int) []storetest.PruneStore {
+		url := newPostgresURL(t)
+		out := make([]storetest.PruneStore, n)
+		for i := range out {
+			out[i] = newPostgresClock(t, url, clock)
+		}
+		return out
+	})
+}
