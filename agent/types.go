@@ -5,6 +5,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 )
@@ -106,6 +107,25 @@ type OutboxRow struct {
 	Subject     string
 	Body        []byte // the event envelope, JSON
 	PublishedAt *time.Time
+}
+
+// ParkedEvent is an outbox row the relay parked instead of publishing: its
+// message can never be published (over the NATS server's max_payload, or
+// rejected by the stream for good). Bytes is the envelope's size.
+type ParkedEvent struct {
+	RunID    string    `json:"runId"`
+	Sequence int64     `json:"sequence"`
+	EventID  string    `json:"eventId"`
+	Subject  string    `json:"subject"`
+	Bytes    int       `json:"bytes"`
+	Reason   string    `json:"reason"`
+	ParkedAt time.Time `json:"parkedAt"`
+}
+
+// ParkedLister is implemented by stores whose relay parks outbox rows: the
+// parked rows, newest first, at most limit.
+type ParkedLister interface {
+	ParkedEvents(ctx context.Context, limit int) ([]ParkedEvent, error)
 }
 
 // Control is a control request recorded for a run and honored between nodes.

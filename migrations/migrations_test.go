@@ -51,6 +51,8 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	if _, err := db.Exec(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope) VALUES ('r', 1, 'e2', 'k', 'ts', '{}', 'c', '{}')`); err == nil {
 		t.Error("run_events accepted (r, 1) twice")
 	}
+	// Parked rows (00004): out of the queue, with their reason.
+	mustExec(t, db, `UPDATE run_outbox SET published_at = 'x', parked_at = 'x', parked_reason = 'too big' WHERE run_id = 'r' AND published_at IS NULL`)
 	// One active lease per device (partial unique index); released ones are
 	// history; fencing tokens grow.
 	mustExec(t, db, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at, released_at, release_reason) VALUES ('d', 'h', 'r', 'x', 'x', 'x', 'x', 'finished')`)

@@ -191,3 +191,7 @@ func ConnectNATS(url string, opts ...nats.Option) (*nats.Conn, error) {
 	base := []nats.Option{nats.Name("screengraph-agent relay"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	return nats.Connect(url, append(base, opts...)...)
 }
+
+// MaxPayload is the NATS server's max_payload in bytes (the largest message,
+// headers included, it accepts; default 1 MiB), or 0 while not connected.
+func (p *JetStreamPublisher) MaxPayload() int64 { return p.js.Conn().MaxPayload() }

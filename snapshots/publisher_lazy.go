@@ -75,3 +75,6 @@ func (p *LazyPublisher) PublishOrdered(ctx context.Context, rows []agent.OutboxR
 	}
 	return pub.PublishOrdered(ctx, rows)
 }
+
+// MaxPayload: see JetStreamPublisher.MaxPayload.
+func (p *LazyPublisher) MaxPayload() int64 { return p.nc.MaxPayload() }

@@ -65,15 +65,20 @@ type Relay struct {
 	ClaimWorkers int
 	// PublishTimeout bounds one publish's wait for its ack (default 5 s).
 	PublishTimeout time.Duration
-	MinBackoff     time.Duration // default 50 ms
-	MaxBackoff     time.Duration // default 5 s
-	Log            zerolog.Logger
+	// MaxMessageBytes: a row whose message would be larger is parked
+	// (OutboxParker) instead of published; 0: the Publisher's MaxPayload
+	// (PayloadLimiter), the NATS server's max_payload.
+	MaxMessageBytes int
+	MinBackoff      time.Duration // default 50 ms
+	MaxBackoff      time.Duration // default 5 s
+	Log             zerolog.Logger
 
 	once       sync.Once
 	running    atomic.Bool
 	published  atomic.Int64
 	failures   atomic.Int64
 	passByPass atomic.Int64
+	parked     atomic.Int64
 }
 
 // RelayStats are counters since the Relay was made.
@@ -83,11 +88,13 @@ type RelayStats struct {
 	// PassByPass counts the times a streaming relay found other writers on
 	// the stream and went pass by pass for a while (relay_stream.go).
 	PassByPass int64
+	// Parked counts rows parked because they can never be published.
+	Parked int64
 }
 
 // Stats returns the counters.
 func (r *Relay) Stats() RelayStats {
-	return RelayStats{Published: r.published.Load(), Failures: r.failures.Load(), PassByPass: r.passByPass.Load()}
+	return RelayStats{Published: r.published.Load(), Failures: r.failures.Load(), PassByPass: r.passByPass.Load(), Parked: r.parked.Load()}
 }
 
 func (r *Relay) defaults() { r.once.Do(r.setDefaults) }
@@ -219,6 +226,10 @@ func (r *Relay) drain(ctx context.Context) (int, error) {
 		if len(rows) == 0 {
 			return total, nil
 		}
+		full := len(rows) == r.BatchSize
+		if rows, err = r.parkUnpublishable(ctx, rows, r.storeParker()); err != nil {
+			return total, err
+		}
 		var n int
 		if pipelined {
 			n, err = r.publishWindow(ctx, op, rows)
@@ -229,7 +240,7 @@ func (r *Relay) drain(ctx context.Context) (int, error) {
 		if err != nil {
 			return total, err
 		}
-		if len(rows) < r.BatchSize {
+		if !full {
 			return total, nil
 		}
 	}
@@ -477,6 +488,20 @@ func (r *Relay) claimOnce(ctx context.Context, c OutboxClaimer, maxRuns int) (ma
 	if len(runs) == 0 {
 		claim.Release()
 		return 0, false, nil
+	}
+	if cp, ok := claim.(ClaimParker); ok {
+		kept := runs[:0:0]
+		for _, run := range runs {
+			run, err := r.parkUnpublishable(ctx, run, cp.Park)
+			if err != nil {
+				claim.Release()
+				return 0, false, err
+			}
+			if len(run) > 0 {
+				kept = append(kept, run)
+			}
+		}
+		runs = kept
 	}
 	var (
 		wg    sync.WaitGroup

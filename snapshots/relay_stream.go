@@ -166,6 +166,10 @@ func (r *Relay) send(ctx context.Context, cur OutboxCursor, cp ChainPublisher, o
 			}
 			return endError, fmt.Errorf("snapshots: relay read outbox: %w", err)
 		}
+		n := len(rows)
+		if rows, err = r.parkUnpublishable(ctx, rows, r.storeParker()); err != nil {
+			return endError, err
+		}
 		for _, row := range rows {
 			select {
 			case <-broken:
@@ -190,7 +194,7 @@ func (r *Relay) send(ctx context.Context, cur OutboxCursor, cp ChainPublisher, o
 			}
 		}
 		cursor = last
-		if len(rows) == r.BatchSize {
+		if n == r.BatchSize {
 			continue
 		}
 		select {
