@@ -77,11 +77,15 @@ type Info struct {
 // whole range [minSdk, ∞) like `apksigner verify` does.
 //
 // Errors are *agent.Error artifact_unavailable, not retryable: Code APK_INVALID
-// (not a zip / no manifest / no package id) or APK_SIGNATURE_INVALID (unsigned,
+// (not a zip / no manifest / no package id), APK_ENTRY_TOO_LARGE (a manifest or
+// resource table over its cap, checked before parsing) or APK_SIGNATURE_INVALID (unsigned,
 // tampered, or not valid at apiLevel). A readable but differently signed APK is
 // not an error here: comparing digests is the caller's business.
 func Inspect(path string, apiLevel int) (Info, error) {
 	var info Info
+	if err := checkFile(path); err != nil {
+		return info, err
+	}
 	a, err := apk.OpenFile(path)
 	if err != nil {
 		return info, invalid(CodeNotAPK, err, "%s is not a readable APK", path)
@@ -216,5 +220,5 @@ func invalid(code string, cause error, format string, args ...any) error {
 // IsInvalidAPK reports whether err says the bytes are not a usable APK.
 func IsInvalidAPK(err error) bool {
 	var e *agent.Error
-	return errors.As(err, &e) && e.ID == agent.ErrArtifactUnavailable && (e.Code == CodeNotAPK || e.Code == CodeBadSignature)
+	return errors.As(err, &e) && e.ID == agent.ErrArtifactUnavailable && (e.Code == CodeNotAPK || e.Code == CodeBadSignature || e.Code == CodeEntryTooLarge)
 }

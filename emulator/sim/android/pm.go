@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/avast/apkverifier"
 	"github.com/shogo82148/androidbinary/apk"
+
+	sgapk "github.com/screengraph/screengraph-agent/device/artifacts/apk"
 )
 
 // Instrumentation is an <instrumentation> entry of an installed package, as
@@ -315,6 +318,12 @@ func qualify(pkg, cls string) string {
 // returned result is the failure pm would print.
 func parseAPK(data []byte, apiLevel int, tmpPath string) (parsedAPK, *installResult) {
 	var out parsedAPK
+	// Entries the parser reads whole into memory are capped first (a zip
+	// bomb must not reach memory); PackageParser refuses such a file too.
+	if err := sgapk.CheckEntries(bytes.NewReader(data), int64(len(data))); errors.Is(err, sgapk.ErrEntryTooLarge) {
+		r := failure("INSTALL_PARSE_FAILED_BAD_MANIFEST", "Failed to parse "+tmpPath)
+		return out, &r
+	}
 	a, err := apk.OpenZipReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		if strings.Contains(err.Error(), "zip") {

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/screengraph/screengraph-agent/fixtures"
 )
 
 const (
@@ -291,5 +294,29 @@ func TestJavaSignatureHash(t *testing.T) {
 	// Arrays.hashCode(new byte[]{1,2,-1}) = ((31+1)*31+2)*31-1 = 30813 = 0x785d.
 	if got := javaSignatureHash([]byte{1, 2, 0xff}); got != "785d" {
 		t.Errorf("got %s", got)
+	}
+}
+
+// A 1 MB APK whose resource table (read whole before the manifest) inflates to 1 GiB (honest or lying headers) is
+// refused by the package manager before it reaches memory.
+func TestInstallRefusesZipBomb(t *testing.T) {
+	for _, declared := range []int64{1 << 30, 1000} {
+		var b bytes.Buffer
+		if err := fixtures.ZipBomb(&b, "resources.arsc", 1<<30, declared); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := newTestDevice(t, Profile{})
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out, st := pmInstallBytes(t, d, b.Bytes(), "")
+		runtime.ReadMemStats(&after)
+		t.Logf("declared %d: %q, allocated %d MiB", declared, out, (after.TotalAlloc-before.TotalAlloc)>>20)
+		if st == 0 || !strings.HasPrefix(out, "Failure [INSTALL_PARSE_FAILED_BAD_MANIFEST: Failed to parse ") {
+			t.Errorf("declared %d: %d %q", declared, st, out)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+			t.Errorf("declared %d: install allocated %d MiB", declared, grew>>20)
+		}
 	}
 }
