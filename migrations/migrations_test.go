@@ -23,15 +23,15 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(applied, []int64{1, 2, 3, 4}) {
-		t.Errorf("first Up applied %v, want [1 2 3 4]", applied)
+	if !slices.Equal(applied, []int64{1, 2, 3, 4, 5}) {
+		t.Errorf("first Up applied %v, want [1 2 3 4 5]", applied)
 	}
 	again, err := migrations.Up(ctx, db, migrations.SQLite)
 	if err != nil || len(again) != 0 {
 		t.Errorf("second Up applied %v, %v; want nothing", again, err)
 	}
-	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 4 {
-		t.Errorf("Version = %d, %v; want 4", v, err)
+	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 5 {
+		t.Errorf("Version = %d, %v; want 5", v, err)
 	}
 	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases", "api_tokens"} {
 		var n int
@@ -51,7 +51,7 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	if _, err := db.Exec(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope) VALUES ('r', 1, 'e2', 'k', 'ts', '{}', 'c', '{}')`); err == nil {
 		t.Error("run_events accepted (r, 1) twice")
 	}
-	// Parked rows (00004): out of the queue, with their reason.
+	// Parked rows (00005): out of the queue, with their reason.
 	mustExec(t, db, `UPDATE run_outbox SET published_at = 'x', parked_at = 'x', parked_reason = 'too big' WHERE run_id = 'r' AND published_at IS NULL`)
 	// One active lease per device (partial unique index); released ones are
 	// history; fencing tokens grow.

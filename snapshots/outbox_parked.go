@@ -11,7 +11,7 @@ import (
 // OutboxParker is implemented by stores whose outbox rows can be parked:
 // ParkOutbox takes the unpublished row (run, sequence) out of the queue
 // (published_at set, so the relay goes on with the rows behind it) and
-// records parked_at and reason (migration 00004). A row already published
+// records parked_at and reason (migration 00005). A row already published
 // or parked is left as is.
 type OutboxParker interface {
 	ParkOutbox(ctx context.Context, runID string, sequence int64, reason string) error

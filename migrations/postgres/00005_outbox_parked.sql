@@ -3,7 +3,7 @@
 -- parked instead of blocking the outbox: published_at is set (it leaves the
 -- queue, so the runs behind it go on) and parked_at/parked_reason record
 -- that it was not published, and why. Admins see them (GET
--- /v1/outbox/parked, /metrics). Keep in step with ../sqlite/00004_outbox_parked.sql.
+-- /v1/outbox/parked, /metrics). Keep in step with ../sqlite/00005_outbox_parked.sql.
 
 -- +goose Up
 ALTER TABLE run_outbox ADD COLUMN parked_at TIMESTAMPTZ;
