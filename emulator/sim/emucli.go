@@ -774,13 +774,31 @@ func firstFreeEmulatorPort() int {
 
 // LoadProfile reads a profile file, or a shipped profile by name
 // (fixtures/profiles).
+//
+// A profile may set only what it changes: it is read over the shipped
+// "default" profile (android.ParseProfileOver), so e.g. a file holding just
+// `faults: {appCrash: {...}}` is the default device with that fault.
 func LoadProfile(ref string) (android.Profile, error) {
+	name := ref
+	var b []byte
 	if _, err := os.Stat(ref); err == nil {
-		return android.LoadProfile(ref)
-	}
-	b, err := fixtures.Profile(ref)
-	if err != nil {
+		if b, err = os.ReadFile(ref); err != nil {
+			return android.Profile{}, err
+		}
+		name = strings.TrimSuffix(filepath.Base(ref), filepath.Ext(ref))
+	} else if b, err = fixtures.Profile(ref); err != nil {
 		return android.Profile{}, fmt.Errorf("profile %q: no such file, and no shipped profile of that name (shipped: %s)", ref, strings.Join(fixtures.ProfileNames(), ", "))
 	}
-	return android.ParseProfile(ref, b)
+	if ref == "default" {
+		return android.ParseProfile(ref, b)
+	}
+	defBytes, err := fixtures.Profile("default")
+	if err != nil {
+		return android.Profile{}, fmt.Errorf("shipped default profile: %w", err)
+	}
+	base, err := android.ParseProfile("default", defBytes)
+	if err != nil {
+		return android.Profile{}, err
+	}
+	return android.ParseProfileOver(base, name, b)
 }

@@ -302,9 +302,14 @@ func (am *activityManager) startActivityLocked(pkg, cls string, act Activity, it
 	now := am.d.now()
 	am.d.actions.add("start", pkg, now)
 	res := startResult{totalTimeMs: -1}
+	am.d.logStartLocked(it, now)
 	proc, alive := am.procs[pkg]
 	if !alive {
 		proc = am.startProcessLocked(pkg, uid, now)
+		// ProcessList.startProcessLocked: a process the user starts in the
+		// foreground gets its crash count cleared.
+		delete(am.d.faults.crashTimes, pkg)
+		am.d.logProcStartLocked(proc, cls, now)
 	}
 	var task *amTask
 	for _, t := range am.tasks {
@@ -327,6 +332,8 @@ func (am *activityManager) startActivityLocked(pkg, cls string, act Activity, it
 			top.shownAt = now
 			am.onShownLocked(top, now, false)
 			res.totalTimeMs = 90 + len(task.records)*7
+			am.d.logDisplayedLocked(top, res.totalTimeMs, now)
+			am.d.onLaunchLocked(pkg, top.cls, proc.pid, now, false)
 		}
 		res.top = top
 		return res
@@ -353,7 +360,8 @@ func (am *activityManager) startActivityLocked(pkg, cls string, act Activity, it
 		res.totalTimeMs = 412 + nodeCount(act.Root)*5
 	}
 	am.onShownLocked(res.top, now, !alive)
-	_ = proc
+	am.d.logDisplayedLocked(res.top, res.totalTimeMs, now)
+	am.d.onLaunchLocked(pkg, cls, proc.pid, now, false)
 	return res
 }
 
@@ -834,10 +842,23 @@ func (d *Device) shellPID() int {
 	return pid
 }
 
-// forceStop kills a package (am force-stop).
+// forceStop kills a package (am force-stop), logging what
+// ActivityManagerService.forceStopPackage logs.
 func (d *Device) forceStop(pkg string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	now := d.now()
+	if uid, ok := d.pm.pkgs[pkg]; ok {
+		caller := d.am.nextPID
+		d.logAt(now, bufSystem, pidSystemSrv, tidBinder, 'I', "ActivityManager",
+			fmt.Sprintf("Force stopping %s appid=%d user=0: from pid %d", pkg, uid.UID%100000, caller))
+		if p, alive := d.am.procs[pkg]; alive && pkg != homePackage && pkg != systemUIPackage {
+			d.logAt(now, bufSystem, pidSystemSrv, tidBinder, 'I', "ActivityManager",
+				fmt.Sprintf("Killing %d:%s/u0a%d (adj 0): stop %s due to from pid %d", p.pid, pkg, p.uid%100000-10000, pkg, caller))
+			d.logAt(now.Add(time.Millisecond), bufMain, pidZygote64, pidZygote64, 'I', "Zygote", fmt.Sprintf("Process %d exited due to signal 9 (Killed)", p.pid))
+		}
+	}
+	d.closeDialogsOfLocked(pkg)
 	d.am.forceStopLocked(pkg)
 }
 

@@ -52,6 +52,9 @@ type Device struct {
 	settings map[string]map[string]string // namespace -> key -> value (settings get/put/delete)
 
 	actions actionLog // installs and activity starts (History)
+
+	logs   *logStore   // the device log (logcat.go); has its own lock
+	faults *faultState // app faults, error dialogs, dropbox (faults.go; guarded by mu)
 }
 
 // Ctx is what a shell command gets: its arguments (argv[0] is the command name),
@@ -134,7 +137,11 @@ func New(p Profile, o Options) (*Device, error) {
 		return nil, err
 	}
 	d.net = newInDeviceNet()
+	d.logs = newLogStore()
+	d.faults = newFaultState()
 	d.am = newActivityManager(d)
+	d.bootLog()
+	d.scheduleStartupFaultsLocked()
 	for _, pk := range p.Preinstalled {
 		if len(pk.APKData) == 0 {
 			continue
@@ -190,6 +197,9 @@ func withDefaults(p Profile) (Profile, error) {
 		return p, fmt.Errorf("profile %q: negative freeStorageBytes", p.Name)
 	case p.BootDuration < 0:
 		return p, fmt.Errorf("profile %q: negative bootDuration", p.Name)
+	}
+	if err := checkFaults(p.Faults); err != nil {
+		return p, fmt.Errorf("profile %q: %w", p.Name, err)
 	}
 	for i, o := range p.Overrides {
 		if _, err := compileOverride(o.Pattern); err != nil {

@@ -773,13 +773,19 @@ type focusView struct {
 	statusWin  string
 	navWin     string
 	shadeOwner int
+	// dialog is the focused error dialog's window ("Window{h u0 Application Error: pkg}"), "" if none.
+	dialog string
 }
 
 func (d *Device) focusLocked() focusView {
 	t := d.am.tasks[0]
 	r := t.records[len(t.records)-1]
-	return focusView{pkg: r.pkg, cls: r.cls, recHash: r.hash, winHash: r.winHash, taskID: t.id,
+	f := focusView{pkg: r.pkg, cls: r.cls, recHash: r.hash, winHash: r.winHash, taskID: t.id,
 		keyguard: d.am.keyguard, awake: d.am.awake, lockWin: "91c910b", statusWin: "7547027", navWin: "e56b35e"}
+	if dl := d.topDialogLocked(); dl != nil {
+		f.dialog = "Window{" + dl.winHash + " u0 " + dl.title() + "}"
+	}
+	return f
 }
 
 func recordString(pkg, cls, hash string, task int) string {
@@ -860,6 +866,9 @@ func (f focusView) currentFocus(api int) string {
 			return "Window{" + f.lockWin + " u0 NotificationShade}"
 		}
 		return "Window{" + f.statusWin + " u0 StatusBar}"
+	}
+	if f.dialog != "" {
+		return f.dialog
 	}
 	return windowString(f.winHash, f.pkg, f.cls)
 }
@@ -975,6 +984,13 @@ func (d *Device) dumpWindowWindows(w io.Writer) {
 	}
 	wins = append(wins, win{hash: f.statusWin, name: "StatusBar", pkg: systemUIPackage, uid: d.uidOfLocked(systemUIPackage), pid: sysPid,
 		ty: "STATUS_BAR", frame: fmt.Sprintf("[0,0][%d,%d]", g.w, g.status), visible: true})
+	// Error dialogs are system_server windows (package android, uid 1000), top first.
+	for i := len(d.faults.dialogs) - 1; i >= 0; i-- {
+		dl := d.faults.dialogs[i]
+		b := d.dialogRootLocked(dl).Bounds
+		wins = append(wins, win{hash: dl.winHash, name: dl.title(), pkg: "android", uid: 1000, pid: pidSystemSrv,
+			ty: "SYSTEM_ERROR", frame: fmt.Sprintf("[%d,%d][%d,%d]", b[0], b[1], b[2], b[3]), visible: true})
+	}
 	for i, t := range d.am.tasks {
 		for j := len(t.records) - 1; j >= 0; j-- {
 			r := t.records[j]
@@ -1002,7 +1018,11 @@ func (d *Device) dumpWindowWindows(w io.Writer) {
 	fmt.Fprintln(w, "WINDOW MANAGER WINDOWS (dumpsys window windows)")
 	for i, x := range wins {
 		fmt.Fprintf(w, "  Window #%d Window{%s u0 %s}:\n", len(wins)-1-i, x.hash, x.name)
-		fmt.Fprintf(w, "    mDisplayId=0 rootTaskId=1 mSession=Session{%s %d:u0a%d} mClient=android.os.BinderProxy@%s\n", rev(x.hash), x.pid, x.uid%100000-10000, x.hash)
+		sess := fmt.Sprintf("u0a%d", x.uid%100000-10000)
+		if x.uid < 10000 {
+			sess = itoa(x.uid) // system uids print bare ("Session{c22240e 423:1000}")
+		}
+		fmt.Fprintf(w, "    mDisplayId=0 rootTaskId=1 mSession=Session{%s %d:%s} mClient=android.os.BinderProxy@%s\n", rev(x.hash), x.pid, sess, x.hash)
 		fmt.Fprintf(w, "    mOwnerUid=%d showForAllUsers=%t package=%s appop=NONE\n", x.uid, x.rec == "", x.pkg)
 		if x.rec != "" {
 			fmt.Fprintf(w, "    mActivityRecord=%s\n", x.rec)

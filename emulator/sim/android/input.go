@@ -145,7 +145,16 @@ func isInputSource(s string) bool {
 func (d *Device) pressKey(code int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.advanceLocked()
 	am := d.am
+	if dl := d.topDialogLocked(); dl != nil && code == keyBack && am.awake && !am.keyguard {
+		// The crash dialog is cancelable (CANCEL = force quit); the ANR
+		// dialog is not (setCancelable(false)): back does nothing.
+		if dl.kind == dialogCrash {
+			d.dialogActionLocked(dl, actClose, d.now())
+		}
+		return
+	}
 	switch code {
 	case keyPower:
 		if am.awake {
@@ -186,12 +195,17 @@ func (d *Device) DismissKeyguard() {
 // (x, y) and follows its OnClick.
 func (d *Device) tap(x, y int) {
 	d.mu.Lock()
+	d.advanceLocked()
 	if !d.am.awake || d.am.keyguard {
 		d.mu.Unlock()
 		return
 	}
 	rec := d.am.topLocked()
 	root := rec.root
+	if dl := d.topDialogLocked(); dl != nil {
+		// The dialog window has focus and takes the touch.
+		root = d.dialogRootLocked(dl)
+	}
 	d.mu.Unlock()
 	if el := hit(root, x, y); el != nil {
 		_ = d.Click(el)
@@ -222,6 +236,11 @@ func hit(e *Element, x, y int) *Element {
 func (d *Device) Foreground() (pkg, activity string, root *Element) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.advanceLocked()
+	if dl := d.topDialogLocked(); dl != nil && d.am.awake && !d.am.keyguard {
+		// An error dialog (package "android") is the active window.
+		return "android", "", d.dialogRootLocked(dl)
+	}
 	rec := d.am.topLocked()
 	now := d.now()
 	root = cloneElement(rec.root)
@@ -257,6 +276,14 @@ func cloneElement(e *Element) *Element {
 // OnClick does nothing. Errors: the activity does not exist (the profile
 // validated OnClick targets, so only a removed package triggers it).
 func (d *Device) Click(el *Element) error {
+	if el != nil && el.action != "" {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if dl := d.topDialogLocked(); dl != nil {
+			d.dialogActionLocked(dl, el.action, d.now())
+		}
+		return nil
+	}
 	if el == nil || el.OnClick == "" {
 		return nil
 	}
@@ -275,13 +302,18 @@ func (d *Device) Click(el *Element) error {
 	}
 	am := d.am
 	now := d.now()
-	if _, ok := am.procs[pkg]; !ok {
-		am.startProcessLocked(pkg, uid, now)
+	p, ok := am.procs[pkg]
+	if !ok {
+		p = am.startProcessLocked(pkg, uid, now)
 	}
 	rec := am.newRecordLocked(pkg, el.OnClick, act, now)
 	t := am.tasks[0]
 	t.records = append(t.records, rec)
 	am.onShownLocked(rec, now, false)
+	s := strings.TrimSuffix(strings.TrimPrefix(amIntent{cmpPkg: pkg, cls: el.OnClick, explicit: true}.String(), "Intent { "), " }")
+	d.logAt(now, bufSystem, pidSystemSrv, tidBinder, 'I', d.atmTag(), fmt.Sprintf("START u0 {%s} from uid %d", s, uid))
+	d.logDisplayedLocked(rec, 210+nodeCount(act.Root)*3, now)
+	d.onLaunchLocked(pkg, el.OnClick, p.pid, now, true)
 	return nil
 }
 

@@ -124,6 +124,8 @@ type Element struct {
 	// OnClick names an activity of the same app to start when clicked.
 	OnClick  string     `yaml:"onClick"`
 	Children []*Element `yaml:"children"`
+	// action is what a system dialog's button does (faults.go); not in profiles.
+	action string
 }
 
 // Override answers a command line with a fixed result.
@@ -163,4 +165,11 @@ type Faults struct {
 	// CrashAfter ends the emulator process abruptly this long after start
 	// (no snapshot saved, the AVD lock left behind). Zero means never.
 	CrashAfter time.Duration `yaml:"crashAfter"`
+	// AppCrash makes an app's process die of an uncaught exception after
+	// each launch (see AppCrashFault); nil means none.
+	AppCrash *AppCrashFault `yaml:"appCrash"`
+	// AppNotResponding makes an app stop responding after each launch.
+	AppNotResponding *AppANRFault `yaml:"appNotResponding"`
+	// SystemUINotResponding shows "System UI isn't responding" after start-up.
+	SystemUINotResponding *SystemUIANRFault `yaml:"systemUINotResponding"`
 }

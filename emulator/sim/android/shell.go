@@ -42,6 +42,7 @@ func (d *Device) Shell(ctx context.Context, cmdline string, stdin io.Reader, std
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	d.advance() // faults due by now happen before the command sees the device
 	if o, ok := d.override(cmdline); ok {
 		io.WriteString(stdout, o.Stdout)
 		io.WriteString(stderr, o.Stderr)
@@ -710,6 +711,10 @@ func (sh *shellState) exec(ctx context.Context, args []string, stdin io.Reader, 
 			st, _ = strconv.Atoi(args[1])
 		}
 		return st
+	case "export", "unset", "readonly":
+		// Variables are not modelled (nothing reads the environment); the
+		// adb client's `logcat` sends `export ANDROID_LOG_TAGS="…"; exec logcat …`.
+		return 0
 	case "exec", "nohup", "command":
 		if len(args) == 1 {
 			return 0

@@ -879,20 +879,6 @@ func basicToERE(p string) string {
 	return b.String()
 }
 
-// logcat: -c clears and returns; -d dumps (nothing: the simulated log is
-// empty); otherwise it streams, and with no new lines blocks until the context
-// ends, as a real logcat waits for the next line.
-func cmdLogcat(c *Ctx) int {
-	for _, a := range c.Args[1:] {
-		switch a {
-		case "-c", "-d", "-g", "--clear":
-			return 0
-		}
-	}
-	<-c.Context.Done()
-	return 130
-}
-
 // appops set|get …: silent on set, as AppOpsService's shell command.
 func cmdAppops(c *Ctx) int {
 	args := c.Args[1:]

@@ -2,6 +2,7 @@ package uia2
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -97,6 +98,15 @@ func (s *server) source(*request) (any, error) {
 }
 
 func (s *server) screenshot(*request) (any, error) {
+	// A device that renders its screen (the simulated device: the same PNG
+	// as `screencap -p`) answers with it; otherwise the wireframe.
+	if sv, ok := s.view.(interface{ ScreenshotPNG() ([]byte, error) }); ok {
+		b, err := sv.ScreenshotPNG()
+		if err != nil {
+			return nil, errUnknown(err.Error())
+		}
+		return base64.StdEncoding.EncodeToString(b), nil
+	}
 	return screenshotPNGBase64(s.snapshot())
 }
 

@@ -1,0 +1,481 @@
+package android
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"image/png"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// threadtimeRE is logprint.cpp's threadtime prefix: "MM-DD HH:MM:SS.mmm  PID  TID P TAG     : ".
+var threadtimeRE = regexp.MustCompile(`^\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [ \d]{5} [ \d]{5} [VDIWEF] .{8,}?: `)
+
+func crashProfile(after int, activity string) Profile {
+	p := amProfile(34)
+	p.Faults.AppCrash = &AppCrashFault{Package: amPkg, Activity: activity, Exception: "java.lang.IllegalStateException", Message: "boom", AfterMillis: after}
+	return p
+}
+
+func newFaultDevice(t *testing.T, p Profile) (*Device, *amClock) {
+	t.Helper()
+	clk := &amClock{t: time.Date(2026, 11, 21, 8, 0, 0, 0, time.UTC)}
+	d, err := New(p, Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, clk
+}
+
+func TestLogcatLaunchAndForceStopLines(t *testing.T) {
+	d, clk := newAMDevice(t, 34)
+	amSh(t, d, "logcat -c")
+	clk.Advance(time.Second)
+	amSh(t, d, "am start -W -n "+amPkg+"/.HomeActivity")
+	clk.Advance(2 * time.Second)
+	amSh(t, d, "am force-stop "+amPkg)
+	out, errOut, code := amSh(t, d, "logcat -d -v threadtime")
+	if code != 0 || errOut != "" {
+		t.Fatalf("logcat: %d %q", code, errOut)
+	}
+	for _, want := range []string{
+		"I ActivityTaskManager: START u0 {flg=0x10000000 cmp=" + amPkg + "/.HomeActivity} from uid 2000",
+		"I ActivityManager: Start proc 1500:" + amPkg + "/u0a",
+		" for next-top-activity {" + amPkg + "/" + amPkg + ".HomeActivity}",
+		"I ActivityTaskManager: Displayed " + amPkg + "/.HomeActivity for user 0: +",
+		"I ActivityManager: Force stopping " + amPkg + " appid=",
+		"I ActivityManager: Killing 1500:" + amPkg + "/u0a",
+		"(adj 0): stop " + amPkg + " due to from pid ",
+		" 1500  1500 I om.example.shop: Late-enabling -Xcheck:jni", // the last 15 characters of the process name
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logcat lacks %q:\n%s", want, out)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if lines[0] != "--------- beginning of system" && lines[0] != "--------- beginning of main" {
+		t.Errorf("first line %q is no buffer divider", lines[0])
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "---------") {
+			continue
+		}
+		if !threadtimeRE.MatchString(l) {
+			t.Errorf("not threadtime: %q", l)
+		}
+		if !strings.HasPrefix(l, "11-21 08:00:0") {
+			t.Errorf("timestamp not from the device clock: %q", l)
+		}
+	}
+	// --pid keeps only the app's own lines; brief and time formats.
+	pidOut, _, _ := amSh(t, d, "logcat -d --pid=1500 -v brief")
+	if pidOut == "" || strings.Contains(pidOut, "ActivityManager") || !strings.Contains(pidOut, "I/om.example.shop( 1500): Late-enabling -Xcheck:jni") {
+		t.Errorf("--pid brief:\n%s", pidOut)
+	}
+	timeOut, _, _ := amSh(t, d, "logcat -d -b system -v time -t 1")
+	if !regexp.MustCompile(`^11-21 08:00:03\.000 I/ActivityManager\(  513\): Killing 1500:`).MatchString(timeOut) || strings.Count(timeOut, "\n") != 1 {
+		t.Errorf("-b system -v time -t 1: %q", timeOut)
+	}
+	if o, _, _ := amSh(t, d, "logcat -d -b crash"); o != "" {
+		t.Errorf("crash buffer not empty without a crash: %q", o)
+	}
+	if _, e, code := amSh(t, d, "logcat -d -b nosuch"); code != 1 || !strings.Contains(e, "unknown buffer") {
+		t.Errorf("bad buffer: %d %q", code, e)
+	}
+	if _, e, code := amSh(t, d, "logcat -d -v nosuch"); code != 1 || !strings.Contains(e, "Invalid parameter") {
+		t.Errorf("bad format: %d %q", code, e)
+	}
+	amSh(t, d, "logcat -c")
+	if o, _, _ := amSh(t, d, "logcat -d"); o != "" {
+		t.Errorf("after -c: %q", o)
+	}
+}
+
+// TestLogcatStreamsNewEntries: without -d logcat keeps printing entries as
+// the device writes them (-T 1 starts from the last one).
+func TestLogcatStreamsNewEntries(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	pr, pw := newPipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- d.Shell(ctx, "logcat -T 1 -b system", nil, pw, pw) }()
+	first := pr.waitFor(t, "START u0")
+	if strings.Count(first, "\n") != 1 {
+		t.Errorf("-T 1 printed %q", first)
+	}
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	pr.waitFor(t, "Displayed "+amPkg+"/.HomeActivity")
+	cancel()
+	if code := <-done; code != 130 {
+		t.Errorf("interrupted logcat exit %d", code)
+	}
+}
+
+type syncBuf struct {
+	ch  chan struct{}
+	buf *lockedBuf
+}
+
+type lockedBuf struct {
+	mu  chan struct{}
+	buf bytes.Buffer
+}
+
+func newPipe() (*syncBuf, *syncBuf) {
+	b := &syncBuf{ch: make(chan struct{}, 1024), buf: &lockedBuf{mu: make(chan struct{}, 1)}}
+	return b, b
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.buf.mu <- struct{}{}
+	s.buf.buf.Write(p)
+	<-s.buf.mu
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+func (s *syncBuf) String() string {
+	s.buf.mu <- struct{}{}
+	defer func() { <-s.buf.mu }()
+	return s.buf.buf.String()
+}
+
+func (s *syncBuf) waitFor(t *testing.T, sub string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		if out := s.String(); strings.Contains(out, sub) {
+			return out
+		}
+		select {
+		case <-s.ch:
+		case <-timeout:
+			t.Fatalf("no %q in %q", sub, s.String())
+		}
+	}
+}
+
+func TestScreencapPNGAndRaw(t *testing.T) {
+	p := amProfile(34)
+	p.DisplayWidth, p.DisplayHeight, p.Density = 720, 1280, 320
+	d, _ := newFaultDevice(t, p)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	out, e, code := amSh(t, d, "screencap -p")
+	if code != 0 || e != "" {
+		t.Fatalf("screencap -p: %d %q", code, e)
+	}
+	img, err := png.Decode(strings.NewReader(out))
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 720 || b.Dy() != 1280 {
+		t.Fatalf("png %v, want 720x1280 (wm size)", b)
+	}
+	// The "Open" button is filled and its text drawn in the text colour.
+	r, g, b, _ := img.At(110, 510).RGBA()
+	if r>>8 != 0xe8 || g>>8 != 0xea || b>>8 != 0xed {
+		t.Errorf("clickable fill at (110,510) = %x %x %x", r>>8, g>>8, b>>8)
+	}
+	dark := 0
+	for y := 500; y < 600; y++ {
+		for x := 100; x < 300; x++ {
+			if r, _, _, _ := img.At(x, y).RGBA(); r>>8 == 0x20 {
+				dark++
+			}
+		}
+	}
+	if dark < 50 {
+		t.Errorf("button text not drawn (%d text pixels)", dark)
+	}
+	raw, _, _ := amSh(t, d, "screencap")
+	if len(raw) != 16+720*1280*4 {
+		t.Fatalf("raw length %d", len(raw))
+	}
+	hdr := []byte(raw[:16])
+	if w, h, f, cs := binary.LittleEndian.Uint32(hdr), binary.LittleEndian.Uint32(hdr[4:]), binary.LittleEndian.Uint32(hdr[8:]), binary.LittleEndian.Uint32(hdr[12:]); w != 720 || h != 1280 || f != 1 || cs != 1 {
+		t.Errorf("raw header %d %d %d %d", w, h, f, cs)
+	}
+	px := 16 + (510*720+110)*4
+	if got := []byte(raw[px : px+4]); !bytes.Equal(got, []byte{0xe8, 0xea, 0xed, 0xff}) {
+		t.Errorf("raw pixel %x", got)
+	}
+	if _, _, code := amSh(t, d, "screencap -p /sdcard/s.png"); code != 0 {
+		t.Fatal("screencap to file failed")
+	}
+	f, err := d.ReadFile("/sdcard/s.png")
+	if err != nil || !bytes.HasPrefix(f, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("file: %v %q", err, f[:8])
+	}
+	if _, e, code := amSh(t, d, "screencap -x"); code != 1 || !strings.HasPrefix(e, "usage: screencap") {
+		t.Errorf("bad option: %d %q", code, e)
+	}
+	// API 27 and earlier: no colour-space word.
+	old := amProfile(27)
+	old.DisplayWidth, old.DisplayHeight = 10, 20
+	d27, _ := newFaultDevice(t, old)
+	if raw, _, _ := amSh(t, d27, "screencap"); len(raw) != 12+10*20*4 {
+		t.Errorf("API 27 raw length %d", len(raw))
+	}
+}
+
+func TestAppCrashFirstSilentThenKeepsStopping(t *testing.T) {
+	d, clk := newFaultDevice(t, crashProfile(1500, ""))
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	clk.Advance(1499 * time.Millisecond)
+	if o, _, _ := amSh(t, d, "pidof "+amPkg); strings.TrimSpace(o) != "1500" {
+		t.Fatalf("process gone before afterMillis: %q", o)
+	}
+	clk.Advance(time.Millisecond)
+	if o, _, code := amSh(t, d, "pidof "+amPkg); code == 0 {
+		t.Fatalf("process alive after the crash: %q", o)
+	}
+	crash, _, _ := amSh(t, d, "logcat -d -b crash")
+	for _, want := range []string{
+		"1500  1500 E AndroidRuntime: FATAL EXCEPTION: main\n",
+		"1500  1500 E AndroidRuntime: Process: " + amPkg + ", PID: 1500\n",
+		"1500  1500 E AndroidRuntime: java.lang.IllegalStateException: boom\n",
+		"1500  1500 E AndroidRuntime: \tat " + amPkg + ".HomeActivity$1.run(HomeActivity.java:42)\n",
+	} {
+		if !strings.Contains(crash, want) {
+			t.Errorf("crash buffer lacks %q:\n%s", want, crash)
+		}
+	}
+	if main, _, _ := amSh(t, d, "logcat -d -b main,system"); strings.Contains(main, "FATAL") ||
+		!strings.Contains(main, "W ActivityTaskManager:   Force finishing activity "+amPkg+"/.HomeActivity") ||
+		!strings.Contains(main, "I Process : Sending signal. PID: 1500 SIG: 9") ||
+		!strings.Contains(main, "I ActivityManager: Process "+amPkg+" (pid 1500) has died: fg  TOP") ||
+		strings.Contains(main, "Showing crash dialog") {
+		t.Errorf("main/system around a first crash:\n%s", main)
+	}
+	if w, _, _ := amSh(t, d, "dumpsys window windows"); strings.Contains(w, "Application Error") {
+		t.Error("a first crash showed a dialog (show_first_crash_dialog is 0)")
+	}
+	drop, _, _ := amSh(t, d, "dumpsys dropbox --print data_app_crash")
+	for _, want := range []string{"Drop box contents: 1 entries\n", "Searching for: data_app_crash\n", "\n========================================\n2026-11-21 08:00:01 data_app_crash (text, ",
+		"\nProcess: " + amPkg + "\nPID: 1500\n", "Package: " + amPkg + " v3 (1.2)\n", "\n\njava.lang.IllegalStateException: boom\n\tat "} {
+		if !strings.Contains(drop, want) {
+			t.Errorf("dropbox lacks %q:\n%s", want, drop)
+		}
+	}
+	// The user opens the app again within 60 s: "keeps stopping".
+	clk.Advance(10 * time.Second)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	clk.Advance(1500 * time.Millisecond)
+	w, _, _ := amSh(t, d, "dumpsys window displays")
+	if !regexp.MustCompile(`mCurrentFocus=Window\{[0-9a-f]+ u0 Application Error: ` + regexp.QuoteMeta(amPkg) + `\}`).MatchString(w) {
+		t.Errorf("no focused crash dialog:\n%s", w)
+	}
+	pid, _, code := amSh(t, d, "pidof "+amPkg)
+	if code != 0 {
+		t.Fatal("the process died while its crash dialog shows")
+	}
+	pkg, _, root := d.Foreground()
+	if pkg != "android" || root == nil {
+		t.Fatalf("foreground %q", pkg)
+	}
+	title := findByID(root, "android:id/alertTitle")
+	closeBtn := findByID(root, "android:id/aerr_close")
+	if title == nil || title.Text != amPkg+" keeps stopping" || closeBtn == nil || closeBtn.Text != "Close app" || findByID(root, "android:id/aerr_app_info") == nil {
+		t.Fatalf("dialog hierarchy %+v", root)
+	}
+	if sys, _, _ := amSh(t, d, "logcat -d -b system"); !strings.Contains(sys, "I ActivityManager: Showing crash dialog for package "+amPkg+" u0") {
+		t.Errorf("no Showing crash dialog line:\n%s", sys)
+	}
+	if err := d.Click(closeBtn); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, code := amSh(t, d, "pidof "+amPkg); code == 0 {
+		t.Error("Close app left the process alive")
+	}
+	if sys, _, _ := amSh(t, d, "logcat -d -b system -t 3"); !strings.Contains(sys, "Killing "+strings.TrimSpace(pid)+":"+amPkg+"/u0a") || !strings.Contains(sys, "(adj 900): crash") {
+		t.Errorf("no kill line:\n%s", sys)
+	}
+	if w, _, _ := amSh(t, d, "dumpsys window windows"); strings.Contains(w, "Application Error") {
+		t.Error("dialog still listed after Close app")
+	}
+}
+
+func TestAppCrashTooManyTimesAndFirstCrashDialogSetting(t *testing.T) {
+	d, clk := newFaultDevice(t, crashProfile(0, ""))
+	amSh(t, d, "settings put global show_first_crash_dialog 1")
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	if w, _, _ := amSh(t, d, "dumpsys window displays"); !strings.Contains(w, "u0 Application Error: "+amPkg+"}") {
+		t.Fatalf("show_first_crash_dialog=1 showed no dialog:\n%s", w)
+	}
+	_, _, root := d.Foreground()
+	if tt := findByID(root, "android:id/alertTitle"); tt == nil || tt.Text != amPkg+" has stopped" {
+		t.Fatalf("title %+v", tt)
+	}
+	// Back cancels the crash dialog (force quit).
+	amSh(t, d, "input keyevent 4")
+	if _, _, code := amSh(t, d, "pidof "+amPkg); code == 0 {
+		t.Fatal("back left the crashed process")
+	}
+	clk.Advance(time.Second)
+	// A background start (not from the foreground user) keeps the crash count:
+	// model it by crashing the same process again within 60 s without a restart.
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	d.mu.Lock()
+	d.faults.crashTimes[amPkg] = clk.Now().Add(-time.Second) // as if not reset
+	d.faults.pending = append(d.faults.pending, pendingFault{at: clk.Now(), kind: faultCrash, pkg: amPkg, pid: d.am.procs[amPkg].pid, cls: amPkg + ".HomeActivity"})
+	d.mu.Unlock()
+	d.advance()
+	sys, _, _ := amSh(t, d, "logcat -d -b system")
+	if !strings.Contains(sys, "W ActivityManager: Process "+amPkg+" has crashed too many times: killing!") {
+		t.Errorf("no crashed-too-many-times line:\n%s", sys)
+	}
+}
+
+func TestAppNotRespondingDialogWaitAndClose(t *testing.T) {
+	p := amProfile(34)
+	p.Faults.AppNotResponding = &AppANRFault{Package: amPkg, AfterMillis: 1000}
+	d, clk := newFaultDevice(t, p)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	clk.Advance(5999 * time.Millisecond)
+	if w, _, _ := amSh(t, d, "dumpsys window displays"); strings.Contains(w, "Not Responding") {
+		t.Fatal("ANR before the input timeout")
+	}
+	clk.Advance(time.Millisecond)
+	w, _, _ := amSh(t, d, "dumpsys window windows")
+	if !regexp.MustCompile(`Window #\d+ Window\{[0-9a-f]+ u0 Application Not Responding: `+regexp.QuoteMeta(amPkg)+`\}:`).MatchString(w) ||
+		!strings.Contains(w, "package=android appop=NONE") {
+		t.Fatalf("no ANR window:\n%s", w)
+	}
+	sys, _, _ := amSh(t, d, "logcat -d -b system")
+	for _, want := range []string{"E ActivityManager: ANR in " + amPkg + " (" + amPkg + "/.HomeActivity)\n", "E ActivityManager: PID: 1500\n", "E ActivityManager: Reason: Input dispatching timed out ("} {
+		if !strings.Contains(sys, want) {
+			t.Errorf("system lacks %q:\n%s", want, sys)
+		}
+	}
+	drop, _, _ := amSh(t, d, "dumpsys dropbox --print data_app_anr")
+	if !strings.Contains(drop, " data_app_anr (text, ") || !strings.Contains(drop, "Subject: Input dispatching timed out") || !strings.Contains(drop, "----- pid 1500 at ") {
+		t.Errorf("dropbox anr:\n%s", drop)
+	}
+	d.mu.Lock()
+	names := d.fs.children("/data/anr")
+	d.mu.Unlock()
+	if len(names) != 1 || !regexp.MustCompile(`^anr_2026-11-21-08-00-06-000$`).MatchString(names[0]) {
+		t.Errorf("/data/anr: %v", names)
+	}
+	if o, e, _ := amSh(t, d, "cat /data/anr/"+names[0]); o != "" || !strings.Contains(e, "Permission denied") {
+		t.Errorf("shell reads the ANR trace: %q %q", o, e)
+	}
+	_, _, root := d.Foreground()
+	if tt := findByID(root, "android:id/alertTitle"); tt == nil || tt.Text != amPkg+" isn't responding" {
+		t.Fatalf("title %+v", tt)
+	}
+	// Not cancelable: back does nothing; Wait dismisses, the app lives on.
+	amSh(t, d, "input keyevent KEYCODE_BACK")
+	if pkg, _, _ := d.Foreground(); pkg != "android" {
+		t.Fatal("back dismissed the ANR dialog")
+	}
+	wait := findByID(root, "android:id/aerr_wait")
+	cx, cy := (wait.Bounds[0]+wait.Bounds[2])/2, (wait.Bounds[1]+wait.Bounds[3])/2
+	amSh(t, d, "input tap "+itoa(cx)+" "+itoa(cy))
+	if pkg, _, _ := d.Foreground(); pkg != amPkg {
+		t.Fatalf("after Wait the foreground is %q", pkg)
+	}
+	if _, _, code := amSh(t, d, "pidof "+amPkg); code != 0 {
+		t.Fatal("Wait killed the app")
+	}
+}
+
+func TestSystemUIANRDialogOverHealthyApp(t *testing.T) {
+	p := amProfile(34)
+	p.Faults.SystemUINotResponding = &SystemUIANRFault{AfterMillis: 2000}
+	d, clk := newFaultDevice(t, p)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	clk.Advance(2 * time.Second)
+	w, _, _ := amSh(t, d, "dumpsys window displays")
+	if !strings.Contains(w, "u0 Application Not Responding: com.android.systemui}") || !strings.Contains(w, "mFocusedApp=ActivityRecord{") || !strings.Contains(w, amPkg+"/.HomeActivity") {
+		t.Fatalf("no SystemUI ANR over the app:\n%s", w)
+	}
+	_, _, root := d.Foreground()
+	if tt := findByID(root, "android:id/alertTitle"); tt == nil || tt.Text != "System UI isn't responding" {
+		t.Fatalf("title %+v", tt)
+	}
+	oldPid, _, _ := amSh(t, d, "pidof com.android.systemui")
+	closeBtn := findByID(root, "android:id/aerr_close")
+	if err := d.Click(closeBtn); err != nil {
+		t.Fatal(err)
+	}
+	if pkg, _, _ := d.Foreground(); pkg != amPkg {
+		t.Fatalf("after Close app the foreground is %q", pkg)
+	}
+	newPid, _, _ := amSh(t, d, "pidof com.android.systemui")
+	if strings.TrimSpace(newPid) == "" || newPid == oldPid {
+		t.Errorf("SystemUI not restarted: %q -> %q", oldPid, newPid)
+	}
+	if _, _, code := amSh(t, d, "pidof "+amPkg); code != 0 {
+		t.Error("closing SystemUI killed the app")
+	}
+	// On demand (what a test of the node work uses).
+	d.ShowSystemUIANR()
+	if pkg, _, _ := d.Foreground(); pkg != "android" {
+		t.Fatal("ShowSystemUIANR showed nothing")
+	}
+	drop, _, _ := amSh(t, d, "dumpsys dropbox system_app_anr")
+	if !strings.Contains(drop, "Drop box contents: 2 entries") || strings.Count(drop, " system_app_anr (text, ") != 2 {
+		t.Errorf("dropbox:\n%s", drop)
+	}
+}
+
+func TestFaultProfileValidation(t *testing.T) {
+	for _, f := range []Faults{
+		{AppCrash: &AppCrashFault{Package: "nodots"}},
+		{AppCrash: &AppCrashFault{Package: amPkg, Exception: "not a class"}},
+		{AppCrash: &AppCrashFault{Package: amPkg, Message: "two\nlines"}},
+		{AppCrash: &AppCrashFault{Package: amPkg, AfterMillis: -1}},
+		{AppNotResponding: &AppANRFault{Package: amPkg, AfterMillis: maxFaultDelayMillis + 1}},
+		{SystemUINotResponding: &SystemUIANRFault{AfterMillis: -5}},
+	} {
+		p := amProfile(34)
+		p.Faults = f
+		if _, err := New(p, Options{}); err == nil {
+			t.Errorf("accepted %+v", f)
+		}
+	}
+}
+
+func findByID(e *Element, id string) *Element {
+	if e == nil {
+		return nil
+	}
+	if e.ResourceID == id {
+		return e
+	}
+	for _, c := range e.Children {
+		if f := findByID(c, id); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// BenchmarkScreencap measures one 1080x2400 screen as PNG and raw.
+func BenchmarkScreencap(b *testing.B) {
+	d, err := New(amProfile(34), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var o bytes.Buffer
+	d.Shell(context.Background(), "am start -n "+amPkg+"/.HomeActivity", nil, &o, &o)
+	b.Run("png", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := d.ScreenshotPNG(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		for b.Loop() {
+			_ = screencapRaw(d.Screenshot(), 34)
+		}
+	})
+}
