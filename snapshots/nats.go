@@ -22,6 +22,15 @@ import (
 // plus the relay's backoff); 10 minutes.
 const DuplicateWindow = 10 * time.Minute
 
+// Default limits of the AGENT_EVENTS stream (the daemon's --retention and
+// --stream-max-bytes): messages older than DefaultStreamMaxAge, or the
+// oldest beyond DefaultStreamMaxBytes, are discarded (DiscardOld). The store
+// stays the source of truth; the stream is a window on it.
+const (
+	DefaultStreamMaxAge   = 720 * time.Hour
+	DefaultStreamMaxBytes = int64(512) << 20 // 512 MiB: half the embedded server's JetStream store (EmbeddedNATSOptions.MaxStore)
+)
+
 // StreamConfig is the AGENT_EVENTS stream for a single server (the embedded
 // one): StreamConfigFor(1).
 func StreamConfig() jetstream.StreamConfig { return StreamConfigFor(1) }
@@ -32,15 +41,38 @@ func StreamConfig() jetstream.StreamConfig { return StreamConfigFor(1) }
 // a majority (2 of 3) stored it in the stream's raft log, so it survives the
 // loss of any one node; whether it also survives a power loss depends on the
 // servers' fsync (`jetstream { sync_interval: always }`, nats-server 2.10+;
-// see docs/decisions.md). replicas < 1 counts as 1.
+// see docs/decisions.md). replicas < 1 counts as 1. Its limits are the
+// defaults (DefaultStreamMaxAge, DefaultStreamMaxBytes); see
+// StreamConfigLimited.
 func StreamConfigFor(replicas int) jetstream.StreamConfig {
+	return StreamConfigLimited(replicas, DefaultStreamMaxAge, DefaultStreamMaxBytes)
+}
+
+// StreamConfigLimited is StreamConfigFor with messages kept at most maxAge
+// (<= 0: no age limit) and the stream at most maxBytes bytes (<= 0: no size
+// limit), the oldest messages discarded first. A maxAge shorter than the
+// duplicate window shortens the window to it (JetStream refuses a window
+// longer than MaxAge).
+func StreamConfigLimited(replicas int, maxAge time.Duration, maxBytes int64) jetstream.StreamConfig {
+	dup := DuplicateWindow
+	if maxAge <= 0 {
+		maxAge = 0
+	} else if maxAge < dup {
+		dup = maxAge
+	}
+	if maxBytes <= 0 {
+		maxBytes = -1
+	}
 	return jetstream.StreamConfig{
+		MaxAge:      maxAge,
+		MaxBytes:    maxBytes,
+		Discard:     jetstream.DiscardOld,
 		Name:        StreamName,
 		Description: "ScreenGraph run events, published by the agent's outbox relay",
 		Subjects:    []string{SubjectPrefix + ".>"},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
-		Duplicates:  DuplicateWindow,
+		Duplicates:  dup,
 		Replicas:    max(replicas, 1),
 	}
 }
@@ -69,7 +101,18 @@ var _ agent.Publisher = (*JetStreamPublisher)(nil)
 // PublisherOption configures NewJetStreamPublisher.
 type PublisherOption func(*publisherOptions)
 
-type publisherOptions struct{ replicas int }
+type publisherOptions struct {
+	replicas int
+	maxAge   time.Duration
+	maxBytes int64
+}
+
+// WithStreamLimits sets the AGENT_EVENTS stream's MaxAge and MaxBytes (see
+// StreamConfigLimited; default DefaultStreamMaxAge and
+// DefaultStreamMaxBytes). An existing stream is updated to them.
+func WithStreamLimits(maxAge time.Duration, maxBytes int64) PublisherOption {
+	return func(o *publisherOptions) { o.maxAge, o.maxBytes = maxAge, maxBytes }
+}
 
 // WithReplicas sets the AGENT_EVENTS stream's replicas (default 1, the
 // embedded server; 3 on a 3-node cluster, the daemon's --nats-replicas). An
@@ -81,7 +124,7 @@ func WithReplicas(n int) PublisherOption { return func(o *publisherOptions) { o.
 // (StreamConfigFor the WithReplicas option, default 1) and returns a
 // publisher over it.
 func NewJetStreamPublisher(ctx context.Context, nc *nats.Conn, opts ...PublisherOption) (*JetStreamPublisher, error) {
-	o := publisherOptions{replicas: 1}
+	o := publisherOptions{replicas: 1, maxAge: DefaultStreamMaxAge, maxBytes: DefaultStreamMaxBytes}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -89,7 +132,7 @@ func NewJetStreamPublisher(ctx context.Context, nc *nats.Conn, opts ...Publisher
 	if err != nil {
 		return nil, err
 	}
-	if _, err := EnsureStream(ctx, js, StreamConfigFor(o.replicas)); err != nil {
+	if _, err := EnsureStream(ctx, js, StreamConfigLimited(o.replicas, o.maxAge, o.maxBytes)); err != nil {
 		return nil, err
 	}
 	return &JetStreamPublisher{js: js}, nil
