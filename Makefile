@@ -18,9 +18,14 @@ build:
 demo: setup build
 	@tools/demo.sh
 
+# The race detector on the core packages (agent/..., snapshots/..., device/...);
+# the simulator-, Appium- and binary-heavy rest without it (-race would
+# multiply their time).
+RACE_PKGS = ./agent/... ./snapshots/... ./device/...
 test: setup
 	go vet ./...
-	go test -count=1 -timeout 20m ./...
+	go test -count=1 -race -timeout 20m $(RACE_PKGS)
+	go test -count=1 -timeout 20m $$(go list ./... | grep -v -E "^$$(go list -m)/(agent|snapshots|device)(/|$$)")
 	$(MAKE) fuzz
 
 # Every go test -fuzz target, briefly.

@@ -382,12 +382,20 @@ func (s *Service) launch(r agent.Run, lease *agent.Lease, since time.Time) {
 func (s *Service) execute(ctx context.Context, a *activeRun) {
 	defer s.wg.Done()
 	defer a.stop()
+	// The heartbeat replaces a.lease (under s.mu) as it renews it; this
+	// goroutine reads its own copy, whose serial and fencing token a renewal
+	// never changes.
+	var lease *agent.Lease
+	if a.lease != nil {
+		l := *a.lease
+		lease = &l
+	}
 	lost := make(chan struct{})
 	hbDone := make(chan struct{})
-	if a.lease != nil {
+	if lease != nil {
 		go func() {
 			defer close(hbDone)
-			heartbeat(ctx, s.cfg.Leases, *a.lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat,
+			heartbeat(ctx, s.cfg.Leases, *lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat,
 				func(l agent.Lease) {
 					s.mu.Lock()
 					a.lease = &l
@@ -403,9 +411,9 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 		close(hbDone)
 	}
 	runCtx := ctx
-	if a.lease != nil {
+	if lease != nil {
 		// Every step the engine commits is fenced by the lease's token.
-		runCtx = agent.WithFence(ctx, agent.Fence{Serial: a.lease.Serial, Token: a.lease.FencingToken})
+		runCtx = agent.WithFence(ctx, agent.Fence{Serial: lease.Serial, Token: lease.FencingToken})
 	}
 	status, err := s.cfg.Runner.Run(runCtx, a.run.RunID)
 	a.stop()
@@ -423,7 +431,7 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	if err == nil && status == agent.RunFailed {
 		failure = s.failureID(a.run.RunID)
 	}
-	if a.lease != nil && !errors.Is(err, agent.ErrLeaseLost) {
+	if lease != nil && !errors.Is(err, agent.ErrLeaseLost) {
 		reason := agent.LeaseFinished
 		switch {
 		case err != nil && shutdown:
@@ -438,13 +446,13 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 		}
 		// The run's context is done; the release must still happen.
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := s.cfg.Leases.ReleaseLease(rctx, a.lease.Serial, a.lease.FencingToken, reason); err != nil {
-			s.logf("run %s: release lease %d: %v", a.run.RunID, a.lease.FencingToken, err)
+		if err := s.cfg.Leases.ReleaseLease(rctx, lease.Serial, lease.FencingToken, reason); err != nil {
+			s.logf("run %s: release lease %d: %v", a.run.RunID, lease.FencingToken, err)
 		}
 		cancel()
 	}
-	if err == nil && a.lease != nil {
-		s.recordHealth(a.lease.Serial, deviceFailures[failure])
+	if err == nil && lease != nil {
+		s.recordHealth(lease.Serial, deviceFailures[failure])
 	}
 	s.mu.Lock()
 	delete(s.active, a.run.RunID)

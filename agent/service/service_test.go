@@ -587,3 +587,42 @@ func TestSubmitInvalidStoresNothing(t *testing.T) {
 		t.Errorf("refused submissions stored %d runs (%v)", len(runs), err)
 	}
 }
+
+// TestHeartbeatRenewsWhileRunRuns: the heartbeat renews the lease while the
+// run runs and the run's end releases it as finished. Under the race
+// detector (make test) it guards the lease the heartbeat replaces (under the
+// service's lock) against reads by the run's goroutine without it: the
+// runner here shares no lock with the heartbeat, so nothing orders such a
+// read before the heartbeat's write.
+func TestHeartbeatRenewsWhileRunRuns(t *testing.T) {
+	f := newFixture(t)
+	gate := make(chan struct{})
+	svc := f.newService("serve:test:1", func(c *service.Config) {
+		c.LeaseTTL = 2 * time.Second
+		c.Heartbeat = 5 * time.Millisecond
+	})
+	// The runner synchronizes with nothing until the gate opens (telling
+	// the test it started, or even asking ctx.Done(), which the heartbeat
+	// asks too, would order its goroutine before the heartbeat's write): the
+	// test waits on the store.
+	svc.SetRunner(service.RunnerFunc(func(_ context.Context, runID string) (agent.RunStatus, error) {
+		<-gate
+		err := f.store.SetStatus(context.Background(), runID, []agent.RunStatus{agent.RunPending}, agent.RunFinished)
+		return agent.RunFinished, err
+	}))
+	start(t, svc)
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the service's shutdown (cleanups run last first)
+	submit(t, svc, "dev-a")
+	ctx := context.Background()
+	waitFor(t, "two renewals", func() bool {
+		act, err := f.store.ActiveLeases(ctx)
+		return err == nil && len(act) == 1 && act[0].RenewedAt.Sub(act[0].AcquiredAt) >= 10*time.Millisecond
+	})
+	open()
+	waitFor(t, "the lease's release", func() bool {
+		h := f.history("dev-a")
+		return len(h) == 1 && h[0].ReleasedAt != nil && h[0].ReleaseReason == agent.LeaseFinished
+	})
+}
