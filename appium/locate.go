@@ -189,9 +189,18 @@ func repoRootFrom(getwd func() (string, error)) string {
 	}
 }
 
-// Version runs `appium --version` (with the installation's APPIUM_HOME) and
-// returns what it prints, e.g. "3.8.0". Errors: process_error.
+// Version is the Appium version of the installation, e.g. "3.8.0": from the
+// appium package.json beside the binary's target (node_modules/.bin/appium ->
+// ../appium/index.js), else what `appium --version` prints (node starts in
+// seconds on a busy host). Errors: process_error.
 func (in Installation) Version(ctx context.Context) (string, error) {
+	if target, err := filepath.EvalSymlinks(in.Bin); err == nil {
+		for dir, i := filepath.Dir(target), 0; i < 3; dir, i = filepath.Dir(dir), i+1 {
+			if v, err := packageVersion(filepath.Join(dir, "package.json"), "appium"); err == nil {
+				return v, nil
+			}
+		}
+	}
 	cmd := exec.CommandContext(ctx, in.Bin, "--version")
 	if in.Home != "" {
 		cmd.Env = withEnv(os.Environ(), "APPIUM_HOME", in.Home)
@@ -202,6 +211,25 @@ func (in Installation) Version(ctx context.Context) (string, error) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
+// packageVersion is the version of package.json at p when its name is name.
+func packageVersion(p, name string) (string, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", err
+	}
+	var pkg struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		return "", err
+	}
+	if pkg.Name != name || pkg.Version == "" {
+		return "", fmt.Errorf("%s: not the %s package", p, name)
+	}
+	return pkg.Version, nil
 }
 
 // DriverVersion is the version of an installed Appium driver package (e.g.
@@ -217,15 +245,5 @@ func (in Installation) DriverVersion(pkg string) (string, error) {
 		}
 		home = filepath.Join(h, ".appium")
 	}
-	b, err := os.ReadFile(filepath.Join(home, "node_modules", pkg, "package.json"))
-	if err != nil {
-		return "", err
-	}
-	var p struct {
-		Version string `json:"version"`
-	}
-	if err := json.Unmarshal(b, &p); err != nil || p.Version == "" {
-		return "", fmt.Errorf("%s: no version in its package.json", pkg)
-	}
-	return p.Version, nil
+	return packageVersion(filepath.Join(home, "node_modules", pkg, "package.json"), pkg)
 }

@@ -44,6 +44,7 @@ type cli struct {
 	// Installation (version.go, setup.go).
 	Version versionCmd `cmd:"" help:"Print the version, commit, build date and Go version, and those of the adb server, Appium and the uiautomator2 driver found."`
 	Setup   setupCmd   `cmd:"" help:"Install what the agent drives: setup appium."`
+	Doctor  doctorCmd  `cmd:"" help:"Check what this host needs (adb server, devices, Appium and its driver, SDK, emulator, KVM, data dir, ports; Postgres, clock skew and NATS in fleet mode): ok/warn/fail lines with fixes; exit 1 on a fail. Takes serve's flags and config."`
 }
 
 type emulatorCmd struct {

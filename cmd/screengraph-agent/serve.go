@@ -313,6 +313,10 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	srv := httpapi.NewServer(api, httpapi.DefaultLimits)
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
+	// systemd (Type=notify): ready once the API listens and runs resume.
+	if err := notifySystemd("READY=1"); err != nil {
+		log.Warn().Err(err).Msg("sd_notify READY=1")
+	}
 	log.Info().Str("http", "http://"+ln.Addr().String()).Str("nats", agent.RedactString(h.NATSClientURL)).
 		Str("data_dir", cfg.DataDir).Str("holder", svc.Holder()).Msg("serving")
 	select {
