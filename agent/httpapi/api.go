@@ -66,7 +66,7 @@ func Routes() []Route {
 		{"GET", "/v1/runs/{id}/events"}, {"GET", "/v1/runs/{id}/steps/{n}"},
 		{"POST", "/v1/runs/{id}/cancel"}, {"POST", "/v1/runs/{id}/pause"}, {"POST", "/v1/runs/{id}/resume"},
 		{"POST", "/v1/runs/{id}/policy"},
-		{"GET", "/v1/devices"}, {"GET", "/v1/leases"},
+		{"GET", "/v1/devices"}, {"GET", "/v1/leases"}, {"GET", "/v1/outbox/parked"},
 		{"GET", "/healthz"}, {"GET", "/readyz"}, {"GET", "/metrics"}, {"GET", "/v1/openapi.json"},
 	}
 }
@@ -96,6 +96,7 @@ func New(cfg Config) http.Handler {
 		"POST /v1/runs/{id}/policy":   a.control(agent.KindPolicySwitchRequested),
 		"GET /v1/devices":             a.devices,
 		"GET /v1/leases":              a.leases,
+		"GET /v1/outbox/parked":       a.parked,
 		"GET /healthz":                func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]any{"status": "ok"}) },
 		"GET /readyz":                 a.ready,
 		"GET /v1/openapi.json": func(w http.ResponseWriter, r *http.Request) {
@@ -569,6 +570,27 @@ func (a *api) leases(w http.ResponseWriter, r *http.Request) {
 	}
 	ls = a.scopeLeases(r.Context(), ls)
 	writeJSON(w, 200, map[string]any{"leases": ls})
+}
+
+// MaxParkedListed bounds GET /v1/outbox/parked's limit.
+const MaxParkedListed = 1000
+
+func (a *api) parked(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > MaxParkedListed {
+			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "limit: %q is not a count from 1 to %d", l, MaxParkedListed))
+			return
+		}
+		limit = n
+	}
+	ps, err := a.cfg.Service.ParkedEvents(r.Context(), limit)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"parked": ps})
 }
 
 func (a *api) ready(w http.ResponseWriter, r *http.Request) {

@@ -28,7 +28,7 @@ import (
 var openRoutes = map[string]bool{"GET /healthz": true, "GET /readyz": true, "GET /v1/openapi.json": true}
 
 // adminRoutes need an admin token: /metrics aggregates every tenant.
-var adminRoutes = map[string]bool{"GET /metrics": true}
+var adminRoutes = map[string]bool{"GET /metrics": true, "GET /v1/outbox/parked": true}
 
 // auth decides whether tokens are enforced. Once the store has a token it
 // stays on (HasTokens counts revoked tokens), so the answer is cached then.

@@ -2,6 +2,8 @@ package httpapi_test
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 )
 
@@ -192,5 +195,37 @@ func TestWrongMethodIs405(t *testing.T) {
 	}
 	if st, _ := e.do("GET", "/v1/nothing", ""); st != 404 {
 		t.Errorf("GET /v1/nothing: %d, want 404", st)
+	}
+}
+
+// Parked outbox rows are listed for the admin (no tokens configured: the
+// local caller is the admin; tenant tokens get 403, auth_test's admin routes).
+func TestParkedOutboxListed(t *testing.T) {
+	e := newEnv(t)
+	id := e.submit(`{"serial":"dev-a"}`)
+	close(e.node.gate(id))
+	e.waitStatus(id, agent.RunFinished)
+	ctx := context.Background()
+	evs, err := e.store.Events(ctx, id, 0)
+	if err != nil || len(evs) == 0 {
+		t.Fatal(evs, err)
+	}
+	if err := e.store.ParkOutbox(ctx, id, evs[0].Sequence, "message of 1258291 bytes is over the NATS server's max_payload of 1048576 bytes"); err != nil {
+		t.Fatal(err)
+	}
+	st, b := e.do("GET", "/v1/outbox/parked", "")
+	var got struct{ Parked []agent.ParkedEvent }
+	if st != 200 || json.Unmarshal([]byte(b), &got) != nil {
+		t.Fatalf("GET /v1/outbox/parked: %d %s", st, b)
+	}
+	// The relay did not run in this env: every row is unpublished, only
+	// the parked one is listed.
+	if len(got.Parked) != 1 || got.Parked[0].EventID != evs[0].EventID || !strings.Contains(got.Parked[0].Reason, "max_payload") || got.Parked[0].Bytes == 0 {
+		t.Fatalf("parked %+v, want event %s", got.Parked, evs[0].EventID)
+	}
+	for _, l := range []string{"0", "1001", "x"} {
+		if st, b := e.do("GET", "/v1/outbox/parked?limit="+l, ""); st != 400 || !strings.Contains(b, "limit:") {
+			t.Errorf("limit=%s: %d %s", l, st, b)
+		}
 	}
 }

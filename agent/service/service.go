@@ -627,6 +627,17 @@ func FollowStore(ctx context.Context, st agent.Store, runID string, after int64,
 	}
 }
 
+// ParkedEvents lists the outbox rows the relay parked (newest first, at most
+// limit): events that can never be published. Empty when the store does not
+// park (agent.ParkedLister).
+func (s *Service) ParkedEvents(ctx context.Context, limit int) ([]agent.ParkedEvent, error) {
+	pl, ok := s.store.Store.(agent.ParkedLister)
+	if !ok {
+		return []agent.ParkedEvent{}, nil
+	}
+	return pl.ParkedEvents(ctx, limit)
+}
+
 // Step returns the state snapshot of step n.
 func (s *Service) Step(ctx context.Context, runID string, n int) (agent.Snapshot, error) {
 	if _, err := s.store.GetRun(ctx, runID); err != nil {

@@ -65,6 +65,8 @@ type hostConfig struct {
 type hostStore interface {
 	agent.Store
 	agent.Leases
+	agent.ParkedLister
+	snapshots.OutboxCounter
 }
 
 // host holds the running pieces; Close stops them in reverse order, after the

@@ -87,9 +87,27 @@ func relayMetrics(r *snapshots.Relay) []prometheus.Collector {
 			func(s snapshots.RelayStats) int64 { return s.Published }),
 		counter("screengraph_relay_failures_total", "Relay publishing attempts that stopped on an error (each followed by a back-off).",
 			func(s snapshots.RelayStats) int64 { return s.Failures }),
+		counter("screengraph_relay_parked_total", "Outbox rows the relay parked instead of publishing: their message can never be published (over the NATS server's max_payload); listed by GET /v1/outbox/parked.",
+			func(s snapshots.RelayStats) int64 { return s.Parked }),
 		counter("screengraph_relay_pass_by_pass_total", "Times the streaming relay found other publishers on the stream and published pass by pass for 30 s.",
 			func(s snapshots.RelayStats) int64 { return s.PassByPass }),
 	}
+}
+
+// outboxMetrics: parked outbox rows in the store, counted at scrape time
+// with one query (every daemon of a fleet reports the shared count).
+func outboxMetrics(s snapshots.OutboxCounter) []prometheus.Collector {
+	return []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "screengraph_outbox_parked_events",
+		Help: "Outbox rows parked because they can never be published (GET /v1/outbox/parked lists them)."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, n, err := s.OutboxCounts(ctx)
+			if err != nil {
+				return -1
+			}
+			return float64(n)
+		})}
 }
 
 func (c *serveCmd) load() (daemonConfig, error) {
@@ -273,9 +291,10 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(relayMetrics(h.relay)...)
+	reg.MustRegister(outboxMetrics(h.store)...)
 	if err := svc.RegisterMetrics(reg, func(ctx context.Context) (int, error) {
-		rows, err := h.store.Unpublished(ctx, 100000)
-		return len(rows), err
+		n, _, err := h.store.OutboxCounts(ctx)
+		return int(n), err
 	}); err != nil {
 		return c.fail(err)
 	}
@@ -290,6 +309,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 				_, err := h.adb.ServerVersion(ctx)
 				return err
 			},
+			"outbox": (&snapshots.OutboxWatch{Counter: h.store, Relay: h.relay}).Check,
 			"nats": func(ctx context.Context) error {
 				if !h.nc.IsConnected() {
 					return errors.New("not connected to " + agent.RedactString(h.NATSClientURL))
