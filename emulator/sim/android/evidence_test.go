@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"image/png"
 	"regexp"
 	"strings"
@@ -478,4 +479,45 @@ func BenchmarkScreencap(b *testing.B) {
 			_ = screencapRaw(d.Screenshot(), 34)
 		}
 	})
+}
+
+// TestBackgroundANRKillsSilently: an app that stops responding while not in
+// front gets no dialog; AM kills it ("bg anr") after logging the ANR.
+func TestBackgroundANRKillsSilently(t *testing.T) {
+	p := amProfile(34)
+	p.Faults.AppNotResponding = &AppANRFault{Package: amPkg, AfterMillis: 100}
+	d, clk := newFaultDevice(t, p)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	amSh(t, d, "input keyevent KEYCODE_HOME")
+	clk.Advance(6 * time.Second)
+	if w, _, _ := amSh(t, d, "dumpsys window windows"); strings.Contains(w, "Not Responding") {
+		t.Fatal("a background ANR showed a dialog")
+	}
+	sys, _, _ := amSh(t, d, "logcat -d -b system")
+	if !strings.Contains(sys, "E ActivityManager: ANR in "+amPkg+" (") || !strings.Contains(sys, "(adj 0): bg anr") {
+		t.Errorf("system log:\n%s", sys)
+	}
+	if _, _, code := amSh(t, d, "pidof "+amPkg); code == 0 {
+		t.Error("background ANR left the process alive")
+	}
+}
+
+// TestLogcatTimeFilters: -t 'MM-DD hh:mm:ss.mmm' and epoch seconds print the
+// entries from that time on and exit; a bad time is an error.
+func TestLogcatTimeFilters(t *testing.T) {
+	d, clk := newAMDevice(t, 34)
+	clk.Advance(time.Minute)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	since := clk.Now().Format("01-02 15:04:05.000")
+	out, _, code := amSh(t, d, "logcat -t '"+since+"' -b system")
+	if code != 0 || !strings.Contains(out, "START u0 {flg=0x10000000 cmp="+amPkg) || strings.Contains(out, "System now ready") {
+		t.Errorf("-t %s: %d\n%s", since, code, out)
+	}
+	epoch := fmt.Sprintf("%d.000", clk.Now().Unix())
+	if o, _, _ := amSh(t, d, "logcat -t "+epoch+" -b system"); o != out {
+		t.Errorf("-t %s:\n%s\nwant\n%s", epoch, o, out)
+	}
+	if _, e, code := amSh(t, d, "logcat -t yesterday"); code != 1 || !strings.Contains(e, "not in time format") {
+		t.Errorf("bad time: %d %q", code, e)
+	}
 }
