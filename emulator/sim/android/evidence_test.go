@@ -521,3 +521,24 @@ func TestLogcatTimeFilters(t *testing.T) {
 		t.Errorf("bad time: %d %q", code, e)
 	}
 }
+
+// TestSystemUIANRDismissedByKeys: the first key focuses the first button
+// (Close app), DPAD_DOWN moves to Wait, ENTER presses it.
+func TestSystemUIANRDismissedByKeys(t *testing.T) {
+	d, _ := newFaultDevice(t, amProfile(34))
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	d.ShowSystemUIANR()
+	pid, _, _ := amSh(t, d, "pidof com.android.systemui")
+	amSh(t, d, "input keyevent KEYCODE_ENTER") // leaves touch mode: focus on Close app
+	amSh(t, d, "input keyevent 20")            // DPAD_DOWN: Wait
+	if pkg, _, _ := d.Foreground(); pkg != "android" {
+		t.Fatal("focus keys dismissed the dialog")
+	}
+	amSh(t, d, "input keyevent 66")
+	if pkg, _, _ := d.Foreground(); pkg != amPkg {
+		t.Fatalf("ENTER on Wait: foreground %q", pkg)
+	}
+	if now, _, _ := amSh(t, d, "pidof com.android.systemui"); now != pid {
+		t.Errorf("Wait restarted SystemUI: %q -> %q", pid, now)
+	}
+}

@@ -123,6 +123,18 @@ type errDialog struct {
 	repeating bool // "keeps stopping"
 	winHash   string
 	shownAt   time.Time
+	// focus is the key-focused button (-1: touch mode, none).
+	focus int
+}
+
+type dialogButton struct{ id, text string }
+
+// buttons are the dialog's buttons, top first.
+func (e *errDialog) buttons() []dialogButton {
+	if e.kind == dialogANR {
+		return []dialogButton{{actClose, "Close app"}, {actWait, "Wait"}}
+	}
+	return []dialogButton{{actAppInfo, "App info"}, {actClose, "Close app"}}
 }
 
 // title is the window title dumpsys window shows (AppErrorDialog /
@@ -338,7 +350,7 @@ func (d *Device) crashLocked(f pendingFault) {
 	}
 	d.logAt(now.Add(7*time.Millisecond), bufSystem, pidSystemSrv, tidUIThread, 'I', "ActivityManager",
 		fmt.Sprintf("Showing crash dialog for package %s u0", f.pkg))
-	dl := &errDialog{kind: dialogCrash, proc: f.pkg, pid: p.pid, label: d.labelLocked(f.pkg), repeating: repeating, winHash: am.hash(), shownAt: now}
+	dl := &errDialog{kind: dialogCrash, proc: f.pkg, pid: p.pid, label: d.labelLocked(f.pkg), repeating: repeating, winHash: am.hash(), shownAt: now, focus: -1}
 	fs.dialogs = append(fs.dialogs, dl)
 	fs.pending = append(fs.pending, pendingFault{at: now.Add(crashDialogTimeout), kind: faultDialogTimeout, pkg: f.pkg, pid: p.pid})
 }
@@ -429,7 +441,7 @@ func (d *Device) anrLocked(f pendingFault) {
 		d.killProcessLocked(p, now.Add(30*time.Millisecond), "bg anr", false)
 		return
 	}
-	fs.dialogs = append(fs.dialogs, &errDialog{kind: dialogANR, proc: f.pkg, pid: p.pid, label: d.labelLocked(f.pkg), winHash: am.hash(), shownAt: now})
+	fs.dialogs = append(fs.dialogs, &errDialog{kind: dialogANR, proc: f.pkg, pid: p.pid, label: d.labelLocked(f.pkg), winHash: am.hash(), shownAt: now, focus: -1})
 }
 
 // anrTraces is the head of the ART SIGQUIT dump written to /data/anr and
@@ -555,6 +567,31 @@ func (d *Device) dialogActionLocked(dl *errDialog, action string, t time.Time) {
 	}
 }
 
+// dialogKeyLocked moves the dialog's key focus over its buttons and presses
+// the focused one. The first key leaves touch mode and focuses the first
+// button without pressing it (hence "KEYCODE_ENTER twice" to dismiss a
+// dialog from a script); DPAD_DOWN / TAB then move down, DPAD_UP up, ENTER
+// and DPAD_CENTER press.
+func (d *Device) dialogKeyLocked(dl *errDialog, code int) {
+	buttons := dl.buttons()
+	if dl.focus < 0 {
+		dl.focus = 0
+		return
+	}
+	switch code {
+	case keyDpadDown, keyTab:
+		if dl.focus < len(buttons)-1 {
+			dl.focus++
+		}
+	case keyDpadUp:
+		if dl.focus > 0 {
+			dl.focus--
+		}
+	case keyEnter, keyDpadCtr:
+		d.dialogActionLocked(dl, buttons[dl.focus].id, d.now())
+	}
+}
+
 func (d *Device) closeDialogLocked(dl *errDialog) {
 	kept := d.faults.dialogs[:0]
 	for _, x := range d.faults.dialogs {
@@ -585,10 +622,7 @@ func (d *Device) dialogRootLocked(dl *errDialog) *Element {
 	px := func(n int) int { return (n*dpi + 210) / 420 }
 	left, right := px(74), w-px(74)
 	rowH := px(147)
-	buttons := []struct{ id, text string }{{actAppInfo, "App info"}, {actClose, "Close app"}}
-	if dl.kind == dialogANR {
-		buttons = []struct{ id, text string }{{actClose, "Close app"}, {actWait, "Wait"}}
-	}
+	buttons := dl.buttons()
 	cardH := px(160) + rowH*len(buttons) + px(40)
 	top := (h - cardH) / 2
 	title := &Element{Class: "android.widget.TextView", ResourceID: "android:id/alertTitle", Text: dl.text(),

@@ -27,12 +27,19 @@ const (
 	keySleep     = 223
 	keyWakeup    = 224
 	keyAppSwitch = 187
+	keyDpadUp    = 19
+	keyDpadDown  = 20
+	keyDpadCtr   = 23
+	keyTab       = 61
+	keyEnter     = 66
 )
 
 var keyNames = map[string]int{
 	"KEYCODE_HOME": keyHome, "KEYCODE_BACK": keyBack, "KEYCODE_POWER": keyPower,
 	"KEYCODE_MENU": keyMenu, "KEYCODE_SLEEP": keySleep, "KEYCODE_WAKEUP": keyWakeup,
 	"KEYCODE_APP_SWITCH": keyAppSwitch,
+	"KEYCODE_DPAD_UP": keyDpadUp, "KEYCODE_DPAD_DOWN": keyDpadDown, "KEYCODE_DPAD_CENTER": keyDpadCtr,
+	"KEYCODE_TAB": keyTab, "KEYCODE_ENTER": keyEnter,
 }
 
 // keyCode is KeyEvent.keyCodeFromString as InputShellCommand uses it: a number,
@@ -147,13 +154,19 @@ func (d *Device) pressKey(code int) {
 	defer d.mu.Unlock()
 	d.advanceLocked()
 	am := d.am
-	if dl := d.topDialogLocked(); dl != nil && code == keyBack && am.awake && !am.keyguard {
-		// The crash dialog is cancelable (CANCEL = force quit); the ANR
-		// dialog is not (setCancelable(false)): back does nothing.
-		if dl.kind == dialogCrash {
-			d.dialogActionLocked(dl, actClose, d.now())
+	if dl := d.topDialogLocked(); dl != nil && am.awake && !am.keyguard {
+		switch code {
+		case keyBack:
+			// The crash dialog is cancelable (CANCEL = force quit); the ANR
+			// dialog is not (setCancelable(false)): back does nothing.
+			if dl.kind == dialogCrash {
+				d.dialogActionLocked(dl, actClose, d.now())
+			}
+			return
+		case keyDpadUp, keyDpadDown, keyTab, keyEnter, keyDpadCtr:
+			d.dialogKeyLocked(dl, code)
+			return
 		}
-		return
 	}
 	switch code {
 	case keyPower:
