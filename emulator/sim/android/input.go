@@ -38,7 +38,7 @@ var keyNames = map[string]int{
 	"KEYCODE_HOME": keyHome, "KEYCODE_BACK": keyBack, "KEYCODE_POWER": keyPower,
 	"KEYCODE_MENU": keyMenu, "KEYCODE_SLEEP": keySleep, "KEYCODE_WAKEUP": keyWakeup,
 	"KEYCODE_APP_SWITCH": keyAppSwitch,
-	"KEYCODE_DPAD_UP": keyDpadUp, "KEYCODE_DPAD_DOWN": keyDpadDown, "KEYCODE_DPAD_CENTER": keyDpadCtr,
+	"KEYCODE_DPAD_UP":    keyDpadUp, "KEYCODE_DPAD_DOWN": keyDpadDown, "KEYCODE_DPAD_CENTER": keyDpadCtr,
 	"KEYCODE_TAB": keyTab, "KEYCODE_ENTER": keyEnter,
 }
 
