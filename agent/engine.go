@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -24,10 +25,15 @@ func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d
 // agent.node.token_delta lines, agent.node.finished; sequences contiguous
 // from Store.LastSequence+1, checksummed) and the snapshot (stepOrdinal,
 // a fresh ULID resumeToken, RunState). Between steps, and before the
-// terminal transition, it honors control requests (Store.TakeControl) and
+// terminal transition, it honors control requests (Store.PendingControl) and
 // runs.status: cancel -> agent.run.canceled + CAS to CANCELED in one commit;
 // pause -> PAUSED until resume; policy switch -> later steps use the new
-// version. Never half-way through a node.
+// version. Never half-way through a node. A request is taken by the commit
+// it leads to (Step.Controls: the status change, or the next step's commit
+// for a policy switch), never before, and that commit's event names it
+// (AppliedControl): a daemon stop or crash in between leaves it pending, so
+// the resumed run honors it again. A terminal commit also requires that no
+// other request is pending (Step.NoOtherControl), so none is stranded.
 //
 // Retries are state-based (node-catalog.md): a failed attempt classified
 // retryable at the adapter boundary (Error.Retryable) whose errorId the
@@ -87,6 +93,9 @@ type runner struct {
 	pol   RetryPolicy
 	step  int   // last committed step ordinal, -1 before the first
 	seq   int64 // last committed event sequence
+	// held are the control requests read and applied in memory but not yet
+	// taken by a commit; the next successful commit takes them.
+	held []Control
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -180,16 +189,24 @@ func (r *runner) refresh(ctx context.Context) error {
 }
 
 // commit writes events (sequences from r.seq+1, in order) and an optional
-// snapshot with an optional CAS. It reports false, nil on a CAS conflict
-// (nothing written; r.run refreshed).
-func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, from []RunStatus, to RunStatus) (bool, error) {
+// snapshot with an optional CAS, taking the held control requests when ctrl
+// is set (its events name them: r.applied). A terminal transition also
+// requires that no other request is pending. It reports false, nil on a CAS
+// conflict or such a pending request (nothing written; r.run refreshed).
+func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, from []RunStatus, to RunStatus, ctrl bool) (bool, error) {
 	for i := range events {
 		if events[i].Sequence != r.seq+int64(i)+1 {
 			return false, fmt.Errorf("internal: event %d has sequence %d, want %d", i, events[i].Sequence, r.seq+int64(i)+1)
 		}
 	}
-	err := r.e.Store.CommitStep(ctx, Step{RunID: r.run.RunID, Events: events, Snapshot: snap, StatusFrom: from, StatusTo: to, Fence: FenceFrom(ctx)})
-	if errors.Is(err, ErrStatusConflict) {
+	st := Step{RunID: r.run.RunID, Events: events, Snapshot: snap, StatusFrom: from, StatusTo: to, Fence: FenceFrom(ctx), NoOtherControl: to.Terminal()}
+	if ctrl {
+		for _, c := range r.held {
+			st.Controls = append(st.Controls, c.ID)
+		}
+	}
+	err := r.e.Store.CommitStep(ctx, st)
+	if errors.Is(err, ErrStatusConflict) || errors.Is(err, ErrControlPending) {
 		return false, r.refresh(ctx)
 	}
 	if err != nil {
@@ -199,7 +216,35 @@ func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, fro
 	if to != "" {
 		r.run.Status = to
 	}
+	if ctrl {
+		r.held = nil
+	}
 	return true, nil
+}
+
+// applied lists the held requests for the event of the commit that takes them.
+func (r *runner) applied() []AppliedControl {
+	var out []AppliedControl
+	for _, c := range r.held {
+		out = append(out, AppliedControl{RequestID: c.ID, Kind: c.Kind, PolicyVersion: c.PolicyVersion})
+	}
+	return out
+}
+
+// readControl returns the run's pending requests not held yet and holds them.
+func (r *runner) readControl(ctx context.Context) ([]Control, error) {
+	pending, err := r.e.Store.PendingControl(ctx, r.run.RunID)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: pending control: %w", r.run.RunID, err)
+	}
+	var fresh []Control
+	for _, c := range pending {
+		if !slices.ContainsFunc(r.held, func(h Control) bool { return h.ID == c.ID }) {
+			fresh = append(fresh, c)
+		}
+	}
+	r.held = append(r.held, fresh...)
+	return fresh, nil
 }
 
 // setStatus is a CAS without events; false, nil on a conflict (r.run refreshed).
@@ -236,7 +281,7 @@ func (r *runner) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunPending}, RunRunning)
+	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunPending}, RunRunning, false)
 	return err
 }
 
@@ -249,11 +294,21 @@ func (r *runner) completedNames() []string {
 }
 
 // cancel commits agent.run.canceled with the CAS to CANCELED (preceded by
-// agent.run.started when the run never started). It reports done.
+// agent.run.started when the run never started), taking every pending
+// request. It reports done.
 func (r *runner) cancel(ctx context.Context) (bool, error) {
-	for range 3 {
+	for i := range cancelAttempts {
 		if r.run.Status.Terminal() {
 			return true, nil
+		}
+		if i > 0 {
+			// A request came in meanwhile: the cancel takes it too.
+			fresh, err := r.readControl(ctx)
+			if err != nil {
+				return false, err
+			}
+			var cancel, paused bool
+			r.apply(ctx, fresh, &cancel, &paused)
 		}
 		var events []Event
 		if r.seq == 0 {
@@ -265,19 +320,23 @@ func (r *runner) cancel(ctx context.Context) (bool, error) {
 		}
 		ev, err := r.event(r.seq+int64(len(events))+1, KindRunCanceled, RunEndedPayload{
 			PayloadBase: r.base(), Status: RunCanceled, CompletedNodes: r.completedNames(),
-			CanceledBeforeNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion,
+			CanceledBeforeNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion, AppliedControl: r.applied(),
 		})
 		if err != nil {
 			return false, err
 		}
 		events = append(events, ev)
-		ok, err := r.commit(ctx, events, nil, []RunStatus{RunPending, RunRunning, RunPaused, RunCancelRequested}, RunCanceled)
+		ok, err := r.commit(ctx, events, nil, []RunStatus{RunPending, RunRunning, RunPaused, RunCancelRequested}, RunCanceled, true)
 		if err != nil || ok {
 			return ok, err
 		}
 	}
-	return false, fmt.Errorf("run %s: cancel: status keeps changing (now %s)", r.run.RunID, r.run.Status)
+	return false, fmt.Errorf("run %s: cancel: status or control requests keep changing (now %s)", r.run.RunID, r.run.Status)
 }
+
+// cancelAttempts bounds cancel's retries after a conflict (a status change
+// or a request recorded meanwhile): each retry reads what changed.
+const cancelAttempts = 8
 
 func (r *runner) nextForReport() string {
 	if r.st.Next == End {
@@ -290,7 +349,7 @@ func (r *runner) nextForReport() string {
 // On a CAS conflict (a cancel or pause request moved the status) it returns
 // nil and the loop's next boundary decides.
 func (r *runner) finish(ctx context.Context, kind string, to RunStatus) error {
-	p := RunEndedPayload{PayloadBase: r.base(), Status: to, CompletedNodes: r.completedNames(), PolicyVersion: r.st.PolicyVersion}
+	p := RunEndedPayload{PayloadBase: r.base(), Status: to, CompletedNodes: r.completedNames(), PolicyVersion: r.st.PolicyVersion, AppliedControl: r.applied()}
 	if f := r.st.Failure; f != nil {
 		id := f.ErrorID
 		p.FailedNode, p.ErrorID, p.Summary = f.Node, &id, f.Summary
@@ -299,16 +358,16 @@ func (r *runner) finish(ctx context.Context, kind string, to RunStatus) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunRunning}, to)
+	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunRunning}, to, true)
 	return err
 }
 
 // boundary honors control between steps. It reports done when the run
 // became (or already was) terminal.
 func (r *runner) boundary(ctx context.Context) (bool, error) {
-	ctrl, err := r.e.Store.TakeControl(ctx, r.run.RunID)
+	ctrl, err := r.readControl(ctx)
 	if err != nil {
-		return false, fmt.Errorf("run %s: take control: %w", r.run.RunID, err)
+		return false, err
 	}
 	if err := r.refresh(ctx); err != nil {
 		return false, err
@@ -354,8 +413,8 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 		if err := r.sleep(ctx, r.pollInterval()); err != nil {
 			return false, err
 		}
-		if ctrl, err = r.e.Store.TakeControl(ctx, r.run.RunID); err != nil {
-			return false, fmt.Errorf("run %s: take control: %w", r.run.RunID, err)
+		if ctrl, err = r.readControl(ctx); err != nil {
+			return false, err
 		}
 		if err := r.refresh(ctx); err != nil {
 			return false, err
@@ -378,12 +437,12 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 func (r *runner) pauseTransition(ctx context.Context, kind string, from, to RunStatus) (bool, error) {
 	ev, err := r.event(r.seq+1, kind, RunPausedPayload{
 		PayloadBase: r.base(), Status: to, CompletedNodes: r.completedNames(),
-		NextNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion,
+		NextNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion, AppliedControl: r.applied(),
 	})
 	if err != nil {
 		return false, err
 	}
-	return r.commit(ctx, []Event{ev}, nil, []RunStatus{from}, to)
+	return r.commit(ctx, []Event{ev}, nil, []RunStatus{from}, to, true)
 }
 
 // afterConflict re-reads the decision inputs after a status CAS lost.
@@ -475,6 +534,7 @@ func (r *runner) runStep(ctx context.Context) error {
 	started, err := r.event(r.seq+1, KindNodeStarted, NodeStartedPayload{
 		PayloadBase: r.base(), NodeName: name, StepOrdinal: stepOrd, Attempt: attempt,
 		PolicyVersion: r.st.PolicyVersion, ResumeToken: token, TimeoutMillis: timeout.Milliseconds(),
+		AppliedControl: r.applied(),
 	})
 	if err != nil {
 		return err
@@ -589,7 +649,7 @@ func (r *runner) runStep(ctx context.Context) error {
 		return fmt.Errorf("run %s: state: %w", r.run.RunID, err)
 	}
 	snap := &Snapshot{RunID: r.run.RunID, StepOrdinal: stepOrd, NodeName: name, ResumeToken: token, State: stateJSON, CreatedAt: now}
-	if _, err := r.commit(ctx, events, snap, nil, ""); err != nil {
+	if _, err := r.commit(ctx, events, snap, nil, "", true); err != nil {
 		return err
 	}
 	r.step = stepOrd

@@ -73,11 +73,11 @@ func TestPropertyControlSequences(t *testing.T) {
 						_ = f.store.SetStatus(ctx, testRunID, []agent.RunStatus{agent.RunRunning, agent.RunPaused}, agent.RunCancelRequested)
 						continue
 					}
-					_ = f.store.RequestControl(ctx, c)
+					_, _ = f.store.RequestControl(ctx, c)
 				}
 				// Never leave the run paused for good.
 				time.Sleep(time.Second)
-				_ = f.store.RequestControl(ctx, agent.Control{RunID: testRunID, Kind: agent.KindResumeRequested})
+				_, _ = f.store.RequestControl(ctx, agent.Control{RunID: testRunID, Kind: agent.KindResumeRequested})
 			}()
 			for _, op := range ops {
 				cancelAsked = cancelAsked || op.What == "cancel" || op.What == "statusCancel"

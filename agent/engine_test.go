@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strconv"
 	"testing"
 	"testing/synctest"
@@ -73,10 +74,24 @@ func (f *fixture) run(t tb) (agent.RunStatus, error) {
 	return f.eng.Run(context.Background(), testRunID, f.graph)
 }
 
-func (f *fixture) control(t tb, kind string, version int) {
+func (f *fixture) control(t tb, kind string, version int) string {
 	t.Helper()
-	if err := f.store.RequestControl(context.Background(), agent.Control{RunID: testRunID, Kind: kind, PolicyVersion: version, RequestedAt: time.Now()}); err != nil {
+	c, err := f.store.RequestControl(context.Background(), agent.Control{RunID: testRunID, Kind: kind, PolicyVersion: version, RequestedAt: time.Now()})
+	if err != nil {
 		t.Error(err)
+	}
+	return c.ID
+}
+
+// controlAfterEnd checks that a request for the ended run is refused and
+// leaves nothing pending.
+func (f *fixture) controlAfterEnd(t *testing.T, kind string) {
+	t.Helper()
+	if _, err := f.store.RequestControl(context.Background(), agent.Control{RunID: testRunID, Kind: kind}); !errors.Is(err, agent.ErrRunTerminal) {
+		t.Errorf("%s of an ended run = %v, want ErrRunTerminal", kind, err)
+	}
+	if p, _ := f.store.PendingControl(context.Background(), testRunID); len(p) != 0 {
+		t.Errorf("pending after the end: %v", p)
 	}
 }
 
@@ -104,6 +119,40 @@ type evView struct {
 	Payload map[string]any
 }
 
+func appliedIDs(p map[string]any) []string {
+	var ids []string
+	list, _ := p["appliedControl"].([]any)
+	for _, a := range list {
+		m, _ := a.(map[string]any)
+		id, _ := m["requestId"].(string)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// checkApplied asserts that each request id is named by exactly one event's
+// appliedControl, and returns those events' indexes in v.
+func checkApplied(t tb, v []evView, ids ...string) []int {
+	t.Helper()
+	var at []int
+	for _, id := range ids {
+		found := -1
+		for i, e := range v {
+			if slices.Contains(appliedIDs(e.Payload), id) {
+				if found >= 0 {
+					t.Fatalf("request %s applied by events %d and %d", id, found, i)
+				}
+				found = i
+			}
+		}
+		if found < 0 {
+			t.Fatalf("request %s applied by no event", id)
+		}
+		at = append(at, found)
+	}
+	return at
+}
+
 // checkStream asserts the stream invariants and returns a view of it:
 // sequences 1..n without gaps, checksums that recompute, run.started first,
 // exactly one terminal event (last) iff the status is terminal, node events
@@ -116,7 +165,7 @@ func checkStream(t tb, st *agenttest.Store, status agent.RunStatus) []evView {
 	terminals := 0
 	open := false
 	var cur evView
-	seenIDs := map[string]bool{}
+	seenIDs, seenCtl := map[string]bool{}, map[string]bool{}
 	for i, e := range evs {
 		if e.Sequence != int64(i+1) {
 			t.Fatalf("event %d has sequence %d", i, e.Sequence)
@@ -143,6 +192,12 @@ func checkStream(t tb, st *agenttest.Store, status agent.RunStatus) []evView {
 			v.Node = n
 			v.Step = int(p["stepOrdinal"].(float64))
 			v.Attempt = int(p["attempt"].(float64))
+		}
+		for _, id := range appliedIDs(p) {
+			if seenCtl[id] {
+				t.Fatalf("seq %d: control request %s applied twice", e.Sequence, id)
+			}
+			seenCtl[id] = true
 		}
 		if (i == 0) != (e.Kind == agent.KindRunStarted) {
 			t.Fatalf("seq %d kind %s: run.started must be first and only first", e.Sequence, e.Kind)
@@ -386,8 +441,8 @@ func TestCancelBetweenNodes(t *testing.T) {
 		if v[3].Payload["canceledBeforeNode"] != "ProvisionApp" {
 			t.Fatalf("canceled payload %v", v[3].Payload)
 		}
-		// A later cancel request or engine pass changes nothing.
-		f.control(t, agent.KindCancelRequested, 0)
+		// A later cancel request is refused; an engine pass changes nothing.
+		f.controlAfterEnd(t, agent.KindCancelRequested)
 		if s, err := f.run(t); err != nil || s != agent.RunCanceled || len(f.store.AllEvents(testRunID)) != 4 {
 			t.Fatalf("rerun %s %v", s, err)
 		}
@@ -446,21 +501,42 @@ func TestCancelRacesLastNode(t *testing.T) {
 			})
 		})
 	}
-	// A cancel after the terminal commit is too late and changes nothing.
+	// A cancel after the terminal commit is too late: refused, nothing
+	// recorded.
 	synctest.Test(t, func(t *testing.T) {
 		a := &agenttest.Node{NodeName: "EnsureDevice"}
 		f := newFixture(t, agenttest.NewPolicies(policy(1, 1, 0)), a)
-		f.store.BeforeCommit = func(s agent.Step) {
-			if s.StatusTo == agent.RunFinished {
-				go f.control(t, agent.KindCancelRequested, 0)
-			}
-		}
 		status, err := f.run(t)
-		synctest.Wait()
 		if err != nil || status != agent.RunFinished {
 			t.Fatalf("status %s err %v", status, err)
 		}
+		f.controlAfterEnd(t, agent.KindCancelRequested)
 		checkStream(t, f.store, status)
+	})
+	// A request recorded between the engine's last look and its finishing
+	// commit (one that changes no status: a policy switch) is not stranded:
+	// the commit fails (ErrControlPending), the engine reads it and the
+	// finishing commit takes it.
+	synctest.Test(t, func(t *testing.T) {
+		a := &agenttest.Node{NodeName: "EnsureDevice"}
+		f := newFixture(t, agenttest.NewPolicies(policy(1, 1, 0), policy(2, 1, 0)), a)
+		var id string
+		f.store.BeforeCommit = func(s agent.Step) {
+			if s.StatusTo == agent.RunFinished && id == "" {
+				id = f.control(t, agent.KindPolicySwitchRequested, 2)
+			}
+		}
+		status, err := f.run(t)
+		if err != nil || status != agent.RunFinished {
+			t.Fatalf("status %s err %v", status, err)
+		}
+		v := checkStream(t, f.store, status)
+		if e := v[checkApplied(t, v, id)[0]]; e.Kind != agent.KindRunFinished || e.Payload["policyVersion"] != float64(2) {
+			t.Fatalf("switch applied by %s %v", e.Kind, e.Payload)
+		}
+		if p, _ := f.store.PendingControl(context.Background(), testRunID); len(p) != 0 {
+			t.Fatalf("pending at the end: %+v", p)
+		}
 	})
 }
 
@@ -661,6 +737,83 @@ func TestResumeAfterDaemonStop(t *testing.T) {
 		st, _ := agent.DecodeRunState(sn)
 		if st.Pass != 2 || st.Completed[0].Pass != 1 || st.Completed[1].Pass != 2 {
 			t.Fatalf("passes %+v", st.Completed)
+		}
+	})
+}
+
+// A policy switch taken at a boundary is not lost when the daemon stops (or
+// crashes) during the next node: the request stays pending until that node's
+// commit, so the resumed run re-reads it and the node re-runs under the new
+// policy; its node.started event names the request, once.
+func TestPolicySwitchSurvivesStopDuringNextNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, stop := context.WithCancel(context.Background())
+		var f *fixture
+		var id string
+		a := &agenttest.Node{NodeName: "EnsureDevice"}
+		a.OnRun = func(context.Context, agent.NodeInput) { id = f.control(t, agent.KindPolicySwitchRequested, 2) }
+		b := &agenttest.Node{NodeName: "ProvisionApp", BlockUntilDone: true}
+		b.OnRun = func(context.Context, agent.NodeInput) { stop() }
+		c := &agenttest.Node{NodeName: "LaunchOrAttach"}
+		f = newFixture(t, agenttest.NewPolicies(policy(1, 1, 0), policy(2, 1, 0)), a, b, c)
+		status, err := f.eng.Run(ctx, testRunID, f.graph)
+		if !errors.Is(err, context.Canceled) || status != agent.RunRunning {
+			t.Fatalf("stop: status %s err %v", status, err)
+		}
+		if b.Inputs()[0].PolicyVersion != 2 {
+			t.Fatalf("first attempt of b under v%d, want v2", b.Inputs()[0].PolicyVersion)
+		}
+		if p, _ := f.store.PendingControl(context.Background(), testRunID); len(p) != 1 || p[0].ID != id {
+			t.Fatalf("pending after the stop: %+v, want the switch %s", p, id)
+		}
+
+		b.BlockUntilDone, b.OnRun = false, nil
+		f.eng.IDs = agent.NewULIDs(agent.SystemClock{}, rand.New(rand.NewSource(8))) // a new daemon
+		status, err = f.run(t)
+		if err != nil || status != agent.RunFinished {
+			t.Fatalf("resume: status %s err %v", status, err)
+		}
+		if got := b.Inputs()[1].PolicyVersion; got != 2 || c.Inputs()[0].PolicyVersion != 2 {
+			t.Fatalf("after the restart b ran under v%d, c under v%d; want v2", got, c.Inputs()[0].PolicyVersion)
+		}
+		v := checkStream(t, f.store, status)
+		at := checkApplied(t, v, id)
+		if e := v[at[0]]; e.Kind != agent.KindNodeStarted || e.Node != "ProvisionApp" || e.Payload["policyVersion"] != float64(2) {
+			t.Fatalf("switch applied by %s %s %v", e.Kind, e.Node, e.Payload)
+		}
+		if p, _ := f.store.PendingControl(context.Background(), testRunID); len(p) != 0 {
+			t.Fatalf("pending at the end: %+v", p)
+		}
+	})
+}
+
+// A pause and a resume each name their request in the event of the status
+// change they caused, across a daemon stop while paused.
+func TestPauseResumeAppliedOnceAcrossStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, stop := context.WithCancel(context.Background())
+		var f *fixture
+		var pause string
+		a := &agenttest.Node{NodeName: "EnsureDevice"}
+		a.OnRun = func(context.Context, agent.NodeInput) { pause = f.control(t, agent.KindPauseRequested, 0) }
+		b := &agenttest.Node{NodeName: "ProvisionApp"}
+		f = newFixture(t, agenttest.NewPolicies(policy(1, 1, 0)), a, b)
+		done := make(chan error, 1)
+		go func() { _, err := f.eng.Run(ctx, testRunID, f.graph); done <- err }()
+		synctest.Wait() // paused, polling
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("stop: %v", err)
+		}
+		resume := f.control(t, agent.KindResumeRequested, 0)
+		status, err := f.run(t)
+		if err != nil || status != agent.RunFinished || b.Calls() != 1 {
+			t.Fatalf("status %s err %v b=%d", status, err, b.Calls())
+		}
+		v := checkStream(t, f.store, status)
+		at := checkApplied(t, v, pause, resume)
+		if v[at[0]].Kind != agent.KindRunPaused || v[at[1]].Kind != agent.KindRunResumed {
+			t.Fatalf("pause applied by %s, resume by %s", v[at[0]].Kind, v[at[1]].Kind)
 		}
 	})
 }

@@ -33,6 +33,17 @@ type NodeStartedPayload struct {
 	ResumeToken   string `json:"resumeToken"`
 	// TimeoutMillis is the attempt's deadline (0 = none).
 	TimeoutMillis int64 `json:"timeoutMillis"`
+	// AppliedControl: the control requests this step's commit honors (a
+	// policy switch, or requests that changed no status).
+	AppliedControl []AppliedControl `json:"appliedControl,omitempty"`
+}
+
+// AppliedControl names a control request in the event of the commit that
+// honored it; each request id appears in exactly one event of its run.
+type AppliedControl struct {
+	RequestID     string `json:"requestId"`
+	Kind          string `json:"kind"`
+	PolicyVersion int    `json:"policyVersion,omitempty"`
 }
 
 // TokenDeltaPayload is agent.node.token_delta's payload.
@@ -78,6 +89,8 @@ type RunEndedPayload struct {
 	// CanceledBeforeNode: agent.run.canceled only; the node that would have run next.
 	CanceledBeforeNode string `json:"canceledBeforeNode,omitempty"`
 	PolicyVersion      int    `json:"policyVersion"`
+	// AppliedControl: the control requests honored by this commit.
+	AppliedControl []AppliedControl `json:"appliedControl,omitempty"`
 }
 
 // RunPausedPayload is the payload of agent.run.paused and agent.run.resumed,
@@ -90,4 +103,6 @@ type RunPausedPayload struct {
 	// final transition).
 	NextNode      string `json:"nextNode,omitempty"`
 	PolicyVersion int    `json:"policyVersion"`
+	// AppliedControl: the control requests honored by this commit.
+	AppliedControl []AppliedControl `json:"appliedControl,omitempty"`
 }

@@ -29,7 +29,38 @@ type Step struct {
 	// Fence, when set, makes the commit conditional on that device lease
 	// being active and unexpired (ErrLeaseLost otherwise, nothing written).
 	Fence *Fence
+	// Controls are the ids of the control requests this step honors. The
+	// commit marks them taken; if one of them is not pending any more (taken
+	// by another commit, or not of this run) it returns ErrControlTaken and
+	// writes nothing, so a request is honored by exactly one commit.
+	Controls []string
+	// NoOtherControl makes the commit fail with ErrControlPending (nothing
+	// written) when the run has a pending request not in Controls: a terminal
+	// transition must not strand a request the engine has not seen.
+	NoOtherControl bool
 }
+
+// ErrControlTaken is returned by CommitStep when a request in Step.Controls
+// is no longer pending: another engine honored it (the run has two writers).
+var ErrControlTaken = errors.New("control request already taken")
+
+// ErrControlPending is returned by CommitStep with Step.NoOtherControl when a
+// request the step does not honor is pending; the engine reads it and retries.
+var ErrControlPending = errors.New("another control request is pending")
+
+// MaxPendingControl bounds a run's pending control requests: beyond it
+// RequestControl refuses with ErrControlBacklog. The engine takes all pending
+// requests at each boundary, so only a flood reaches it; the bound also keeps
+// a flood from starving the run's terminal commit (Step.NoOtherControl).
+const MaxPendingControl = 64
+
+// ErrControlBacklog is returned by RequestControl when the run already has
+// MaxPendingControl pending requests (HTTP 429); nothing is recorded.
+var ErrControlBacklog = errors.New("too many pending control requests")
+
+// ErrRunTerminal is returned by RequestControl for a run that already ended
+// (CANCELED, FINISHED, FAILED): nothing is recorded.
+var ErrRunTerminal = errors.New("run already ended")
 
 // ErrSequenceTaken means run_events(run_id, sequence) would be duplicated.
 var ErrSequenceTaken = errors.New("event sequence already taken")
@@ -60,10 +91,16 @@ type Store interface {
 	LatestSnapshot(ctx context.Context, runID string) (Snapshot, error)
 	// SetStatus moves runs.status from one of from to to (compare-and-set).
 	SetStatus(ctx context.Context, runID string, from []RunStatus, to RunStatus) error
-	// RequestControl records a control request; TakeControl returns and
-	// consumes the run's pending requests in the order they were made.
-	RequestControl(ctx context.Context, c Control) error
-	TakeControl(ctx context.Context, runID string) ([]Control, error)
+	// RequestControl records a control request durably (committed when it
+	// returns) and returns it with its ID and RequestedAt. A cancel also
+	// moves runs.status from PENDING, RUNNING or PAUSED to CANCELED_REQUESTED
+	// in the same transaction. Errors: ErrNotFound, ErrRunTerminal (the run
+	// ended first; nothing recorded), ErrControlBacklog, an invalid kind.
+	RequestControl(ctx context.Context, c Control) (Control, error)
+	// PendingControl returns the run's requests not yet taken, in request
+	// order. Reading takes nothing: a request is taken by the CommitStep that
+	// honors it (Step.Controls).
+	PendingControl(ctx context.Context, runID string) ([]Control, error)
 	// Unpublished returns up to limit outbox rows not yet published, ordered by
 	// (run, sequence); MarkPublished sets published_at.
 	Unpublished(ctx context.Context, limit int) ([]OutboxRow, error)

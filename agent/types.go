@@ -129,7 +129,14 @@ type ParkedLister interface {
 }
 
 // Control is a control request recorded for a run and honored between nodes.
+// A request is pending until the engine commits the step or status change it
+// leads to: that commit (Step.Controls) marks it taken and names it in the
+// commit's event (AppliedControl), so a crash in between leaves it pending and
+// the resumed run honors it then.
 type Control struct {
+	// ID identifies the request: a ULID, so ids sort in request order. The
+	// store assigns it (RequestControl returns it).
+	ID    string `json:"requestId"`
 	RunID string `json:"runId"`
 	// Kind is one of the incoming control kinds (KindCancelRequested, …).
 	Kind string `json:"kind"`

@@ -34,7 +34,7 @@ func TestEngineWithPolicyStore(t *testing.T) {
 		a := &agenttest.Node{NodeName: "EnsureDevice", FailTimes: 2, FailWith: agent.ErrDeviceOffline, Next: "WaitIdle"}
 		a.OnRun = func(context.Context, agent.NodeInput) {
 			if a.Calls() == 3 {
-				_ = st.RequestControl(ctx, agent.Control{RunID: "R", Kind: agent.KindPolicySwitchRequested, PolicyVersion: 2})
+				_, _ = st.RequestControl(ctx, agent.Control{RunID: "R", Kind: agent.KindPolicySwitchRequested, PolicyVersion: 2})
 			}
 		}
 		w := &agenttest.Node{NodeName: "WaitIdle", BlockUntilDone: true, Next: agent.End}

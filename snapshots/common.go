@@ -142,11 +142,48 @@ var controlKinds = []string{
 	agent.KindResumeRequested, agent.KindPolicySwitchRequested,
 }
 
-func checkControl(c agent.Control) error {
+// maxControlsPerStep bounds Step.Controls (one IN list): far more requests
+// than one boundary ever sees, well below SQLite's 32766 parameters.
+const maxControlsPerStep = 1000
+
+// newControl checks c and assigns its id and default request time.
+func newControl(c agent.Control, clock agent.Clock) (agent.Control, error) {
 	if !slices.Contains(controlKinds, c.Kind) {
-		return fmt.Errorf("%w: control kind %q (want one of %s)", ErrInvalid, c.Kind, strings.Join(controlKinds, ", "))
+		return c, fmt.Errorf("%w: control kind %q (want one of %s)", ErrInvalid, c.Kind, strings.Join(controlKinds, ", "))
+	}
+	if c.RunID == "" {
+		return c, fmt.Errorf("%w: control request without run id", ErrInvalid)
+	}
+	if c.ID != "" {
+		return c, fmt.Errorf("%w: control request id %q is assigned by the store", ErrInvalid, c.ID)
+	}
+	// ulid.Make is monotonic within the process, so ids sort in request order.
+	c.ID = ulid.Make().String()
+	if c.RequestedAt.IsZero() {
+		c.RequestedAt = clock.Now()
+	}
+	c.RequestedAt = storeTime(c.RequestedAt)
+	return c, nil
+}
+
+// checkControlStatus refuses a request for a run that already ended or has
+// agent.MaxPendingControl pending requests.
+func checkControlStatus(c agent.Control, status agent.RunStatus, pending int) error {
+	if status.Terminal() {
+		return fmt.Errorf("run %s is %s: %w", c.RunID, status, agent.ErrRunTerminal)
+	}
+	if pending >= agent.MaxPendingControl {
+		return fmt.Errorf("run %s has %d pending control requests: %w", c.RunID, pending, agent.ErrControlBacklog)
 	}
 	return nil
+}
+
+func anySlice(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, v := range ss {
+		out[i] = v
+	}
+	return out
 }
 
 // preparedEvent is an event ready to insert: envelope bytes and subject.
@@ -164,6 +201,12 @@ type preparedEvent struct {
 func prepareStep(s agent.Step) ([]preparedEvent, error) {
 	if s.RunID == "" {
 		return nil, fmt.Errorf("%w: step without run id", ErrInvalid)
+	}
+	if len(s.Controls) > maxControlsPerStep {
+		return nil, fmt.Errorf("%w: %d control requests in one step (at most %d)", ErrInvalid, len(s.Controls), maxControlsPerStep)
+	}
+	if slices.ContainsFunc(s.Controls, func(id string) bool { return checkULID("control request id", id) != nil }) {
+		return nil, fmt.Errorf("%w: a control request id in the step is not a ULID", ErrInvalid)
 	}
 	if s.StatusTo != "" && len(s.StatusFrom) == 0 {
 		return nil, fmt.Errorf("%w: status compare-and-set to %s without StatusFrom", ErrInvalid, s.StatusTo)

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	sqlite "modernc.org/sqlite"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -421,6 +420,9 @@ func (s *Embedded) commitStepTx(ctx context.Context, tx *sql.Tx, st agent.Step, 
 			return err
 		}
 	}
+	if err := s.takeControl(ctx, tx, st, now); err != nil {
+		return err
+	}
 	if st.StatusTo != "" {
 		// The write lock is held since BEGIN IMMEDIATE, so the status read above
 		// is current; the WHERE repeats it to keep the statement a CAS on its own.
@@ -602,91 +604,101 @@ func (s *Embedded) SetStatus(ctx context.Context, runID string, from []agent.Run
 }
 
 // RequestControl records a control request (kind: one of the incoming
-// control kinds). RequestedAt defaults to now. Errors wrap ErrInvalid or
-// agent.ErrNotFound.
-func (s *Embedded) RequestControl(ctx context.Context, c agent.Control) error {
-	w, err := s.writer()
+// control kinds) in one committed transaction, after checking the run has not
+// ended; a cancel also moves runs.status to CANCELED_REQUESTED there. The
+// write lock orders it with every CommitStep: a request recorded before a
+// terminal commit is taken by it (Step.NoOtherControl), one after it is
+// refused. ID is assigned (a ULID, monotonic within the process, so ids sort
+// in request order); RequestedAt defaults to now. Errors wrap ErrInvalid,
+// agent.ErrNotFound or agent.ErrRunTerminal.
+func (s *Embedded) RequestControl(ctx context.Context, c agent.Control) (agent.Control, error) {
+	if _, err := s.writer(); err != nil {
+		return c, err
+	}
+	c, err := newControl(c, s.clock)
 	if err != nil {
+		return c, err
+	}
+	err = s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		var (
+			status  string
+			pending int
+		)
+		err := tx.QueryRowContext(ctx, `SELECT status, (SELECT COUNT(*) FROM run_control WHERE run_id = ? AND taken_at IS NULL) FROM runs WHERE run_id = ?`,
+			c.RunID, c.RunID).Scan(&status, &pending)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if err := checkControlStatus(c, agent.RunStatus(status), pending); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO run_control (id, run_id, kind, policy_version, requested_at) VALUES (?, ?, ?, ?, ?)`,
+			c.ID, c.RunID, c.Kind, c.PolicyVersion, fmtTime(c.RequestedAt)); err != nil {
+			return err
+		}
+		if c.Kind == agent.KindCancelRequested && agent.RunStatus(status) != agent.RunCancelRequested {
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?`,
+				string(agent.RunCancelRequested), fmtTime(s.clock.Now()), c.RunID)
+		}
 		return err
-	}
-	if err := checkControl(c); err != nil {
-		return err
-	}
-	if c.RequestedAt.IsZero() {
-		c.RequestedAt = s.clock.Now()
-	}
-	// ulid.Make is monotonic within the process, so ids sort in request order.
-	_, err = w.ExecContext(ctx, `INSERT INTO run_control (id, run_id, kind, policy_version, requested_at) VALUES (?, ?, ?, ?, ?)`,
-		ulid.Make().String(), c.RunID, c.Kind, c.PolicyVersion, fmtTime(c.RequestedAt))
-	if sqliteConstraint(err, "FOREIGN KEY") {
-		return fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
-	}
-	return err
+	})
+	return c, err
 }
 
-// TakeControl returns the run's pending control requests in request order and
-// marks them taken, in one transaction: each request is returned once.
-func (s *Embedded) TakeControl(ctx context.Context, runID string) ([]agent.Control, error) {
-	w, err := s.writer()
+// PendingControl returns the run's requests not yet taken, in request order.
+func (s *Embedded) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
+	q, err := s.rs.get(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = ? AND taken_at IS NULL ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
-	// The engine asks at every node boundary and nearly always finds nothing:
-	// look on a reader first, so that costs no write transaction. A request
-	// recorded after this look is taken at the next boundary, as one recorded
-	// just after the transaction would be.
-	pending, err := s.rs.get(ctx, `SELECT EXISTS (SELECT 1 FROM run_control WHERE run_id = ? AND taken_at IS NULL)`)
+	rows, err := q.QueryContext(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
-	var found int
-	if err := pending.QueryRowContext(ctx, runID).Scan(&found); err != nil {
-		return nil, err
-	}
-	if found == 0 {
-		return nil, nil
-	}
-	tx, err := w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = ? AND taken_at IS NULL ORDER BY id`, runID)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		out []agent.Control
-		ids []any
-	)
+	defer rows.Close()
+	var out []agent.Control
 	for rows.Next() {
 		var (
-			id, at string
-			c      = agent.Control{RunID: runID}
+			at string
+			c  = agent.Control{RunID: runID}
 		)
-		if err := rows.Scan(&id, &c.Kind, &c.PolicyVersion, &at); err != nil {
-			rows.Close()
+		if err := rows.Scan(&c.ID, &c.Kind, &c.PolicyVersion, &at); err != nil {
 			return nil, err
 		}
 		if c.RequestedAt, err = parseTime(at); err != nil {
-			rows.Close()
 			return nil, err
 		}
 		out = append(out, c)
-		ids = append(ids, id)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
+	return out, rows.Err()
+}
+
+// takeControl marks the step's requests taken (Step.Controls) and checks
+// Step.NoOtherControl, in the step's transaction.
+func (s *Embedded) takeControl(ctx context.Context, tx *sql.Tx, st agent.Step, now string) error {
+	if len(st.Controls) > 0 {
+		args := append([]any{now, st.RunID}, anySlice(st.Controls)...)
+		res, err := tx.ExecContext(ctx, `UPDATE run_control SET taken_at = ? WHERE run_id = ? AND taken_at IS NULL AND id IN (?`+strings.Repeat(`, ?`, len(st.Controls)-1)+`)`, args...)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != int64(len(st.Controls)) {
+			return fmt.Errorf("run %s: %d of %d control requests not pending: %w", st.RunID, int64(len(st.Controls))-n, len(st.Controls), agent.ErrControlTaken)
+		}
 	}
-	if len(ids) == 0 {
-		return nil, nil
+	if st.NoOtherControl {
+		var other int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM run_control WHERE run_id = ? AND taken_at IS NULL`, st.RunID).Scan(&other); err != nil {
+			return err
+		}
+		if other > 0 {
+			return fmt.Errorf("run %s: %d control requests pending: %w", st.RunID, other, agent.ErrControlPending)
+		}
 	}
-	args := append([]any{fmtTime(s.clock.Now())}, ids...)
-	if _, err := tx.ExecContext(ctx, `UPDATE run_control SET taken_at = ? WHERE id IN (?`+strings.Repeat(`, ?`, len(ids)-1)+`)`, args...); err != nil {
-		return nil, err
-	}
-	return out, tx.Commit()
+	return nil
 }
 
 // Unpublished returns up to limit (default 100) unpublished outbox rows

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -302,6 +299,9 @@ func (s *Postgres) CommitStep(ctx context.Context, st agent.Step) error {
 			return err
 		}
 	}
+	if err := s.takeControl(ctx, tx, st, now); err != nil {
+		return err
+	}
 	if st.StatusTo != "" {
 		if _, err := tx.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3 AND status = $4`,
 			string(st.StatusTo), now, st.RunID, status); err != nil {
@@ -453,55 +453,88 @@ func (s *Postgres) SetStatus(ctx context.Context, runID string, from []agent.Run
 	return fmt.Errorf("run %s is %s, not one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
 }
 
-// RequestControl: see Embedded.RequestControl.
-func (s *Postgres) RequestControl(ctx context.Context, c agent.Control) error {
-	if err := checkControl(c); err != nil {
-		return err
+// RequestControl: see Embedded.RequestControl. The run's row is locked (FOR
+// UPDATE, as CommitStep locks it), so a request and a terminal commit of the
+// run are ordered: the request is taken by that commit or refused after it.
+func (s *Postgres) RequestControl(ctx context.Context, c agent.Control) (agent.Control, error) {
+	c, err := newControl(c, s.clock)
+	if err != nil {
+		return c, err
 	}
-	if c.RequestedAt.IsZero() {
-		c.RequestedAt = s.clock.Now()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return c, err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO run_control (id, run_id, kind, policy_version, requested_at) VALUES ($1, $2, $3, $4, $5)`,
-		ulid.Make().String(), c.RunID, c.Kind, c.PolicyVersion, storeTime(c.RequestedAt))
-	if pgConstraint(err, pgForeignKeyViolation, "") {
-		return fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
+	defer tx.Rollback(context.Background())
+	var status string
+	err = tx.QueryRow(ctx, `SELECT status FROM runs WHERE run_id = $1 FOR UPDATE`, c.RunID).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
 	}
-	return err
+	if err != nil {
+		return c, err
+	}
+	var pending int
+	if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM run_control WHERE run_id = $1 AND taken_at IS NULL`, c.RunID).Scan(&pending); err != nil {
+		return c, err
+	}
+	if err := checkControlStatus(c, agent.RunStatus(status), pending); err != nil {
+		return c, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO run_control (id, run_id, kind, policy_version, requested_at) VALUES ($1, $2, $3, $4, $5)`,
+		c.ID, c.RunID, c.Kind, c.PolicyVersion, c.RequestedAt); err != nil {
+		return c, err
+	}
+	if c.Kind == agent.KindCancelRequested && agent.RunStatus(status) != agent.RunCancelRequested {
+		if _, err := tx.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3`,
+			string(agent.RunCancelRequested), storeTime(s.clock.Now()), c.RunID); err != nil {
+			return c, err
+		}
+	}
+	return c, tx.Commit(ctx)
 }
 
-// TakeControl: see Embedded.TakeControl. Concurrent takers lock disjoint rows
-// (FOR UPDATE SKIP LOCKED), so each request is returned once.
-func (s *Postgres) TakeControl(ctx context.Context, runID string) ([]agent.Control, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE run_control SET taken_at = $2
-		WHERE id IN (SELECT id FROM run_control WHERE run_id = $1 AND taken_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED)
-		RETURNING id, kind, policy_version, requested_at`, runID, storeTime(s.clock.Now()))
+// PendingControl: see Embedded.PendingControl.
+func (s *Postgres) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = $1 AND taken_at IS NULL ORDER BY id`, runID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	type taken struct {
-		id string
-		c  agent.Control
-	}
-	var ts []taken
+	var out []agent.Control
 	for rows.Next() {
-		t := taken{c: agent.Control{RunID: runID}}
-		if err := rows.Scan(&t.id, &t.c.Kind, &t.c.PolicyVersion, &t.c.RequestedAt); err != nil {
+		c := agent.Control{RunID: runID}
+		if err := rows.Scan(&c.ID, &c.Kind, &c.PolicyVersion, &c.RequestedAt); err != nil {
 			return nil, err
 		}
-		t.c.RequestedAt = t.c.RequestedAt.UTC()
-		ts = append(ts, t)
+		c.RequestedAt = c.RequestedAt.UTC()
+		out = append(out, c)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	return out, rows.Err()
+}
+
+// takeControl: see Embedded.takeControl. The run's row is locked, so no
+// request of the run is recorded while the step commits.
+func (s *Postgres) takeControl(ctx context.Context, tx pgx.Tx, st agent.Step, now time.Time) error {
+	if len(st.Controls) > 0 {
+		tag, err := tx.Exec(ctx, `UPDATE run_control SET taken_at = $1 WHERE run_id = $2 AND taken_at IS NULL AND id = ANY($3)`, now, st.RunID, st.Controls)
+		if err != nil {
+			return err
+		}
+		if n := tag.RowsAffected(); n != int64(len(st.Controls)) {
+			return fmt.Errorf("run %s: %d of %d control requests not pending: %w", st.RunID, int64(len(st.Controls))-n, len(st.Controls), agent.ErrControlTaken)
+		}
 	}
-	// RETURNING has no order: sort by id, which is request order.
-	slices.SortFunc(ts, func(a, b taken) int { return strings.Compare(a.id, b.id) })
-	out := make([]agent.Control, len(ts))
-	for i, t := range ts {
-		out[i] = t.c
+	if st.NoOtherControl {
+		var other int
+		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM run_control WHERE run_id = $1 AND taken_at IS NULL`, st.RunID).Scan(&other); err != nil {
+			return err
+		}
+		if other > 0 {
+			return fmt.Errorf("run %s: %d control requests pending: %w", st.RunID, other, agent.ErrControlPending)
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // Unpublished: see Embedded.Unpublished.

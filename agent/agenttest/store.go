@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/screengraph/screengraph-agent/agent"
 )
 
@@ -146,6 +148,9 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 		}
 		seen[e.Sequence] = true
 	}
+	if err := s.checkControl(st); err != nil {
+		return err
+	}
 	if st.Snapshot != nil {
 		if _, dup := s.snapshots[st.RunID][st.Snapshot.StepOrdinal]; dup {
 			return fmt.Errorf("run %s snapshot step %d exists", st.RunID, st.Snapshot.StepOrdinal)
@@ -169,6 +174,7 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 		r.UpdatedAt = time.Now().UTC()
 		s.runs[st.RunID] = r
 	}
+	s.control[st.RunID] = slices.DeleteFunc(s.control[st.RunID], func(c agent.Control) bool { return slices.Contains(st.Controls, c.ID) })
 	s.commits++
 	return nil
 }
@@ -249,28 +255,59 @@ func (s *Store) SetStatus(ctx context.Context, runID string, from []agent.RunSta
 	return nil
 }
 
-func (s *Store) RequestControl(ctx context.Context, c agent.Control) error {
+// RequestControl records c with a fresh ULID (see agent.Store): refused with
+// agent.ErrRunTerminal for an ended run; a cancel moves the status to
+// CANCELED_REQUESTED.
+func (s *Store) RequestControl(ctx context.Context, c agent.Control) (agent.Control, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx); err != nil {
-		return err
+		return c, err
 	}
-	if _, ok := s.runs[c.RunID]; !ok {
-		return fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
+	r, ok := s.runs[c.RunID]
+	if !ok {
+		return c, fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
+	}
+	if r.Status.Terminal() {
+		return c, fmt.Errorf("run %s is %s: %w", c.RunID, r.Status, agent.ErrRunTerminal)
+	}
+	if n := len(s.control[c.RunID]); n >= agent.MaxPendingControl {
+		return c, fmt.Errorf("run %s has %d pending control requests: %w", c.RunID, n, agent.ErrControlBacklog)
+	}
+	c.ID = ulid.Make().String()
+	if c.RequestedAt.IsZero() {
+		c.RequestedAt = time.Now().UTC()
 	}
 	s.control[c.RunID] = append(s.control[c.RunID], c)
-	return nil
+	if c.Kind == agent.KindCancelRequested {
+		r.Status = agent.RunCancelRequested
+		s.runs[c.RunID] = r
+	}
+	return c, nil
 }
 
-func (s *Store) TakeControl(ctx context.Context, runID string) ([]agent.Control, error) {
+// PendingControl returns the run's requests no commit has taken.
+func (s *Store) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	c := s.control[runID]
-	delete(s.control, runID)
-	return c, nil
+	return slices.Clone(s.control[runID]), nil
+}
+
+// checkControl is CommitStep's check of Controls and NoOtherControl.
+func (s *Store) checkControl(st agent.Step) error {
+	pending := s.control[st.RunID]
+	for i, id := range st.Controls {
+		if !slices.ContainsFunc(pending, func(c agent.Control) bool { return c.ID == id }) || slices.Contains(st.Controls[:i], id) {
+			return fmt.Errorf("run %s: control request %s not pending: %w", st.RunID, id, agent.ErrControlTaken)
+		}
+	}
+	if st.NoOtherControl && len(pending) > len(st.Controls) {
+		return fmt.Errorf("run %s: %d control requests pending: %w", st.RunID, len(pending)-len(st.Controls), agent.ErrControlPending)
+	}
+	return nil
 }
 
 func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {

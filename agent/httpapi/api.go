@@ -165,6 +165,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, service.ErrRunTerminal):
 		return http.StatusConflict
+	case errors.Is(err, agent.ErrControlBacklog):
+		return http.StatusTooManyRequests
 	case errors.Is(err, service.ErrStopping):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
@@ -517,11 +519,14 @@ func (a *api) step(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, snap)
 }
 
-// ControlResponse is the body of 202 to a control request.
+// ControlResponse is the body of 202 to a control request, sent once the
+// request is committed. RequestID names it in the appliedControl list of the
+// event whose commit honors it.
 type ControlResponse struct {
-	RunID    string `json:"runId"`
-	Kind     string `json:"kind"`
-	Recorded bool   `json:"recorded"`
+	RunID     string `json:"runId"`
+	Kind      string `json:"kind"`
+	RequestID string `json:"requestId"`
+	Recorded  bool   `json:"recorded"`
 }
 
 func (a *api) control(kind string) http.HandlerFunc {
@@ -543,11 +548,12 @@ func (a *api) control(kind string) http.HandlerFunc {
 			}
 			version = *body.Version
 		}
-		if err := a.cfg.Service.Control(r.Context(), id, kind, version); err != nil {
+		c, err := a.cfg.Service.Control(r.Context(), id, kind, version)
+		if err != nil {
 			a.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusAccepted, ControlResponse{RunID: id, Kind: kind, Recorded: true})
+		writeJSON(w, http.StatusAccepted, ControlResponse{RunID: id, Kind: kind, RequestID: c.ID, Recorded: true})
 	}
 }
 

@@ -279,7 +279,7 @@ func TestTenantIsolation(t *testing.T) {
 	if r, _ := e.store.GetRun(context.Background(), b); r.Status != agent.RunRunning {
 		t.Errorf("beta's run is %s after acme's refused controls, want RUNNING", r.Status)
 	}
-	if cs, err := e.store.TakeControl(context.Background(), b); err != nil || len(cs) != 0 {
+	if cs, err := e.store.PendingControl(context.Background(), b); err != nil || len(cs) != 0 {
 		t.Errorf("controls recorded for beta's run: %v, %v", cs, err)
 	}
 

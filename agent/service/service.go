@@ -71,7 +71,7 @@ type PolicyChecker func(ctx context.Context, version int) error
 // Errors of the service besides agent.ErrNotFound (unknown run).
 var (
 	// ErrRunTerminal: control of a run that already ended (HTTP 409).
-	ErrRunTerminal = errors.New("run already ended")
+	ErrRunTerminal = agent.ErrRunTerminal
 	// ErrStopping: the daemon is shutting down and takes no new work (HTTP 503).
 	ErrStopping = errors.New("daemon is stopping")
 )
@@ -515,52 +515,36 @@ func (s *Service) Submit(ctx context.Context, body []byte) (agent.Run, error) {
 	return run, nil
 }
 
-// Control records a control request for the run; the engine honors it at the
-// next node boundary. kind is one of agent.KindCancelRequested,
-// KindPauseRequested, KindResumeRequested, KindPolicySwitchRequested (with
-// policyVersion). A cancel also moves runs.status to CANCELED_REQUESTED, so it
-// survives a daemon crash and ends a queued run without touching its device.
-// Errors: agent.ErrNotFound (unknown run), ErrRunTerminal, an *agent.Error
-// invalid_request_error (unknown kind or policy version).
-func (s *Service) Control(ctx context.Context, runID, kind string, policyVersion int) error {
+// Control records a control request for the run and returns it with its
+// requestId; the engine honors it at the next node boundary, in the commit it
+// leads to. kind is one of agent.KindCancelRequested, KindPauseRequested,
+// KindResumeRequested, KindPolicySwitchRequested (with policyVersion). The
+// request is committed when Control returns (a 202 is a promise); a cancel
+// also moves runs.status to CANCELED_REQUESTED in the same transaction, so it
+// ends a queued run without touching its device. Errors: agent.ErrNotFound
+// (unknown run), ErrRunTerminal (the run ended first; nothing recorded), an
+// *agent.Error invalid_request_error (unknown kind or policy version).
+func (s *Service) Control(ctx context.Context, runID, kind string, policyVersion int) (agent.Control, error) {
 	switch kind {
 	case agent.KindCancelRequested, agent.KindPauseRequested, agent.KindResumeRequested:
 	case agent.KindPolicySwitchRequested:
 		if policyVersion <= 0 {
-			return agent.Errorf(agent.ErrInvalidRequest, "$.version: a policy switch needs a policy version >= 1")
+			return agent.Control{}, agent.Errorf(agent.ErrInvalidRequest, "$.version: a policy switch needs a policy version >= 1")
 		}
 		if s.cfg.Policy != nil {
 			if err := s.cfg.Policy(ctx, policyVersion); err != nil {
-				return agent.Wrap(agent.ErrInvalidRequest, err, "$.version: policy version %d", policyVersion)
+				return agent.Control{}, agent.Wrap(agent.ErrInvalidRequest, err, "$.version: policy version %d", policyVersion)
 			}
 		}
 	default:
-		return agent.Errorf(agent.ErrInvalidRequest, "$.kind: unknown control kind %q", kind)
+		return agent.Control{}, agent.Errorf(agent.ErrInvalidRequest, "$.kind: unknown control kind %q", kind)
 	}
-	r, err := s.store.GetRun(ctx, runID)
+	c, err := s.store.RequestControl(ctx, agent.Control{RunID: runID, Kind: kind, PolicyVersion: policyVersion})
 	if err != nil {
-		return err
-	}
-	if r.Status.Terminal() {
-		return fmt.Errorf("run %s is %s: %w", runID, r.Status, ErrRunTerminal)
-	}
-	if err := s.store.RequestControl(ctx, agent.Control{RunID: runID, Kind: kind, PolicyVersion: policyVersion}); err != nil {
-		return err
-	}
-	if kind == agent.KindCancelRequested {
-		err := s.store.SetStatus(ctx, runID, []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused}, agent.RunCancelRequested)
-		if err != nil && !errors.Is(err, agent.ErrStatusConflict) {
-			return err
-		}
-		if errors.Is(err, agent.ErrStatusConflict) {
-			// Ended meanwhile (or already CANCELED_REQUESTED).
-			if r, gerr := s.store.GetRun(ctx, runID); gerr == nil && r.Status.Terminal() {
-				return fmt.Errorf("run %s is %s: %w", runID, r.Status, ErrRunTerminal)
-			}
-		}
+		return c, err
 	}
 	s.Wake()
-	return nil
+	return c, nil
 }
 
 // Get returns the run.

@@ -341,7 +341,7 @@ func TestCancelQueuedRun(t *testing.T) {
 	a1 := submit(t, svc, "dev-a")
 	f.node.waitStarted(t, a1)
 	a2 := submit(t, svc, "dev-a")
-	if err := svc.Control(context.Background(), a2, agent.KindCancelRequested, 0); err != nil {
+	if _, err := svc.Control(context.Background(), a2, agent.KindCancelRequested, 0); err != nil {
 		t.Fatal(err)
 	}
 	f.waitStatus(a2, agent.RunCanceled)
@@ -361,7 +361,7 @@ func TestCancelQueuedRun(t *testing.T) {
 		t.Errorf("a1 is %s, want RUNNING (a2's cancel must not touch it)", s)
 	}
 	// A second cancel: the run has ended.
-	if err := svc.Control(context.Background(), a2, agent.KindCancelRequested, 0); !errors.Is(err, service.ErrRunTerminal) {
+	if _, err := svc.Control(context.Background(), a2, agent.KindCancelRequested, 0); !errors.Is(err, service.ErrRunTerminal) {
 		t.Errorf("cancel of a canceled run: %v, want ErrRunTerminal", err)
 	}
 	f.node.open(a1)
@@ -535,33 +535,33 @@ func TestControlErrors(t *testing.T) {
 	start(t, svc)
 	ctx := context.Background()
 	for _, kind := range []string{agent.KindCancelRequested, agent.KindPauseRequested, agent.KindResumeRequested} {
-		if err := svc.Control(ctx, ulid.Make().String(), kind, 0); !errors.Is(err, agent.ErrNotFound) {
+		if _, err := svc.Control(ctx, ulid.Make().String(), kind, 0); !errors.Is(err, agent.ErrNotFound) {
 			t.Errorf("%s of an unknown run: %v, want ErrNotFound", kind, err)
 		}
 	}
-	if err := svc.Control(ctx, ulid.Make().String(), agent.KindPolicySwitchRequested, 1); !errors.Is(err, agent.ErrNotFound) {
+	if _, err := svc.Control(ctx, ulid.Make().String(), agent.KindPolicySwitchRequested, 1); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("policy switch of an unknown run: %v, want ErrNotFound", err)
 	}
 	r := submit(t, svc, "dev-a")
 	f.node.waitStarted(t, r)
 	var ae *agent.Error
-	if err := svc.Control(ctx, r, "agent.run.explode", 0); !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest {
+	if _, err := svc.Control(ctx, r, "agent.run.explode", 0); !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest {
 		t.Errorf("unknown kind: %v, want invalid_request_error", err)
 	}
-	if err := svc.Control(ctx, r, agent.KindPolicySwitchRequested, 0); !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest {
+	if _, err := svc.Control(ctx, r, agent.KindPolicySwitchRequested, 0); !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest {
 		t.Errorf("policy switch without a version: %v, want invalid_request_error", err)
 	}
 	f.node.open(r)
 	f.waitStatus(r, agent.RunFinished)
 	for _, kind := range []string{agent.KindCancelRequested, agent.KindPauseRequested, agent.KindResumeRequested} {
-		if err := svc.Control(ctx, r, kind, 0); !errors.Is(err, service.ErrRunTerminal) {
+		if _, err := svc.Control(ctx, r, kind, 0); !errors.Is(err, service.ErrRunTerminal) {
 			t.Errorf("%s of a finished run: %v, want ErrRunTerminal", kind, err)
 		}
 	}
-	if err := svc.Control(ctx, r, agent.KindPolicySwitchRequested, 1); !errors.Is(err, service.ErrRunTerminal) {
+	if _, err := svc.Control(ctx, r, agent.KindPolicySwitchRequested, 1); !errors.Is(err, service.ErrRunTerminal) {
 		t.Errorf("policy switch of a finished run: %v, want ErrRunTerminal", err)
 	}
-	if ctl, err := f.store.TakeControl(ctx, r); err != nil || len(ctl) != 0 {
+	if ctl, err := f.store.PendingControl(ctx, r); err != nil || len(ctl) != 0 {
 		t.Errorf("refused control requests were recorded: %+v %v", ctl, err)
 	}
 }

@@ -76,7 +76,7 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 	defer h.Close(context.Background())
 	// Resuming is the user's request: a PAUSED run goes on.
 	if run.Status == agent.RunPaused {
-		if err := h.store.RequestControl(ctx, agent.Control{RunID: run.RunID, Kind: agent.KindResumeRequested, RequestedAt: time.Now()}); err != nil {
+		if _, err := h.store.RequestControl(ctx, agent.Control{RunID: run.RunID, Kind: agent.KindResumeRequested, RequestedAt: time.Now()}); err != nil {
 			return c.fail(agent.Wrap(agent.ErrProcess, err, "recording the resume of run %s", run.RunID))
 		}
 	}

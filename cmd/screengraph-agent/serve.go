@@ -408,14 +408,16 @@ func subscribeControl(nc *nats.Conn, svc *service.Service, logf func(string, ...
 		if err == nil && snapshots.Subject(run.TenantID, run.RunID, "") != snapshots.SubjectPrefix+"."+tenant+"."+runID {
 			err = fmt.Errorf("run %s: %w", runID, agent.ErrNotFound) // another tenant's run: not disclosed
 		}
+		var c agent.Control
 		if err == nil {
-			err = svc.Control(ctx, runID, msg.Kind, msg.PolicyVersion)
+			c, err = svc.Control(ctx, runID, msg.Kind, msg.PolicyVersion)
 		}
 		if err != nil {
 			logf("control %s on %s: %v", msg.Kind, m.Subject, err)
 			reply(httpapi.ErrorBody(err, ""))
 			return
 		}
-		reply(httpapi.ControlResponse{RunID: runID, Kind: msg.Kind, Recorded: true})
+		// Sent only after the request is committed.
+		reply(httpapi.ControlResponse{RunID: runID, Kind: msg.Kind, RequestID: c.ID, Recorded: true})
 	})
 }

@@ -43,7 +43,7 @@ func endedRun(t *testing.T, s PruneStore, serial string, status agent.RunStatus,
 	r := mustCreate(t, s, NewRun("t1", serial))
 	l := mustAcquire(t, s, serial, "daemon-1", r.RunID, leaseTTL)
 	mustCommit(t, s, NodeStep(r, 1, 0, "EnsureDevice"))
-	if err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: agent.KindPauseRequested}); err != nil {
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: agent.KindPauseRequested}); err != nil {
 		t.Fatalf("RequestControl: %v", err)
 	}
 	if status != "" {

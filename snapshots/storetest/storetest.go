@@ -93,6 +93,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"ConcurrentTerminalCommitStep", testConcurrentTerminalCommit},
 		{"Snapshots", testSnapshots},
 		{"Control", testControl},
+		{"ControlExactlyOnce", testControlExactlyOnce},
 		{"KV", testKV},
 		{"EventsAfter", testEventsAfter},
 	}
@@ -678,80 +679,256 @@ func testSnapshots(t *testing.T, s agent.Store) {
 	}
 }
 
+// controlStep is a step of one event that takes the control requests ids.
+func controlStep(r agent.Run, seq int64, ids ...string) agent.Step {
+	return agent.Step{RunID: r.RunID, Events: []agent.Event{Event(r, seq, agent.KindNodeStarted, `{"nodeName":"EnsureDevice"}`)}, Controls: ids}
+}
+
+func controlIDs(cs []agent.Control) []string {
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids
+}
+
+func mustPending(t *testing.T, s agent.Store, runID string, want ...string) {
+	t.Helper()
+	got, err := s.PendingControl(ctx(t), runID)
+	if err != nil || !slices.Equal(controlIDs(got), want) {
+		t.Fatalf("PendingControl = %v, %v; want %v", controlIDs(got), err, want)
+	}
+}
+
 func testControl(t *testing.T, s agent.Store) {
 	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
 	other := mustCreate(t, s, NewRun("T", "emulator-5556"))
-	if got, err := s.TakeControl(ctx(t), r.RunID); err != nil || len(got) != 0 {
-		t.Errorf("TakeControl(none) = %v, %v", got, err)
-	}
+	mustPending(t, s, r.RunID)
 	at := time.Date(2025, 10, 23, 12, 0, 0, 0, time.UTC)
 	reqs := []agent.Control{
 		{RunID: r.RunID, Kind: agent.KindPauseRequested, RequestedAt: at},
 		{RunID: r.RunID, Kind: agent.KindPolicySwitchRequested, PolicyVersion: 3, RequestedAt: at.Add(time.Millisecond)},
 		{RunID: r.RunID, Kind: agent.KindResumeRequested, RequestedAt: at.Add(2 * time.Millisecond)},
-		{RunID: r.RunID, Kind: agent.KindCancelRequested, RequestedAt: at.Add(3 * time.Millisecond)},
 	}
-	for _, c := range reqs {
-		if err := s.RequestControl(ctx(t), c); err != nil {
+	var ids []string
+	for i, c := range reqs {
+		got, err := s.RequestControl(ctx(t), c)
+		if err != nil {
 			t.Fatalf("RequestControl(%s): %v", c.Kind, err)
 		}
+		if _, err := ulid.ParseStrict(got.ID); err != nil || (i > 0 && got.ID <= ids[i-1]) {
+			t.Fatalf("RequestControl id %q (%v): want a ULID after %v", got.ID, err, ids)
+		}
+		ids = append(ids, got.ID)
 	}
-	if err := s.RequestControl(ctx(t), agent.Control{RunID: other.RunID, Kind: agent.KindCancelRequested}); err != nil {
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: other.RunID, Kind: agent.KindPauseRequested}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: "agent.run.explode"}); err == nil {
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: "agent.run.explode"}); err == nil {
 		t.Errorf("RequestControl(unknown kind) = nil, want an error")
 	}
-	if err := s.RequestControl(ctx(t), agent.Control{RunID: ulid.Make().String(), Kind: agent.KindCancelRequested}); err == nil {
-		t.Errorf("RequestControl(unknown run) = nil, want an error")
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: agent.KindPauseRequested, ID: ulid.Make().String()}); err == nil {
+		t.Errorf("RequestControl(caller's id) = nil, want an error: ids are the store's")
 	}
-	got, err := s.TakeControl(ctx(t), r.RunID)
-	if err != nil {
-		t.Fatal(err)
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: ulid.Make().String(), Kind: agent.KindCancelRequested}); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("RequestControl(unknown run) = %v, want ErrNotFound", err)
 	}
-	if len(got) != len(reqs) {
-		t.Fatalf("TakeControl = %d requests, want %d", len(got), len(reqs))
+	// Reading takes nothing.
+	got, err := s.PendingControl(ctx(t), r.RunID)
+	if err != nil || len(got) != len(reqs) {
+		t.Fatalf("PendingControl = %v, %v; want %d requests", got, err, len(reqs))
 	}
 	for i := range reqs {
-		if got[i].RunID != reqs[i].RunID || got[i].Kind != reqs[i].Kind || got[i].PolicyVersion != reqs[i].PolicyVersion || !got[i].RequestedAt.Equal(reqs[i].RequestedAt) {
-			t.Errorf("TakeControl[%d] = %+v, want %+v", i, got[i], reqs[i])
+		if got[i].ID != ids[i] || got[i].RunID != reqs[i].RunID || got[i].Kind != reqs[i].Kind || got[i].PolicyVersion != reqs[i].PolicyVersion || !got[i].RequestedAt.Equal(reqs[i].RequestedAt) {
+			t.Errorf("PendingControl[%d] = %+v, want %+v", i, got[i], reqs[i])
 		}
 	}
-	if again, err := s.TakeControl(ctx(t), r.RunID); err != nil || len(again) != 0 {
-		t.Errorf("second TakeControl = %v, %v; want none (taken once)", again, err)
-	}
-	if o, err := s.TakeControl(ctx(t), other.RunID); err != nil || len(o) != 1 || o[0].Kind != agent.KindCancelRequested {
-		t.Errorf("other run's TakeControl = %v, %v", o, err)
-	}
-	// Concurrent takers each get a request at most once.
-	const n = 20
-	for range n {
-		if err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: agent.KindPauseRequested}); err != nil {
+	mustPending(t, s, r.RunID, ids...)
+	// A run's pending requests are bounded.
+	b := mustCreate(t, s, NewRun("T", "emulator-5558"))
+	for range agent.MaxPendingControl {
+		if _, err := s.RequestControl(ctx(t), agent.Control{RunID: b.RunID, Kind: agent.KindResumeRequested}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: b.RunID, Kind: agent.KindResumeRequested}); !errors.Is(err, agent.ErrControlBacklog) {
+		t.Errorf("request %d = %v, want ErrControlBacklog", agent.MaxPendingControl+1, err)
+	}
+
+	// The step that honors requests takes them in its transaction.
+	if err := s.CommitStep(ctx(t), controlStep(r, 1, ids[0], ids[1])); err != nil {
+		t.Fatal(err)
+	}
+	mustPending(t, s, r.RunID, ids[2])
+	// Taking one again, or another run's, fails and writes nothing.
+	for _, st := range []agent.Step{controlStep(r, 2, ids[2], ids[0]), controlStep(r, 2, ids[2], ulid.Make().String())} {
+		if err := s.CommitStep(ctx(t), st); !errors.Is(err, agent.ErrControlTaken) {
+			t.Errorf("CommitStep taking a request that is not pending = %v, want ErrControlTaken", err)
+		}
+	}
+	o, _ := s.PendingControl(ctx(t), other.RunID)
+	if err := s.CommitStep(ctx(t), controlStep(r, 2, controlIDs(o)...)); !errors.Is(err, agent.ErrControlTaken) {
+		t.Errorf("CommitStep taking another run's request = %v, want ErrControlTaken", err)
+	}
+	if last, _ := s.LastSequence(ctx(t), r.RunID); last != 1 {
+		t.Errorf("LastSequence = %d after refused steps, want 1", last)
+	}
+	mustPending(t, s, r.RunID, ids[2])
+	mustPending(t, s, other.RunID, controlIDs(o)...)
+
+	// A cancel moves the status in the same transaction as it is recorded.
+	cancel, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: agent.KindCancelRequested})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run, _ := s.GetRun(ctx(t), r.RunID); run.Status != agent.RunCancelRequested {
+		t.Errorf("status after a cancel request = %s, want CANCELED_REQUESTED", run.Status)
+	}
+	// A terminal commit must take every pending request.
+	end := agent.Step{RunID: r.RunID, Events: []agent.Event{Event(r, 2, agent.KindRunCanceled, `{"status":"CANCELED"}`)},
+		StatusFrom: []agent.RunStatus{agent.RunCancelRequested}, StatusTo: agent.RunCanceled, Controls: []string{ids[2]}, NoOtherControl: true}
+	if err := s.CommitStep(ctx(t), end); !errors.Is(err, agent.ErrControlPending) {
+		t.Fatalf("terminal CommitStep leaving a request pending = %v, want ErrControlPending", err)
+	}
+	if run, _ := s.GetRun(ctx(t), r.RunID); run.Status != agent.RunCancelRequested {
+		t.Errorf("status after a refused terminal commit = %s", run.Status)
+	}
+	mustPending(t, s, r.RunID, ids[2], cancel.ID)
+	end.Controls = append(end.Controls, cancel.ID)
+	if err := s.CommitStep(ctx(t), end); err != nil {
+		t.Fatal(err)
+	}
+	mustPending(t, s, r.RunID)
+	// After the run ended a request is refused and nothing recorded.
+	for _, k := range []string{agent.KindPauseRequested, agent.KindCancelRequested} {
+		if _, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: k}); !errors.Is(err, agent.ErrRunTerminal) {
+			t.Errorf("RequestControl(%s) of an ended run = %v, want ErrRunTerminal", k, err)
+		}
+	}
+	mustPending(t, s, r.RunID)
+	if run, _ := s.GetRun(ctx(t), r.RunID); run.Status != agent.RunCanceled {
+		t.Errorf("status = %s, want CANCELED", run.Status)
+	}
+}
+
+// testControlExactlyOnce races requests against an engine that takes them
+// and ends the run: every request is either taken by exactly one commit or
+// refused with ErrRunTerminal, and none is left pending.
+func testControlExactlyOnce(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	// Each sender sends until a request is refused (or at most each).
+	const senders, each = 6, 100
 	var (
-		mu    sync.Mutex
-		total int
-		wg    sync.WaitGroup
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		accepted = map[string]bool{}
+		refused  int
+		backlog  int
+		sent     int
 	)
-	for range 4 {
+	for range senders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cs, err := s.TakeControl(context.Background(), r.RunID)
-			if err != nil {
-				t.Error(err)
+			for range each {
+				c, err := s.RequestControl(context.Background(), agent.Control{RunID: r.RunID, Kind: agent.KindPauseRequested})
+				mu.Lock()
+				sent++
+				switch {
+				case err == nil:
+					accepted[c.ID] = true
+				case errors.Is(err, agent.ErrRunTerminal):
+					refused++
+				case errors.Is(err, agent.ErrControlBacklog):
+					backlog++
+				default:
+					t.Error(err)
+				}
+				mu.Unlock()
+				if errors.Is(err, agent.ErrRunTerminal) {
+					return
+				}
 			}
-			mu.Lock()
-			total += len(cs)
-			mu.Unlock()
+		}()
+	}
+	// The engine: take what is pending step by step; after a few steps end
+	// the run, retrying while a request it has not seen is pending.
+	taken := map[string]int{}
+	seq := int64(1)
+	for step := 0; ; step++ {
+		pending, err := s.PendingControl(ctx(t), r.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := controlStep(r, seq, controlIDs(pending)...)
+		if step >= 5 {
+			st.Events = []agent.Event{Event(r, seq, agent.KindRunFinished, `{"status":"FINISHED"}`)}
+			st.StatusFrom, st.StatusTo, st.NoOtherControl = []agent.RunStatus{agent.RunPending}, agent.RunFinished, true
+		}
+		err = s.CommitStep(ctx(t), st)
+		if errors.Is(err, agent.ErrControlPending) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range st.Controls {
+			taken[id]++
+		}
+		seq++
+		if st.StatusTo != "" {
+			break
+		}
+	}
+	wg.Wait()
+	for id := range accepted {
+		if taken[id] != 1 {
+			t.Errorf("request %s accepted and taken %d times, want once", id, taken[id])
+		}
+	}
+	for id := range taken {
+		if !accepted[id] {
+			t.Errorf("request %s taken but never accepted", id)
+		}
+	}
+	if len(accepted)+refused+backlog != sent {
+		t.Errorf("%d accepted + %d refused + %d backlog, want %d", len(accepted), refused, backlog, sent)
+	}
+	mustPending(t, s, r.RunID)
+	t.Logf("%d requests accepted and taken once, %d refused after the end, %d refused as backlog", len(accepted), refused, backlog)
+	// Concurrent commits that take the same requests: one wins.
+	r2 := mustCreate(t, s, NewRun("T", "emulator-5556"))
+	var ids []string
+	for range 5 {
+		c, err := s.RequestControl(ctx(t), agent.Control{RunID: r2.RunID, Kind: agent.KindResumeRequested})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Steps without events: only the requests can conflict.
+			errs[i] = s.CommitStep(context.Background(), agent.Step{RunID: r2.RunID, Controls: ids})
 		}()
 	}
 	wg.Wait()
-	if total != n {
-		t.Errorf("4 concurrent TakeControl took %d requests, want %d", total, n)
+	won := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, agent.ErrControlTaken):
+			t.Errorf("losing CommitStep = %v, want ErrControlTaken", err)
+		}
 	}
+	if won != 1 {
+		t.Errorf("%d of 4 concurrent steps took the same requests, want 1", won)
+	}
+	mustPending(t, s, r2.RunID)
 }
 
 func testKV(t *testing.T, s agent.Store) {
