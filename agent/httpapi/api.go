@@ -32,8 +32,10 @@ var openAPI []byte
 // OpenAPI returns the OpenAPI 3.1 document of the API.
 func OpenAPI() []byte { return openAPI }
 
-// MaxRequestBytes bounds a request body (1 MiB).
-const MaxRequestBytes = 1 << 20
+// MaxRequestBytes bounds a request body (64 KiB, the largest run request
+// nodes.NewSetupRun accepts): a larger body is refused before it is read
+// whole.
+const MaxRequestBytes = 64 << 10
 
 // Config wires the API.
 type Config struct {
