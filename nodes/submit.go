@@ -99,3 +99,17 @@ func inputKey(node string) string {
 	}
 	return node
 }
+
+// ArtifactRef is the apkStorageObjectReference of a setup run's input ("" when
+// none or when the input does not decode).
+func ArtifactRef(run agent.Run) string {
+	var in struct {
+		ProvisionApp struct {
+			ApplicationUnderTestDescriptor ApplicationUnderTestDescriptor `json:"applicationUnderTestDescriptor"`
+		} `json:"provisionApp"`
+	}
+	if json.Unmarshal(run.Input, &in) != nil {
+		return ""
+	}
+	return strings.TrimSpace(in.ProvisionApp.ApplicationUnderTestDescriptor.APKStorageObjectReference)
+}

@@ -146,6 +146,9 @@ func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedde
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("snapshots: data dir: %w", err)
 		}
+		if err := ownerOnly(path); err != nil {
+			return nil, err
+		}
 		w, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, true))
 		if err != nil {
 			return nil, err
@@ -884,4 +887,22 @@ func (s *Embedded) PutKV(ctx context.Context, key string, value []byte) error {
 	_, err = w.ExecContext(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES (?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, fmtTime(s.clock.Now()))
 	return err
+}
+
+// ownerOnly creates the database file mode 0600 (SQLite gives its -wal and
+// -shm files the database file's mode) and takes group and other access
+// from an existing one and its companions: the store holds run requests,
+// their artifact references and token hashes.
+func ownerOnly(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("snapshots: %w", err)
+		}
+	}
+	return nil
 }

@@ -102,3 +102,38 @@ func TestDataDirXDG(t *testing.T) {
 }
 
 func openSQLite(path string) (*sql.DB, error) { return sql.Open("sqlite", path) }
+
+// The store's files are the daemon's own: 0600 whatever the umask, and an
+// existing 0644 database (an older version's) is tightened on open.
+func TestEmbeddedFilesOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.db")
+	s, err := snapshots.OpenEmbedded(context.Background(), path, snapshots.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateRun(context.Background(), agent.Run{RunID: "01J00000000000000000000000", TenantID: "t", Status: agent.RunPending, Graph: "setup", Input: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			st, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm() != 0o600 {
+				t.Errorf("%s mode %o, want 600", filepath.Base(p), st.Mode().Perm())
+			}
+		}
+	}
+	check()
+	s.Close()
+	os.Chmod(path, 0o644)
+	s, err = snapshots.OpenEmbedded(context.Background(), path, snapshots.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	check()
+}

@@ -96,7 +96,8 @@ func (d *daemon) start() {
 	t.Helper()
 	d.starts++
 	args := append([]string{"--log-level", "debug", "serve", "--data-dir", d.dataDir, "--listen", "127.0.0.1:" + strconv.Itoa(d.httpPort),
-		"--nats-listen", "127.0.0.1:" + strconv.Itoa(d.natsPort), "--adb-server", d.srv.Addr()}, d.extra...)
+		"--nats-listen", "127.0.0.1:" + strconv.Itoa(d.natsPort), "--adb-server", d.srv.Addr(),
+		"--artifact-file-root", filepath.Join("fixtures", "apks")}, d.extra...) // the tests' file:// APKs
 	cmd := exec.Command(d.bin, args...)
 	cmd.Dir = filepath.Join("..", "..") // the repo root: the local Appium is found there
 	root, _ := filepath.Abs(cmd.Dir)

@@ -57,6 +57,9 @@ type hostConfig struct {
 	// against the store's API tokens and gives the options of the daemon's
 	// own connection (serve; token.go).
 	NATSAuth func(st agent.Store) (server.Authentication, []nats.Option)
+	// Artifacts, when set (serve), confines artifact fetching on tenants'
+	// behalf; nil (run) fetches what the user's own process may.
+	Artifacts *artifacts.Config
 }
 
 // hostStore is what the host needs of a store: runs, events, outbox and
@@ -85,6 +88,9 @@ type host struct {
 	driver   *appium.Client
 	engine   *agent.Engine
 	graph    *agent.Graph
+	// artifacts is the fetcher ProvisionApp uses (serve checks
+	// references with it at submission).
+	artifacts *artifacts.Fetcher
 	// NATSClientURL is where the events are published (nats://host:port).
 	NATSClientURL string
 	// AppiumURL is the Appium server the driver talks to.
@@ -119,6 +125,12 @@ func openHost(ctx context.Context, cfg hostConfig) (*host, error) {
 func (h *host) open(ctx context.Context) (err error) {
 	cfg := h.cfg
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "tmp"), 0o700); err != nil {
+		return agent.Wrap(agent.ErrInvalidRequest, err, "data dir %s", cfg.DataDir)
+	}
+	// The data dir holds the store (run requests with their references),
+	// tokens' hashes and tenants' artifacts: owner only, even when an older
+	// version created it 0755.
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "data dir %s", cfg.DataDir)
 	}
 	if cfg.DatabaseURL != "" {
@@ -228,10 +240,25 @@ func (h *host) open(ctx context.Context) (err error) {
 	if h.driver, err = appium.New(url, appium.Options{}); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "--appium")
 	}
-	fetcher, err := artifacts.New(artifacts.Options{CacheDir: filepath.Join(cfg.DataDir, "artifacts")})
+	aopt := artifacts.Options{CacheDir: filepath.Join(cfg.DataDir, "artifacts")}
+	if cfg.Artifacts != nil {
+		var tenanted func(context.Context) (bool, error)
+		if ts, ok := h.store.(agent.Tokens); ok {
+			tenanted = ts.HasTokens
+		}
+		if aopt, err = cfg.Artifacts.DaemonOptions(aopt.CacheDir, tenanted); err != nil {
+			return err
+		}
+	}
+	fetcher, err := artifacts.New(aopt)
 	if err != nil {
+		var ae *agent.Error
+		if errors.As(err, &ae) {
+			return err
+		}
 		return agent.Wrap(agent.ErrProcess, err, "artifact cache")
 	}
+	h.artifacts = fetcher
 	port := adbPort(cfg.ADBServer)
 	h.graph, err = nodes.NewSetupGraph(nodes.SetupDeps{
 		Ports: nodes.Ports{

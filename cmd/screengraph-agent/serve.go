@@ -28,6 +28,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/artifacts"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
 )
@@ -55,7 +56,27 @@ type daemonConfig struct {
 	Tenant       string        `koanf:"tenant" json:"tenant"`
 	LeaseTTL     time.Duration `koanf:"lease-ttl" json:"leaseTtl"`
 	PprofListen  string        `koanf:"pprof-listen" json:"pprofListen"`
+	// Artifact fetching on a tenant's behalf (artifacts.Config).
+	ArtifactFileRoots     []string      `koanf:"artifact-file-root" json:"artifactFileRoot"`
+	ArtifactAllowCIDRs    []string      `koanf:"artifact-allow-cidr" json:"artifactAllowCidr"`
+	ArtifactS3Buckets     []string      `koanf:"artifact-s3-bucket" json:"artifactS3Bucket"`
+	ArtifactMaxBytes      string        `koanf:"artifact-max-bytes" json:"artifactMaxBytes"`
+	ArtifactIdleTimeout   time.Duration `koanf:"artifact-idle-timeout" json:"artifactIdleTimeout"`
+	ArtifactCacheMaxBytes string        `koanf:"artifact-cache-max-bytes" json:"artifactCacheMaxBytes"`
 }
+
+// artifacts is the fetcher configuration of cfg.
+func (cfg daemonConfig) artifacts() artifacts.Config {
+	return artifacts.Config{FileRoots: cfg.ArtifactFileRoots, AllowCIDRs: cfg.ArtifactAllowCIDRs, S3Buckets: cfg.ArtifactS3Buckets,
+		MaxBytes: cfg.ArtifactMaxBytes, IdleTimeout: cfg.ArtifactIdleTimeout, CacheMaxBytes: cfg.ArtifactCacheMaxBytes}
+}
+
+// envListKeys are config keys whose SCREENGRAPH_* variable holds a
+// comma-separated list, by the variable's key (plural where the flag is
+// repeatable).
+var envListKeys = map[string]string{"policy": "policy", "artifact-file-roots": "artifact-file-root", "artifact-file-root": "artifact-file-root",
+	"artifact-allow-cidr": "artifact-allow-cidr", "artifact-allow-cidrs": "artifact-allow-cidr",
+	"artifact-s3-bucket": "artifact-s3-bucket", "artifact-s3-buckets": "artifact-s3-bucket"}
 
 type serveCmd struct {
 	Listen       string        `help:"HTTP API address (default ${default_listen})." placeholder:"HOST:PORT"`
@@ -74,6 +95,13 @@ type serveCmd struct {
 	PrintConfig  bool          `help:"Print the merged configuration as --config reads it (YAML; JSON with --output json; secrets redacted) and exit." name:"print-config"`
 	Output       string        `help:"Output format of --print-config (text: YAML) and failures: text or json." default:"text" enum:"text,json"`
 	PprofListen  string        `help:"Serve Go runtime profiles (/debug/pprof/) on this address (off by default)." name:"pprof-listen" hidden:""`
+
+	ArtifactFileRoot      []string      `help:"file:// artifact references resolve (after .. and symlinks) only under these directories (repeatable; SCREENGRAPH_ARTIFACT_FILE_ROOTS comma-separated); none: file:// refused." name:"artifact-file-root" placeholder:"DIR"`
+	ArtifactAllowCIDR     []string      `help:"Destination ranges https artifact downloads may reach although a rule refuses them (loopback, private, link-local, CGNAT…; repeatable)." name:"artifact-allow-cidr" placeholder:"CIDR"`
+	ArtifactS3Bucket      []string      `help:"Once API tokens exist, the only S3 buckets s3:// references may name (repeatable)." name:"artifact-s3-bucket" placeholder:"NAME"`
+	ArtifactMaxBytes      string        `help:"Largest artifact, plain bytes or with a unit (default 2GiB)." name:"artifact-max-bytes" placeholder:"SIZE"`
+	ArtifactIdleTimeout   time.Duration `help:"A download whose body sends nothing for this long ends (default 60s)." name:"artifact-idle-timeout"`
+	ArtifactCacheMaxBytes string        `help:"Size cap of the artifact cache; least recently used artifacts are deleted beyond it (default: none)." name:"artifact-cache-max-bytes" placeholder:"SIZE"`
 }
 
 // relayMetrics are the outbox relay's counters since the daemon started.
@@ -136,11 +164,11 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	known := configKeys()
 	if err := k.Load(env.Provider(".", env.Opt{Prefix: "SCREENGRAPH_", TransformFunc: func(key, v string) (string, any) {
 		key = strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(key, "SCREENGRAPH_")), "_", "-")
-		if !slices.Contains(known, key) {
+		if !slices.Contains(known, key) && envListKeys[key] == "" {
 			return "", nil // SCREENGRAPH_TOKEN, SCREENGRAPH_SERVER, …: the client commands'
 		}
-		if key == "policy" {
-			return key, strings.Split(v, ",")
+		if list, ok := envListKeys[key]; ok {
+			return list, strings.Split(v, ",")
 		}
 		return key, v
 	}}), nil); err != nil {
@@ -232,6 +260,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	} else {
 		hc.NATSListen = cfg.NATSListen
 	}
+	ac := cfg.artifacts()
+	hc.Artifacts = &ac
 	hc.NATSAuth = serveTenancy(func(format string, args ...any) { log.Warn().Msgf(format, args...) }) // tenancy (token.go)
 	h, err := openHost(ctx, hc)
 	if err != nil {
@@ -261,6 +291,9 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		Prepare: func(ctx context.Context, runID string, body []byte) (agent.Run, error) {
 			run, err := nodes.NewSetupRun(runID, body, cfg.Tenant, h.policies.Current().PolicyVersion)
 			if err != nil {
+				return run, err
+			}
+			if err := h.artifacts.CheckRef(nodes.ArtifactRef(run)); err != nil {
 				return run, err
 			}
 			if _, err := h.policies.Get(run.PolicyVersion); err != nil {

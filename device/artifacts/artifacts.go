@@ -200,6 +200,20 @@ func (f *Fetcher) Fetch(ctx context.Context, ref string, progress func(done, tot
 	return a, nil
 }
 
+// CheckRef refuses at submission a reference this fetcher would refuse
+// whatever it finds (a malformed ref, a numeric host spelling, file:// on a
+// daemon without file roots): invalid_request_error. "" is accepted (no
+// artifact).
+func (f *Fetcher) CheckRef(ref string) error {
+	if strings.TrimSpace(ref) == "" {
+		return nil
+	}
+	if _, err := parseRef(ref, f.opt.AllowHTTP); err != nil {
+		return err
+	}
+	return f.opt.Policy.CheckRef(ref)
+}
+
 // Inspect reads the APK at path for a device of apiLevel; see apk.Inspect.
 func (f *Fetcher) Inspect(path string, apiLevel int) (apk.Info, error) {
 	return apk.Inspect(path, apiLevel)

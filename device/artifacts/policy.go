@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/screengraph/screengraph-agent/agent"
 )
@@ -301,4 +304,65 @@ func ParseCIDRs(vals []string) ([]netip.Prefix, error) {
 		out = append(out, pf.Masked())
 	}
 	return out, nil
+}
+
+// Config is the daemon's artifact configuration as given (serve's
+// --artifact-* flags, config keys and SCREENGRAPH_ARTIFACT_* variables).
+type Config struct {
+	// FileRoots: --artifact-file-root (repeatable).
+	FileRoots []string
+	// AllowCIDRs: --artifact-allow-cidr (repeatable; CIDR or bare address).
+	AllowCIDRs []string
+	// S3Buckets: --artifact-s3-bucket (repeatable).
+	S3Buckets []string
+	// MaxBytes: --artifact-max-bytes, plain bytes or with a unit (2GiB,
+	// 500MB); "" means DefaultMaxBytes.
+	MaxBytes string
+	// IdleTimeout: --artifact-idle-timeout; 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// CacheMaxBytes: --artifact-cache-max-bytes, like MaxBytes; "" means no cap.
+	CacheMaxBytes string
+}
+
+// DaemonOptions turns c into the Options of a daemon's fetcher over
+// cacheDir: file references confined to the roots, destinations and buckets
+// checked while tenanted reports true (the store holds API tokens).
+// Errors: invalid_request_error naming the key.
+func (c Config) DaemonOptions(cacheDir string, tenanted func(context.Context) (bool, error)) (Options, error) {
+	cidrs, err := ParseCIDRs(c.AllowCIDRs)
+	if err != nil {
+		return Options{}, err
+	}
+	maxBytes, err := parseBytes("artifact-max-bytes", c.MaxBytes)
+	if err != nil {
+		return Options{}, err
+	}
+	cacheMax, err := parseBytes("artifact-cache-max-bytes", c.CacheMaxBytes)
+	if err != nil {
+		return Options{}, err
+	}
+	if c.IdleTimeout < 0 {
+		return Options{}, agent.Errorf(agent.ErrInvalidRequest, "artifact-idle-timeout must be > 0, not %s", c.IdleTimeout)
+	}
+	var buckets []string
+	for _, b := range c.S3Buckets {
+		if b = strings.TrimSpace(b); b != "" {
+			buckets = append(buckets, b)
+		}
+	}
+	return Options{CacheDir: cacheDir, MaxBytes: maxBytes, IdleTimeout: c.IdleTimeout, CacheMaxBytes: cacheMax,
+		Policy: Policy{ConfineFiles: true, FileRoots: c.FileRoots, AllowCIDRs: cidrs, S3Buckets: buckets, Tenanted: tenanted}}, nil
+}
+
+// parseBytes reads a size: plain bytes ("2147483648") or with a unit
+// ("2GiB", "500 MB"); "" is 0.
+func parseBytes(key, s string) (int64, error) {
+	if strings.TrimSpace(s) == "" {
+		return 0, nil
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n == 0 || n > math.MaxInt64 {
+		return 0, agent.Errorf(agent.ErrInvalidRequest, "%s %q: a size in bytes (2147483648) or with a unit (2GiB)", key, s)
+	}
+	return int64(n), nil
 }
