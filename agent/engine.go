@@ -189,21 +189,19 @@ func (r *runner) refresh(ctx context.Context) error {
 }
 
 // commit writes events (sequences from r.seq+1, in order) and an optional
-// snapshot with an optional CAS, taking the held control requests when ctrl
-// is set (its events name them: r.applied). A terminal transition also
-// requires that no other request is pending. It reports false, nil on a CAS
-// conflict or such a pending request (nothing written; r.run refreshed).
-func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, from []RunStatus, to RunStatus, ctrl bool) (bool, error) {
+// snapshot with an optional CAS, taking the held control requests ctrl (its
+// events name them: applied(ctrl)). A terminal transition also requires that
+// no other request is pending. It reports false, nil on a CAS conflict or
+// such a pending request (nothing written; r.run refreshed).
+func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, from []RunStatus, to RunStatus, ctrl []Control) (bool, error) {
 	for i := range events {
 		if events[i].Sequence != r.seq+int64(i)+1 {
 			return false, fmt.Errorf("internal: event %d has sequence %d, want %d", i, events[i].Sequence, r.seq+int64(i)+1)
 		}
 	}
 	st := Step{RunID: r.run.RunID, Events: events, Snapshot: snap, StatusFrom: from, StatusTo: to, Fence: FenceFrom(ctx), NoOtherControl: to.Terminal()}
-	if ctrl {
-		for _, c := range r.held {
-			st.Controls = append(st.Controls, c.ID)
-		}
+	for _, c := range ctrl {
+		st.Controls = append(st.Controls, c.ID)
 	}
 	err := r.e.Store.CommitStep(ctx, st)
 	if errors.Is(err, ErrStatusConflict) || errors.Is(err, ErrControlPending) {
@@ -216,16 +214,32 @@ func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, fro
 	if to != "" {
 		r.run.Status = to
 	}
-	if ctrl {
-		r.held = nil
-	}
+	r.held = slices.DeleteFunc(r.held, func(h Control) bool { return slices.ContainsFunc(ctrl, func(c Control) bool { return c.ID == h.ID }) })
 	return true, nil
 }
 
-// applied lists the held requests for the event of the commit that takes them.
-func (r *runner) applied() []AppliedControl {
-	var out []AppliedControl
+// takeable is what a commit takes of the held requests: all of them when it
+// writes a snapshot or ends the run; else (a pause or resume, which writes no
+// snapshot) all but the policy switches, which stay pending until a commit
+// persists the new version in the run's state: taken by an event alone, a
+// switch would be lost to a crash before the next snapshot.
+func (r *runner) takeable(all bool) []Control {
+	if all {
+		return slices.Clone(r.held)
+	}
+	var out []Control
 	for _, c := range r.held {
+		if c.Kind != KindPolicySwitchRequested {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// applied lists requests for the event of the commit that takes them.
+func applied(ctrl []Control) []AppliedControl {
+	var out []AppliedControl
+	for _, c := range ctrl {
 		out = append(out, AppliedControl{RequestID: c.ID, Kind: c.Kind, PolicyVersion: c.PolicyVersion})
 	}
 	return out
@@ -281,7 +295,7 @@ func (r *runner) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunPending}, RunRunning, false)
+	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunPending}, RunRunning, nil)
 	return err
 }
 
@@ -311,6 +325,7 @@ func (r *runner) cancel(ctx context.Context) (bool, error) {
 			r.apply(ctx, fresh, &cancel, &paused)
 		}
 		var events []Event
+		ctrl := r.takeable(true)
 		if r.seq == 0 {
 			ev, err := r.startedEvent(1)
 			if err != nil {
@@ -320,13 +335,13 @@ func (r *runner) cancel(ctx context.Context) (bool, error) {
 		}
 		ev, err := r.event(r.seq+int64(len(events))+1, KindRunCanceled, RunEndedPayload{
 			PayloadBase: r.base(), Status: RunCanceled, CompletedNodes: r.completedNames(),
-			CanceledBeforeNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion, AppliedControl: r.applied(),
+			CanceledBeforeNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion, AppliedControl: applied(ctrl),
 		})
 		if err != nil {
 			return false, err
 		}
 		events = append(events, ev)
-		ok, err := r.commit(ctx, events, nil, []RunStatus{RunPending, RunRunning, RunPaused, RunCancelRequested}, RunCanceled, true)
+		ok, err := r.commit(ctx, events, nil, []RunStatus{RunPending, RunRunning, RunPaused, RunCancelRequested}, RunCanceled, ctrl)
 		if err != nil || ok {
 			return ok, err
 		}
@@ -349,7 +364,8 @@ func (r *runner) nextForReport() string {
 // On a CAS conflict (a cancel or pause request moved the status) it returns
 // nil and the loop's next boundary decides.
 func (r *runner) finish(ctx context.Context, kind string, to RunStatus) error {
-	p := RunEndedPayload{PayloadBase: r.base(), Status: to, CompletedNodes: r.completedNames(), PolicyVersion: r.st.PolicyVersion, AppliedControl: r.applied()}
+	ctrl := r.takeable(true)
+	p := RunEndedPayload{PayloadBase: r.base(), Status: to, CompletedNodes: r.completedNames(), PolicyVersion: r.st.PolicyVersion, AppliedControl: applied(ctrl)}
 	if f := r.st.Failure; f != nil {
 		id := f.ErrorID
 		p.FailedNode, p.ErrorID, p.Summary = f.Node, &id, f.Summary
@@ -358,7 +374,7 @@ func (r *runner) finish(ctx context.Context, kind string, to RunStatus) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunRunning}, to, true)
+	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunRunning}, to, ctrl)
 	return err
 }
 
@@ -435,14 +451,15 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 // pauseTransition commits agent.run.paused / agent.run.resumed with the
 // status CAS from -> to; false, nil on a conflict (r.run refreshed).
 func (r *runner) pauseTransition(ctx context.Context, kind string, from, to RunStatus) (bool, error) {
+	ctrl := r.takeable(false)
 	ev, err := r.event(r.seq+1, kind, RunPausedPayload{
 		PayloadBase: r.base(), Status: to, CompletedNodes: r.completedNames(),
-		NextNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion, AppliedControl: r.applied(),
+		NextNode: r.nextForReport(), PolicyVersion: r.st.PolicyVersion, AppliedControl: applied(ctrl),
 	})
 	if err != nil {
 		return false, err
 	}
-	return r.commit(ctx, []Event{ev}, nil, []RunStatus{from}, to, true)
+	return r.commit(ctx, []Event{ev}, nil, []RunStatus{from}, to, ctrl)
 }
 
 // afterConflict re-reads the decision inputs after a status CAS lost.
@@ -522,6 +539,7 @@ func (r *runner) waitUntil(ctx context.Context, ts string) error {
 func (r *runner) runStep(ctx context.Context) error {
 	name := r.st.Next
 	stepOrd := r.step + 1
+	stepCtrl := r.takeable(true)
 	attempt := r.st.Attempts[name] + 1
 	token := r.ids.NewID()
 	timeout := r.pol.Timeout(name)
@@ -534,7 +552,7 @@ func (r *runner) runStep(ctx context.Context) error {
 	started, err := r.event(r.seq+1, KindNodeStarted, NodeStartedPayload{
 		PayloadBase: r.base(), NodeName: name, StepOrdinal: stepOrd, Attempt: attempt,
 		PolicyVersion: r.st.PolicyVersion, ResumeToken: token, TimeoutMillis: timeout.Milliseconds(),
-		AppliedControl: r.applied(),
+		AppliedControl: applied(stepCtrl),
 	})
 	if err != nil {
 		return err
@@ -649,7 +667,7 @@ func (r *runner) runStep(ctx context.Context) error {
 		return fmt.Errorf("run %s: state: %w", r.run.RunID, err)
 	}
 	snap := &Snapshot{RunID: r.run.RunID, StepOrdinal: stepOrd, NodeName: name, ResumeToken: token, State: stateJSON, CreatedAt: now}
-	if _, err := r.commit(ctx, events, snap, nil, "", true); err != nil {
+	if _, err := r.commit(ctx, events, snap, nil, "", stepCtrl); err != nil {
 		return err
 	}
 	r.step = stepOrd

@@ -788,16 +788,21 @@ func TestPolicySwitchSurvivesStopDuringNextNode(t *testing.T) {
 }
 
 // A pause and a resume each name their request in the event of the status
-// change they caused, across a daemon stop while paused.
+// change they caused, across a daemon stop while paused. A policy switch
+// read at the pause's boundary is not taken by the pause (which writes no
+// snapshot): it survives the stop and the next node's commit takes it.
 func TestPauseResumeAppliedOnceAcrossStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, stop := context.WithCancel(context.Background())
 		var f *fixture
-		var pause string
+		var pause, sw string
 		a := &agenttest.Node{NodeName: "EnsureDevice"}
-		a.OnRun = func(context.Context, agent.NodeInput) { pause = f.control(t, agent.KindPauseRequested, 0) }
+		a.OnRun = func(context.Context, agent.NodeInput) {
+			pause = f.control(t, agent.KindPauseRequested, 0)
+			sw = f.control(t, agent.KindPolicySwitchRequested, 2)
+		}
 		b := &agenttest.Node{NodeName: "ProvisionApp"}
-		f = newFixture(t, agenttest.NewPolicies(policy(1, 1, 0)), a, b)
+		f = newFixture(t, agenttest.NewPolicies(policy(1, 1, 0), policy(2, 1, 0)), a, b)
 		done := make(chan error, 1)
 		go func() { _, err := f.eng.Run(ctx, testRunID, f.graph); done <- err }()
 		synctest.Wait() // paused, polling
@@ -811,9 +816,12 @@ func TestPauseResumeAppliedOnceAcrossStop(t *testing.T) {
 			t.Fatalf("status %s err %v b=%d", status, err, b.Calls())
 		}
 		v := checkStream(t, f.store, status)
-		at := checkApplied(t, v, pause, resume)
+		at := checkApplied(t, v, pause, resume, sw)
 		if v[at[0]].Kind != agent.KindRunPaused || v[at[1]].Kind != agent.KindRunResumed {
 			t.Fatalf("pause applied by %s, resume by %s", v[at[0]].Kind, v[at[1]].Kind)
+		}
+		if e := v[at[2]]; e.Kind != agent.KindNodeStarted || e.Node != "ProvisionApp" || b.Inputs()[0].PolicyVersion != 2 {
+			t.Fatalf("switch applied by %s %s; b ran under v%d", e.Kind, e.Node, b.Inputs()[0].PolicyVersion)
 		}
 	})
 }
