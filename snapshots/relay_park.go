@@ -18,17 +18,23 @@ type PayloadLimiter interface {
 // (JetStream counts headers in max_payload).
 const headerAllowance = 1024
 
-// unpublishable reports why row can never be published (its message is over
-// the limit), or "" when it may be.
-func (r *Relay) unpublishable(row agent.OutboxRow) string {
-	limit := int64(r.MaxMessageBytes)
-	if limit <= 0 {
-		if pl, ok := r.Publisher.(PayloadLimiter); ok {
-			limit = pl.MaxPayload()
-		}
+// messageLimit is MaxMessageBytes, else the Publisher's MaxPayload; 0 when
+// not known (not connected yet: the publish itself will tell).
+func (r *Relay) messageLimit() int64 {
+	if r.MaxMessageBytes > 0 {
+		return int64(r.MaxMessageBytes)
 	}
+	if pl, ok := r.Publisher.(PayloadLimiter); ok {
+		return pl.MaxPayload()
+	}
+	return 0
+}
+
+// unpublishable reports why row can never be published (its message is over
+// limit), or "" when it may be.
+func unpublishable(row agent.OutboxRow, limit int64) string {
 	if limit <= 0 {
-		return "" // not known (not connected yet): the publish itself will tell
+		return ""
 	}
 	if size := int64(len(row.Body) + len(row.Subject) + len(row.EventID) + headerAllowance); size > limit {
 		return fmt.Sprintf("message of %d bytes (envelope %d) is over the NATS server's max_payload of %d bytes", size, len(row.Body), limit)
@@ -40,12 +46,13 @@ func (r *Relay) unpublishable(row agent.OutboxRow) string {
 // published and returns the others, in order. Without a park function (a
 // store that cannot park) rows are returned as they are.
 func (r *Relay) parkUnpublishable(ctx context.Context, rows []agent.OutboxRow, park func(ctx context.Context, runID string, sequence int64, reason string) error) ([]agent.OutboxRow, error) {
-	if park == nil {
+	limit := r.messageLimit()
+	if park == nil || limit <= 0 {
 		return rows, nil
 	}
 	var kept []agent.OutboxRow
 	for i, row := range rows {
-		reason := r.unpublishable(row)
+		reason := unpublishable(row, limit)
 		if reason == "" {
 			if kept != nil {
 				kept = append(kept, row)
