@@ -5,18 +5,24 @@ export ANDROID_HOME := /usr/lib/android-sdk
 BIN := bin/screengraph-agent
 FUZZTIME ?= 5s
 
-.PHONY: setup build demo test fuzz bench vet
+.PHONY: setup build demo test fuzz bench vet release-snapshot release-check
 
 setup:
 	@tools/setup.sh
 
 build:
-	go build -o $(BIN) ./cmd/screengraph-agent
+	@echo "build: go build -o $(BIN) ./cmd/screengraph-agent (a first build compiles ~300 packages: minutes; -v lists them)"
+	@start=$$(date +%s); go build -v -o $(BIN) ./cmd/screengraph-agent 2>&1 | awk '/[ :#]/ {print; next} {n++; if (n % 25 == 0) printf "build: %d packages compiled (%s)\n", n, $$0; fflush()}'; \
+	  test $${PIPESTATUS[0]} -eq 0 && echo "build: $(BIN) in $$(( $$(date +%s) - start )) s"
 
 # The main job on a fresh machine: set up, then run it against the attached
-# devices, starting simulated emulators when none is attached.
-demo: setup build
-	@tools/demo.sh
+# devices, starting simulated emulators when none is attached. Prints the time
+# of each phase.
+demo:
+	@t0=$$(date +%s); $(MAKE) --no-print-directory setup && t1=$$(date +%s) && \
+	  $(MAKE) --no-print-directory build && t2=$$(date +%s) && \
+	  { tools/demo.sh; rc=$$?; t3=$$(date +%s); \
+	    echo "demo: setup $$((t1 - t0)) s, build $$((t2 - t1)) s, demo $$((t3 - t2)) s (total $$((t3 - t0)) s)"; exit $$rc; }
 
 # The race detector on the core packages (agent/..., snapshots/..., device/...);
 # the simulator-, Appium- and binary-heavy rest without it (-race would
@@ -52,3 +58,24 @@ bench: setup
 	go test -run '^$$' -bench Daemon32 -benchtime 1x -timeout 20m ./cmd/screengraph-agent/
 	go test -run '^$$' -bench FleetRunsPerMinute -benchtime 1x -timeout 10m ./cmd/screengraph-agent/
 	go test -run '^$$' -bench Boot -benchtime 1x ./emulator/ ./nodes/
+
+# Release packaging (tools/release.sh): archives for linux/darwin x amd64/arm64,
+# debs with a systemd unit (nfpm), SHA256SUMS, into dist/. nfpm is a Go module,
+# installed once at a pinned version into .cache/tools (goreleaser: see
+# docs/decisions.md for why not).
+NFPM_VERSION := v2.48.0
+NFPM := .cache/tools/nfpm-$(NFPM_VERSION)
+
+$(NFPM):
+	@echo "release: go install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION) into .cache/tools (once)"
+	@mkdir -p .cache/tools/bin-nfpm-$(NFPM_VERSION)
+	@start=$$(date +%s); GOBIN=$(CURDIR)/.cache/tools/bin-nfpm-$(NFPM_VERSION) go install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION) && \
+	  mv .cache/tools/bin-nfpm-$(NFPM_VERSION)/nfpm $@ && echo "release: nfpm installed in $$(( $$(date +%s) - start )) s"
+
+release-snapshot: $(NFPM)
+	@NFPM=$(CURDIR)/$(NFPM) tools/release.sh
+
+# Checks dist/: checksums, archives, the deb unpacked into a scratch root and
+# its systemd unit (tools/release-check.sh). .ci/run runs it.
+release-check: setup release-snapshot
+	@tools/release-check.sh dist

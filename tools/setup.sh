@@ -23,6 +23,11 @@ command -v runuser >/dev/null || need_apt+=(util-linux)
 command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need_apt+=(nats-server)
 # promtool (Debian's prometheus package) checks the daemon's /metrics in tests.
 command -v promtool >/dev/null || need_apt+=(prometheus)
+# make release-check: systemd-analyze verifies the deb's unit; file checks the static binary.
+command -v systemd-analyze >/dev/null || need_apt+=(systemd)
+command -v file >/dev/null || need_apt+=(file)
+# The README's walkthrough reads JSON answers with jq.
+command -v jq >/dev/null || need_apt+=(jq)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   sudo_ apt-get update -qq

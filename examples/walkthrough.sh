@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The README's walkthrough, as one script (tools/release-check.sh runs it with
+# the release archive's binary alone on PATH, from a directory outside the
+# checkout). Needs: adb, curl, jq, screengraph-agent on PATH and an Appium it
+# finds (`screengraph-agent setup appium`). Ports and paths from the
+# environment, defaults in brackets:
+#   ADB_PORT [5037]  API [127.0.0.1:7420]  NATS [127.0.0.1:4222]  DATA [./sg-data]
+#   APK [./fixtures/apks/demo-v2.apk]  EXAMPLES [./examples]
+set -euo pipefail
+ADB_PORT=${ADB_PORT:-5037} API=${API:-127.0.0.1:7420} NATS=${NATS:-127.0.0.1:4222}
+DATA=${DATA:-$PWD/sg-data} APK=${APK:-$PWD/fixtures/apks/demo-v2.apk} EXAMPLES=${EXAMPLES:-$PWD/examples}
+export ANDROID_ADB_SERVER_PORT=$ADB_PORT SCREENGRAPH_SERVER=http://$API
+SIM="" SERVE=""
+trap 'kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; screengraph-agent appium stop --data-dir "$DATA" >/dev/null; kill $SIM 2>/dev/null; wait $SIM 2>/dev/null' EXIT
+
+# 1. One simulated emulator on the adb server (it speaks the real device protocol).
+adb start-server
+screengraph-agent emulator sim --count 1 --port 5554 --adb-server "127.0.0.1:$ADB_PORT" >sim.log 2>&1 & SIM=$!
+until adb devices | grep -q "emulator-5554[[:space:]]device"; do sleep 0.5; done
+screengraph-agent devices --adb-server "127.0.0.1:$ADB_PORT"
+
+# 2. Check the host (exit 1 on a fail).
+screengraph-agent doctor --data-dir "$DATA" --adb-server "127.0.0.1:$ADB_PORT" --listen "$API" --nats-listen "$NATS"
+
+# 3. The daemon, with a second policy version.
+screengraph-agent serve --data-dir "$DATA" --adb-server "127.0.0.1:$ADB_PORT" --listen "$API" --nats-listen "$NATS" \
+  --policy "$EXAMPLES/policy-v2.yaml" >serve.log 2>&1 & SERVE=$!
+until curl -fsS "http://$API/readyz"; do sleep 1; done; echo
+
+# 4. Submit examples/run.json with the APK's absolute path.
+jq --arg apk "file://$APK" '.provisionApp.applicationUnderTestDescriptor.apkStorageObjectReference = $apk' \
+  "$EXAMPLES/run.json" >run.json
+RUN=$(curl -fsS -X POST "http://$API/v1/runs" -H 'Content-Type: application/json' --data-binary @run.json | jq -r .runId)
+echo "run $RUN"
+
+# 5. Follow its events until it ends (the CLI, then the same as Server-Sent Events).
+screengraph-agent runs events "$RUN" --follow
+curl -fsS -N "http://$API/v1/runs/$RUN/events?follow=1" | tail -3
+
+# 6. The run and one step.
+screengraph-agent runs show "$RUN"
+screengraph-agent runs inspect "$RUN" --step 1
+
+# 7. Pause a second run (on policy version 1), switch it to version 2, resume it.
+RUN2=$(jq '.policyVersion = 1' run.json | curl -fsS -X POST "http://$API/v1/runs" -H 'Content-Type: application/json' --data-binary @- | jq -r .runId)
+screengraph-agent pause "$RUN2"
+until [[ "$(curl -fsS "http://$API/v1/runs/$RUN2" | jq -r .status)" =~ ^(PAUSED|FINISHED|FAILED)$ ]]; do sleep 0.5; done
+screengraph-agent policy switch "$RUN2" --version 2
+screengraph-agent resume "$RUN2"
+screengraph-agent runs events "$RUN2" --follow | tail -3
+curl -fsS "http://$API/v1/runs/$RUN2" | jq -r '"\(.runId) \(.status)"'
+
+# 8. Metrics.
+curl -fsS "http://$API/metrics" | grep -E '^screengraph_runs'
+
+# 9. The events on NATS (stream AGENT_EVENTS), with the nats CLI when installed.
+if command -v nats >/dev/null; then
+  nats --server "nats://$NATS" stream view AGENT_EVENTS --subject "agent.events.local.$RUN" | tail -5
+fi

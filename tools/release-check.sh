@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Checks what `make release-snapshot` put in dist/: SHA256SUMS matches every
+# archive and package; the four archives hold a static binary; the linux/amd64
+# archive's binary runs `version` from a directory outside the checkout with
+# only it on PATH; the deb, unpacked into a scratch root (dpkg-deb -x), holds
+# the binary, the systemd unit, the config and the maintainer scripts that
+# create the system user, its binary runs `version`, and `systemd-analyze
+# verify` accepts the unit in that root. Exit 1 on the first failure.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dist="${1:-$root/dist}"
+fail() { echo "release-check: FAIL: $*" >&2; exit 1; }
+ok() { echo "release-check: ok: $*"; }
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+
+[ -f "$dist/SHA256SUMS" ] || fail "no $dist/SHA256SUMS (run make release-snapshot)"
+(cd "$dist" && sha256sum --strict -c SHA256SUMS >/dev/null) || fail "SHA256SUMS does not match the files"
+for t in linux_amd64 linux_arm64 darwin_amd64 darwin_arm64; do
+  a=$(ls "$dist"/screengraph-agent_*_"$t".tar.gz 2>/dev/null | head -1)
+  [ -n "$a" ] || fail "no archive for $t"
+  grep -q " $(basename "$a")\$" "$dist/SHA256SUMS" || fail "$(basename "$a") not in SHA256SUMS"
+  tar -tzf "$a" | grep -qx screengraph-agent || fail "$a has no screengraph-agent binary"
+  tar -tzf "$a" | grep -qx LICENSE || fail "$a has no LICENSE"
+done
+ok "SHA256SUMS matches; 4 archives (linux, darwin x amd64, arm64) with the binary and LICENSE"
+
+# The archive's binary alone on PATH, run outside the checkout.
+mkdir -p "$scratch/bin" "$scratch/outside"
+tar -xzf "$(ls "$dist"/screengraph-agent_*_linux_amd64.tar.gz)" -C "$scratch/bin" screengraph-agent
+file "$scratch/bin/screengraph-agent" | grep -q "statically linked" || fail "the linux/amd64 binary is not static: $(file "$scratch/bin/screengraph-agent")"
+out=$(cd "$scratch/outside" && env -i HOME="$scratch/outside" PATH="$scratch/bin:/usr/bin:/bin" screengraph-agent version --output json --data-dir "$scratch/outside/data")
+ver=$(echo "$out" | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v["commit"] and v["buildDate"], v; print(v["version"])') ||
+  fail "version of the archive's binary: $out"
+ok "archive binary: version $ver (static), run outside the checkout"
+
+# The deb, unpacked into a scratch root.
+deb=$(ls "$dist"/screengraph-agent_*_amd64.deb 2>/dev/null | head -1)
+[ -n "$deb" ] || fail "no amd64 deb"
+grep -q " $(basename "$deb")\$" "$dist/SHA256SUMS" || fail "$(basename "$deb") not in SHA256SUMS"
+dpkg-deb --info "$deb" control | grep -q '^Depends:.*adb' || fail "deb does not depend on adb"
+dpkg-deb -x "$deb" "$scratch/root"
+dpkg-deb -e "$deb" "$scratch/control"
+for f in usr/bin/screengraph-agent usr/lib/systemd/system/screengraph-agent.service etc/screengraph-agent/config.yaml; do
+  [ -e "$scratch/root/$f" ] || fail "deb lacks /$f"
+done
+grep -q 'adduser --system' "$scratch/control/preinst" || fail "deb's preinst does not create the system user"
+grep -q '/etc/screengraph-agent/config.yaml' "$scratch/control/conffiles" || fail "config.yaml is not a conffile"
+"$scratch/root/usr/bin/screengraph-agent" version --data-dir "$scratch/data" | grep -q "^screengraph-agent $ver" ||
+  fail "the deb's binary: $("$scratch/root/usr/bin/screengraph-agent" version 2>&1 | head -3)"
+# The config the deb ships is one serve reads (unknown keys are refused).
+"$scratch/root/usr/bin/screengraph-agent" serve --config "$scratch/root/etc/screengraph-agent/config.yaml" \
+  --data-dir "$scratch/data" --print-config >/dev/null || fail "serve does not read the deb's config.yaml"
+unit=usr/lib/systemd/system/screengraph-agent.service
+for opt in Type=notify NoNewPrivileges=yes ProtectSystem=strict StateDirectory=screengraph-agent User=screengraph-agent; do
+  grep -qx "$opt" "$scratch/root/$unit" || fail "unit lacks $opt"
+done
+# verify checks that ExecStart's binary exists: point it at the unpacked one
+# (--root would need a whole systemd tree in the scratch root).
+sed "s|^ExecStart=/usr/bin/screengraph-agent|ExecStart=$scratch/root/usr/bin/screengraph-agent|" "$scratch/root/$unit" >"$scratch/screengraph-agent.service"
+verify=$(systemd-analyze verify "$scratch/screengraph-agent.service" 2>&1) || fail "systemd-analyze verify: $verify"
+[ -z "$verify" ] || fail "systemd-analyze verify warns: $verify"
+ok "deb: $(basename "$deb") holds the binary (version $ver), unit (systemd-analyze verify clean), conffile, user-creating preinst"
+
+# The README's walkthrough (examples/walkthrough.sh) from a directory outside
+# the checkout, with the archive's binary on PATH (and an Appium: the
+# checkout's, as a host's own install would be), on ports of its own.
+w="$scratch/walk"
+mkdir -p "$w/examples" "$scratch/appium-bin"
+cp "$root/examples/run.json" "$root/examples/policy-v2.yaml" "$w/examples/"
+cp "$root/fixtures/apks/demo-v2.apk" "$w/"
+ln -s "$root/tools/node/node_modules/.bin/appium" "$scratch/appium-bin/appium"
+read -r adb_port api_port nats_port < <(python3 -c 'import socket
+s=[socket.socket() for _ in range(3)]
+[x.bind(("127.0.0.1", 0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+trap 'adb -P "$adb_port" kill-server >/dev/null 2>&1; rm -rf "$scratch"' EXIT
+start=$(date +%s)
+if ! (cd "$w" && env -i HOME="$w" PATH="$scratch/bin:$scratch/appium-bin:/usr/bin:/bin" APPIUM_HOME="$root/.cache/appium-home" \
+  ADB_PORT="$adb_port" API="127.0.0.1:$api_port" NATS="127.0.0.1:$nats_port" DATA="$w/data" APK="$w/demo-v2.apk" \
+  EXAMPLES="$w/examples" bash "$root/examples/walkthrough.sh" >"$w/walkthrough.log" 2>&1); then
+  tail -40 "$w/walkthrough.log" >&2; tail -20 "$w/serve.log" >&2 || true
+  fail "the walkthrough with the archive's binary"
+fi
+grep -q "FINISHED" "$w/walkthrough.log" || { tail -40 "$w/walkthrough.log" >&2; fail "the walkthrough's runs did not finish"; }
+ok "walkthrough (doctor, serve, run, events, inspect, pause/policy/resume, metrics) with the archive's binary outside the checkout in $(( $(date +%s) - start )) s"
