@@ -25,7 +25,7 @@ screengraph-agent doctor --data-dir "$DATA" --adb-server "127.0.0.1:$ADB_PORT" -
 # 3. The daemon, with a second policy version.
 screengraph-agent serve --data-dir "$DATA" --adb-server "127.0.0.1:$ADB_PORT" --listen "$API" --nats-listen "$NATS" \
   --policy "$EXAMPLES/policy-v2.yaml" >serve.log 2>&1 & SERVE=$!
-until curl -fsS "http://$API/readyz"; do sleep 1; done; echo
+until curl -fs "http://$API/readyz" >/dev/null; do sleep 1; done; curl -fsS "http://$API/readyz"; echo
 
 # 4. Submit examples/run.json with the APK's absolute path.
 jq --arg apk "file://$APK" '.provisionApp.applicationUnderTestDescriptor.apkStorageObjectReference = $apk' \
@@ -41,14 +41,19 @@ curl -fsS -N "http://$API/v1/runs/$RUN/events?follow=1" | tail -3
 screengraph-agent runs show "$RUN"
 screengraph-agent runs inspect "$RUN" --step 1
 
-# 7. Pause a second run (on policy version 1), switch it to version 2, resume it.
+# 7. Pause a second run (on policy version 1) at its next node boundary, switch it to
+#    policy version 2, resume it. A warm run takes about 2 s: when it ended before the
+#    pause arrived, the pause is refused (409, run already ended) and the run is shown.
 RUN2=$(jq '.policyVersion = 1' run.json | curl -fsS -X POST "http://$API/v1/runs" -H 'Content-Type: application/json' --data-binary @- | jq -r .runId)
-screengraph-agent pause "$RUN2"
-until [[ "$(curl -fsS "http://$API/v1/runs/$RUN2" | jq -r .status)" =~ ^(PAUSED|FINISHED|FAILED)$ ]]; do sleep 0.5; done
-screengraph-agent policy switch "$RUN2" --version 2
-screengraph-agent resume "$RUN2"
+if screengraph-agent pause "$RUN2"; then
+  until [[ "$(curl -fsS "http://$API/v1/runs/$RUN2" | jq -r .status)" =~ ^(PAUSED|FINISHED|FAILED)$ ]]; do sleep 0.5; done
+  if [ "$(curl -fsS "http://$API/v1/runs/$RUN2" | jq -r .status)" = PAUSED ]; then
+    screengraph-agent policy switch "$RUN2" --version 2
+    screengraph-agent resume "$RUN2"
+  fi
+fi
 screengraph-agent runs events "$RUN2" --follow | tail -3
-curl -fsS "http://$API/v1/runs/$RUN2" | jq -r '"\(.runId) \(.status)"'
+curl -fsS "http://$API/v1/runs/$RUN2" | jq -r '"\(.runId) \(.status) policy \(.policyVersion)"'
 
 # 8. Metrics.
 curl -fsS "http://$API/metrics" | grep -E '^screengraph_runs'

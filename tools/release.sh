@@ -29,7 +29,8 @@ for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
   tar -C "$dir" -czf "dist/$name.tar.gz" --owner=0 --group=0 screengraph-agent LICENSE README.md screengraph-agent.service config.yaml
   echo "release: $name.tar.gz ($(( $(date +%s) - s )) s)"
   if [ "$os" = linux ]; then
-    VERSION="$version" ARCH="$arch" BINARY="$dir/screengraph-agent" "$nfpm" package --config packaging/nfpm.yaml \
+    sed "s|\${BINARY}|$dir/screengraph-agent|" packaging/nfpm.yaml >"dist/build/nfpm-$arch.yaml"
+    VERSION="$version" ARCH="$arch" "$nfpm" package --config "dist/build/nfpm-$arch.yaml" \
       --packager deb --target "dist/screengraph-agent_${version}_${arch}.deb" >/dev/null
     echo "release: screengraph-agent_${version}_${arch}.deb"
   fi
