@@ -22,9 +22,9 @@ screengraph-agent devices --adb-server "127.0.0.1:$ADB_PORT"
 # 2. Check the host (exit 1 on a fail).
 screengraph-agent doctor --data-dir "$DATA" --adb-server "127.0.0.1:$ADB_PORT" --listen "$API" --nats-listen "$NATS"
 
-# 3. The daemon, with a second policy version.
+# 3. The daemon, with a second policy version; APKs may be read from the APK's directory only.
 screengraph-agent serve --data-dir "$DATA" --adb-server "127.0.0.1:$ADB_PORT" --listen "$API" --nats-listen "$NATS" \
-  --policy "$EXAMPLES/policy-v2.yaml" >serve.log 2>&1 & SERVE=$!
+  --policy "$EXAMPLES/policy-v2.yaml" --artifact-file-root "$(dirname "$APK")" >serve.log 2>&1 & SERVE=$!
 until curl -fs "http://$API/readyz" >/dev/null; do sleep 1; done; curl -fsS "http://$API/readyz"; echo
 
 # 4. Submit examples/run.json with the APK's absolute path.
