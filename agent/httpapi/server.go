@@ -44,26 +44,20 @@ var DefaultLimits = Limits{
 // withDefaults fills the zero fields of l from DefaultLimits.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits
-	if l.ReadHeaderTimeout > 0 {
-		d.ReadHeaderTimeout = l.ReadHeaderTimeout
+	return Limits{
+		ReadHeaderTimeout:  positiveOr(l.ReadHeaderTimeout, d.ReadHeaderTimeout),
+		ReadTimeout:        positiveOr(l.ReadTimeout, d.ReadTimeout),
+		WriteTimeout:       positiveOr(l.WriteTimeout, d.WriteTimeout),
+		IdleTimeout:        positiveOr(l.IdleTimeout, d.IdleTimeout),
+		MaxHeaderBytes:     positiveOr(l.MaxHeaderBytes, d.MaxHeaderBytes),
+		EventWriteTimeout:  positiveOr(l.EventWriteTimeout, d.EventWriteTimeout),
+		FollowersPerTenant: positiveOr(l.FollowersPerTenant, d.FollowersPerTenant),
 	}
-	if l.ReadTimeout > 0 {
-		d.ReadTimeout = l.ReadTimeout
-	}
-	if l.WriteTimeout > 0 {
-		d.WriteTimeout = l.WriteTimeout
-	}
-	if l.IdleTimeout > 0 {
-		d.IdleTimeout = l.IdleTimeout
-	}
-	if l.MaxHeaderBytes > 0 {
-		d.MaxHeaderBytes = l.MaxHeaderBytes
-	}
-	if l.EventWriteTimeout > 0 {
-		d.EventWriteTimeout = l.EventWriteTimeout
-	}
-	if l.FollowersPerTenant > 0 {
-		d.FollowersPerTenant = l.FollowersPerTenant
+}
+
+func positiveOr[T int | time.Duration](v, d T) T {
+	if v > 0 {
+		return v
 	}
 	return d
 }
