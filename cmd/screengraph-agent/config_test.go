@@ -74,11 +74,13 @@ func TestServeFlagsAreConfigKeys(t *testing.T) {
 // roundTripValue is a valid non-default value for a config key of kind k.
 func roundTripValue(t *testing.T, key string, typ reflect.Type) reflect.Value {
 	special := map[string]any{
-		"data-dir":     t.TempDir(),
-		"database-url": "postgres://db.example:5432/agent?sslmode=disable", // userinfo is redacted on print
-		"nats-url":     "nats://a.example:4222,nats://b.example:4222",
-		"appium":       "http://127.0.0.1:4799",
-		"tenant":       "acme",
+		"data-dir":         t.TempDir(),
+		"database-url":     "postgres://db.example:5432/agent?sslmode=disable", // userinfo is redacted on print
+		"nats-url":         "nats://a.example:4222,nats://b.example:4222",
+		"appium":           "http://127.0.0.1:4799",
+		"tenant":           "acme",
+		"retention":        48 * time.Hour,  // at least 1h
+		"stream-max-bytes": int64(64 << 20), // at least 1 MiB
 	}
 	if v, ok := special[key]; ok {
 		return reflect.ValueOf(v).Convert(typ)

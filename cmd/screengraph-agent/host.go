@@ -38,8 +38,12 @@ type hostConfig struct {
 	// NATSReplicas is the AGENT_EVENTS stream's replica count (1 on the
 	// embedded server; 3 on a three-node cluster).
 	NATSReplicas int
-	ADBServer    string // host:port
-	AppiumURL    string // "" starts a local Appium
+	// StreamMaxAge and StreamMaxBytes limit the AGENT_EVENTS stream (0:
+	// snapshots.DefaultStreamMaxAge and DefaultStreamMaxBytes).
+	StreamMaxAge   time.Duration
+	StreamMaxBytes int64
+	ADBServer      string // host:port
+	AppiumURL      string // "" starts a local Appium
 	// AppiumBinary is the local Appium's executable (--appium-binary); ""
 	// means appium.Locate's search.
 	AppiumBinary string
@@ -62,6 +66,18 @@ type hostConfig struct {
 	Artifacts *artifacts.Config
 }
 
+// streamLimits are the AGENT_EVENTS stream's MaxAge and MaxBytes.
+func (c hostConfig) streamLimits() (time.Duration, int64) {
+	maxAge, maxBytes := c.StreamMaxAge, c.StreamMaxBytes
+	if maxAge <= 0 {
+		maxAge = snapshots.DefaultStreamMaxAge
+	}
+	if maxBytes <= 0 {
+		maxBytes = snapshots.DefaultStreamMaxBytes
+	}
+	return maxAge, maxBytes
+}
+
 // hostStore is what the host needs of a store: runs, events, outbox and
 // device leases (snapshots.Embedded on one host, snapshots.Postgres in a
 // fleet).
@@ -70,6 +86,7 @@ type hostStore interface {
 	agent.Leases
 	agent.ParkedLister
 	snapshots.OutboxCounter
+	agent.Pruner
 }
 
 // host holds the running pieces; Close stops them in reverse order, after the
@@ -201,7 +218,7 @@ func (h *host) open(ctx context.Context) (err error) {
 		if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL, natsAuth...); err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
 		}
-		if h.pub, err = snapshots.NewJetStreamPublisher(ctx, h.nc); err != nil {
+		if h.pub, err = snapshots.NewJetStreamPublisher(ctx, h.nc, snapshots.WithStreamLimits(cfg.streamLimits())); err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "NATS JetStream")
 		}
 	} else {
@@ -211,7 +228,8 @@ func (h *host) open(ctx context.Context) (err error) {
 		if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL, nats.RetryOnFailedConnect(true)); err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
 		}
-		lp := snapshots.NewLazyPublisher(h.nc, snapshots.StreamConfigFor(max(cfg.NATSReplicas, 1)))
+		maxAge, maxBytes := cfg.streamLimits()
+		lp := snapshots.NewLazyPublisher(h.nc, snapshots.StreamConfigLimited(max(cfg.NATSReplicas, 1), maxAge, maxBytes))
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := lp.Ready(rctx); err != nil {
 			cfg.Log.Warn().Err(err).Str("nats", agent.RedactString(h.NATSClientURL)).Msg("NATS JetStream not ready; events wait in the outbox until it is")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/retention"
 	"github.com/screengraph/screengraph-agent/snapshots"
 )
 
@@ -41,6 +42,7 @@ type runsCmd struct {
 	Events  runsEventsCmd  `cmd:"" help:"A run's events in sequence order."`
 	Inspect runsInspectCmd `cmd:"" help:"Step N of a run: its snapshot and the events committed with it."`
 	Resume  runsResumeCmd  `cmd:"" help:"Resume an unfinished run from its last snapshot, without a daemon."`
+	Prune   runsPruneCmd   `cmd:"" help:"Delete ended runs older than --older-than with their events, outbox rows, snapshots, control rows and lease history; runs with unpublished outbox rows are kept and listed. Opens the store itself: works with or without a daemon."`
 }
 
 type outputFlag struct {
@@ -242,4 +244,39 @@ func (c *runsInspectCmd) Run(ctx context.Context) error {
 	v.Snapshot.State = agent.RedactJSON(v.Snapshot.State)
 	v.Events = redactEvents(v.Events)
 	return snapshots.WriteStepView(os.Stdout, v)
+}
+
+type runsPruneCmd struct {
+	tokenStoreFlags
+	outputFlag
+	OlderThan time.Duration `help:"Delete runs whose last status change (their end) is older than this, e.g. 720h." name:"older-than" required:""`
+	BatchSize int           `help:"Runs deleted per transaction." name:"batch-size" default:"500"`
+}
+
+func (c *runsPruneCmd) Run(ctx context.Context) error {
+	if c.OlderThan <= 0 {
+		return c.fail("runs prune", agent.Errorf(agent.ErrInvalidRequest, "--older-than must be > 0, not %v", c.OlderThan))
+	}
+	if c.BatchSize <= 0 || c.BatchSize > 5000 {
+		return c.fail("runs prune", agent.Errorf(agent.ErrInvalidRequest, "--batch-size must be 1 to 5000, not %d", c.BatchSize))
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return c.fail("runs prune", err)
+	}
+	defer st.Close()
+	res, err := (&retention.Cleaner{Store: st, Retention: c.OlderThan, BatchSize: c.BatchSize}).Pass(ctx, time.Now())
+	if err != nil {
+		return c.fail("runs prune", agent.Wrap(agent.ErrProcess, err, "prune (deleted %d runs before the failure)", res.Runs))
+	}
+	if c.Output == "json" {
+		return printJSON(res)
+	}
+	fmt.Printf("deleted %d runs ended more than %v ago: %d events, %d outbox rows, %d snapshots, %d control rows, %d leases\n",
+		res.Runs, c.OlderThan, res.Events, res.Outbox, res.Snapshots, res.Controls, res.Leases)
+	if res.Held > 0 {
+		fmt.Printf("kept %d such runs: outbox rows not yet published (or a lease still active); they go once the relay published them: %s\n",
+			res.Held, strings.Join(res.HeldRuns, " "))
+	}
+	return nil
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/agent/retention"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
@@ -63,6 +64,9 @@ type daemonConfig struct {
 	ArtifactMaxBytes      string        `koanf:"artifact-max-bytes" json:"artifactMaxBytes"`
 	ArtifactIdleTimeout   time.Duration `koanf:"artifact-idle-timeout" json:"artifactIdleTimeout"`
 	ArtifactCacheMaxBytes string        `koanf:"artifact-cache-max-bytes" json:"artifactCacheMaxBytes"`
+	// Retention: ended runs (and AGENT_EVENTS messages) older than it go.
+	Retention      time.Duration `koanf:"retention" json:"retention"`
+	StreamMaxBytes int64         `koanf:"stream-max-bytes" json:"streamMaxBytes"`
 }
 
 // artifacts is the fetcher configuration of cfg.
@@ -79,22 +83,24 @@ var envListKeys = map[string]string{"policy": "policy", "artifact-file-roots": "
 	"artifact-s3-bucket": "artifact-s3-bucket", "artifact-s3-buckets": "artifact-s3-bucket"}
 
 type serveCmd struct {
-	Listen       string        `help:"HTTP API address (default ${default_listen})." placeholder:"HOST:PORT"`
-	DataDir      string        `help:"Data directory (embedded store, NATS files, artifacts; default ~/.local/share/screengraph-agent)." name:"data-dir" type:"path"`
-	ADBServer    string        `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
-	Appium       string        `help:"Appium server URL; default: a local one started for this data dir."`
-	AppiumBinary string        `help:"Appium executable of the local server (default: the checkout's, appium on PATH, $APPIUM_HOME's, or the one setup appium installed in the data dir)." name:"appium-binary" placeholder:"PATH"`
-	NATSListen   string        `help:"Address the in-process NATS server (JetStream) listens on, for any NATS client (default 127.0.0.1:4222)." name:"nats-listen"`
-	NATSURL      string        `help:"Publish events to this NATS server or cluster (comma-separated URLs) instead of the in-process one." name:"nats-url"`
-	DatabaseURL  string        `help:"Fleet mode: keep runs, events, outbox and device leases in this shared Postgres (postgres://…) instead of the embedded store; migrated at start." name:"database-url"`
-	NATSReplicas int           `help:"Replicas of the AGENT_EVENTS stream (default 1; 3 on a three-node JetStream cluster)." name:"nats-replicas"`
-	Policy       []string      `help:"Policy documents (YAML/JSON) to add; the first becomes current." type:"existingfile"`
-	Tenant       string        `help:"Tenant of runs submitted without tenantId (default local)."`
-	LeaseTTL     time.Duration `help:"Device lease TTL (renewed every TTL/3; default 30s)." name:"lease-ttl"`
-	Config       string        `help:"Config file (YAML or JSON) with the keys of the flags above." type:"existingfile"`
-	PrintConfig  bool          `help:"Print the merged configuration as --config reads it (YAML; JSON with --output json; secrets redacted) and exit." name:"print-config"`
-	Output       string        `help:"Output format of --print-config (text: YAML) and failures: text or json." default:"text" enum:"text,json"`
-	PprofListen  string        `help:"Serve Go runtime profiles (/debug/pprof/) on this address (off by default)." name:"pprof-listen" hidden:""`
+	Listen         string        `help:"HTTP API address (default ${default_listen})." placeholder:"HOST:PORT"`
+	DataDir        string        `help:"Data directory (embedded store, NATS files, artifacts; default ~/.local/share/screengraph-agent)." name:"data-dir" type:"path"`
+	ADBServer      string        `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
+	Appium         string        `help:"Appium server URL; default: a local one started for this data dir."`
+	AppiumBinary   string        `help:"Appium executable of the local server (default: the checkout's, appium on PATH, $APPIUM_HOME's, or the one setup appium installed in the data dir)." name:"appium-binary" placeholder:"PATH"`
+	NATSListen     string        `help:"Address the in-process NATS server (JetStream) listens on, for any NATS client (default 127.0.0.1:4222)." name:"nats-listen"`
+	NATSURL        string        `help:"Publish events to this NATS server or cluster (comma-separated URLs) instead of the in-process one." name:"nats-url"`
+	DatabaseURL    string        `help:"Fleet mode: keep runs, events, outbox and device leases in this shared Postgres (postgres://…) instead of the embedded store; migrated at start." name:"database-url"`
+	NATSReplicas   int           `help:"Replicas of the AGENT_EVENTS stream (default 1; 3 on a three-node JetStream cluster)." name:"nats-replicas"`
+	Policy         []string      `help:"Policy documents (YAML/JSON) to add; the first becomes current." type:"existingfile"`
+	Tenant         string        `help:"Tenant of runs submitted without tenantId (default local)."`
+	LeaseTTL       time.Duration `help:"Device lease TTL (renewed every TTL/3; default 30s)." name:"lease-ttl"`
+	Retention      time.Duration `help:"Delete ended runs (events, outbox rows, snapshots, control rows, lease history) whose last status change is older than this, and age AGENT_EVENTS messages out after it (default 720h; at least 1h). Runs with unpublished outbox rows are kept." name:"retention"`
+	StreamMaxBytes int64         `help:"Size limit of the AGENT_EVENTS stream in bytes; the oldest messages go first (default 536870912, 512 MiB)." name:"stream-max-bytes"`
+	Config         string        `help:"Config file (YAML or JSON) with the keys of the flags above." type:"existingfile"`
+	PrintConfig    bool          `help:"Print the merged configuration as --config reads it (YAML; JSON with --output json; secrets redacted) and exit." name:"print-config"`
+	Output         string        `help:"Output format of --print-config (text: YAML) and failures: text or json." default:"text" enum:"text,json"`
+	PprofListen    string        `help:"Serve Go runtime profiles (/debug/pprof/) on this address (off by default)." name:"pprof-listen" hidden:""`
 
 	ArtifactFileRoot      []string      `help:"file:// artifact references resolve (after .. and symlinks) only under these directories (repeatable; SCREENGRAPH_ARTIFACT_FILE_ROOTS comma-separated); none: file:// refused." name:"artifact-file-root" placeholder:"DIR"`
 	ArtifactAllowCIDR     []string      `help:"Destination ranges https artifact downloads may reach although a rule refuses them (loopback, private, link-local, CGNAT…; repeatable)." name:"artifact-allow-cidr" placeholder:"CIDR"`
@@ -142,6 +148,7 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	k := koanf.New(".")
 	defaults := map[string]any{
 		"listen": DefaultListen, "nats-listen": "127.0.0.1:4222", "tenant": "local", "lease-ttl": "30s", "nats-replicas": 1,
+		"retention": retention.DefaultRetention.String(), "stream-max-bytes": snapshots.DefaultStreamMaxBytes,
 		"adb-server": adbAddr(""),
 	}
 	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
@@ -190,6 +197,12 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	}
 	if cfg.LeaseTTL <= 0 {
 		return cfg, agent.Errorf(agent.ErrInvalidRequest, "lease-ttl must be > 0")
+	}
+	if cfg.Retention < time.Hour {
+		return cfg, agent.Errorf(agent.ErrInvalidRequest, "retention must be at least 1h, not %v", cfg.Retention)
+	}
+	if cfg.StreamMaxBytes < 1<<20 {
+		return cfg, agent.Errorf(agent.ErrInvalidRequest, "stream-max-bytes must be at least 1 MiB (1048576), not %d", cfg.StreamMaxBytes)
 	}
 	if cfg.NATSReplicas < 1 || cfg.NATSReplicas > 5 {
 		return cfg, agent.Errorf(agent.ErrInvalidRequest, "nats-replicas must be 1 to 5, not %d", cfg.NATSReplicas)
@@ -253,6 +266,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	defer lock.Close()
 
 	hc := hostConfig{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, NATSReplicas: cfg.NATSReplicas,
+		StreamMaxAge: cfg.Retention, StreamMaxBytes: cfg.StreamMaxBytes,
 		ADBServer: cfg.ADBServer, AppiumURL: cfg.Appium, AppiumBinary: cfg.AppiumBinary, PolicyFiles: cfg.Policies,
 		Log: log, Progress: func(node, line string) { log.Debug().Str("node", node).Msg(line) }}
 	if cfg.NATSURL != "" {
@@ -358,6 +372,16 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	if err := svc.Start(ctx); err != nil {
 		return c.fail(err)
 	}
+	// Retention: every daemon of a fleet runs a cleaner; the store lets one
+	// prune at a time and the others find nothing left.
+	cleanCtx, stopCleaner := context.WithCancel(context.Background())
+	cleanerDone := make(chan struct{})
+	go func() {
+		defer close(cleanerDone)
+		(&retention.Cleaner{Store: h.store, Retention: cfg.Retention,
+			Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) }}).Run(cleanCtx)
+	}()
+	defer func() { stopCleaner(); <-cleanerDone }()
 	if cfg.Appium == "" {
 		// The daemon owns its local Appium: a crashed one is restarted.
 		go superviseLocalAppium(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer), h.AppiumURL,

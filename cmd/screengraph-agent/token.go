@@ -40,9 +40,11 @@ type tokenStoreFlags struct {
 	DatabaseURL string `help:"The fleet's Postgres (postgres://…) instead of the embedded store." name:"database-url" env:"SCREENGRAPH_DATABASE_URL"`
 }
 
-// tokenStore is a store with API tokens.
+// tokenStore is a store the admin commands open themselves (token …, runs
+// prune), with or without a daemon on it.
 type tokenStore interface {
 	agent.Tokens
+	agent.Pruner
 	Close() error
 }
 
