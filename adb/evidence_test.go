@@ -74,6 +74,23 @@ func TestParseFatalExceptionsCaptures(t *testing.T) {
 	}
 }
 
+// TestFatalExceptionMessageIsBounded: a report whose message goes on for
+// megabytes stops growing at maxCrashMessage (appending every line would be
+// quadratic in the input).
+func TestFatalExceptionMessageIsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("01-05 14:03:07.123  4321  4321 E AndroidRuntime: FATAL EXCEPTION: main\n")
+	b.WriteString("01-05 14:03:07.123  4321  4321 E AndroidRuntime: java.lang.RuntimeException: start\n")
+	line := "01-05 14:03:07.123  4321  4321 E AndroidRuntime: " + strings.Repeat("x", 1000) + "\n"
+	for b.Len() < 8<<20 {
+		b.WriteString(line)
+	}
+	cs := ParseFatalExceptions(b.String(), "")
+	if len(cs) != 1 || len(cs[0].Message) > maxCrashMessage+1100 {
+		t.Fatalf("%d reports, message %d bytes", len(cs), len(cs[0].Message))
+	}
+}
+
 func TestParseDropboxCapture(t *testing.T) {
 	es := ParseDropbox(capture(t, "dumpsys-dropbox/api34plus-print-data_app_crash-trimmed.txt"))
 	if len(es) != 1 {

@@ -17,6 +17,7 @@ const (
 	maxCrashes       = 256      // FATAL EXCEPTION blocks kept per dump
 	maxCrashFrames   = 512      // stack lines kept per crash
 	maxLogLineBytes  = 64 << 10 // longer lines are not log lines
+	maxCrashMessage  = 64 << 10 // a multi-line exception message stops growing here (no quadratic appends)
 )
 
 // LogLine is one line of `logcat -v threadtime` output.
@@ -160,7 +161,7 @@ func ParseFatalExceptions(logcat, pkg string) []JavaCrash {
 			c.Exception, c.Message = m[1], m[2]
 			seenThrowable[l.PID] = true
 		default:
-			if seenThrowable[l.PID] && len(c.Frames) == 0 && c.Message != "" {
+			if seenThrowable[l.PID] && len(c.Frames) == 0 && c.Message != "" && len(c.Message) < maxCrashMessage {
 				// A multi-line exception message continues until the first frame.
 				c.Message += "\n" + msg
 				continue
