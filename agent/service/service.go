@@ -132,10 +132,15 @@ type Service struct {
 	notUntil map[string]time.Time     // run id -> earliest reschedule after an engine error
 	health   map[string]*deviceHealth // by serial
 	stopping bool
-	runCtx   context.Context
-	stopRuns context.CancelFunc
-	wg       sync.WaitGroup
-	loopDone chan struct{}
+	// draining: StopTaking was called (no new runs); streams ends the
+	// event streams (Follow) then.
+	draining   bool
+	streams    context.Context
+	endStreams context.CancelFunc
+	runCtx     context.Context
+	stopRuns   context.CancelFunc
+	wg         sync.WaitGroup
+	loopDone   chan struct{}
 }
 
 type activeRun struct {
@@ -179,6 +184,7 @@ func New(cfg Config) (*Service, error) {
 		cfg: cfg, store: newNotifyingStore(cfg.Store), wake: make(chan struct{}, 1),
 		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, health: map[string]*deviceHealth{},
 	}
+	s.streams, s.endStreams = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -223,6 +229,18 @@ func (s *Service) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	go s.loop()
 	return nil
+}
+
+// StopTaking is the first step of a daemon's stop: Submit refuses new runs
+// (ErrStopping) and every Follow returns ErrStopping at once, so the HTTP
+// server's shutdown does not wait for event streams (a follower reconnects
+// with Last-Event-ID to another daemon or after the restart). Runs go on
+// until Shutdown.
+func (s *Service) StopTaking() {
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+	s.endStreams()
 }
 
 // Shutdown stops taking work, stops the scheduler, discards the node in
@@ -492,7 +510,7 @@ func (s *Service) failureID(runID string) agent.ErrorID {
 // naming the JSON path, ErrStopping, or a store failure.
 func (s *Service) Submit(ctx context.Context, body []byte) (agent.Run, error) {
 	s.mu.Lock()
-	stopping := s.stopping
+	stopping := s.stopping || s.draining
 	s.mu.Unlock()
 	if stopping {
 		return agent.Run{}, ErrStopping
@@ -568,8 +586,19 @@ func (s *Service) Events(ctx context.Context, runID string, after int64) ([]agen
 
 // Follow calls fn with each event of the run with sequence > after, in
 // order, as they are committed, until the run is terminal and all its events
-// were passed, fn fails, or ctx ends.
+// were passed, fn fails, ctx ends, or StopTaking is called (ErrStopping).
 func (s *Service) Follow(ctx context.Context, runID string, after int64, fn func(agent.Event) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.streams, cancel)()
+	err := s.follow(ctx, runID, after, fn)
+	if err != nil && s.streams.Err() != nil {
+		return ErrStopping
+	}
+	return err
+}
+
+func (s *Service) follow(ctx context.Context, runID string, after int64, fn func(agent.Event) error) error {
 	return FollowStore(ctx, s.store, runID, after, func() <-chan struct{} { return s.store.changed(runID) }, time.Second, fn)
 }
 

@@ -626,3 +626,47 @@ func TestHeartbeatRenewsWhileRunRuns(t *testing.T) {
 		return len(h) == 1 && h[0].ReleasedAt != nil && h[0].ReleaseReason == agent.LeaseFinished
 	})
 }
+
+// TestStopTakingEndsFollowers: the first step of a daemon's stop ends every
+// event stream at once (an open follower held the HTTP shutdown for its 15 s
+// budget before) and refuses new runs; the run goes on until Shutdown, which
+// releases its lease for the restart.
+func TestStopTakingEndsFollowers(t *testing.T) {
+	f := newFixture(t)
+	svc := f.newService("serve:test:1", nil)
+	start(t, svc)
+	r := submit(t, svc, "dev-a")
+	f.node.waitStarted(t, r)
+	followed := make(chan error, 1)
+	go func() {
+		followed <- svc.Follow(context.Background(), r, 0, func(agent.Event) error { return nil })
+	}()
+	select {
+	case err := <-followed:
+		t.Fatalf("Follow returned before the stop: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	svc.StopTaking()
+	select {
+	case err := <-followed:
+		if !errors.Is(err, service.ErrStopping) {
+			t.Fatalf("Follow = %v, want ErrStopping", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Follow still open after StopTaking")
+	}
+	if _, err := svc.Submit(context.Background(), []byte(`{"serial":"dev-b"}`)); !errors.Is(err, service.ErrStopping) {
+		t.Fatalf("Submit after StopTaking = %v, want ErrStopping", err)
+	}
+	if s := f.status(r); s != agent.RunRunning {
+		t.Fatalf("run is %s after StopTaking, want RUNNING", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := svc.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := f.history("dev-a"); len(h) != 1 || h[0].ReleaseReason != agent.LeaseShutdown {
+		t.Fatalf("lease after shutdown %+v, want released (shutdown)", h)
+	}
+}

@@ -401,12 +401,20 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	case err := <-srvErr:
 		log.Error().Err(err).Msg("HTTP server stopped")
 	}
-	// Stop taking work, then let the runs stop at once: the node in flight is
-	// discarded (re-run on resume), the runs stay resumable.
+	// In order, each step with its own budget: stop taking work and end the
+	// event streams (an open SSE follower would hold the HTTP shutdown), shut
+	// the HTTP server, stop the runs (the node in flight is discarded and
+	// re-run on resume; the runs stay resumable) and release their leases;
+	// the deferred closes (cleaner, host and store) come after.
 	log.Info().Msg("stopping: runs in flight stay resumable")
+	svc.StopTaking()
+	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := srv.Shutdown(hctx); err != nil {
+		log.Warn().Err(err).Msg("HTTP requests did not end in time")
+	}
+	hcancel()
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	srv.Shutdown(sctx)
 	if err := svc.Shutdown(sctx); err != nil {
 		log.Warn().Err(err).Msg("runs did not stop in time")
 	}
