@@ -109,6 +109,12 @@ type OutboxRow struct {
 	PublishedAt *time.Time
 }
 
+// RunCounter is implemented by stores that count runs by status with one
+// grouped query (for /metrics, instead of listing every run).
+type RunCounter interface {
+	CountRunsByStatus(ctx context.Context) (map[RunStatus]int, error)
+}
+
 // ParkedEvent is an outbox row the relay parked instead of publishing: its
 // message can never be published (over the NATS server's max_payload, or
 // rejected by the stream for good). Bytes is the envelope's size.

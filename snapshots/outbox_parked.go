@@ -150,3 +150,46 @@ func (c *pgClaim) Park(ctx context.Context, runID string, sequence int64, reason
 	}
 	return nil
 }
+
+var (
+	_ agent.RunCounter = (*Embedded)(nil)
+	_ agent.RunCounter = (*Postgres)(nil)
+)
+
+// CountRunsByStatus implements agent.RunCounter.
+func (s *Embedded) CountRunsByStatus(ctx context.Context) (map[agent.RunStatus]int, error) {
+	rows, err := s.query(ctx, `SELECT status, count(*) FROM runs GROUP BY status`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	by := map[agent.RunStatus]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		by[agent.RunStatus(st)] = n
+	}
+	return by, rows.Err()
+}
+
+// CountRunsByStatus implements agent.RunCounter.
+func (s *Postgres) CountRunsByStatus(ctx context.Context) (map[agent.RunStatus]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM runs GROUP BY status`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	by := map[agent.RunStatus]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		by[agent.RunStatus(st)] = n
+	}
+	return by, rows.Err()
+}

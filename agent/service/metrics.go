@@ -91,9 +91,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused, agent.RunCancelRequested, agent.RunCanceled, agent.RunFinished, agent.RunFailed} {
 		counts[st] = 0
 	}
-	if runs, err := m.s.store.ListRuns(ctx, agent.RunFilter{}); err == nil {
-		for _, r := range runs {
-			counts[r.Status]++
+	if by, err := m.s.countRuns(ctx); err == nil {
+		for st, n := range by {
+			counts[st] = n
 		}
 		for st, n := range counts {
 			ch <- prometheus.MustNewConstMetric(m.runsDesc, prometheus.GaugeValue, float64(n), string(st))
@@ -117,4 +117,21 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	if ls, err := m.s.cfg.Leases.ActiveLeases(ctx); err == nil {
 		ch <- prometheus.MustNewConstMetric(m.leaseDesc, prometheus.GaugeValue, float64(len(ls)))
 	}
+}
+
+// countRuns counts runs by status: one grouped query when the store is an
+// agent.RunCounter, else by listing them.
+func (s *Service) countRuns(ctx context.Context) (map[agent.RunStatus]int, error) {
+	if rc, ok := s.store.Store.(agent.RunCounter); ok {
+		return rc.CountRunsByStatus(ctx)
+	}
+	runs, err := s.store.ListRuns(ctx, agent.RunFilter{})
+	if err != nil {
+		return nil, err
+	}
+	by := map[agent.RunStatus]int{}
+	for _, r := range runs {
+		by[r.Status]++
+	}
+	return by, nil
 }

@@ -43,3 +43,26 @@ func TestCommitWakesOnlyItsRunsFollowers(t *testing.T) {
 		t.Errorf("%d wake-up channels left after both woke", len(n.runs))
 	}
 }
+
+// listingStore fails the test when runs are listed; it counts them grouped.
+type listingStore struct {
+	agent.Store
+	t *testing.T
+}
+
+func (l listingStore) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
+	l.t.Errorf("ListRuns(%+v) called: /metrics must count runs with the store's grouped query", f)
+	return l.Store.ListRuns(ctx, f)
+}
+
+func (l listingStore) CountRunsByStatus(context.Context) (map[agent.RunStatus]int, error) {
+	return map[agent.RunStatus]int{agent.RunFinished: 7, agent.RunPending: 2}, nil
+}
+
+func TestMetricsCountRunsWithoutListing(t *testing.T) {
+	s := &Service{store: newNotifyingStore(listingStore{Store: agenttest.NewStore(), t: t})}
+	by, err := s.countRuns(context.Background())
+	if err != nil || by[agent.RunFinished] != 7 || by[agent.RunPending] != 2 {
+		t.Fatalf("countRuns: %v %v", by, err)
+	}
+}
