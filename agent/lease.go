@@ -3,8 +3,33 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
+
+// DeviceKey is a device's identity in the fleet, the key of its leases:
+// host + "/" + serial, where host identifies the machine of the adb server
+// the device is attached to (device.HostID) and serial is the adb serial (or
+// the AVD name a run asks for). Two daemons that reach one device through
+// one adb server compute one key; every host's emulator-5554 has its own.
+// An empty host gives the bare serial (a single host, and leases of before
+// the key existed).
+func DeviceKey(host, serial string) string {
+	if host == "" {
+		return serial
+	}
+	return host + "/" + serial
+}
+
+// SplitDeviceKey returns the host and serial of a DeviceKey (host "" for a
+// bare serial). adb serials and AVD names hold no "/".
+func SplitDeviceKey(key string) (host, serial string) {
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		return key[:i], key[i+1:]
+	}
+	return "", key
+}
 
 // LeaseReleaseReason says why a device lease ended.
 type LeaseReleaseReason string
@@ -19,11 +44,12 @@ const (
 )
 
 // Lease is one device lease: the exclusive right of one run (driven by one
-// holder, a daemon or a one-shot `run` process) to drive the device with the
-// adb serial Serial. FencingToken grows with every acquisition (store-wide),
+// holder, a daemon or a one-shot `run` process) to drive the device Device
+// (its DeviceKey), whose adb serial is Serial. FencingToken grows with every acquisition (store-wide),
 // so a holder that lost its lease can be told apart from the new one.
 // ReleasedAt is nil while the lease is active.
 type Lease struct {
+	Device        string             `json:"device"`
 	Serial        string             `json:"serial"`
 	Holder        string             `json:"holder"`
 	RunID         string             `json:"runId"`
@@ -38,6 +64,9 @@ type Lease struct {
 var (
 	// ErrLeaseHeld: the device has an unexpired lease for another run.
 	ErrLeaseHeld = errors.New("device lease held by another run")
+	// ErrLeaseRunElsewhere (also an ErrLeaseHeld): the run is driven on
+	// another device (of another host) under a live lease.
+	ErrLeaseRunElsewhere = fmt.Errorf("run driven on another device: %w", ErrLeaseHeld)
 	// ErrLeaseLost: the lease with that fencing token is no longer active
 	// (released, expired and taken over).
 	ErrLeaseLost = errors.New("device lease lost")
@@ -46,12 +75,16 @@ var (
 // Leases is the device lease port. The embedded store keeps leases in its
 // file; the fleet keeps them in Postgres. All times come from the store's clock.
 type Leases interface {
-	// AcquireLease takes the device for runID. An active lease of another run
+	// AcquireLease takes the device with that DeviceKey for runID (the
+	// lease's Serial is the key's serial). An active lease of another run
 	// that has not expired gives ErrLeaseHeld; an expired one is released
 	// (LeaseExpired) and taken over; an active lease of the same run held by
 	// another holder (a restarted daemon resuming it) is released
 	// (LeaseHolderLost) and taken over.
-	AcquireLease(ctx context.Context, serial, holder, runID string, ttl time.Duration) (Lease, error)
+	AcquireLease(ctx context.Context, device, holder, runID string, ttl time.Duration) (Lease, error)
+	// RenewLease, ReleaseLease and a Fence name a lease by its Serial and
+	// token (tokens are unique store-wide).
+	//
 	// RenewLease extends the lease with that fencing token by ttl from now;
 	// ErrLeaseLost when it is no longer active.
 	RenewLease(ctx context.Context, serial string, fencingToken int64, ttl time.Duration) (Lease, error)
@@ -63,9 +96,9 @@ type Leases interface {
 	// returns them.
 	ReleaseHolderLeases(ctx context.Context, match func(holder string) bool, reason LeaseReleaseReason) ([]Lease, error)
 	// ActiveLeases lists the active leases; LeaseHistory every lease of the
-	// serial ("" = all devices), by acquisition.
+	// device (its DeviceKey; "" = all devices), by acquisition.
 	ActiveLeases(ctx context.Context) ([]Lease, error)
-	LeaseHistory(ctx context.Context, serial string) ([]Lease, error)
+	LeaseHistory(ctx context.Context, device string) ([]Lease, error)
 }
 
 // Fence names the device lease a commit is made under. A store commits a

@@ -23,15 +23,15 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(applied, []int64{1, 2, 3, 4, 5}) {
-		t.Errorf("first Up applied %v, want [1 2 3 4 5]", applied)
+	if !slices.Equal(applied, []int64{1, 2, 3, 4, 5, 6}) {
+		t.Errorf("first Up applied %v, want [1 2 3 4 5 6]", applied)
 	}
 	again, err := migrations.Up(ctx, db, migrations.SQLite)
 	if err != nil || len(again) != 0 {
 		t.Errorf("second Up applied %v, %v; want nothing", again, err)
 	}
-	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 5 {
-		t.Errorf("Version = %d, %v; want 5", v, err)
+	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 6 {
+		t.Errorf("Version = %d, %v; want 6", v, err)
 	}
 	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases", "api_tokens"} {
 		var n int
@@ -53,14 +53,15 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	}
 	// Parked rows (00005): out of the queue, with their reason.
 	mustExec(t, db, `UPDATE run_outbox SET published_at = 'x', parked_at = 'x', parked_reason = 'too big' WHERE run_id = 'r' AND published_at IS NULL`)
-	// One active lease per device (partial unique index); released ones are
-	// history; fencing tokens grow.
-	mustExec(t, db, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at, released_at, release_reason) VALUES ('d', 'h', 'r', 'x', 'x', 'x', 'x', 'finished')`)
-	mustExec(t, db, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ('d', 'h', 'r', 'x', 'x', 'x')`)
-	if _, err := db.Exec(`INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ('d', 'h2', 'r2', 'x', 'x', 'x')`); err == nil {
-		t.Error("a second active lease of device d was accepted")
+	// One active lease per device (partial unique index on the device key);
+	// released ones are history; one serial on two hosts is two devices;
+	// fencing tokens grow.
+	mustExec(t, db, `INSERT INTO device_leases (device, serial, holder, run_id, acquired_at, renewed_at, expires_at, released_at, release_reason) VALUES ('h1/d', 'd', 'h', 'r', 'x', 'x', 'x', 'x', 'finished')`)
+	mustExec(t, db, `INSERT INTO device_leases (device, serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ('h1/d', 'd', 'h', 'r', 'x', 'x', 'x')`)
+	if _, err := db.Exec(`INSERT INTO device_leases (device, serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ('h1/d', 'd', 'h2', 'r2', 'x', 'x', 'x')`); err == nil {
+		t.Error("a second active lease of device h1/d was accepted")
 	}
-	mustExec(t, db, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ('d2', 'h', 'r', 'x', 'x', 'x')`)
+	mustExec(t, db, `INSERT INTO device_leases (device, serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ('h2/d', 'd', 'h', 'r3', 'x', 'x', 'x')`)
 	var tokens []int64
 	rows, err := db.Query(`SELECT fencing_token FROM device_leases ORDER BY rowid`)
 	if err != nil {

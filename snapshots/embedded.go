@@ -228,7 +228,7 @@ const (
 )
 
 var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertOutbox, sqlInsertSnapshot, sqlMarkUpTo,
-	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease,
+	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRunElsewhere, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease,
 	sqlSavepoint, sqlRollbackTo, sqlRelease}
 
 // sqliteConstraint reports whether err is a SQLite constraint violation whose

@@ -12,7 +12,7 @@ import (
 
 var _ agent.Leases = (*Embedded)(nil)
 
-const leaseCols = `fencing_token, serial, holder, run_id, acquired_at, renewed_at, expires_at, released_at, release_reason`
+const leaseCols = `fencing_token, serial, holder, run_id, acquired_at, renewed_at, expires_at, released_at, release_reason, device`
 
 func scanLease(sc interface{ Scan(...any) error }) (agent.Lease, error) {
 	var (
@@ -20,7 +20,7 @@ func scanLease(sc interface{ Scan(...any) error }) (agent.Lease, error) {
 		acq, ren, exp         string
 		released, releasedWhy sql.NullString
 	)
-	if err := sc.Scan(&l.FencingToken, &l.Serial, &l.Holder, &l.RunID, &acq, &ren, &exp, &released, &releasedWhy); err != nil {
+	if err := sc.Scan(&l.FencingToken, &l.Serial, &l.Holder, &l.RunID, &acq, &ren, &exp, &released, &releasedWhy, &l.Device); err != nil {
 		return l, err
 	}
 	var err error
@@ -53,10 +53,13 @@ func leaseTimes(clock agent.Clock, ttl time.Duration) (now, expires time.Time) {
 
 // Statements of the lease writes (prepared at open, stmtCache).
 const (
-	sqlLeaseCurrent  = `SELECT ` + leaseCols + ` FROM device_leases WHERE serial = ? AND released_at IS NULL`
+	sqlLeaseCurrent  = `SELECT ` + leaseCols + ` FROM device_leases WHERE device = ? AND released_at IS NULL`
+	// The run's active lease of another device (a run is driven on one
+	// device at a time; device_leases_active_run_key).
+	sqlLeaseRunElsewhere = `SELECT ` + leaseCols + ` FROM device_leases WHERE run_id = ? AND device <> ? AND released_at IS NULL`
 	sqlLeaseRenewOwn = `UPDATE device_leases SET renewed_at = ?, expires_at = ? WHERE fencing_token = ?`
 	sqlLeaseEnd      = `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE fencing_token = ?`
-	sqlLeaseInsert   = `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`
+	sqlLeaseInsert   = `INSERT INTO device_leases (device, serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	sqlLeaseRenew    = `UPDATE device_leases SET renewed_at = ?, expires_at = ?
 		WHERE serial = ? AND fencing_token = ? AND released_at IS NULL AND expires_at > ? RETURNING ` + leaseCols
 	sqlLeaseRelease = `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE serial = ? AND fencing_token = ? AND released_at IS NULL`
@@ -64,10 +67,10 @@ const (
 
 // AcquireLease implements agent.Leases (see there) in one IMMEDIATE
 // transaction, so two acquisitions of one device cannot both succeed; the
-// partial unique index (one active lease per serial) is the last guard.
-func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID string, ttl time.Duration) (agent.Lease, error) {
-	if serial == "" || holder == "" || runID == "" || ttl <= 0 {
-		return agent.Lease{}, fmt.Errorf("acquire lease %q/%q/%q ttl %v: %w", serial, holder, runID, ttl, ErrInvalid)
+// partial unique index (one active lease per device) is the last guard.
+func (s *Embedded) AcquireLease(ctx context.Context, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
+	if err := checkLeaseRequest(device, holder, runID, ttl); err != nil {
+		return agent.Lease{}, err
 	}
 	if _, err := s.writer(); err != nil {
 		return agent.Lease{}, err
@@ -75,21 +78,21 @@ func (s *Embedded) AcquireLease(ctx context.Context, serial, holder, runID strin
 	var l agent.Lease
 	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		l, err = s.acquireLeaseTx(ctx, tx, serial, holder, runID, ttl)
+		l, err = s.acquireLeaseTx(ctx, tx, device, holder, runID, ttl)
 		return err
 	})
 	return l, err
 }
 
 // acquireLeaseTx is AcquireLease in tx (which holds the write lock).
-func (s *Embedded) acquireLeaseTx(ctx context.Context, tx *sql.Tx, serial, holder, runID string, ttl time.Duration) (agent.Lease, error) {
+func (s *Embedded) acquireLeaseTx(ctx context.Context, tx *sql.Tx, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
 	// Read the clock once the write lock is held.
 	now, expires := leaseTimes(s.clock, ttl)
 	q, err := s.ws.tx(ctx, tx, sqlLeaseCurrent)
 	if err != nil {
 		return agent.Lease{}, err
 	}
-	cur, err := scanLease(q.QueryRowContext(ctx, serial))
+	cur, err := scanLease(q.QueryRowContext(ctx, device))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -119,14 +122,39 @@ func (s *Embedded) acquireLeaseTx(ctx context.Context, tx *sql.Tx, serial, holde
 			return agent.Lease{}, err
 		}
 	}
-	l := agent.Lease{Serial: serial, Holder: holder, RunID: runID, AcquiredAt: now, RenewedAt: now, ExpiresAt: expires}
+	q, err = s.ws.tx(ctx, tx, sqlLeaseRunElsewhere)
+	if err != nil {
+		return agent.Lease{}, err
+	}
+	other, err := scanLease(q.QueryRowContext(ctx, runID, device))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return agent.Lease{}, err
+	default:
+		if err := runElsewhere(other, now); err != nil {
+			return agent.Lease{}, err
+		}
+		q, err := s.ws.tx(ctx, tx, sqlLeaseEnd)
+		if err != nil {
+			return agent.Lease{}, err
+		}
+		if _, err := q.ExecContext(ctx, fmtTime(now), string(agent.LeaseExpired), other.FencingToken); err != nil {
+			return agent.Lease{}, err
+		}
+	}
+	_, serial := agent.SplitDeviceKey(device)
+	l := agent.Lease{Device: device, Serial: serial, Holder: holder, RunID: runID, AcquiredAt: now, RenewedAt: now, ExpiresAt: expires}
 	ins, err := s.ws.tx(ctx, tx, sqlLeaseInsert)
 	if err != nil {
 		return agent.Lease{}, err
 	}
-	res, err := ins.ExecContext(ctx, serial, holder, runID, fmtTime(now), fmtTime(now), fmtTime(expires))
-	if sqliteConstraint(err, "device_leases.serial") {
-		return agent.Lease{}, fmt.Errorf("device %s: another active lease: %w", serial, agent.ErrLeaseHeld)
+	res, err := ins.ExecContext(ctx, device, serial, holder, runID, fmtTime(now), fmtTime(now), fmtTime(expires))
+	if sqliteConstraint(err, "device_leases.device") {
+		return agent.Lease{}, fmt.Errorf("device %s: another active lease: %w", device, agent.ErrLeaseHeld)
+	}
+	if sqliteConstraint(err, "device_leases.run_id") {
+		return agent.Lease{}, fmt.Errorf("run %s: an active lease of another device: %w", runID, agent.ErrLeaseRunElsewhere)
 	}
 	if err != nil {
 		return agent.Lease{}, err
@@ -137,6 +165,37 @@ func (s *Embedded) acquireLeaseTx(ctx context.Context, tx *sql.Tx, serial, holde
 	return l, nil
 }
 
+// maxDeviceKey bounds a lease's device key (host id + "/" + serial or AVD
+// name); longer is no device of ours.
+const maxDeviceKey = 255
+
+// checkLeaseRequest validates an acquisition's arguments.
+func checkLeaseRequest(device, holder, runID string, ttl time.Duration) error {
+	_, serial := agent.SplitDeviceKey(device)
+	if serial == "" || len(device) > maxDeviceKey || holder == "" || runID == "" || ttl <= 0 {
+		return fmt.Errorf("acquire lease %q/%q/%q ttl %v: %w", device, holder, runID, ttl, ErrInvalid)
+	}
+	return nil
+}
+
+// pastGrace: an expired lease is handed out one of its holder's heartbeats
+// (its TTL/3) after its expiry.
+func pastGrace(l agent.Lease, now time.Time) bool {
+	return !l.ExpiresAt.Add(l.ExpiresAt.Sub(l.RenewedAt) / 3).After(now)
+}
+
+// runElsewhere decides an acquisition for a run that holds the active lease
+// other of another device (a run named by a bare serial may go to any host's
+// device of that serial, but to one at a time): ErrLeaseHeld while other
+// lives (and its grace); after, nil, and the caller ends other (expired).
+func runElsewhere(other agent.Lease, now time.Time) error {
+	if pastGrace(other, now) {
+		return nil
+	}
+	return fmt.Errorf("run %s on device %s by %s (lease expires %s): %w",
+		other.RunID, other.Device, other.Holder, other.ExpiresAt.Format(time.RFC3339), agent.ErrLeaseRunElsewhere)
+}
+
 // takeOver decides an acquisition of a device whose active lease is cur:
 // "" when it is cur's own (same run and holder: renew it), the reason to
 // release cur with when it may be taken over, ErrLeaseHeld otherwise.
@@ -144,7 +203,7 @@ func takeOver(cur agent.Lease, holder, runID string, now time.Time) (agent.Lease
 	// An expired lease is handed out one of its holder's heartbeats (its TTL/3)
 	// after its expiry: the holder stops driving the device when it cannot
 	// renew in time, and gets that long to let go of a node in flight.
-	handOut := !cur.ExpiresAt.Add(cur.ExpiresAt.Sub(cur.RenewedAt) / 3).After(now)
+	handOut := pastGrace(cur, now)
 	switch {
 	case cur.RunID == runID && cur.Holder == holder:
 		return "", nil
@@ -270,11 +329,11 @@ func (s *Embedded) ActiveLeases(ctx context.Context) ([]agent.Lease, error) {
 }
 
 // LeaseHistory implements agent.Leases.
-func (s *Embedded) LeaseHistory(ctx context.Context, serial string) ([]agent.Lease, error) {
-	if serial == "" {
+func (s *Embedded) LeaseHistory(ctx context.Context, device string) ([]agent.Lease, error) {
+	if device == "" {
 		return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases ORDER BY fencing_token`)
 	}
-	return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = ? ORDER BY fencing_token`, serial)
+	return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = ? ORDER BY fencing_token`, device)
 }
 
 func (s *Embedded) queryLeases(ctx context.Context, q string, args ...any) ([]agent.Lease, error) {

@@ -17,7 +17,7 @@ var _ agent.Leases = (*Postgres)(nil)
 
 // pgLeaseLockClass is the first key of the transaction-level advisory lock
 // an acquisition takes on its device: pg_advisory_xact_lock(class,
-// hashtext(serial)). Two int4 keys live apart from goose's bigint key.
+// hashtext(device key)). Two int4 keys live apart from goose's bigint key.
 const pgLeaseLockClass int32 = 0x53474c45 // "SGLE"
 
 // pgNow is the SQL of the lease clock's reading, parameter $n being
@@ -52,7 +52,7 @@ func pgScanLease(row pgx.Row) (agent.Lease, error) {
 		released *time.Time
 		why      *string
 	)
-	if err := row.Scan(&l.FencingToken, &l.Serial, &l.Holder, &l.RunID, &l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &released, &why); err != nil {
+	if err := row.Scan(&l.FencingToken, &l.Serial, &l.Holder, &l.RunID, &l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &released, &why, &l.Device); err != nil {
 		return l, err
 	}
 	l.AcquiredAt, l.RenewedAt, l.ExpiresAt = l.AcquiredAt.UTC(), l.RenewedAt.UTC(), l.ExpiresAt.UTC()
@@ -84,21 +84,22 @@ func pgLeases(rows pgx.Rows, err error) ([]agent.Lease, error) {
 
 // AcquireLease implements agent.Leases (see there; same semantics as
 // Embedded.AcquireLease) in one transaction, race-free across processes:
-// acquisitions of one device serialize on an advisory lock of the serial
+// acquisitions of one device serialize on an advisory lock of the device key
 // (which also covers a free device, where there is no row to lock), the
 // active row is locked FOR UPDATE (so a renewal or release of it cannot
 // interleave), and the partial unique index device_leases_active_key is the
 // last guard: its violation is ErrLeaseHeld.
-func (s *Postgres) AcquireLease(ctx context.Context, serial, holder, runID string, ttl time.Duration) (agent.Lease, error) {
-	if serial == "" || holder == "" || runID == "" || ttl <= 0 {
-		return agent.Lease{}, fmt.Errorf("acquire lease %q/%q/%q ttl %v: %w", serial, holder, runID, ttl, ErrInvalid)
+func (s *Postgres) AcquireLease(ctx context.Context, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
+	if err := checkLeaseRequest(device, holder, runID, ttl); err != nil {
+		return agent.Lease{}, err
 	}
+	_, serial := agent.SplitDeviceKey(device)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return agent.Lease{}, err
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))`, pgLeaseLockClass, serial); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))`, pgLeaseLockClass, device); err != nil {
 		return agent.Lease{}, err
 	}
 	// Read the clock once the device is locked.
@@ -108,7 +109,7 @@ func (s *Postgres) AcquireLease(ctx context.Context, serial, holder, runID strin
 	}
 	now = storeTime(now)
 	expires := storeTime(now.Add(ttl))
-	cur, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = $1 AND released_at IS NULL FOR UPDATE`, serial))
+	cur, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = $1 AND released_at IS NULL FOR UPDATE`, device))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -132,22 +133,43 @@ func (s *Postgres) AcquireLease(ctx context.Context, serial, holder, runID strin
 			return agent.Lease{}, err
 		}
 	}
-	l := agent.Lease{Serial: serial, Holder: holder, RunID: runID, AcquiredAt: now, RenewedAt: now, ExpiresAt: expires}
-	err = tx.QueryRow(ctx, `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ($1, $2, $3, $4, $4, $5)
-		RETURNING fencing_token`, serial, holder, runID, now, expires).Scan(&l.FencingToken)
-	if pgConstraint(err, pgUniqueViolation, "device_leases_active_key") {
-		return agent.Lease{}, fmt.Errorf("device %s: another active lease: %w", serial, agent.ErrLeaseHeld)
+	other, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE run_id = $1 AND device <> $2 AND released_at IS NULL FOR UPDATE`, runID, device))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return agent.Lease{}, err
+	default:
+		if err := runElsewhere(other, now); err != nil {
+			return agent.Lease{}, err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE device_leases SET released_at = $1, release_reason = $2 WHERE fencing_token = $3`,
+			now, string(agent.LeaseExpired), other.FencingToken); err != nil {
+			return agent.Lease{}, err
+		}
 	}
-	if err != nil {
+	l := agent.Lease{Device: device, Serial: serial, Holder: holder, RunID: runID, AcquiredAt: now, RenewedAt: now, ExpiresAt: expires}
+	err = tx.QueryRow(ctx, `INSERT INTO device_leases (device, serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES ($6, $1, $2, $3, $4, $4, $5)
+		RETURNING fencing_token`, serial, holder, runID, now, expires, device).Scan(&l.FencingToken)
+	if err := pgLeaseConflict(err, device, runID); err != nil {
 		return agent.Lease{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		if pgConstraint(err, pgUniqueViolation, "device_leases_active_key") {
-			return agent.Lease{}, fmt.Errorf("device %s: another active lease: %w", serial, agent.ErrLeaseHeld)
-		}
-		return agent.Lease{}, err
+		return agent.Lease{}, pgLeaseConflict(err, device, runID)
 	}
 	return l, nil
+}
+
+// pgLeaseConflict turns a violation of the partial unique indexes (one
+// active lease per device, per run) into its agent error; other errors are
+// returned as they are, nil stays nil.
+func pgLeaseConflict(err error, device, runID string) error {
+	switch {
+	case pgConstraint(err, pgUniqueViolation, "device_leases_active_key"):
+		return fmt.Errorf("device %s: another active lease: %w", device, agent.ErrLeaseHeld)
+	case pgConstraint(err, pgUniqueViolation, "device_leases_active_run_key"):
+		return fmt.Errorf("run %s: an active lease of another device: %w", runID, agent.ErrLeaseRunElsewhere)
+	}
+	return err
 }
 
 // RenewLease implements agent.Leases: one UPDATE … RETURNING.
@@ -221,9 +243,9 @@ func (s *Postgres) ActiveLeases(ctx context.Context) ([]agent.Lease, error) {
 }
 
 // LeaseHistory implements agent.Leases.
-func (s *Postgres) LeaseHistory(ctx context.Context, serial string) ([]agent.Lease, error) {
-	if serial == "" {
+func (s *Postgres) LeaseHistory(ctx context.Context, device string) ([]agent.Lease, error) {
+	if device == "" {
 		return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases ORDER BY fencing_token`))
 	}
-	return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE serial = $1 ORDER BY fencing_token`, serial))
+	return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = $1 ORDER BY fencing_token`, device))
 }

@@ -85,8 +85,8 @@ func TestPostgresLeaseUniqueIndexIsLastGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(t.Context(), `INSERT INTO device_leases (serial, holder, run_id, acquired_at, renewed_at, expires_at)
-		VALUES ('emulator-5554', 'rogue', 'run-x', now(), now(), now() + interval '1 hour')`); err != nil {
+	if _, err := tx.Exec(t.Context(), `INSERT INTO device_leases (device, serial, holder, run_id, acquired_at, renewed_at, expires_at)
+		VALUES ('emulator-5554', 'emulator-5554', 'rogue', 'run-x', now(), now(), now() + interval '1 hour')`); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

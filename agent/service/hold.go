@@ -9,8 +9,8 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 )
 
-// Hold takes the device lease for a run driven outside a daemon (the
-// one-shot `run` and `runs resume`): it waits while another run holds the
+// Hold takes the lease of device (its agent.DeviceKey) for a run driven
+// outside a daemon (the one-shot `run` and `runs resume`): it waits while another run holds the
 // device (calling waiting once with the error), then renews the lease every
 // ttl/3 until release is called. runCtx is ctx carrying the lease's
 // agent.Fence; it is canceled, with cause agent.ErrLeaseLost, as soon as the
@@ -20,14 +20,14 @@ import (
 // reason that fits the run's final status (a non-terminal status:
 // LeaseShutdown, the run stays resumable); it also ends runCtx.
 // Errors: ctx done while waiting, or a store failure.
-func Hold(ctx context.Context, l agent.Leases, serial, holder, runID string, ttl time.Duration, waiting func(error)) (lease agent.Lease, runCtx context.Context, release func(agent.RunStatus), err error) {
+func Hold(ctx context.Context, l agent.Leases, device, holder, runID string, ttl time.Duration, waiting func(error)) (lease agent.Lease, runCtx context.Context, release func(agent.RunStatus), err error) {
 	var (
 		told  bool
 		since time.Time
 	)
 	for {
 		since = time.Now()
-		lease, err = l.AcquireLease(ctx, serial, holder, runID, ttl)
+		lease, err = l.AcquireLease(ctx, device, holder, runID, ttl)
 		if err == nil {
 			break
 		}
@@ -67,7 +67,7 @@ func Hold(ctx context.Context, l agent.Leases, serial, holder, runID string, ttl
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		l.ReleaseLease(ctx, serial, lease.FencingToken, reason)
+		l.ReleaseLease(ctx, lease.Serial, lease.FencingToken, reason)
 	}
 	return lease, rctx, release, nil
 }

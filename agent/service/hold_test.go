@@ -3,6 +3,8 @@ package service_test
 import (
 	"context"
 	"errors"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,45 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/pgtest"
 )
+
+var pg struct {
+	once sync.Once
+	srv  *pgtest.Server
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pg.srv != nil {
+		pg.srv.Close()
+	}
+	os.Exit(code)
+}
+
+// newPostgresURL is a fresh database on the package's one real Postgres
+// (snapshots/pgtest), started at first use and stopped by TestMain.
+func newPostgresURL(t *testing.T) string {
+	t.Helper()
+	pg.once.Do(func() { pg.srv, pg.err = pgtest.Start("") })
+	if pg.err != nil {
+		t.Fatalf("no Postgres: %v", pg.err)
+	}
+	url, err := pg.srv.NewDatabase(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+func openPostgres(t *testing.T, url string) *snapshots.Postgres {
+	t.Helper()
+	s, err := snapshots.OpenPostgres(context.Background(), url, snapshots.PostgresOptions{NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
 
 // Hold (the one-shot `run`, `runs resume`) ends the node in flight when its
 // lease is lost, here taken over by another holder: the run stops, its
@@ -75,25 +116,9 @@ func TestHoldCancelsNodeInFlightWhenLeaseLost(t *testing.T) {
 // the lease expires by the database's clock, and once the store answers
 // again another daemon takes the device over.
 func TestHoldHungPostgresCancelsBeforeExpiry(t *testing.T) {
-	srv, err := pgtest.Start("")
-	if err != nil {
-		t.Fatalf("no Postgres: %v", err)
-	}
-	t.Cleanup(srv.Close)
 	ctx := context.Background()
-	url, err := srv.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := func() *snapshots.Postgres {
-		s, err := snapshots.OpenPostgres(ctx, url, snapshots.PostgresOptions{NoListen: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	a, b := open(), open()
+	url := newPostgresURL(t)
+	a, b := openPostgres(t, url), openPostgres(t, url)
 	runA, runB := ulid.Make().String(), ulid.Make().String()
 	const ttl = 3 * time.Second
 	lease, runCtx, release, err := service.Hold(ctx, a, "emulator-5554", "run:a", runA, ttl, nil)
@@ -150,4 +175,64 @@ func TestHoldHungPostgresCancelsBeforeExpiry(t *testing.T) {
 	if err != nil || len(hist) != 2 || hist[0].ReleaseReason != agent.LeaseExpired || hist[1].FencingToken != nl.FencingToken {
 		t.Errorf("history %+v %v; want the hung holder's lease expired, then the new one", hist, err)
 	}
+}
+
+// Two hosts, each with its own emulator-5554 behind its own adb server, in
+// a fleet of two daemons on one Postgres: each daemon runs a run on its own
+// emulator-5554 at the same time (both nodes in flight at once), and the
+// leases name two devices. Before leases were keyed by the device's fleet
+// identity, the second run waited for the first.
+func TestTwoHostsRunOnTheirOwnEmulator5554AtOnce(t *testing.T) {
+	url := newPostgresURL(t)
+	store := openPostgres(t, url)
+	f := newFixture(t)
+	reach := func(hostID string) func(*service.Config) {
+		return func(c *service.Config) {
+			c.Store, c.Leases = openPostgres(t, url), openPostgres(t, url)
+			c.HolderPrefix = ""
+			c.HostID = hostID
+			c.Tick = 20 * time.Millisecond
+			c.Reachable = func(context.Context) (map[string]bool, error) {
+				return map[string]bool{"emulator-5554": true}, nil
+			}
+		}
+	}
+	a := f.newService("serve:a", reach("0a0a0a0a0a0a"))
+	b := f.newService("serve:b", reach("0b0b0b0b0b0b"))
+	r1, r2 := submit(t, a, "emulator-5554"), submit(t, a, "emulator-5554")
+	start(t, a)
+	start(t, b)
+	started := map[string]bool{}
+	for range 2 {
+		select {
+		case id := <-f.node.started:
+			started[id] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("runs in flight %v: the two hosts' emulator-5554 did not run at once", started)
+		}
+	}
+	if !started[r1] || !started[r2] {
+		t.Fatalf("started %v, want %s and %s", started, r1, r2)
+	}
+	act, err := store.ActiveLeases(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := map[string]string{}
+	for _, l := range act {
+		devices[l.Device] = l.Holder
+		if l.Serial != "emulator-5554" {
+			t.Errorf("lease %+v: serial %q", l, l.Serial)
+		}
+	}
+	if len(act) != 2 || devices["0a0a0a0a0a0a/emulator-5554"] != "serve:a" || devices["0b0b0b0b0b0b/emulator-5554"] != "serve:b" {
+		t.Errorf("active leases %+v, want one per host's emulator-5554", act)
+	}
+	f.node.open(r1)
+	f.node.open(r2)
+	waitFor(t, "both runs to finish", func() bool {
+		ra, _ := store.GetRun(context.Background(), r1)
+		rb, _ := store.GetRun(context.Background(), r2)
+		return ra.Status == agent.RunFinished && rb.Status == agent.RunFinished
+	})
 }

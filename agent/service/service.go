@@ -42,6 +42,9 @@ type Preparer func(ctx context.Context, runID string, body []byte) (agent.Run, e
 
 // Device is one device the adb server knows, as GET /v1/devices shows it.
 type Device struct {
+	// ID is the device's identity in the fleet (agent.DeviceKey of the
+	// daemon's HostID and the serial), the key of its leases.
+	ID        string `json:"id,omitempty"`
 	Serial    string `json:"serial"`
 	State     string `json:"state"` // adb state: device, offline, unauthorized, …
 	Model     string `json:"model,omitempty"`
@@ -91,6 +94,13 @@ type Config struct {
 	// embedded store admits one daemon at a time).
 	Holder       string
 	HolderPrefix string
+	// HostID identifies the machine of this daemon's adb server (see
+	// device.HostID): a run's device lease is keyed
+	// agent.DeviceKey(HostID, run.Serial), so the daemons of a fleet that
+	// reach one device through one adb server contend for one lease, and
+	// every host's emulator-5554 is a device of its own. "" keys leases by
+	// the bare serial (one host).
+	HostID string
 	// LeaseTTL (default 30 s) and Heartbeat (default TTL/3): a lease not
 	// renewed within its TTL may be taken by another run.
 	LeaseTTL  time.Duration
@@ -130,6 +140,10 @@ type Service struct {
 	mu       sync.Mutex
 	active   map[string]*activeRun    // by run id
 	notUntil map[string]time.Time     // run id -> earliest reschedule after an engine error
+	// elsewhere: run id -> until when it is not tried here, as another
+	// host's daemon drives it (agent.ErrLeaseRunElsewhere); such a run does
+	// not hold back the later runs of its device name here.
+	elsewhere map[string]time.Time
 	health   map[string]*deviceHealth // by serial
 	stopping bool
 	// draining: StopTaking was called (no new runs); streams ends the
@@ -182,7 +196,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, store: newNotifyingStore(cfg.Store), wake: make(chan struct{}, 1),
-		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, health: map[string]*deviceHealth{},
+		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, elsewhere: map[string]time.Time{}, health: map[string]*deviceHealth{},
 	}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	return s, nil
@@ -312,6 +326,11 @@ func (s *Service) schedule(ctx context.Context) error {
 	}
 	busy := map[string]bool{}
 	s.mu.Lock()
+	for id, until := range s.elsewhere {
+		if time.Now().After(until) {
+			delete(s.elsewhere, id)
+		}
+	}
 	for _, a := range s.active {
 		busy[a.run.Serial] = true
 	}
@@ -325,8 +344,9 @@ func (s *Service) schedule(ctx context.Context) error {
 		s.mu.Lock()
 		_, isActive := s.active[r.RunID]
 		wait := s.notUntil[r.RunID]
+		other := s.elsewhere[r.RunID]
 		s.mu.Unlock()
-		if isActive {
+		if isActive || now.Before(other) {
 			continue
 		}
 		if now.Before(wait) {
@@ -363,7 +383,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			sent[i] = time.Now()
-			leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, r.Serial, s.cfg.Holder, r.RunID, s.cfg.LeaseTTL)
+			leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, agent.DeviceKey(s.cfg.HostID, r.Serial), s.cfg.Holder, r.RunID, s.cfg.LeaseTTL)
 		}()
 	}
 	wg.Wait()
@@ -372,6 +392,13 @@ func (s *Service) schedule(ctx context.Context) error {
 		switch err := errs[i]; {
 		case err == nil:
 			s.launch(r, &leases[i], sent[i])
+		case errors.Is(err, agent.ErrLeaseRunElsewhere):
+			// Look again after a heartbeat (its holder may die); meanwhile
+			// the device is free for the next run here: look now.
+			s.mu.Lock()
+			s.elsewhere[r.RunID] = time.Now().Add(s.cfg.Heartbeat)
+			s.mu.Unlock()
+			s.Wake()
 		case errors.Is(err, agent.ErrLeaseHeld):
 		default:
 			failed = append(failed, fmt.Errorf("lease %s for run %s: %w", r.Serial, r.RunID, err))
@@ -672,9 +699,9 @@ func (s *Service) Devices(ctx context.Context) ([]Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	bySerial := map[string]agent.Lease{}
+	byKey := map[string]agent.Lease{}
 	for _, l := range leases {
-		bySerial[l.Serial] = l
+		byKey[l.Device] = l
 	}
 	s.mu.Lock()
 	for i := range devs {
@@ -685,7 +712,8 @@ func (s *Service) Devices(ctx context.Context) ([]Device, error) {
 	}
 	s.mu.Unlock()
 	for i := range devs {
-		if l, ok := bySerial[devs[i].Serial]; ok {
+		devs[i].ID = agent.DeviceKey(s.cfg.HostID, devs[i].Serial)
+		if l, ok := byKey[devs[i].ID]; ok {
 			devs[i].HeldBy, devs[i].Lease = l.RunID, &l
 		}
 		if devs[i].Readiness == "" {

@@ -353,7 +353,7 @@ func checkLeaseHistory(t testing.TB, all []agent.Lease) map[string][]agent.Lease
 		if l.ReleasedAt == nil {
 			t.Fatalf("lease %d of %s (run %s) still active", l.FencingToken, l.Serial, l.RunID)
 		}
-		by[l.Serial] = append(by[l.Serial], l)
+		by[l.Device] = append(by[l.Device], l)
 	}
 	for serial, ls := range by {
 		sort.Slice(ls, func(i, j int) bool { return ls[i].AcquiredAt.Before(ls[j].AcquiredAt) })

@@ -102,9 +102,12 @@ type host struct {
 	relayErr chan error
 	stopRly  context.CancelFunc
 	adb      *adb.Client
-	driver   *appium.Client
-	engine   *agent.Engine
-	graph    *agent.Graph
+	// hostID identifies the adb server's machine (device.HostID): device
+	// leases are keyed agent.DeviceKey(hostID, serial).
+	hostID string
+	driver *appium.Client
+	engine *agent.Engine
+	graph  *agent.Graph
 	// artifacts is the fetcher ProvisionApp uses (serve checks
 	// references with it at submission).
 	artifacts *artifacts.Fetcher
@@ -149,6 +152,9 @@ func (h *host) open(ctx context.Context) (err error) {
 	// version created it 0755.
 	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "data dir %s", cfg.DataDir)
+	}
+	if h.hostID, err = device.HostID(ctx, cfg.ADBServer); err != nil {
+		return agent.Wrap(agent.ErrInvalidRequest, err, "identifying the adb server's machine")
 	}
 	if cfg.DatabaseURL != "" {
 		// Migrates under goose's advisory lock: daemons starting together

@@ -144,7 +144,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	// The device lease: a daemon (or another run) driving the device makes
 	// this run wait, never share it.
-	_, runCtx, stopLease, err := service.Hold(ctx, h.store, run.Serial, fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
+	_, runCtx, stopLease, err := service.Hold(ctx, h.store, agent.DeviceKey(h.hostID, run.Serial), fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
 		func(err error) {
 			if c.Output == "text" {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)

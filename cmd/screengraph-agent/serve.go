@@ -320,7 +320,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 			_, err := h.policies.Get(v)
 			return err
 		},
-		Holder: holderPrefix + newID(), HolderPrefix: holderPrefix,
+		Holder: holderPrefix + newID(), HolderPrefix: holderPrefix, HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
 		Probe: probeDevice(h.adb), Reachable: reach, Tick: tick,
 		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) },

@@ -20,6 +20,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/snapshots"
 )
@@ -123,8 +124,12 @@ func TestServeTenantIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	hostID, err := device.HostID(context.Background(), d.srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, serial := range []string{"emulator-5990", "emulator-5992"} {
-		if _, err := st.AcquireLease(context.Background(), serial, "tenancy-test", ulid.Make().String(), time.Hour); err != nil {
+		if _, err := st.AcquireLease(context.Background(), agent.DeviceKey(hostID, serial), "tenancy-test", ulid.Make().String(), time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}

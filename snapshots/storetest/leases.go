@@ -68,6 +68,7 @@ func RunLeases(t *testing.T, newLeases func(t *testing.T, clock agent.Clock) age
 		{"ConcurrentAcquireFree", testLeaseConcurrentFree},
 		{"ConcurrentTakeoverExpired", testLeaseConcurrentExpired},
 		{"ConcurrentSameRunHolders", testLeaseConcurrentSameRun},
+		{"KeyedByDeviceIdentity", testLeaseDeviceKey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,7 +129,7 @@ func leaseString(l agent.Lease) string {
 // AcquiredAt/RenewedAt/ExpiresAt equal (time.Equal), ReleasedAt near.
 func diffLease(got, want agent.Lease) string {
 	var d []string
-	if got.Serial != want.Serial || got.Holder != want.Holder || got.RunID != want.RunID || got.FencingToken != want.FencingToken {
+	if got.Device != want.Device || got.Serial != want.Serial || got.Holder != want.Holder || got.RunID != want.RunID || got.FencingToken != want.FencingToken {
 		d = append(d, "identity")
 	}
 	if !got.AcquiredAt.Equal(want.AcquiredAt) {
@@ -204,7 +205,7 @@ func history(t *testing.T, s agent.Leases, serial string) []agent.Lease {
 // checkFresh: l is a new lease of (serial, holder, run) acquired now for ttl.
 func checkFresh(t *testing.T, l agent.Lease, serial, holder, runID string, now time.Time, ttl time.Duration) {
 	t.Helper()
-	if l.Serial != serial || l.Holder != holder || l.RunID != runID {
+	if l.Device != serial || l.Serial != serial || l.Holder != holder || l.RunID != runID {
 		t.Errorf("lease = %s, want device %s holder %s run %s", leaseString(l), serial, holder, runID)
 	}
 	if l.FencingToken <= 0 {
@@ -690,4 +691,61 @@ func testLeaseConcurrentSameRun(t *testing.T, s agent.Leases, c *Clock) {
 	}
 	sameLeases(t, "history", history(t, s, "emulator-5554"), released(first, c.Now(), agent.LeaseHolderLost), won[0])
 	sameLeases(t, "active", active(t, s), won[0])
+}
+
+// Leases are keyed by the device's fleet identity (agent.DeviceKey): two
+// hosts' emulator-5554 are two devices, leased at once, each lease keeping
+// the bare serial; one host's is one device whoever asks; renewals, releases
+// and history work per key; a key without a serial is refused.
+func testLeaseDeviceKey(t *testing.T, s agent.Leases, c *Clock) {
+	keyA, keyB := agent.DeviceKey("0a1b2c3d4e5f", "emulator-5554"), agent.DeviceKey("f5e4d3c2b1a0", "emulator-5554")
+	a := mustAcquire(t, s, keyA, "daemon-a", newRunID(), leaseTTL)
+	b := mustAcquire(t, s, keyB, "daemon-b", newRunID(), leaseTTL)
+	for _, l := range []agent.Lease{a, b} {
+		if l.Serial != "emulator-5554" {
+			t.Errorf("lease %s: serial %q, want emulator-5554", leaseString(l), l.Serial)
+		}
+	}
+	if a.Device != keyA || b.Device != keyB {
+		t.Errorf("leases keyed %q and %q, want %q and %q", a.Device, b.Device, keyA, keyB)
+	}
+	if _, err := s.AcquireLease(ctx(t), keyA, "daemon-c", newRunID(), leaseTTL); !errors.Is(err, agent.ErrLeaseHeld) {
+		t.Errorf("a second daemon of host a acquired its emulator-5554: %v, want ErrLeaseHeld", err)
+	}
+	// The bare serial is a device of its own (a single host's key).
+	bare := mustAcquire(t, s, "emulator-5554", "daemon-d", newRunID(), leaseTTL)
+	c.Advance(leaseTTL / 2)
+	if _, err := s.RenewLease(ctx(t), b.Serial, b.FencingToken, leaseTTL); err != nil {
+		t.Errorf("renew host b's lease: %v", err)
+	}
+	mustRelease(t, s, a, agent.LeaseFinished)
+	act, err := s.ActiveLeases(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(act) != 2 || act[0].FencingToken != b.FencingToken || act[1].FencingToken != bare.FencingToken {
+		t.Errorf("active after releasing host a's lease: %v, want host b's and the bare serial's", act)
+	}
+	if h := history(t, s, keyA); len(h) != 1 || h[0].FencingToken != a.FencingToken || h[0].ReleasedAt == nil {
+		t.Errorf("history of %s: %v", keyA, h)
+	}
+	// A run is driven on one device at a time: while host b's lease of it
+	// lives (and its grace), host a's emulator-5554 is refused it; after,
+	// host a takes the run over and b's lease ends expired.
+	if _, err := s.AcquireLease(ctx(t), keyA, "daemon-a", b.RunID, leaseTTL); !errors.Is(err, agent.ErrLeaseRunElsewhere) || !errors.Is(err, agent.ErrLeaseHeld) {
+		t.Errorf("a second device for a run with a live lease: %v, want ErrLeaseRunElsewhere", err)
+	}
+	c.Advance(handOut)
+	moved := mustAcquire(t, s, keyA, "daemon-a", b.RunID, leaseTTL)
+	if h := history(t, s, keyB); len(h) != 1 || h[0].ReleaseReason != agent.LeaseExpired {
+		t.Errorf("host b's lease after the run moved: %v, want released expired", h)
+	}
+	if moved.Device != keyA {
+		t.Errorf("moved lease %s", leaseString(moved))
+	}
+	for _, bad := range []string{"0a1b2c3d4e5f/", "/", strings.Repeat("x", 300)} {
+		if _, err := s.AcquireLease(ctx(t), bad, "daemon-e", newRunID(), leaseTTL); err == nil || errors.Is(err, agent.ErrLeaseHeld) {
+			t.Errorf("AcquireLease(%q) = %v, want an invalid-request error", bad, err)
+		}
+	}
 }

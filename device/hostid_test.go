@@ -1,0 +1,63 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// HostID: one adb server reached by any loopback spelling is one machine;
+// two ports (two adb servers, two simulated hosts on one machine) and a
+// remote server are others; the same address always gives the same id; the
+// machine id itself never shows. No traffic: only names are resolved.
+func TestHostID(t *testing.T) {
+	ctx := context.Background()
+	id := func(addr string) string {
+		t.Helper()
+		h, err := HostID(ctx, addr)
+		if err != nil {
+			t.Fatalf("HostID(%s): %v", addr, err)
+		}
+		if len(h) != 12 {
+			t.Fatalf("HostID(%s) = %q, want 12 hex digits", addr, h)
+		}
+		return h
+	}
+	a := id("127.0.0.1:15037")
+	for _, same := range []string{"localhost:15037", "[::1]:15037", "127.0.0.1:15037"} {
+		if got := id(same); got != a {
+			t.Errorf("HostID(%s) = %s, want %s (one adb server)", same, got, a)
+		}
+	}
+	b := id("127.0.0.1:15038")
+	remote := id("192.0.2.10:15037") // TEST-NET-1: never dialed
+	if a == b || a == remote || b == remote {
+		t.Errorf("distinct adb servers share an id: %s %s %s", a, b, remote)
+	}
+	if id("192.0.2.10:15037") != remote {
+		t.Error("a remote server's id changed between calls")
+	}
+	mid, err := machineID()
+	if err != nil {
+		t.Skipf("no machine id here: %v", err)
+	}
+	if len(mid) != 32 || a == mid[:12] {
+		t.Errorf("machine id %q shows in the host id", mid)
+	}
+	for _, bad := range []string{"", "127.0.0.1", "127.0.0.1:5037:1"} {
+		if _, err := HostID(ctx, bad); err == nil {
+			t.Errorf("HostID(%q) succeeded", bad)
+		}
+	}
+}
+
+// Without a machine id a local adb server's machine has no identity: a
+// clear error, not a shared empty id.
+func TestHostIDWithoutMachineID(t *testing.T) {
+	old := machineIDFiles
+	machineIDFiles = []string{t.TempDir() + "/missing"}
+	defer func() { machineIDFiles = old }()
+	if _, err := HostID(context.Background(), "127.0.0.1:15037"); !errors.Is(err, ErrNoHostID) {
+		t.Errorf("HostID without a machine id: %v, want ErrNoHostID", err)
+	}
+}
