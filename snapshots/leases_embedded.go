@@ -53,14 +53,14 @@ func leaseTimes(clock agent.Clock, ttl time.Duration) (now, expires time.Time) {
 
 // Statements of the lease writes (prepared at open, stmtCache).
 const (
-	sqlLeaseCurrent  = `SELECT ` + leaseCols + ` FROM device_leases WHERE device = ? AND released_at IS NULL`
+	sqlLeaseCurrent = `SELECT ` + leaseCols + ` FROM device_leases WHERE device = ? AND released_at IS NULL`
 	// The run's active lease of another device (a run is driven on one
 	// device at a time; device_leases_active_run_key).
 	sqlLeaseRunElsewhere = `SELECT ` + leaseCols + ` FROM device_leases WHERE run_id = ? AND device <> ? AND released_at IS NULL`
-	sqlLeaseRenewOwn = `UPDATE device_leases SET renewed_at = ?, expires_at = ? WHERE fencing_token = ?`
-	sqlLeaseEnd      = `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE fencing_token = ?`
-	sqlLeaseInsert   = `INSERT INTO device_leases (device, serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`
-	sqlLeaseRenew    = `UPDATE device_leases SET renewed_at = ?, expires_at = ?
+	sqlLeaseRenewOwn     = `UPDATE device_leases SET renewed_at = ?, expires_at = ? WHERE fencing_token = ?`
+	sqlLeaseEnd          = `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE fencing_token = ?`
+	sqlLeaseInsert       = `INSERT INTO device_leases (device, serial, holder, run_id, acquired_at, renewed_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	sqlLeaseRenew        = `UPDATE device_leases SET renewed_at = ?, expires_at = ?
 		WHERE serial = ? AND fencing_token = ? AND released_at IS NULL AND expires_at > ? RETURNING ` + leaseCols
 	sqlLeaseRelease = `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE serial = ? AND fencing_token = ? AND released_at IS NULL`
 )

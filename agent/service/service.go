@@ -138,14 +138,14 @@ type Service struct {
 	wake chan struct{}
 
 	mu       sync.Mutex
-	active   map[string]*activeRun    // by run id
-	notUntil map[string]time.Time     // run id -> earliest reschedule after an engine error
+	active   map[string]*activeRun // by run id
+	notUntil map[string]time.Time  // run id -> earliest reschedule after an engine error
 	// elsewhere: run id -> until when it is not tried here, as another
 	// host's daemon drives it (agent.ErrLeaseRunElsewhere); such a run does
 	// not hold back the later runs of its device name here.
 	elsewhere map[string]time.Time
-	health   map[string]*deviceHealth // by serial
-	stopping bool
+	health    map[string]*deviceHealth // by serial
+	stopping  bool
 	// draining: StopTaking was called (no new runs); streams ends the
 	// event streams (Follow) then.
 	draining   bool
