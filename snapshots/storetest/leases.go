@@ -252,11 +252,14 @@ func testLeaseAcquireFree(t *testing.T, s agent.Leases, c *Clock) {
 	sameLeases(t, "LeaseHistory(all)", history(t, s, ""), a)
 	sameLeases(t, "LeaseHistory(other device)", history(t, s, "emulator-5556"))
 
-	// Another device is free for another run, and for the same run.
+	// Another device is free for another run, not for the same run (a run
+	// is driven on one device at a time).
 	c.Advance(time.Second)
 	b := mustAcquire(t, s, "emulator-5556", "daemon-2", runB, time.Minute)
 	checkFresh(t, b, "emulator-5556", "daemon-2", runB, c.Now(), time.Minute)
-	a2 := mustAcquire(t, s, "emulator-5558", "daemon-1", runA, leaseTTL)
+	_, err := s.AcquireLease(ctx(t), "emulator-5558", "daemon-1", runA, leaseTTL)
+	wantErr(t, "AcquireLease(same run, another device)", err, agent.ErrLeaseRunElsewhere)
+	a2 := mustAcquire(t, s, "emulator-5558", "daemon-1", newRunID(), leaseTTL)
 	if !(a.FencingToken < b.FencingToken && b.FencingToken < a2.FencingToken) {
 		t.Errorf("fencing tokens %d, %d, %d: want increasing", a.FencingToken, b.FencingToken, a2.FencingToken)
 	}
@@ -442,7 +445,7 @@ func testLeaseRelease(t *testing.T, s agent.Leases, c *Clock) {
 func testLeaseStaleToken(t *testing.T, s agent.Leases, c *Clock) {
 	runA := newRunID()
 	a := mustAcquire(t, s, "emulator-5554", "daemon-1", runA, leaseTTL)
-	b := mustAcquire(t, s, "emulator-5556", "daemon-1", runA, leaseTTL)
+	b := mustAcquire(t, s, "emulator-5556", "daemon-1", newRunID(), leaseTTL)
 	c.Advance(time.Second)
 	for _, tok := range []int64{a.FencingToken + 1000, a.FencingToken - 1, b.FencingToken, 0, -1} {
 		_, err := s.RenewLease(ctx(t), "emulator-5554", tok, leaseTTL)
