@@ -39,7 +39,8 @@ mapfile -t serials < <(ready_devices | head -2)
 
 mkdir -p "$data"
 echo "demo: screengraph-agent serve --data-dir $data --listen $listen --nats-listen $nats_listen --adb-server $adbs"
-"$bin" serve --data-dir "$data" --listen "$listen" --nats-listen "$nats_listen" --adb-server "$adbs" >"$data/serve.log" 2>&1 &
+"$bin" serve --data-dir "$data" --listen "$listen" --nats-listen "$nats_listen" --adb-server "$adbs" \
+  --artifact-file-root "$(dirname "$apk")" >"$data/serve.log" 2>&1 &
 serve=$!
 for _ in $(seq 300); do
   curl -fsS "$api/readyz" >/dev/null 2>&1 && break
