@@ -63,6 +63,13 @@ func HostID(ctx context.Context, addr string) (string, error) {
 	return hex.EncodeToString(sum[:6]), nil
 }
 
+// hostname is os.Hostname, a variable so tests can take it away.
+var hostname = os.Hostname
+
+// machineID is the machine-id(5), or, where there is none (a container image
+// built without systemd or D-Bus usually has neither file), the kernel's
+// hostname, which container runtimes set to the container's own id. A
+// hostname that every machine shares ("localhost", empty) is no identity.
 func machineID() (string, error) {
 	for _, f := range machineIDFiles {
 		b, err := os.ReadFile(f)
@@ -74,5 +81,11 @@ func machineID() (string, error) {
 			return id, nil
 		}
 	}
-	return "", fmt.Errorf("%w: no machine id in %s", ErrNoHostID, strings.Join(machineIDFiles, " or "))
+	if h, err := hostname(); err == nil {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if h != "" && h != "localhost" && h != "localhost.localdomain" {
+			return "hostname\x00" + h, nil
+		}
+	}
+	return "", fmt.Errorf("%w: no machine id in %s and no distinctive hostname", ErrNoHostID, strings.Join(machineIDFiles, " or "))
 }

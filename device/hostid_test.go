@@ -51,13 +51,29 @@ func TestHostID(t *testing.T) {
 	}
 }
 
-// Without a machine id a local adb server's machine has no identity: a
-// clear error, not a shared empty id.
+// Without a machine id (a container) the hostname identifies the machine:
+// two containers' local adb servers differ. With no distinctive hostname
+// either, a clear error, not a shared id.
 func TestHostIDWithoutMachineID(t *testing.T) {
-	old := machineIDFiles
+	oldFiles, oldHost := machineIDFiles, hostname
+	defer func() { machineIDFiles, hostname = oldFiles, oldHost }()
 	machineIDFiles = []string{t.TempDir() + "/missing"}
-	defer func() { machineIDFiles = old }()
-	if _, err := HostID(context.Background(), "127.0.0.1:15037"); !errors.Is(err, ErrNoHostID) {
-		t.Errorf("HostID without a machine id: %v, want ErrNoHostID", err)
+	ids := map[string]string{}
+	for _, h := range []string{"3f1c0ffee123", "9a8b7c6d5e4f"} {
+		hostname = func() (string, error) { return h, nil }
+		id, err := HostID(context.Background(), "127.0.0.1:15037")
+		if err != nil {
+			t.Fatalf("HostID on container %s: %v", h, err)
+		}
+		ids[h] = id
+	}
+	if ids["3f1c0ffee123"] == ids["9a8b7c6d5e4f"] {
+		t.Errorf("two containers' local adb servers share the id %s", ids["3f1c0ffee123"])
+	}
+	for _, h := range []string{"", "localhost"} {
+		hostname = func() (string, error) { return h, nil }
+		if _, err := HostID(context.Background(), "127.0.0.1:15037"); !errors.Is(err, ErrNoHostID) {
+			t.Errorf("HostID with hostname %q and no machine id: %v, want ErrNoHostID", h, err)
+		}
 	}
 }
