@@ -74,12 +74,13 @@ func RunEvents(ctx context.Context, st agent.Store, runID string, after int64) (
 }
 
 // WriteEvents writes events as a table: SEQ, TS, KIND, EVENT ID, CHECKSUM
-// (first 12 hex digits), PAYLOAD (truncated to 80 bytes).
+// (first 12 hex digits), PAYLOAD (whole: a token_delta's text is what the
+// reader came for, and the payload is compact JSON, so it stays on its line).
 func WriteEvents(w io.Writer, evs []agent.Event) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tTS\tKIND\tEVENT ID\tCHECKSUM\tPAYLOAD")
 	for _, e := range evs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Sequence, e.TS, e.Kind, e.EventID, short(e.Checksum, 12), short(string(e.Payload), 80))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Sequence, e.TS, e.Kind, e.EventID, short(e.Checksum, 12), string(e.Payload))
 	}
 	return tw.Flush()
 }

@@ -75,3 +75,17 @@ func TestInspectAndReplay(t *testing.T) {
 		t.Errorf("events table has %d lines, want header + 7:\n%s", lines, buf.String())
 	}
 }
+
+// A token_delta's text is printed whole in the events table (issue 16: it
+// was cut at 80 bytes).
+func TestWriteEventsWholePayload(t *testing.T) {
+	text := strings.Repeat("the quick brown fox jumps over the lazy dog ", 5) + "END"
+	payload := `{"node":"Agent","text":"` + text + `"}`
+	var buf bytes.Buffer
+	if err := snapshots.WriteEvents(&buf, []agent.Event{{Sequence: 3, Kind: "agent.token_delta", EventID: ulid.Make().String(), Payload: []byte(payload)}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), payload) {
+		t.Errorf("events table cuts the payload (%d bytes):\n%s", len(payload), buf.String())
+	}
+}
