@@ -105,7 +105,7 @@ func (r *runner) logf(format string, args ...any) {
 }
 
 func (r *runner) load(ctx context.Context, runID string) error {
-	run, err := r.e.Store.GetRun(ctx, runID)
+	run, err := r.e.Store.GetRun(ctx, Admin(), runID)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)
 	}
@@ -119,7 +119,7 @@ func (r *runner) load(ctx context.Context, runID string) error {
 	if r.seq, err = r.e.Store.LastSequence(ctx, runID); err != nil {
 		return fmt.Errorf("run %s: last sequence: %w", runID, err)
 	}
-	snap, err := r.e.Store.LatestSnapshot(ctx, runID)
+	snap, err := r.e.Store.LatestSnapshot(ctx, Admin(), runID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		r.step = -1
@@ -180,7 +180,7 @@ func (r *runner) loop(ctx context.Context) (RunStatus, error) {
 
 // refresh re-reads the run row (status).
 func (r *runner) refresh(ctx context.Context) error {
-	run, err := r.e.Store.GetRun(ctx, r.run.RunID)
+	run, err := r.e.Store.GetRun(ctx, Admin(), r.run.RunID)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", r.run.RunID, err)
 	}

@@ -107,7 +107,7 @@ func TestPropertyControlSequences(t *testing.T) {
 			if err != nil || !status.Terminal() {
 				rt.Fatalf("final pass: %s %v", status, err)
 			}
-			r, _ := f.store.GetRun(ctx, testRunID)
+			r, _ := f.store.GetRun(ctx, agent.Admin(), testRunID)
 			if r.Status != status {
 				rt.Fatalf("returned %s, stored %s", status, r.Status)
 			}
@@ -119,7 +119,7 @@ func TestPropertyControlSequences(t *testing.T) {
 				rt.Fatalf("all nodes succeed within policy, no cancel, but %s", status)
 			}
 			// Finished nodes never ran again after a daemon stop: successes per node <= 1.
-			sn, err := f.store.LatestSnapshot(ctx, testRunID)
+			sn, err := f.store.LatestSnapshot(ctx, agent.Admin(), testRunID)
 			if err == nil {
 				st, _ := agent.DecodeRunState(sn)
 				seen := map[string]bool{}

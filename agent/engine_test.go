@@ -363,7 +363,7 @@ func TestRetryByPolicyWithBackoff(t *testing.T) {
 			t.Fatalf("finished#1 payload %v", v[2].Payload)
 		}
 		// The attempt count lives in the snapshot (state-based retry).
-		sn, _ := f.store.Snapshot(context.Background(), testRunID, 1)
+		sn, _ := f.store.Snapshot(context.Background(), agent.Admin(), testRunID, 1)
 		st, _ := agent.DecodeRunState(sn)
 		if st.Attempts["EnsureDevice"] != 2 || st.Next != "EnsureDevice" || st.NotBefore == "" {
 			t.Fatalf("state after attempt 2: %+v", st)
@@ -389,7 +389,7 @@ func TestRetryExhaustedFails(t *testing.T) {
 		if last.Kind != agent.KindRunFailed || last.Payload["failedNode"] != "ProvisionApp" || last.Payload["errorId"] != "network_error" {
 			t.Fatalf("terminal %+v", last)
 		}
-		sn, _ := f.store.LatestSnapshot(context.Background(), testRunID)
+		sn, _ := f.store.LatestSnapshot(context.Background(), agent.Admin(), testRunID)
 		st, _ := agent.DecodeRunState(sn)
 		if st.Failure == nil || st.Failure.Attempts != 3 || !st.Failure.Retryable {
 			t.Fatalf("failure %+v", st.Failure)
@@ -555,7 +555,7 @@ func TestPauseResume(t *testing.T) {
 		go func() { s, err := f.run(t); done <- result{s, err} }()
 		time.Sleep(10 * time.Minute) // fake time: the engine polls all along
 		synctest.Wait()
-		r, _ := f.store.GetRun(context.Background(), testRunID)
+		r, _ := f.store.GetRun(context.Background(), agent.Admin(), testRunID)
 		if r.Status != agent.RunPaused || b.Calls() != 0 {
 			t.Fatalf("while paused: status %s, b calls %d", r.Status, b.Calls())
 		}
@@ -615,7 +615,7 @@ func TestPolicySwitchAppliesToLaterNodes(t *testing.T) {
 		if v[1].Payload["policyVersion"] != float64(1) || v[3].Payload["policyVersion"] != float64(2) {
 			t.Fatalf("started payloads %v / %v", v[1].Payload, v[3].Payload)
 		}
-		sn, _ := f.store.LatestSnapshot(context.Background(), testRunID)
+		sn, _ := f.store.LatestSnapshot(context.Background(), agent.Admin(), testRunID)
 		st, _ := agent.DecodeRunState(sn)
 		var out agent.Common
 		_ = json.Unmarshal(st.Outputs["ProvisionApp"], &out)
@@ -733,7 +733,7 @@ func TestResumeAfterDaemonStop(t *testing.T) {
 		if in.StepOrdinal != 1 || len(in.Outputs) != 1 || in.Outputs["EnsureDevice"] == nil {
 			t.Fatalf("resumed input %+v", in)
 		}
-		sn, _ := f.store.LatestSnapshot(context.Background(), testRunID)
+		sn, _ := f.store.LatestSnapshot(context.Background(), agent.Admin(), testRunID)
 		st, _ := agent.DecodeRunState(sn)
 		if st.Pass != 2 || st.Completed[0].Pass != 1 || st.Completed[1].Pass != 2 {
 			t.Fatalf("passes %+v", st.Completed)
@@ -882,7 +882,7 @@ func TestTwoEnginesOneRun(t *testing.T) {
 				t.Fatalf("unexpected error %v", e)
 			}
 		}
-		r, _ := f.store.GetRun(context.Background(), testRunID)
+		r, _ := f.store.GetRun(context.Background(), agent.Admin(), testRunID)
 		if r.Status != agent.RunFinished || taken != 1 {
 			t.Fatalf("status %s, %d engines lost (errs %v / %v)", r.Status, taken, e1, e2)
 		}

@@ -156,7 +156,7 @@ func NewErrorReport(g *Graph, st RunState) (ErrorReport, error) {
 // LoadErrorReport reads the run's latest snapshot and builds its report.
 // Errors: ErrNotFound (no snapshot), ErrNoFailure.
 func LoadErrorReport(ctx context.Context, s Store, g *Graph, runID string) (ErrorReport, error) {
-	snap, err := s.LatestSnapshot(ctx, runID)
+	snap, err := s.LatestSnapshot(ctx, Admin(), runID)
 	if err != nil {
 		return ErrorReport{}, err
 	}

@@ -96,9 +96,11 @@ type Leases interface {
 	// returns them.
 	ReleaseHolderLeases(ctx context.Context, match func(holder string) bool, reason LeaseReleaseReason) ([]Lease, error)
 	// ActiveLeases lists the active leases; LeaseHistory every lease of the
-	// device (its DeviceKey; "" = all devices), by acquisition.
-	ActiveLeases(ctx context.Context) ([]Lease, error)
-	LeaseHistory(ctx context.Context, device string) ([]Lease, error)
+	// device (its DeviceKey; "" = all devices), by acquisition. A tenant
+	// scope sees only the leases of its tenant's runs; the zero Scope is
+	// refused (ErrNoScope).
+	ActiveLeases(ctx context.Context, sc Scope) ([]Lease, error)
+	LeaseHistory(ctx context.Context, sc Scope, device string) ([]Lease, error)
 }
 
 // Fence names the device lease a commit is made under. A store commits a

@@ -69,26 +69,32 @@ var ErrSequenceTaken = errors.New("event sequence already taken")
 type RunFilter struct {
 	Status []RunStatus
 	Serial string
-	// TenantID, when set, keeps only that tenant's runs (a tenant's API token).
-	TenantID string
-	Limit    int
+	Limit  int
 }
 
 // Store is the persistence port: the embedded store (one file) on a single
 // host, Postgres in a fleet. Every implementation passes snapshots/storetest.
+//
+// Every read of runs, events and snapshots takes the caller's Scope: a
+// tenant scope sees its tenant's runs only (another tenant's run is
+// ErrNotFound, exactly like an unknown one; its events and snapshots are not
+// found either), Admin() sees all, and the zero Scope is refused with an
+// error wrapping ErrNoScope.
 type Store interface {
 	CreateRun(ctx context.Context, r Run) error
-	GetRun(ctx context.Context, runID string) (Run, error)
-	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
+	GetRun(ctx context.Context, sc Scope, runID string) (Run, error)
+	// ListRuns returns the runs sc sees that match f, newest first.
+	ListRuns(ctx context.Context, sc Scope, f RunFilter) ([]Run, error)
 	// CommitStep writes a Step in one transaction (see Step).
 	CommitStep(ctx context.Context, s Step) error
 	// LastSequence is the highest event sequence of the run (0 when none).
 	LastSequence(ctx context.Context, runID string) (int64, error)
-	// Events returns the run's events with sequence > after, in order.
-	Events(ctx context.Context, runID string, after int64) ([]Event, error)
+	// Events returns the run's events with sequence > after, in order
+	// (none for a run sc does not see).
+	Events(ctx context.Context, sc Scope, runID string, after int64) ([]Event, error)
 	// Snapshot returns step N's snapshot; LatestSnapshot the highest step's.
-	Snapshot(ctx context.Context, runID string, stepOrdinal int) (Snapshot, error)
-	LatestSnapshot(ctx context.Context, runID string) (Snapshot, error)
+	Snapshot(ctx context.Context, sc Scope, runID string, stepOrdinal int) (Snapshot, error)
+	LatestSnapshot(ctx context.Context, sc Scope, runID string) (Snapshot, error)
 	// SetStatus moves runs.status from one of from to to (compare-and-set).
 	SetStatus(ctx context.Context, runID string, from []RunStatus, to RunStatus) error
 	// RequestControl records a control request durably (committed when it

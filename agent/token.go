@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -92,18 +93,20 @@ var tenantShape = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // 0-9, '_' and '-'.
 func ValidTenantID(id string) bool { return tenantShape.MatchString(id) }
 
-// Principal is who made a request, from its token: an admin (every
-// tenant) or one tenant. A nil *Principal means no tokens are configured
-// (the single-host default: everything allowed).
+// Principal is who made a request, from its token: TokenID and the token's
+// Scope (admin, or one tenant). A nil *Principal means no tokens are
+// configured (the single-host default: the Admin scope).
 type Principal struct {
-	TokenID  string
-	TenantID string
-	Admin    bool
+	TokenID string
+	Scope   Scope
 }
 
-// Sees reports whether p may read and control runs of tenant.
-func (p *Principal) Sees(tenant string) bool {
-	return p == nil || p.Admin || p.TenantID == tenant
+// ScopeOf is the scope of p: p.Scope, or Admin() for a nil p (no tokens).
+func ScopeOf(p *Principal) Scope {
+	if p == nil {
+		return Admin()
+	}
+	return p.Scope
 }
 
 type principalKey struct{}
@@ -149,5 +152,14 @@ func Authenticate(ctx context.Context, ts Tokens, token string) (*Principal, err
 	if t.RevokedAt != nil {
 		return nil, errors.Join(ErrUnauthenticated, errors.New("token "+t.ID+" is revoked"))
 	}
-	return &Principal{TokenID: t.ID, TenantID: t.TenantID, Admin: t.Admin}, nil
+	if t.Admin {
+		return &Principal{TokenID: t.ID, Scope: Admin()}, nil
+	}
+	sc, err := Tenant(t.TenantID)
+	if err != nil {
+		// A stored tenant token whose tenant id breaks the rule (made before
+		// the rule) authenticates nobody rather than scoping to a malformed id.
+		return nil, errors.Join(ErrUnauthenticated, fmt.Errorf("token %s: %w", t.ID, err))
+	}
+	return &Principal{TokenID: t.ID, Scope: sc}, nil
 }

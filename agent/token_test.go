@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -52,14 +53,19 @@ func TestValidTenantID(t *testing.T) {
 
 func TestPrincipal(t *testing.T) {
 	var none *Principal
-	if !none.Sees("x") || PrincipalFrom(context.Background()) != nil {
-		t.Error("no principal must see everything")
+	if !ScopeOf(none).IsAdmin() || PrincipalFrom(context.Background()) != nil {
+		t.Error("no principal (no tokens configured) must be the admin scope")
 	}
-	p := &Principal{TenantID: "acme"}
-	if !p.Sees("acme") || p.Sees("beta") || !(&Principal{Admin: true}).Sees("beta") {
-		t.Error("Sees")
+	acme, _ := Tenant("acme")
+	p := &Principal{TokenID: "t1", Scope: acme}
+	if ScopeOf(p) != acme {
+		t.Error("ScopeOf")
 	}
 	if PrincipalFrom(WithPrincipal(context.Background(), p)) != p {
 		t.Error("WithPrincipal/PrincipalFrom")
+	}
+	// A principal whose scope was never set is no scope, never every tenant.
+	if err := ScopeOf(&Principal{TokenID: "t2"}).Valid(); !errors.Is(err, ErrNoScope) {
+		t.Errorf("zero principal scope Valid = %v, want ErrNoScope", err)
 	}
 }

@@ -139,7 +139,7 @@ func TestEngineBoundaryClassificationWinsOverRetryOn(t *testing.T) {
 				if err := json.Unmarshal(last.Output, &out); err != nil || out.Retryable == nil || *out.Retryable != c.wantRetryable {
 					t.Errorf("output retryable %v (%v): %s", out.Retryable, err, last.Output)
 				}
-				snap, err := st.LatestSnapshot(ctx, "R")
+				snap, err := st.LatestSnapshot(ctx, agent.Admin(), "R")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -59,6 +59,30 @@ func ControlSubject(tenantID, runID string) string {
 	return ControlSubjectPrefix + "." + token(tenantID) + "." + token(runID)
 }
 
+// scopeCond is the SQL condition keeping rows whose run (column runCol)
+// belongs to a tenant sc sees, with its arguments: "" for Admin(), an
+// EXISTS on runs.tenant_id for a tenant (ph(n) writes the n-th placeholder
+// of the dialect, counting from next). The zero Scope is an error wrapping
+// agent.ErrNoScope.
+func scopeCond(sc agent.Scope, runCol string, ph func(n int) string, next int) (string, []any, error) {
+	if err := sc.Valid(); err != nil {
+		return "", nil, err
+	}
+	if sc.IsAdmin() {
+		return "", nil, nil
+	}
+	return ` AND EXISTS (SELECT 1 FROM runs sr WHERE sr.run_id = ` + runCol + ` AND sr.tenant_id = ` + ph(next) + `)`,
+		[]any{sc.TenantID()}, nil
+}
+
+// sqlitePH and pgPH write placeholders: "?" and "$n".
+func sqlitePH(int) string { return "?" }
+func pgPH(n int) string   { return fmt.Sprintf("$%d", n) }
+
+// runNotSeen is the answer to a read of a run the scope does not see: the
+// same as for an unknown run, so another tenant's run is not disclosed.
+func runNotSeen(runID string) error { return fmt.Errorf("run %s: %w", runID, agent.ErrNotFound) }
+
 func token(s string) string {
 	if s == "" {
 		return "_"

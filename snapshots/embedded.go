@@ -276,8 +276,10 @@ func normalizeRun(r agent.Run, clock agent.Clock) (agent.Run, error) {
 	if err := checkULID("runId", r.RunID); err != nil {
 		return r, err
 	}
-	if r.TenantID == "" {
-		return r, fmt.Errorf("%w: run %s without tenantId", ErrInvalid, r.RunID)
+	if !agent.ValidTenantID(r.TenantID) {
+		// Checked here too, the last point before storage: a tenant id is one
+		// NATS subject token as is, so "a.b", "*" and ">" never reach a row.
+		return r, fmt.Errorf("%w: run %s tenantId %q: 1-64 of A-Z, a-z, 0-9, '_' and '-'", ErrInvalid, r.RunID, r.TenantID)
 	}
 	if r.Status == "" {
 		r.Status = agent.RunPending
@@ -316,24 +318,35 @@ func scanRun(sc interface{ Scan(...any) error }) (agent.Run, error) {
 	return r, err
 }
 
-// GetRun returns the run or an error wrapping agent.ErrNotFound.
-func (s *Embedded) GetRun(ctx context.Context, runID string) (agent.Run, error) {
+// GetRun returns the run or an error wrapping agent.ErrNotFound (also for a
+// run of a tenant sc does not see); agent.ErrNoScope for the zero Scope.
+func (s *Embedded) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
+	if err := sc.Valid(); err != nil {
+		return agent.Run{}, err
+	}
 	q, err := s.rs.get(ctx, `SELECT `+runColumns+` FROM runs WHERE run_id = ?`)
 	if err != nil {
 		return agent.Run{}, err
 	}
 	r, err := scanRun(q.QueryRowContext(ctx, runID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return r, fmt.Errorf("run %s: %w", runID, agent.ErrNotFound)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !sc.Sees(r.TenantID)) {
+		return agent.Run{}, runNotSeen(runID)
 	}
 	return r, err
 }
 
 // ListRuns returns runs newest first (created_at, then run id, descending).
-// Limit <= 0 means no limit.
-func (s *Embedded) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
+// Limit <= 0 means no limit. A tenant scope lists its tenant's runs only.
+func (s *Embedded) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
+	if err := sc.Valid(); err != nil {
+		return nil, err
+	}
 	q := `SELECT ` + runColumns + ` FROM runs WHERE 1=1`
 	var args []any
+	if !sc.IsAdmin() {
+		q += ` AND tenant_id = ?`
+		args = append(args, sc.TenantID())
+	}
 	if len(f.Status) > 0 {
 		q += ` AND status IN (?` + strings.Repeat(`, ?`, len(f.Status)-1) + `)`
 		args = append(args, statusStrings(f.Status)...)
@@ -341,10 +354,6 @@ func (s *Embedded) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run
 	if f.Serial != "" {
 		q += ` AND serial = ?`
 		args = append(args, f.Serial)
-	}
-	if f.TenantID != "" {
-		q += ` AND tenant_id = ?`
-		args = append(args, f.TenantID)
 	}
 	q += ` ORDER BY created_at DESC, run_id DESC`
 	if f.Limit > 0 {
@@ -521,8 +530,14 @@ func collectEvents(rows *sql.Rows, err error) ([]agent.Event, error) {
 
 // Events returns the run's events with sequence > after, in sequence order,
 // decoded from the stored envelopes (byte-for-byte the committed payloads).
-func (s *Embedded) Events(ctx context.Context, runID string, after int64) ([]agent.Event, error) {
-	return collectEvents(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND sequence > ? ORDER BY sequence`, runID, after))
+// None for a run sc does not see.
+func (s *Embedded) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
+	cond, args, err := scopeCond(sc, "run_events.run_id", sqlitePH, 3)
+	if err != nil {
+		return nil, err
+	}
+	return collectEvents(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND sequence > ?`+cond+` ORDER BY sequence`,
+		append([]any{runID, after}, args...)...))
 }
 
 // StepEvents returns the events committed together with step N's snapshot,
@@ -562,16 +577,25 @@ func scanSnapshot(row rowScanner, runID string, what string) (agent.Snapshot, er
 
 const snapshotColumns = `run_id, step_ordinal, node_name, resume_token, state, created_at`
 
-// Snapshot returns step N's snapshot or an error wrapping agent.ErrNotFound.
-func (s *Embedded) Snapshot(ctx context.Context, runID string, stepOrdinal int) (agent.Snapshot, error) {
-	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal),
-		runID, fmt.Sprintf("step %d", stepOrdinal))
+// Snapshot returns step N's snapshot or an error wrapping agent.ErrNotFound
+// (also for a run sc does not see).
+func (s *Embedded) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
+	cond, args, err := scopeCond(sc, "agent_state_snapshot.run_id", sqlitePH, 3)
+	if err != nil {
+		return agent.Snapshot{}, err
+	}
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`+cond,
+		append([]any{runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
 }
 
 // LatestSnapshot returns the snapshot with the highest step ordinal.
-func (s *Embedded) LatestSnapshot(ctx context.Context, runID string) (agent.Snapshot, error) {
-	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? ORDER BY step_ordinal DESC LIMIT 1`, runID),
-		runID, "latest")
+func (s *Embedded) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
+	cond, args, err := scopeCond(sc, "agent_state_snapshot.run_id", sqlitePH, 2)
+	if err != nil {
+		return agent.Snapshot{}, err
+	}
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ?`+cond+` ORDER BY step_ordinal DESC LIMIT 1`,
+		append([]any{runID}, args...)...), runID, "latest")
 }
 
 // SetStatus is the compare-and-set UPDATE runs SET status = to WHERE status
@@ -599,7 +623,7 @@ func (s *Embedded) SetStatus(ctx context.Context, runID string, from []agent.Run
 	if n == 1 {
 		return nil
 	}
-	r, err := s.GetRun(ctx, runID)
+	r, err := s.GetRun(ctx, agent.Admin(), runID)
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func TestEmbeddedReopenKeepsDataAndMigratesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if evs, err := s2.Events(ctx, r.RunID, 0); err != nil || len(evs) != 3 {
+	if evs, err := s2.Events(ctx, agent.Admin(), r.RunID, 0); err != nil || len(evs) != 3 {
 		t.Errorf("after reopen: %d events, %v", len(evs), err)
 	}
 	// The read-only view sees the data and refuses writes.
@@ -61,7 +61,7 @@ func TestEmbeddedReopenKeepsDataAndMigratesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if sn, err := ro.LatestSnapshot(ctx, r.RunID); err != nil || sn.NodeName != "EnsureDevice" {
+	if sn, err := ro.LatestSnapshot(ctx, agent.Admin(), r.RunID); err != nil || sn.NodeName != "EnsureDevice" {
 		t.Errorf("read-only LatestSnapshot = %+v, %v", sn, err)
 	}
 	if err := ro.PutKV(ctx, "k", []byte("v")); !errors.Is(err, snapshots.ErrReadOnly) {

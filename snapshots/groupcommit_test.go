@@ -109,12 +109,12 @@ func TestGroupCommitIsolatesFailingSteps(t *testing.T) {
 		if want[i] == nil && errs[i] != nil || want[i] != nil && !errors.Is(errs[i], want[i]) {
 			t.Errorf("step %d: %v, want %v", i, errs[i], want[i])
 		}
-		evs, err := s.Events(ctx, r.RunID, 0)
+		evs, err := s.Events(ctx, agent.Admin(), r.RunID, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		snaps := 0
-		if _, err := s.Snapshot(ctx, r.RunID, 0); err == nil {
+		if _, err := s.Snapshot(ctx, agent.Admin(), r.RunID, 0); err == nil {
 			snaps = 1
 		}
 		if want[i] == nil && (len(evs) != 3 || snaps != 1) {
@@ -148,10 +148,10 @@ func TestGroupCommitIsolatesFailingSteps(t *testing.T) {
 	if !errors.Is(e1, agent.ErrSequenceTaken) || e2 != nil || !errors.Is(e3, ErrSnapshotTaken) {
 		t.Errorf("taken sequence, good step, taken snapshot in one group: %v, %v, %v", e1, e2, e3)
 	}
-	if evs, _ := s.Events(ctx, r2.RunID, 0); len(evs) != 3 {
+	if evs, _ := s.Events(ctx, agent.Admin(), r2.RunID, 0); len(evs) != 3 {
 		t.Errorf("good step beside failing ones wrote %d events", len(evs))
 	}
-	if evs, _ := s.Events(ctx, runs[1].RunID, 0); len(evs) != 3 {
+	if evs, _ := s.Events(ctx, agent.Admin(), runs[1].RunID, 0); len(evs) != 3 {
 		t.Errorf("run with a taken snapshot ordinal has %d events, want its first 3 only", len(evs))
 	}
 }
@@ -181,7 +181,7 @@ func TestGroupCommitWithdrawsCanceledStep(t *testing.T) {
 	if err := s.CommitStep(context.Background(), storetest.NodeStep(r, 1, 0, "EnsureDevice")); err != nil {
 		t.Fatalf("the same step afterwards: %v", err)
 	}
-	if evs, _ := s.Events(context.Background(), r.RunID, 0); len(evs) != 3 {
+	if evs, _ := s.Events(context.Background(), agent.Admin(), r.RunID, 0); len(evs) != 3 {
 		t.Errorf("%d events, want 3 (once)", len(evs))
 	}
 }
@@ -237,7 +237,7 @@ func TestGroupCommitWritesSeeEachOther(t *testing.T) {
 	if held != 1 {
 		t.Errorf("in one group: %v, %v; want one lease and one ErrLeaseHeld", ea, eb)
 	}
-	if ls, err := s.ActiveLeases(ctx); err != nil || len(ls) != 1 {
+	if ls, err := s.ActiveLeases(ctx, agent.Admin()); err != nil || len(ls) != 1 {
 		t.Errorf("active leases %+v (%v), want one", ls, err)
 	}
 }

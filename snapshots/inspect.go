@@ -32,7 +32,7 @@ func Replay(ctx context.Context, st agent.Store, runID string, stepOrdinal int) 
 	if !ok {
 		return agent.Snapshot{}, nil, ErrNoStepEvents
 	}
-	sn, err := st.Snapshot(ctx, runID, stepOrdinal)
+	sn, err := st.Snapshot(ctx, agent.Admin(), runID, stepOrdinal)
 	if err != nil {
 		return sn, nil, err
 	}
@@ -44,13 +44,13 @@ func Replay(ctx context.Context, st agent.Store, runID string, stepOrdinal int) 
 // latest step. Read-only.
 func InspectStep(ctx context.Context, st agent.Store, runID string, stepOrdinal int) (StepView, error) {
 	var v StepView
-	r, err := st.GetRun(ctx, runID)
+	r, err := st.GetRun(ctx, agent.Admin(), runID)
 	if err != nil {
 		return v, err
 	}
 	v.Run = r
 	if stepOrdinal < 0 {
-		latest, err := st.LatestSnapshot(ctx, runID)
+		latest, err := st.LatestSnapshot(ctx, agent.Admin(), runID)
 		if err != nil {
 			return v, err
 		}
@@ -67,10 +67,10 @@ func InspectStep(ctx context.Context, st agent.Store, runID string, stepOrdinal 
 // in order. Unlike Store.Events it fails with agent.ErrNotFound for an
 // unknown run instead of returning nothing.
 func RunEvents(ctx context.Context, st agent.Store, runID string, after int64) ([]agent.Event, error) {
-	if _, err := st.GetRun(ctx, runID); err != nil {
+	if _, err := st.GetRun(ctx, agent.Admin(), runID); err != nil {
 		return nil, err
 	}
-	return st.Events(ctx, runID, after)
+	return st.Events(ctx, agent.Admin(), runID, after)
 }
 
 // WriteEvents writes events as a table: SEQ, TS, KIND, EVENT ID, CHECKSUM

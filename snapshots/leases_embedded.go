@@ -324,16 +324,24 @@ func (s *Embedded) ReleaseHolderLeases(ctx context.Context, match func(string) b
 }
 
 // ActiveLeases implements agent.Leases.
-func (s *Embedded) ActiveLeases(ctx context.Context) ([]agent.Lease, error) {
-	return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE released_at IS NULL ORDER BY fencing_token`)
+func (s *Embedded) ActiveLeases(ctx context.Context, sc agent.Scope) ([]agent.Lease, error) {
+	cond, args, err := scopeCond(sc, "device_leases.run_id", sqlitePH, 1)
+	if err != nil {
+		return nil, err
+	}
+	return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE released_at IS NULL`+cond+` ORDER BY fencing_token`, args...)
 }
 
 // LeaseHistory implements agent.Leases.
-func (s *Embedded) LeaseHistory(ctx context.Context, device string) ([]agent.Lease, error) {
-	if device == "" {
-		return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases ORDER BY fencing_token`)
+func (s *Embedded) LeaseHistory(ctx context.Context, sc agent.Scope, device string) ([]agent.Lease, error) {
+	cond, args, err := scopeCond(sc, "device_leases.run_id", sqlitePH, 2)
+	if err != nil {
+		return nil, err
 	}
-	return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = ? ORDER BY fencing_token`, device)
+	if device == "" {
+		return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE true`+cond+` ORDER BY fencing_token`, args...)
+	}
+	return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = ?`+cond+` ORDER BY fencing_token`, append([]any{device}, args...)...)
 }
 
 func (s *Embedded) queryLeases(ctx context.Context, q string, args ...any) ([]agent.Lease, error) {

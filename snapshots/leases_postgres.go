@@ -213,7 +213,7 @@ func (s *Postgres) ReleaseHolderLeases(ctx context.Context, match func(string) b
 	if reason == "" {
 		return nil, fmt.Errorf("release holder leases without a reason: %w", ErrInvalid)
 	}
-	active, err := s.ActiveLeases(ctx)
+	active, err := s.ActiveLeases(ctx, agent.Admin())
 	if err != nil {
 		return nil, err
 	}
@@ -238,14 +238,26 @@ func (s *Postgres) ReleaseHolderLeases(ctx context.Context, match func(string) b
 }
 
 // ActiveLeases implements agent.Leases.
-func (s *Postgres) ActiveLeases(ctx context.Context) ([]agent.Lease, error) {
-	return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE released_at IS NULL ORDER BY fencing_token`))
+func (s *Postgres) ActiveLeases(ctx context.Context, sc agent.Scope) ([]agent.Lease, error) {
+	cond, args, err := scopeCond(sc, "device_leases.run_id", pgPH, 1)
+	if err != nil {
+		return nil, err
+	}
+	return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE released_at IS NULL`+cond+` ORDER BY fencing_token`, args...))
 }
 
 // LeaseHistory implements agent.Leases.
-func (s *Postgres) LeaseHistory(ctx context.Context, device string) ([]agent.Lease, error) {
+func (s *Postgres) LeaseHistory(ctx context.Context, sc agent.Scope, device string) ([]agent.Lease, error) {
 	if device == "" {
-		return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases ORDER BY fencing_token`))
+		cond, args, err := scopeCond(sc, "device_leases.run_id", pgPH, 1)
+		if err != nil {
+			return nil, err
+		}
+		return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE true`+cond+` ORDER BY fencing_token`, args...))
 	}
-	return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = $1 ORDER BY fencing_token`, device))
+	cond, args, err := scopeCond(sc, "device_leases.run_id", pgPH, 2)
+	if err != nil {
+		return nil, err
+	}
+	return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = $1`+cond+` ORDER BY fencing_token`, append([]any{device}, args...)...))
 }

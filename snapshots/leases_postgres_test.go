@@ -115,7 +115,7 @@ func TestPostgresLeaseUniqueIndexIsLastGuard(t *testing.T) {
 	if err := <-done; !errors.Is(err, agent.ErrLeaseHeld) {
 		t.Fatalf("AcquireLease = %v, want ErrLeaseHeld", err)
 	}
-	ls, err := s.ActiveLeases(t.Context())
+	ls, err := s.ActiveLeases(t.Context(), agent.Admin())
 	if err != nil || len(ls) != 1 || ls[0].Holder != "rogue" {
 		t.Errorf("active = %+v, %v; want the rogue lease only", ls, err)
 	}
@@ -176,7 +176,7 @@ func TestPostgresLeaseTimesAreTheDatabaseClock(t *testing.T) {
 	if err := ahead.ReleaseLease(ctx, "emulator-5554", l.FencingToken, agent.LeaseFinished); err != nil {
 		t.Fatal(err)
 	}
-	h, err := ahead.LeaseHistory(ctx, "emulator-5554")
+	h, err := ahead.LeaseHistory(ctx, agent.Admin(), "emulator-5554")
 	if err != nil || len(h) != 1 || h[0].ReleasedAt == nil || h[0].ReleasedAt.Sub(dbNow) > time.Minute || h[0].ReleasedAt.Before(nl.RenewedAt) {
 		t.Errorf("released %+v %v; want the database's time", h, err)
 	}

@@ -107,8 +107,8 @@ func (a *NATSTokenAuth) Check(c server.ClientAuthentication) bool {
 		return false
 	}
 	u := &server.User{Username: "token:" + p.TokenID}
-	if !p.Admin {
-		u.Permissions = TenantPermissions(p.TenantID)
+	if !p.Scope.IsAdmin() {
+		u.Permissions = TenantPermissions(p.Scope.TenantID())
 	}
 	c.RegisterUser(u)
 	return true

@@ -207,18 +207,28 @@ func pgScanRun(row pgx.Row) (agent.Run, error) {
 }
 
 // GetRun: see Embedded.GetRun.
-func (s *Postgres) GetRun(ctx context.Context, runID string) (agent.Run, error) {
+func (s *Postgres) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
+	if err := sc.Valid(); err != nil {
+		return agent.Run{}, err
+	}
 	r, err := pgScanRun(s.pool.QueryRow(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE run_id = $1`, runID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, fmt.Errorf("run %s: %w", runID, agent.ErrNotFound)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !sc.Sees(r.TenantID)) {
+		return agent.Run{}, runNotSeen(runID)
 	}
 	return r, err
 }
 
 // ListRuns: see Embedded.ListRuns.
-func (s *Postgres) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
+func (s *Postgres) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
+	if err := sc.Valid(); err != nil {
+		return nil, err
+	}
 	q := `SELECT ` + pgRunColumns + ` FROM runs WHERE true`
 	var args []any
+	if !sc.IsAdmin() {
+		args = append(args, sc.TenantID())
+		q += fmt.Sprintf(` AND tenant_id = $%d`, len(args))
+	}
 	if len(f.Status) > 0 {
 		ss := make([]string, len(f.Status))
 		for i, st := range f.Status {
@@ -230,10 +240,6 @@ func (s *Postgres) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run
 	if f.Serial != "" {
 		args = append(args, f.Serial)
 		q += fmt.Sprintf(` AND serial = $%d`, len(args))
-	}
-	if f.TenantID != "" {
-		args = append(args, f.TenantID)
-		q += fmt.Sprintf(` AND tenant_id = $%d`, len(args))
 	}
 	q += ` ORDER BY created_at DESC, run_id DESC`
 	if f.Limit > 0 {
@@ -382,8 +388,13 @@ func pgEvents(rows pgx.Rows, err error) ([]agent.Event, error) {
 }
 
 // Events: see Embedded.Events.
-func (s *Postgres) Events(ctx context.Context, runID string, after int64) ([]agent.Event, error) {
-	return pgEvents(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND sequence > $2 ORDER BY sequence`, runID, after))
+func (s *Postgres) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
+	cond, args, err := scopeCond(sc, "run_events.run_id", pgPH, 3)
+	if err != nil {
+		return nil, err
+	}
+	return pgEvents(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND sequence > $2`+cond+` ORDER BY sequence`,
+		append([]any{runID, after}, args...)...))
 }
 
 // StepEvents: see Embedded.StepEvents.
@@ -418,15 +429,23 @@ func pgScanSnapshot(row pgx.Row, runID, what string) (agent.Snapshot, error) {
 }
 
 // Snapshot: see Embedded.Snapshot.
-func (s *Postgres) Snapshot(ctx context.Context, runID string, stepOrdinal int) (agent.Snapshot, error) {
-	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`, runID, stepOrdinal),
-		runID, fmt.Sprintf("step %d", stepOrdinal))
+func (s *Postgres) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
+	cond, args, err := scopeCond(sc, "agent_state_snapshot.run_id", pgPH, 3)
+	if err != nil {
+		return agent.Snapshot{}, err
+	}
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`+cond,
+		append([]any{runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
 }
 
 // LatestSnapshot: see Embedded.LatestSnapshot.
-func (s *Postgres) LatestSnapshot(ctx context.Context, runID string) (agent.Snapshot, error) {
-	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1 ORDER BY step_ordinal DESC LIMIT 1`, runID),
-		runID, "latest")
+func (s *Postgres) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
+	cond, args, err := scopeCond(sc, "agent_state_snapshot.run_id", pgPH, 2)
+	if err != nil {
+		return agent.Snapshot{}, err
+	}
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1`+cond+` ORDER BY step_ordinal DESC LIMIT 1`,
+		append([]any{runID}, args...)...), runID, "latest")
 }
 
 // SetStatus: see Embedded.SetStatus.
@@ -446,7 +465,7 @@ func (s *Postgres) SetStatus(ctx context.Context, runID string, from []agent.Run
 	if tag.RowsAffected() == 1 {
 		return nil
 	}
-	r, err := s.GetRun(ctx, runID)
+	r, err := s.GetRun(ctx, agent.Admin(), runID)
 	if err != nil {
 		return err
 	}

@@ -247,7 +247,7 @@ func checkExactlyOnceInOrder(t *testing.T, s agent.Store, runs []agent.Run, got 
 		next[e.RunID] = e.Sequence
 	}
 	for _, r := range runs {
-		evs, err := s.Events(context.Background(), r.RunID, 0)
+		evs, err := s.Events(context.Background(), agent.Admin(), r.RunID, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -77,27 +77,43 @@ func (s *Store) CreateRun(ctx context.Context, r agent.Run) error {
 	return nil
 }
 
-func (s *Store) GetRun(ctx context.Context, runID string) (agent.Run, error) {
+// sees reports whether sc sees the run (false for an unknown run); the
+// caller holds s.mu.
+func (s *Store) sees(sc agent.Scope, runID string) bool {
+	r, ok := s.runs[runID]
+	return ok && sc.Sees(r.TenantID)
+}
+
+func (s *Store) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx); err != nil {
 		return agent.Run{}, err
 	}
+	if err := sc.Valid(); err != nil {
+		return agent.Run{}, err
+	}
 	r, ok := s.runs[runID]
-	if !ok {
+	if !ok || !sc.Sees(r.TenantID) {
 		return agent.Run{}, fmt.Errorf("run %s: %w", runID, agent.ErrNotFound)
 	}
 	return r, nil
 }
 
-func (s *Store) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
+func (s *Store) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
+	if err := sc.Valid(); err != nil {
+		return nil, err
+	}
 	var out []agent.Run
 	for _, r := range s.runs {
+		if !sc.Sees(r.TenantID) {
+			continue
+		}
 		if len(f.Status) > 0 && !slices.Contains(f.Status, r.Status) {
 			continue
 		}
@@ -192,11 +208,17 @@ func (s *Store) LastSequence(ctx context.Context, runID string) (int64, error) {
 	return ev[len(ev)-1].Sequence, nil
 }
 
-func (s *Store) Events(ctx context.Context, runID string, after int64) ([]agent.Event, error) {
+func (s *Store) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx); err != nil {
 		return nil, err
+	}
+	if err := sc.Valid(); err != nil {
+		return nil, err
+	}
+	if !s.sees(sc, runID) {
+		return nil, nil
 	}
 	var out []agent.Event
 	for _, e := range s.events[runID] {
@@ -207,24 +229,33 @@ func (s *Store) Events(ctx context.Context, runID string, after int64) ([]agent.
 	return out, nil
 }
 
-func (s *Store) Snapshot(ctx context.Context, runID string, stepOrdinal int) (agent.Snapshot, error) {
+func (s *Store) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx); err != nil {
 		return agent.Snapshot{}, err
 	}
+	if err := sc.Valid(); err != nil {
+		return agent.Snapshot{}, err
+	}
 	sn, ok := s.snapshots[runID][stepOrdinal]
-	if !ok {
+	if !ok || !s.sees(sc, runID) {
 		return agent.Snapshot{}, fmt.Errorf("run %s snapshot %d: %w", runID, stepOrdinal, agent.ErrNotFound)
 	}
 	return sn, nil
 }
 
-func (s *Store) LatestSnapshot(ctx context.Context, runID string) (agent.Snapshot, error) {
+func (s *Store) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx); err != nil {
 		return agent.Snapshot{}, err
+	}
+	if err := sc.Valid(); err != nil {
+		return agent.Snapshot{}, err
+	}
+	if !s.sees(sc, runID) {
+		return agent.Snapshot{}, fmt.Errorf("run %s snapshot: %w", runID, agent.ErrNotFound)
 	}
 	best := -1
 	for k := range s.snapshots[runID] {

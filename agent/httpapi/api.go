@@ -163,6 +163,8 @@ func statusOf(err error) int {
 		// Before ErrNotFound: an unknown policy version in a request is a bad
 		// request, not a missing resource.
 		return http.StatusBadRequest
+	case errors.Is(err, agent.ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, agent.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, service.ErrRunTerminal):
@@ -234,11 +236,11 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	b, ok := a.scopeSubmit(w, r, b)
-	if !ok {
+	if err := refuseToken(b); err != nil {
+		a.fail(w, r, err)
 		return
 	}
-	run, err := a.cfg.Service.Submit(r.Context(), b)
+	run, err := a.cfg.Service.Submit(r.Context(), scope(r), b)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -265,7 +267,7 @@ func summary(r agent.Run) RunSummary {
 }
 
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
-	f := agent.RunFilter{Serial: r.URL.Query().Get("serial"), TenantID: tenantFilter(r.Context())}
+	f := agent.RunFilter{Serial: r.URL.Query().Get("serial")}
 	if s := r.URL.Query().Get("status"); s != "" {
 		for _, st := range strings.Split(s, ",") {
 			rs := agent.RunStatus(strings.ToUpper(strings.TrimSpace(st)))
@@ -284,7 +286,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	runs, err := a.cfg.Service.List(r.Context(), f)
+	runs, err := a.cfg.Service.List(r.Context(), scope(r), f)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -325,7 +327,7 @@ type RunDetail struct {
 }
 
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
-	d, err := Detail(r.Context(), a.cfg.Service, a.cfg.Graph, r.PathValue("id"))
+	d, err := Detail(r.Context(), a.cfg.Service, scope(r), a.cfg.Graph, r.PathValue("id"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -333,14 +335,15 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, d)
 }
 
-// Detail builds a run's detail view from its row, events and last snapshot.
-func Detail(ctx context.Context, svc *service.Service, g *agent.Graph, runID string) (RunDetail, error) {
-	run, err := svc.Get(ctx, runID)
+// Detail builds a run's detail view from its row, events and last snapshot,
+// as sc sees it (agent.ErrNotFound for a run sc does not see).
+func Detail(ctx context.Context, svc *service.Service, sc agent.Scope, g *agent.Graph, runID string) (RunDetail, error) {
+	run, err := svc.Get(ctx, sc, runID)
 	if err != nil {
 		return RunDetail{}, err
 	}
 	d := RunDetail{RunSummary: summary(run), Input: run.Input, Outputs: map[string]json.RawMessage{}, Nodes: []NodeTiming{}}
-	evs, err := svc.Events(ctx, runID, 0)
+	evs, err := svc.Events(ctx, sc, runID, 0)
 	if err != nil {
 		return RunDetail{}, err
 	}
@@ -377,7 +380,7 @@ func Detail(ctx context.Context, svc *service.Service, g *agent.Graph, runID str
 		e, _ := time.Parse(agent.TimestampLayout, d.EndedAt)
 		d.TookMillis = e.Sub(s).Milliseconds()
 	}
-	if st, ok := latestState(ctx, svc, runID); ok {
+	if st, err := svc.LatestState(ctx, sc, runID); err == nil {
 		for k, v := range st.Outputs {
 			d.Outputs[k] = v
 		}
@@ -388,15 +391,6 @@ func Detail(ctx context.Context, svc *service.Service, g *agent.Graph, runID str
 		}
 	}
 	return d, nil
-}
-
-func latestState(ctx context.Context, svc *service.Service, runID string) (agent.RunState, bool) {
-	snap, err := svc.Store().LatestSnapshot(ctx, runID)
-	if err != nil {
-		return agent.RunState{}, false
-	}
-	st, err := agent.DecodeRunState(snap)
-	return st, err == nil
 }
 
 func (a *api) events(w http.ResponseWriter, r *http.Request) {
@@ -421,7 +415,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if follow == "" || follow == "0" || follow == "false" {
-		evs, err := a.cfg.Service.Events(r.Context(), id, after)
+		evs, err := a.cfg.Service.Events(r.Context(), scope(r), id, after)
 		if err != nil {
 			a.fail(w, r, err)
 			return
@@ -432,7 +426,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"events": evs})
 		return
 	}
-	if _, err := a.cfg.Service.Get(r.Context(), id); err != nil {
+	if _, err := a.cfg.Service.Get(r.Context(), scope(r), id); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -441,7 +435,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, errors.New("streaming unsupported"))
 		return
 	}
-	tenant := tenantFilter(r.Context())
+	tenant := scope(r).TenantID() // "" for admin
 	if !a.addFollower(tenant) {
 		writeError(w, http.StatusTooManyRequests, agent.Errorf(agent.ErrInvalidRequest,
 			"too many open event streams for this tenant (at most %d): close one or read events without follow", a.cfg.Limits.FollowersPerTenant))
@@ -458,7 +452,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(200)
 	fl.Flush()
-	err := a.cfg.Service.Follow(r.Context(), id, after, func(e agent.Event) error {
+	err := a.cfg.Service.Follow(r.Context(), scope(r), id, after, func(e agent.Event) error {
 		b, err := json.Marshal(e)
 		if err != nil {
 			return err
@@ -513,7 +507,7 @@ func (a *api) step(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "step %q: not a step ordinal (0, 1, …)", r.PathValue("n")))
 		return
 	}
-	snap, err := a.cfg.Service.Step(r.Context(), r.PathValue("id"), n)
+	snap, err := a.cfg.Service.Step(r.Context(), scope(r), r.PathValue("id"), n)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -550,7 +544,7 @@ func (a *api) control(kind string) http.HandlerFunc {
 			}
 			version = *body.Version
 		}
-		c, err := a.cfg.Service.Control(r.Context(), id, kind, version)
+		c, err := a.cfg.Service.Control(r.Context(), scope(r), id, kind, version)
 		if err != nil {
 			a.fail(w, r, err)
 			return
@@ -560,23 +554,24 @@ func (a *api) control(kind string) http.HandlerFunc {
 }
 
 func (a *api) devices(w http.ResponseWriter, r *http.Request) {
-	devs, err := a.cfg.Service.Devices(r.Context())
+	devs, err := a.cfg.Service.Devices(r.Context(), scope(r))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	devs = a.scopeDevices(r.Context(), devs)
 	writeJSON(w, 200, map[string]any{"devices": devs})
 }
 
 func (a *api) leases(w http.ResponseWriter, r *http.Request) {
 	all := r.URL.Query().Get("all") == "1" || r.URL.Query().Get("all") == "true"
-	ls, err := a.cfg.Service.Leases(r.Context(), all)
+	ls, err := a.cfg.Service.Leases(r.Context(), scope(r), all)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	ls = a.scopeLeases(r.Context(), ls)
+	if ls == nil {
+		ls = []agent.Lease{}
+	}
 	writeJSON(w, 200, map[string]any{"leases": ls})
 }
 

@@ -194,7 +194,7 @@ func (e *env) waitStatus(id string, want agent.RunStatus) {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r, err := e.store.GetRun(context.Background(), id)
+		r, err := e.store.GetRun(context.Background(), agent.Admin(), id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -285,7 +285,7 @@ func TestUnknownRouteAndBadBody(t *testing.T) {
 	if st != http.StatusBadRequest || !strings.Contains(agentError(t, b, agent.ErrInvalidRequest), "$.serial") {
 		t.Errorf("POST without serial: %d %s", st, b)
 	}
-	if runs, err := e.store.ListRuns(context.Background(), agent.RunFilter{}); err != nil || len(runs) != 0 {
+	if runs, err := e.store.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{}); err != nil || len(runs) != 0 {
 		t.Errorf("refused requests stored %d runs (%v)", len(runs), err)
 	}
 	if st, b := e.do("GET", "/v1/runs/"+ulid.Make().String(), ""); st != http.StatusNotFound {
@@ -396,7 +396,7 @@ func TestFollowSSE(t *testing.T) {
 	if len(frames) < 2 || frames[len(frames)-1].event != "end" {
 		t.Fatalf("frames %+v: want events then event: end", frames)
 	}
-	evs, err := e.store.Events(context.Background(), id, 0)
+	evs, err := e.store.Events(context.Background(), agent.Admin(), id, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +468,7 @@ func TestSecretsNeverInResponses(t *testing.T) {
 	e.waitStatus(id, agent.RunFinished)
 
 	// The store keeps the input as submitted (GET run has it to redact).
-	run, err := e.store.GetRun(context.Background(), id)
+	run, err := e.store.GetRun(context.Background(), agent.Admin(), id)
 	if err != nil || !strings.Contains(string(run.Input), pass) {
 		t.Fatalf("stored input lost its credentials (resume needs them): %s %v", run.Input, err)
 	}

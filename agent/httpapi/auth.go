@@ -3,24 +3,22 @@ package httpapi
 // Tenancy of the HTTP API. With Config.Tokens set and at least one token in
 // the store (agent.Tokens.HasTokens), every route but the open ones needs
 // `Authorization: Bearer <token>`: 401 without one or with an unknown or
-// revoked one. A tenant token sees its tenant only: other tenants' runs are
-// answered 404 as unknown runs (their existence is not disclosed), a submit
-// naming another tenant is 403, devices and leases are filtered. An admin
-// token sees everything; so does every caller while no token exists (the
-// single-host default).
+// revoked one. The token decides the caller's agent.Scope, passed to every
+// service call: a tenant token sees its tenant only (other tenants' runs are
+// answered 404 as unknown runs, their existence is not disclosed; a submit
+// naming another tenant is 403; devices show and leases list only its runs'
+// leases). An admin token sees everything; so does every caller while no
+// token exists (the single-host default).
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"sync/atomic"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/agent/service"
 )
 
 // openRoutes answer without a token: liveness, readiness (what a load
@@ -73,8 +71,9 @@ func forbidden(w http.ResponseWriter, format string, args ...any) {
 }
 
 // guard wraps the handler of route pattern p: authentication, then the
-// tenant check of a run route ({id}) before the handler runs, so no handler
-// touches another tenant's run.
+// admin check of admin routes. The caller's scope rides in the request's
+// context (scope); the service and the store answer a run of another tenant
+// exactly like an unknown one.
 func (a *api) guard(p string, h http.HandlerFunc) http.HandlerFunc {
 	if openRoutes[p] {
 		return h
@@ -98,122 +97,28 @@ func (a *api) guard(p string, h http.HandlerFunc) http.HandlerFunc {
 			a.fail(w, r, err)
 			return
 		}
-		if adminRoutes[p] && !pr.Admin {
+		if adminRoutes[p] && !pr.Scope.IsAdmin() {
 			forbidden(w, "%s needs an admin token", p)
 			return
-		}
-		if id := r.PathValue("id"); id != "" && !pr.Admin {
-			run, err := a.cfg.Service.Get(r.Context(), id)
-			if err == nil && !pr.Sees(run.TenantID) {
-				// Answered exactly like an unknown run.
-				err = fmt.Errorf("run %s: %w", id, agent.ErrNotFound)
-			}
-			if err != nil {
-				a.fail(w, r, err)
-				return
-			}
 		}
 		h(w, r.WithContext(agent.WithPrincipal(r.Context(), pr)))
 	}
 }
 
+// scope is the caller's scope: its token's, or Admin while no token exists
+// (the single-host default).
+func scope(r *http.Request) agent.Scope {
+	return agent.ScopeOf(agent.PrincipalFrom(r.Context()))
+}
+
 // tokenInText finds an API token in a request body.
 var tokenInText = regexp.MustCompile(agent.TokenPrefix + `[A-Za-z0-9_-]{43}`)
 
-// scopeSubmit checks a run request against the caller: a body carrying an
-// API token is refused (run inputs never carry one); with a principal, a
-// tenantId must be a valid tenant id and, for a tenant token, its own
-// (else 403); without one the token's tenant is set. It returns the body to
-// submit, or false after writing the refusal.
-func (a *api) scopeSubmit(w http.ResponseWriter, r *http.Request, b []byte) ([]byte, bool) {
+// refuseToken refuses a run request carrying an API token (run inputs never
+// carry one; it would be stored and shown in the run's input).
+func refuseToken(b []byte) error {
 	if tokenInText.Match(b) {
-		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "$: the run request carries an API token; run inputs never carry one (send it as Authorization: Bearer)"))
-		return nil, false
+		return agent.Errorf(agent.ErrInvalidRequest, "$: the run request carries an API token; run inputs never carry one (send it as Authorization: Bearer)")
 	}
-	pr := agent.PrincipalFrom(r.Context())
-	if pr == nil {
-		return b, true
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(b, &obj) != nil || obj == nil {
-		return b, true // not an object: Submit names the error
-	}
-	raw, given := obj["tenantId"]
-	if given && string(raw) != "null" {
-		var tenant string
-		if json.Unmarshal(raw, &tenant) != nil || !agent.ValidTenantID(tenant) {
-			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "$.tenantId: 1-64 of A-Z, a-z, 0-9, '_' and '-'"))
-			return nil, false
-		}
-		if !pr.Sees(tenant) {
-			forbidden(w, "$.tenantId: the token of tenant %s cannot submit runs for tenant %s", pr.TenantID, tenant)
-			return nil, false
-		}
-		return b, true
-	}
-	if pr.Admin {
-		return b, true // the daemon's default tenant
-	}
-	obj["tenantId"], _ = json.Marshal(pr.TenantID)
-	nb, err := json.Marshal(obj)
-	if err != nil {
-		a.fail(w, r, err)
-		return nil, false
-	}
-	return nb, true
-}
-
-// tenantFilter is the tenant a listing is limited to ("" = every tenant).
-func tenantFilter(ctx context.Context) string {
-	if pr := agent.PrincipalFrom(ctx); pr != nil && !pr.Admin {
-		return pr.TenantID
-	}
-	return ""
-}
-
-// ownRun reports whether the run with that id is the tenant's (cached per
-// request in seen).
-func (a *api) ownRun(ctx context.Context, tenant, runID string, seen map[string]bool) bool {
-	if own, ok := seen[runID]; ok {
-		return own
-	}
-	run, err := a.cfg.Service.Get(ctx, runID)
-	own := err == nil && run.TenantID == tenant
-	seen[runID] = own
-	return own
-}
-
-// scopeDevices hides, from a tenant token, which run of another tenant holds
-// a device and its lease (the device itself is shared hardware and stays
-// listed; a run submitted for it waits PENDING until it is free).
-func (a *api) scopeDevices(ctx context.Context, devs []service.Device) []service.Device {
-	tenant := tenantFilter(ctx)
-	if tenant == "" {
-		return append([]service.Device{}, devs...)
-	}
-	seen := map[string]bool{}
-	out := make([]service.Device, 0, len(devs))
-	for _, d := range devs {
-		if d.HeldBy != "" && !a.ownRun(ctx, tenant, d.HeldBy, seen) {
-			d.HeldBy, d.Lease = "", nil
-		}
-		out = append(out, d)
-	}
-	return out
-}
-
-// scopeLeases keeps, for a tenant token, the leases of its runs.
-func (a *api) scopeLeases(ctx context.Context, ls []agent.Lease) []agent.Lease {
-	tenant := tenantFilter(ctx)
-	if tenant == "" {
-		return append([]agent.Lease{}, ls...)
-	}
-	seen := map[string]bool{}
-	out := make([]agent.Lease, 0, len(ls))
-	for _, l := range ls {
-		if a.ownRun(ctx, tenant, l.RunID, seen) {
-			out = append(out, l)
-		}
-	}
-	return out
+	return nil
 }

@@ -23,8 +23,8 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
-// tenantPrepare takes the run's tenant from the request (default "local"),
-// as nodes.NewSetupRun does.
+// tenantPrepare takes the run's tenant from the request ("" when it names
+// none: Submit sets the caller's), as nodes.NewSetupRun does in serve.
 func tenantPrepare(_ context.Context, runID string, body []byte) (agent.Run, error) {
 	var req struct {
 		Serial   string `json:"serial"`
@@ -32,9 +32,6 @@ func tenantPrepare(_ context.Context, runID string, body []byte) (agent.Run, err
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		return agent.Run{}, agent.Wrap(agent.ErrInvalidRequest, err, "$: not a run request")
-	}
-	if req.TenantID == "" {
-		req.TenantID = "local"
 	}
 	return agent.Run{RunID: runID, Serial: req.Serial, Graph: "test", Input: body, TenantID: req.TenantID, PolicyVersion: 1}, nil
 }
@@ -222,7 +219,7 @@ func TestTokensRequired(t *testing.T) {
 		t.Errorf("GET /metrics with the admin token: %d %s", st, b)
 	}
 	// The store still has the run: the 401s changed nothing.
-	if runs, _ := e.store.ListRuns(context.Background(), agent.RunFilter{}); len(runs) != 1 {
+	if runs, _ := e.store.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{}); len(runs) != 1 {
 		t.Errorf("%d runs stored, want the 1 submitted with a token", len(runs))
 	}
 }
@@ -240,7 +237,7 @@ func TestTenantIsolation(t *testing.T) {
 	e.waitStatus(b, agent.RunRunning)
 	e.waitStatus(bOwn, agent.RunRunning)
 	for id, tenant := range map[string]string{a: "acme", b: "beta", bOwn: "beta"} {
-		if r, err := e.store.GetRun(context.Background(), id); err != nil || r.TenantID != tenant {
+		if r, err := e.store.GetRun(context.Background(), agent.Admin(), id); err != nil || r.TenantID != tenant {
 			t.Fatalf("run %s stored with tenant %q (%v), want %s", id, r.TenantID, err, tenant)
 		}
 	}
@@ -276,7 +273,7 @@ func TestTenantIsolation(t *testing.T) {
 		}
 	}
 	// Nothing of it reached beta's run: no control recorded, still RUNNING.
-	if r, _ := e.store.GetRun(context.Background(), b); r.Status != agent.RunRunning {
+	if r, _ := e.store.GetRun(context.Background(), agent.Admin(), b); r.Status != agent.RunRunning {
 		t.Errorf("beta's run is %s after acme's refused controls, want RUNNING", r.Status)
 	}
 	if cs, err := e.store.PendingControl(context.Background(), b); err != nil || len(cs) != 0 {
@@ -284,7 +281,7 @@ func TestTenantIsolation(t *testing.T) {
 	}
 
 	// Submit for another tenant: 403, nothing stored. A bad tenant id: 400.
-	before, _ := e.store.ListRuns(context.Background(), agent.RunFilter{})
+	before, _ := e.store.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{})
 	st, body, _ := e.as("acme", "POST", "/v1/runs", `{"serial":"emulator-5558","tenantId":"beta"}`)
 	if st != http.StatusForbidden {
 		t.Errorf("submit for beta as acme: %d, want 403: %s", st, body)
@@ -298,7 +295,7 @@ func TestTenantIsolation(t *testing.T) {
 	if st, body, _ := e.as("acme", "POST", "/v1/runs", `{"serial":"emulator-5558","note":"`+e.tokens["acme"]+`"}`); st != http.StatusBadRequest || strings.Contains(body, e.tokens["acme"]) {
 		t.Errorf("submit carrying a token: %d, want 400 without the token: %s", st, body)
 	}
-	if after, _ := e.store.ListRuns(context.Background(), agent.RunFilter{}); len(after) != len(before) {
+	if after, _ := e.store.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{}); len(after) != len(before) {
 		t.Errorf("refused submits stored %d runs", len(after)-len(before))
 	}
 
@@ -368,11 +365,11 @@ func TestTenantIsolation(t *testing.T) {
 	}
 	// The admin submits for any tenant.
 	id := e.submitAs("admin", `{"serial":"emulator-5554","tenantId":"gamma"}`)
-	if r, err := e.store.GetRun(context.Background(), id); err != nil || r.TenantID != "gamma" {
+	if r, err := e.store.GetRun(context.Background(), agent.Admin(), id); err != nil || r.TenantID != "gamma" {
 		t.Errorf("admin's run for gamma: %+v %v", r, err)
 	}
 	// No token ever in a stored run input.
-	runs, _ := e.store.ListRuns(context.Background(), agent.RunFilter{})
+	runs, _ := e.store.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{})
 	for _, r := range runs {
 		if strings.Contains(string(r.Input), "sgat_") {
 			t.Errorf("run %s input carries a token: %s", r.RunID, r.Input)

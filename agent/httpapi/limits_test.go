@@ -206,7 +206,7 @@ func TestParkedOutboxListed(t *testing.T) {
 	close(e.node.gate(id))
 	e.waitStatus(id, agent.RunFinished)
 	ctx := context.Background()
-	evs, err := e.store.Events(ctx, id, 0)
+	evs, err := e.store.Events(ctx, agent.Admin(), id, 0)
 	if err != nil || len(evs) == 0 {
 		t.Fatal(evs, err)
 	}

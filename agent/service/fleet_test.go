@@ -128,7 +128,7 @@ func TestRepeatedlyFailingDeviceIsQuarantined(t *testing.T) {
 		ids = append(ids, id)
 	}
 	waitFor(t, "the device reported in quarantine", func() bool {
-		devs, err := svc.Devices(context.Background())
+		devs, err := svc.Devices(context.Background(), agent.Admin())
 		return err == nil && len(devs) == 1 && devs[0].Quarantined && devs[0].QuarantineReason != ""
 	})
 	fourth := submit(t, svc, "dev-a")

@@ -105,7 +105,7 @@ func TestHoldCancelsNodeInFlightWhenLeaseLost(t *testing.T) {
 		t.Errorf("run context cause %v, want ErrLeaseLost", cause)
 	}
 	release(res.status)
-	act, err := f.store.ActiveLeases(ctx)
+	act, err := f.store.ActiveLeases(ctx, agent.Admin())
 	if err != nil || len(act) != 1 || act[0].FencingToken != thief.FencingToken {
 		t.Errorf("active leases after release: %+v %v; want the other holder's only", act, err)
 	}
@@ -171,7 +171,7 @@ func TestHoldHungPostgresCancelsBeforeExpiry(t *testing.T) {
 		t.Fatalf("the other daemon never got the device: %v", err)
 	}
 	defer releaseB(agent.RunFinished)
-	hist, err := b.LeaseHistory(ctx, "emulator-5554")
+	hist, err := b.LeaseHistory(ctx, agent.Admin(), "emulator-5554")
 	if err != nil || len(hist) != 2 || hist[0].ReleaseReason != agent.LeaseExpired || hist[1].FencingToken != nl.FencingToken {
 		t.Errorf("history %+v %v; want the hung holder's lease expired, then the new one", hist, err)
 	}

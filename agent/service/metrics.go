@@ -105,7 +105,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(n))
 		}
 	}
-	if devs, err := m.s.Devices(ctx); err == nil {
+	if devs, err := m.s.Devices(ctx, agent.Admin()); err == nil {
 		by := map[string]int{"ready": 0, "booting": 0, "offline": 0, "unauthorized": 0}
 		for _, d := range devs {
 			by[d.Readiness]++
@@ -114,7 +114,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.devDesc, prometheus.GaugeValue, float64(n), st)
 		}
 	}
-	if ls, err := m.s.cfg.Leases.ActiveLeases(ctx); err == nil {
+	if ls, err := m.s.cfg.Leases.ActiveLeases(ctx, agent.Admin()); err == nil {
 		ch <- prometheus.MustNewConstMetric(m.leaseDesc, prometheus.GaugeValue, float64(len(ls)))
 	}
 }

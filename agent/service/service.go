@@ -36,8 +36,10 @@ func (f RunnerFunc) Run(ctx context.Context, runID string) (agent.RunStatus, err
 
 // Preparer validates a run request (the JSON body of POST /v1/runs) and
 // builds the run row to store: RunID as given, Status PENDING, Serial, Graph,
-// Input, TenantID, ProjectID and PolicyVersion filled. A request it refuses
-// is an *agent.Error (invalid_request_error) whose message names the JSON path.
+// Input, ProjectID and PolicyVersion filled, TenantID as the request names it
+// ("" when it names none: Submit then sets the caller's). A request it
+// refuses is an *agent.Error (invalid_request_error) whose message names the
+// JSON path.
 type Preparer func(ctx context.Context, runID string, body []byte) (agent.Run, error)
 
 // Device is one device the adb server knows, as GET /v1/devices shows it.
@@ -87,6 +89,9 @@ type Config struct {
 	Prepare Preparer
 	Devices DeviceLister // may be nil
 	Policy  PolicyChecker
+	// DefaultTenant is the tenant of a run submitted in the Admin scope
+	// without a tenantId (default "local").
+	DefaultTenant string
 	// Holder names this daemon in lease records; it must be unique per
 	// process (e.g. "serve:<host>:<pid>:<ulid>"). HolderPrefix marks every
 	// holder of this kind of process: at Start, active leases of other
@@ -172,6 +177,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Holder == "" {
 		return nil, errors.New("service: Holder is required")
+	}
+	if cfg.DefaultTenant == "" {
+		cfg.DefaultTenant = "local"
+	}
+	if !agent.ValidTenantID(cfg.DefaultTenant) {
+		return nil, agent.InvalidTenantID("service: DefaultTenant", cfg.DefaultTenant)
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 30 * time.Second
@@ -313,7 +324,7 @@ var unfinished = []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.Run
 // device lease it can take, oldest first; a run whose device is busy keeps
 // its place, so later runs for that device wait behind it.
 func (s *Service) schedule(ctx context.Context) error {
-	runs, err := s.store.ListRuns(ctx, agent.RunFilter{Status: unfinished})
+	runs, err := s.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{Status: unfinished})
 	if err != nil {
 		return err
 	}
@@ -521,7 +532,7 @@ var deviceFailures = map[agent.ErrorID]bool{
 func (s *Service) failureID(runID string) agent.ErrorID {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	snap, err := s.store.LatestSnapshot(ctx, runID)
+	snap, err := s.store.LatestSnapshot(ctx, agent.Admin(), runID)
 	if err != nil {
 		return ""
 	}
@@ -532,10 +543,17 @@ func (s *Service) failureID(runID string) agent.ErrorID {
 	return st.Failure.ErrorID
 }
 
-// Submit validates the request and stores the run PENDING (nothing is
-// stored when it is refused). Errors: an *agent.Error invalid_request_error
-// naming the JSON path, ErrStopping, or a store failure.
-func (s *Service) Submit(ctx context.Context, body []byte) (agent.Run, error) {
+// Submit validates the request and stores the run PENDING for the caller of
+// scope sc (nothing is stored when it is refused). The run's tenant is the
+// request's tenantId, or, when it names none, sc's tenant (Admin:
+// Config.DefaultTenant); a tenant scope may only submit for itself, whatever
+// the body says. Errors: an *agent.Error invalid_request_error naming the
+// JSON path, an *agent.Error permission_error wrapping agent.ErrForbidden
+// (another tenant), agent.ErrNoScope, ErrStopping, or a store failure.
+func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agent.Run, error) {
+	if err := sc.Valid(); err != nil {
+		return agent.Run{}, err
+	}
 	s.mu.Lock()
 	stopping := s.stopping || s.draining
 	s.mu.Unlock()
@@ -549,11 +567,24 @@ func (s *Service) Submit(ctx context.Context, body []byte) (agent.Run, error) {
 	if err != nil {
 		return agent.Run{}, err
 	}
+	if run.TenantID == "" {
+		run.TenantID = sc.TenantID()
+		if sc.IsAdmin() {
+			run.TenantID = s.cfg.DefaultTenant
+		}
+	}
+	if !agent.ValidTenantID(run.TenantID) {
+		return agent.Run{}, agent.InvalidTenantID("$.tenantId", run.TenantID)
+	}
+	if !sc.Sees(run.TenantID) {
+		return agent.Run{}, agent.Wrap(agent.ErrPermission, agent.ErrForbidden,
+			"$.tenantId: the token of tenant %s cannot submit runs for tenant %s", sc.TenantID(), run.TenantID)
+	}
 	run.Status = agent.RunPending
 	if err := s.store.CreateRun(ctx, run); err != nil {
 		return agent.Run{}, err
 	}
-	if run, err = s.store.GetRun(ctx, run.RunID); err != nil {
+	if run, err = s.store.GetRun(ctx, agent.Admin(), run.RunID); err != nil {
 		return agent.Run{}, err
 	}
 	s.Wake()
@@ -567,9 +598,14 @@ func (s *Service) Submit(ctx context.Context, body []byte) (agent.Run, error) {
 // request is committed when Control returns (a 202 is a promise); a cancel
 // also moves runs.status to CANCELED_REQUESTED in the same transaction, so it
 // ends a queued run without touching its device. Errors: agent.ErrNotFound
-// (unknown run), ErrRunTerminal (the run ended first; nothing recorded), an
-// *agent.Error invalid_request_error (unknown kind or policy version).
-func (s *Service) Control(ctx context.Context, runID, kind string, policyVersion int) (agent.Control, error) {
+// (unknown run, or a run sc does not see), ErrRunTerminal (the run ended
+// first; nothing recorded), an *agent.Error invalid_request_error (unknown
+// kind or policy version). The HTTP API and the NATS control subjects both
+// come here with the caller's scope.
+func (s *Service) Control(ctx context.Context, sc agent.Scope, runID, kind string, policyVersion int) (agent.Control, error) {
+	if err := sc.Valid(); err != nil {
+		return agent.Control{}, err
+	}
 	switch kind {
 	case agent.KindCancelRequested, agent.KindPauseRequested, agent.KindResumeRequested:
 	case agent.KindPolicySwitchRequested:
@@ -584,6 +620,11 @@ func (s *Service) Control(ctx context.Context, runID, kind string, policyVersion
 	default:
 		return agent.Control{}, agent.Errorf(agent.ErrInvalidRequest, "$.kind: unknown control kind %q", kind)
 	}
+	// A run's tenant never changes, so checking it before the request is
+	// recorded is enough.
+	if _, err := s.store.GetRun(ctx, sc, runID); err != nil {
+		return agent.Control{}, err
+	}
 	c, err := s.store.RequestControl(ctx, agent.Control{RunID: runID, Kind: kind, PolicyVersion: policyVersion})
 	if err != nil {
 		return c, err
@@ -592,59 +633,56 @@ func (s *Service) Control(ctx context.Context, runID, kind string, policyVersion
 	return c, nil
 }
 
-// Get returns the run.
-func (s *Service) Get(ctx context.Context, runID string) (agent.Run, error) {
-	return s.store.GetRun(ctx, runID)
+// Get returns the run (agent.ErrNotFound when unknown or not seen by sc).
+func (s *Service) Get(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
+	return s.store.GetRun(ctx, sc, runID)
 }
 
-// List returns runs newest first.
-func (s *Service) List(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
-	return s.store.ListRuns(ctx, f)
+// List returns the runs sc sees, newest first.
+func (s *Service) List(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
+	return s.store.ListRuns(ctx, sc, f)
 }
 
 // Events returns the run's events with sequence > after (agent.ErrNotFound
-// for an unknown run).
-func (s *Service) Events(ctx context.Context, runID string, after int64) ([]agent.Event, error) {
-	if _, err := s.store.GetRun(ctx, runID); err != nil {
+// for an unknown run or one sc does not see).
+func (s *Service) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
+	if _, err := s.store.GetRun(ctx, sc, runID); err != nil {
 		return nil, err
 	}
-	return s.store.Events(ctx, runID, after)
+	return s.store.Events(ctx, sc, runID, after)
 }
 
 // Follow calls fn with each event of the run with sequence > after, in
 // order, as they are committed, until the run is terminal and all its events
 // were passed, fn fails, ctx ends, or StopTaking is called (ErrStopping).
-func (s *Service) Follow(ctx context.Context, runID string, after int64, fn func(agent.Event) error) error {
+// agent.ErrNotFound for a run sc does not see.
+func (s *Service) Follow(ctx context.Context, sc agent.Scope, runID string, after int64, fn func(agent.Event) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.streams, cancel)()
-	err := s.follow(ctx, runID, after, fn)
+	err := FollowStore(ctx, s.store, sc, runID, after, func() <-chan struct{} { return s.store.changed(runID) }, time.Second, fn)
 	if err != nil && s.streams.Err() != nil {
 		return ErrStopping
 	}
 	return err
 }
 
-func (s *Service) follow(ctx context.Context, runID string, after int64, fn func(agent.Event) error) error {
-	return FollowStore(ctx, s.store, runID, after, func() <-chan struct{} { return s.store.changed(runID) }, time.Second, fn)
-}
-
 // FollowStore is Follow over any store: it reads the run's new events each
 // time changed's channel closes (nil: never) or every poll (commits made by
 // another process), until the run is terminal and all its events were
 // passed to fn, fn fails, or ctx ends. Errors wrap agent.ErrNotFound for an
-// unknown run.
-func FollowStore(ctx context.Context, st agent.Store, runID string, after int64, changed func() <-chan struct{}, poll time.Duration, fn func(agent.Event) error) error {
+// unknown run or one sc does not see.
+func FollowStore(ctx context.Context, st agent.Store, sc agent.Scope, runID string, after int64, changed func() <-chan struct{}, poll time.Duration, fn func(agent.Event) error) error {
 	for {
 		var wake <-chan struct{}
 		if changed != nil {
 			wake = changed()
 		}
-		r, err := st.GetRun(ctx, runID)
+		r, err := st.GetRun(ctx, sc, runID)
 		if err != nil {
 			return fmt.Errorf("run %s: %w", runID, err)
 		}
-		evs, err := st.Events(ctx, runID, after)
+		evs, err := st.Events(ctx, sc, runID, after)
 		if err != nil {
 			return err
 		}
@@ -678,16 +716,32 @@ func (s *Service) ParkedEvents(ctx context.Context, limit int) ([]agent.ParkedEv
 	return pl.ParkedEvents(ctx, limit)
 }
 
-// Step returns the state snapshot of step n.
-func (s *Service) Step(ctx context.Context, runID string, n int) (agent.Snapshot, error) {
-	if _, err := s.store.GetRun(ctx, runID); err != nil {
+// Step returns the state snapshot of step n (agent.ErrNotFound for a run sc
+// does not see).
+func (s *Service) Step(ctx context.Context, sc agent.Scope, runID string, n int) (agent.Snapshot, error) {
+	if _, err := s.store.GetRun(ctx, sc, runID); err != nil {
 		return agent.Snapshot{}, err
 	}
-	return s.store.Snapshot(ctx, runID, n)
+	return s.store.Snapshot(ctx, sc, runID, n)
 }
 
-// Devices lists the adb server's devices with the run holding each.
-func (s *Service) Devices(ctx context.Context) ([]Device, error) {
+// LatestState is the run's last state snapshot, decoded (agent.ErrNotFound
+// for a run sc does not see or one without a snapshot).
+func (s *Service) LatestState(ctx context.Context, sc agent.Scope, runID string) (agent.RunState, error) {
+	snap, err := s.store.LatestSnapshot(ctx, sc, runID)
+	if err != nil {
+		return agent.RunState{}, err
+	}
+	return agent.DecodeRunState(snap)
+}
+
+// Devices lists the adb server's devices with the run holding each. A
+// device is shared hardware and always listed; which run holds it (HeldBy,
+// Lease) is shown only when sc sees that run.
+func (s *Service) Devices(ctx context.Context, sc agent.Scope) ([]Device, error) {
+	if err := sc.Valid(); err != nil {
+		return nil, err
+	}
 	var devs []Device
 	if s.cfg.Devices != nil {
 		var err error
@@ -695,7 +749,7 @@ func (s *Service) Devices(ctx context.Context) ([]Device, error) {
 			return nil, err
 		}
 	}
-	leases, err := s.cfg.Leases.ActiveLeases(ctx)
+	leases, err := s.cfg.Leases.ActiveLeases(ctx, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -730,12 +784,13 @@ func (s *Service) Devices(ctx context.Context) ([]Device, error) {
 	return devs, nil
 }
 
-// Leases returns the active leases, or the whole history with all.
-func (s *Service) Leases(ctx context.Context, all bool) ([]agent.Lease, error) {
+// Leases returns the active leases of the runs sc sees, or their whole
+// history with all.
+func (s *Service) Leases(ctx context.Context, sc agent.Scope, all bool) ([]agent.Lease, error) {
 	if all {
-		return s.cfg.Leases.LeaseHistory(ctx, "")
+		return s.cfg.Leases.LeaseHistory(ctx, sc, "")
 	}
-	return s.cfg.Leases.ActiveLeases(ctx)
+	return s.cfg.Leases.ActiveLeases(ctx, sc)
 }
 
 // ActiveRuns is how many runs this daemon drives now.

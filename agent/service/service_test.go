@@ -177,7 +177,7 @@ func start(t *testing.T, svc *service.Service) {
 
 func submit(t *testing.T, svc *service.Service, serial string) string {
 	t.Helper()
-	r, err := svc.Submit(context.Background(), []byte(fmt.Sprintf(`{"serial":%q}`, serial)))
+	r, err := svc.Submit(context.Background(), agent.Admin(), []byte(fmt.Sprintf(`{"serial":%q}`, serial)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func submit(t *testing.T, svc *service.Service, serial string) string {
 
 func (f *fixture) status(id string) agent.RunStatus {
 	f.t.Helper()
-	r, err := f.store.GetRun(context.Background(), id)
+	r, err := f.store.GetRun(context.Background(), agent.Admin(), id)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func (f *fixture) kinds(id string) []string {
 	f.t.Helper()
-	evs, err := f.store.Events(context.Background(), id, 0)
+	evs, err := f.store.Events(context.Background(), agent.Admin(), id, 0)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func count(kinds []string, k string) int {
 
 func (f *fixture) history(serial string) []agent.Lease {
 	f.t.Helper()
-	h, err := f.store.LeaseHistory(context.Background(), serial)
+	h, err := f.store.LeaseHistory(context.Background(), agent.Admin(), serial)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestCancelQueuedRun(t *testing.T) {
 	a1 := submit(t, svc, "dev-a")
 	f.node.waitStarted(t, a1)
 	a2 := submit(t, svc, "dev-a")
-	if _, err := svc.Control(context.Background(), a2, agent.KindCancelRequested, 0); err != nil {
+	if _, err := svc.Control(context.Background(), agent.Admin(), a2, agent.KindCancelRequested, 0); err != nil {
 		t.Fatal(err)
 	}
 	f.waitStatus(a2, agent.RunCanceled)
@@ -361,7 +361,7 @@ func TestCancelQueuedRun(t *testing.T) {
 		t.Errorf("a1 is %s, want RUNNING (a2's cancel must not touch it)", s)
 	}
 	// A second cancel: the run has ended.
-	if _, err := svc.Control(context.Background(), a2, agent.KindCancelRequested, 0); !errors.Is(err, service.ErrRunTerminal) {
+	if _, err := svc.Control(context.Background(), agent.Admin(), a2, agent.KindCancelRequested, 0); !errors.Is(err, service.ErrRunTerminal) {
 		t.Errorf("cancel of a canceled run: %v, want ErrRunTerminal", err)
 	}
 	f.node.open(a1)
@@ -403,10 +403,10 @@ func TestShutdownThenStartTakesBackAndResumes(t *testing.T) {
 	if len(h) != 1 || h[0].ReleasedAt == nil || h[0].ReleaseReason != agent.LeaseShutdown {
 		t.Fatalf("lease history after Shutdown: %+v, want one lease released shutdown", h)
 	}
-	if act, _ := f.store.ActiveLeases(ctx); len(act) != 0 {
+	if act, _ := f.store.ActiveLeases(ctx, agent.Admin()); len(act) != 0 {
 		t.Errorf("active leases after Shutdown: %+v", act)
 	}
-	if _, err := svc1.Submit(ctx, []byte(`{"serial":"dev-a"}`)); !errors.Is(err, service.ErrStopping) {
+	if _, err := svc1.Submit(ctx, agent.Admin(), []byte(`{"serial":"dev-a"}`)); !errors.Is(err, service.ErrStopping) {
 		t.Errorf("Submit after Shutdown: %v, want ErrStopping", err)
 	}
 	before := f.kinds(r)
@@ -452,7 +452,7 @@ func TestShutdownThenStartTakesBackAndResumes(t *testing.T) {
 	if otherNow == nil || otherNow.ReleasedAt != nil {
 		t.Errorf("one-shot run's lease: %+v, want still active", otherNow)
 	}
-	act, err := f.store.ActiveLeases(ctx)
+	act, err := f.store.ActiveLeases(ctx, agent.Admin())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +486,7 @@ func TestLostLeaseStopsRun(t *testing.T) {
 	r := submit(t, svc, "dev-a")
 	f.node.waitStarted(t, r)
 	ctx := context.Background()
-	act, err := f.store.ActiveLeases(ctx)
+	act, err := f.store.ActiveLeases(ctx, agent.Admin())
 	if err != nil || len(act) != 1 || act[0].RunID != r {
 		t.Fatalf("active leases %+v %v", act, err)
 	}
@@ -535,30 +535,30 @@ func TestControlErrors(t *testing.T) {
 	start(t, svc)
 	ctx := context.Background()
 	for _, kind := range []string{agent.KindCancelRequested, agent.KindPauseRequested, agent.KindResumeRequested} {
-		if _, err := svc.Control(ctx, ulid.Make().String(), kind, 0); !errors.Is(err, agent.ErrNotFound) {
+		if _, err := svc.Control(ctx, agent.Admin(), ulid.Make().String(), kind, 0); !errors.Is(err, agent.ErrNotFound) {
 			t.Errorf("%s of an unknown run: %v, want ErrNotFound", kind, err)
 		}
 	}
-	if _, err := svc.Control(ctx, ulid.Make().String(), agent.KindPolicySwitchRequested, 1); !errors.Is(err, agent.ErrNotFound) {
+	if _, err := svc.Control(ctx, agent.Admin(), ulid.Make().String(), agent.KindPolicySwitchRequested, 1); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("policy switch of an unknown run: %v, want ErrNotFound", err)
 	}
 	r := submit(t, svc, "dev-a")
 	f.node.waitStarted(t, r)
 	var ae *agent.Error
-	if _, err := svc.Control(ctx, r, "agent.run.explode", 0); !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest {
+	if _, err := svc.Control(ctx, agent.Admin(), r, "agent.run.explode", 0); !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest {
 		t.Errorf("unknown kind: %v, want invalid_request_error", err)
 	}
-	if _, err := svc.Control(ctx, r, agent.KindPolicySwitchRequested, 0); !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest {
+	if _, err := svc.Control(ctx, agent.Admin(), r, agent.KindPolicySwitchRequested, 0); !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest {
 		t.Errorf("policy switch without a version: %v, want invalid_request_error", err)
 	}
 	f.node.open(r)
 	f.waitStatus(r, agent.RunFinished)
 	for _, kind := range []string{agent.KindCancelRequested, agent.KindPauseRequested, agent.KindResumeRequested} {
-		if _, err := svc.Control(ctx, r, kind, 0); !errors.Is(err, service.ErrRunTerminal) {
+		if _, err := svc.Control(ctx, agent.Admin(), r, kind, 0); !errors.Is(err, service.ErrRunTerminal) {
 			t.Errorf("%s of a finished run: %v, want ErrRunTerminal", kind, err)
 		}
 	}
-	if _, err := svc.Control(ctx, r, agent.KindPolicySwitchRequested, 1); !errors.Is(err, service.ErrRunTerminal) {
+	if _, err := svc.Control(ctx, agent.Admin(), r, agent.KindPolicySwitchRequested, 1); !errors.Is(err, service.ErrRunTerminal) {
 		t.Errorf("policy switch of a finished run: %v, want ErrRunTerminal", err)
 	}
 	if ctl, err := f.store.PendingControl(ctx, r); err != nil || len(ctl) != 0 {
@@ -576,13 +576,13 @@ func TestSubmitInvalidStoresNothing(t *testing.T) {
 		{`{}`, "$.serial"},
 		{`{"serial": ""}`, "$.serial"},
 	} {
-		_, err := svc.Submit(ctx, []byte(c.body))
+		_, err := svc.Submit(ctx, agent.Admin(), []byte(c.body))
 		var ae *agent.Error
 		if !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest || !strings.HasPrefix(ae.Msg, c.path+":") {
 			t.Errorf("Submit(%s): %v, want invalid_request_error naming %s", c.body, err, c.path)
 		}
 	}
-	runs, err := f.store.ListRuns(ctx, agent.RunFilter{})
+	runs, err := f.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{})
 	if err != nil || len(runs) != 0 {
 		t.Errorf("refused submissions stored %d runs (%v)", len(runs), err)
 	}
@@ -617,7 +617,7 @@ func TestHeartbeatRenewsWhileRunRuns(t *testing.T) {
 	submit(t, svc, "dev-a")
 	ctx := context.Background()
 	waitFor(t, "two renewals", func() bool {
-		act, err := f.store.ActiveLeases(ctx)
+		act, err := f.store.ActiveLeases(ctx, agent.Admin())
 		return err == nil && len(act) == 1 && act[0].RenewedAt.Sub(act[0].AcquiredAt) >= 10*time.Millisecond
 	})
 	open()

@@ -109,7 +109,7 @@ func BenchmarkWarmChain(b *testing.B) {
 func reportNodeMillis(b *testing.B, h *host, runs []string) {
 	sum := map[string]int64{}
 	for _, id := range runs {
-		evs, err := h.store.Events(context.Background(), id, 0)
+		evs, err := h.store.Events(context.Background(), agent.Admin(), id, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -88,7 +88,7 @@ func checkEvents(t *testing.T, evs []agent.Event, terminal string) []string {
 
 func runEvents(t *testing.T, st agent.Store, runID string) []agent.Event {
 	t.Helper()
-	evs, err := st.Events(context.Background(), runID, 0)
+	evs, err := st.Events(context.Background(), agent.Admin(), runID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestChainEventsAndNATS(t *testing.T) {
 	id1, id2 := first.Out["runId"].(string), second.Out["runId"].(string)
 	var all [][]agent.Event
 	for _, id := range []string{id1, id2} {
-		r, err := st.GetRun(context.Background(), id)
+		r, err := st.GetRun(context.Background(), agent.Admin(), id)
 		if err != nil || r.Status != agent.RunFinished || r.Serial != env.serial {
 			t.Fatalf("run %s: %+v %v", id, r, err)
 		}
@@ -299,7 +299,7 @@ func TestChainSignatureMismatchNothingInstalled(t *testing.T) {
 	st := env.openStore(t)
 	defer st.Close()
 	runID := res.Out["runId"].(string)
-	r, err := st.GetRun(context.Background(), runID)
+	r, err := st.GetRun(context.Background(), agent.Admin(), runID)
 	if err != nil || r.Status != agent.RunFailed {
 		t.Fatalf("run row %+v %v", r, err)
 	}
@@ -320,7 +320,7 @@ func TestChainSignatureMismatchNothingInstalled(t *testing.T) {
 		t.Errorf("ProvisionApp touched the device: %q", lines)
 	}
 	// The agent error report built from the store's latest snapshot.
-	sn, err := st.LatestSnapshot(context.Background(), runID)
+	sn, err := st.LatestSnapshot(context.Background(), agent.Admin(), runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ nodeRetries:
 		}
 		t.Logf("run %s: %s in %v", name, status, took.Round(time.Millisecond))
 		if status != agent.RunFinished {
-			rs, _ := h.store.LatestSnapshot(ctx, runID)
+			rs, _ := h.store.LatestSnapshot(ctx, agent.Admin(), runID)
 			st, _ := agent.DecodeRunState(rs)
 			rep, _ := agent.NewErrorReport(h.graph, st)
 			t.Errorf("run %s: status %s, want FINISHED: %s", name, status, rep.Error)
@@ -616,7 +616,7 @@ func TestChainModesAndErrors(t *testing.T) {
 			countRuns := func() int {
 				st := env.openStore(t)
 				defer st.Close()
-				runs, err := st.ListRuns(context.Background(), agent.RunFilter{Limit: 1000})
+				runs, err := st.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{Limit: 1000})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -645,7 +645,7 @@ func TestChainModesAndErrors(t *testing.T) {
 			}
 			st := env.openStore(t)
 			defer st.Close()
-			r, err := st.GetRun(context.Background(), runID)
+			r, err := st.GetRun(context.Background(), agent.Admin(), runID)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -256,7 +256,7 @@ func (c *client) follow(ctx context.Context, runID string, after int64, fn func(
 // followLocal polls the local store for the run's events until it ends
 // (`runs events --follow` without a daemon).
 func followLocal(ctx context.Context, st agent.Store, runID string, after int64, fn func(agent.Event) error) error {
-	return service.FollowStore(ctx, st, runID, after, nil, 200*time.Millisecond, fn)
+	return service.FollowStore(ctx, st, agent.Admin(), runID, after, nil, 200*time.Millisecond, fn)
 }
 
 // eventPrinter prints followed events as they arrive: a table row each

@@ -100,7 +100,7 @@ func newAPIEnv(t *testing.T) *apiEnv {
 
 func (e *apiEnv) submit(t *testing.T, serial string) string {
 	t.Helper()
-	r, err := e.svc.Submit(context.Background(), []byte(`{"serial":"`+serial+`"}`))
+	r, err := e.svc.Submit(context.Background(), agent.Admin(), []byte(`{"serial":"`+serial+`"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func (e *apiEnv) waitStatus(t *testing.T, id string, want agent.RunStatus) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r, err := e.svc.Get(context.Background(), id)
+		r, err := e.svc.Get(context.Background(), agent.Admin(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func TestClientControlCommands(t *testing.T) {
 	}
 	e.waitStatus(t, id, agent.RunFinished)
 	// The second node ran under the switched policy.
-	evs, _ := e.svc.Events(context.Background(), id, 0)
+	evs, _ := e.svc.Events(context.Background(), agent.Admin(), id, 0)
 	var v2 bool
 	for _, ev := range evs {
 		var p struct {
@@ -482,7 +482,7 @@ func TestRunsResumeFinishesPausedRun(t *testing.T) {
 	ectx, stop := context.WithCancel(ctx)
 	go func() {
 		for ectx.Err() == nil {
-			if r, err := st.GetRun(ctx, id); err == nil && r.Status == agent.RunPaused {
+			if r, err := st.GetRun(ctx, agent.Admin(), id); err == nil && r.Status == agent.RunPaused {
 				stop()
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -513,7 +513,7 @@ func TestRunsResumeFinishesPausedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	evs, err := st.Events(ctx, id, before)
+	evs, err := st.Events(ctx, agent.Admin(), id, before)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +524,7 @@ func TestRunsResumeFinishesPausedRun(t *testing.T) {
 	if strings.Join(kinds, ",") != agent.KindRunResumed+","+agent.KindRunFinished {
 		t.Fatalf("events after the resume: %v (no node may run again)", kinds)
 	}
-	if ls, err := st.ActiveLeases(ctx); err != nil || len(ls) != 0 {
+	if ls, err := st.ActiveLeases(ctx, agent.Admin()); err != nil || len(ls) != 0 {
 		t.Fatalf("leases left held: %v %v", ls, err)
 	}
 

@@ -114,7 +114,7 @@ func TestRunRedactsArtifactCredentials(t *testing.T) {
 	noSecret("second run output (json)", out)
 
 	st := env.openStore(t)
-	runs, err := st.ListRuns(context.Background(), agent.RunFilter{Limit: 2})
+	runs, err := st.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{Limit: 2})
 	if err != nil || len(runs) != 2 {
 		t.Fatalf("runs %v %v", runs, err)
 	}

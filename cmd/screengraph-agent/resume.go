@@ -54,7 +54,7 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return c.fail(agent.Wrap(agent.ErrProcess, err, "embedded store"))
 	}
-	run, err := st.GetRun(ctx, c.RunID)
+	run, err := st.GetRun(ctx, agent.Admin(), c.RunID)
 	st.Close()
 	if err != nil {
 		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "run %s", c.RunID))

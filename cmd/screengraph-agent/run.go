@@ -181,7 +181,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 // report prints the outcome: node outputs on success, the agent error format
 // on failure (secrets redacted).
 func (c *runCmd) report(ctx context.Context, h *host, runID string, status agent.RunStatus, took, total time.Duration) error {
-	sn, err := h.store.LatestSnapshot(ctx, runID)
+	sn, err := h.store.LatestSnapshot(ctx, agent.Admin(), runID)
 	if err != nil {
 		return err
 	}
@@ -212,7 +212,7 @@ func (c *runCmd) report(ctx context.Context, h *host, runID string, status agent
 		return printJSON(map[string]any{"success": true, "runId": runID, "status": status,
 			"tookMillis": took.Milliseconds(), "outputs": agent.Redact(st.Outputs)})
 	}
-	evs, _ := h.store.Events(ctx, runID, 0)
+	evs, _ := h.store.Events(ctx, agent.Admin(), runID, 0)
 	started := map[string]time.Time{}
 	for _, e := range evs {
 		ts, _ := time.Parse(agent.TimestampLayout, e.TS)

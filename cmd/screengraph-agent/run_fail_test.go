@@ -102,7 +102,7 @@ func noRunStored(t *testing.T, dataDir string) {
 		t.Fatalf("store of the failed run: %v", err)
 	}
 	defer st.Close()
-	runs, err := st.ListRuns(context.Background(), agent.RunFilter{})
+	runs, err := st.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestHostCloseStopsRelayBeforeDrain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	evs, err := st.Events(ctx, run.RunID, 0)
+	evs, err := st.Events(ctx, agent.Admin(), run.RunID, 0)
 	if err != nil || len(evs) != 3*steps {
 		t.Fatalf("%d events, %v", len(evs), err)
 	}
@@ -277,7 +277,7 @@ func TestRunPublishesAllEventsBeforeReturning(t *testing.T) {
 	}
 	runID := res.Out["runId"].(string)
 	st := env.openStore(t)
-	evs, err := st.Events(context.Background(), runID, 0)
+	evs, err := st.Events(context.Background(), agent.Admin(), runID, 0)
 	st.Close()
 	if err != nil || len(evs) == 0 || evs[len(evs)-1].Kind != agent.KindRunFinished {
 		t.Fatalf("events of run %s: %d, %v", runID, len(evs), err)

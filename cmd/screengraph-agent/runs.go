@@ -106,7 +106,7 @@ func (c *runsListCmd) Run(ctx context.Context) error {
 			f.Status = append(f.Status, agent.RunStatus(strings.ToUpper(s)))
 		}
 	}
-	runs, err := st.ListRuns(ctx, f)
+	runs, err := st.ListRuns(ctx, agent.Admin(), f)
 	if err != nil {
 		return err
 	}
@@ -153,12 +153,12 @@ func (c *runsShowCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
-	r, err := st.GetRun(ctx, c.RunID)
+	r, err := st.GetRun(ctx, agent.Admin(), c.RunID)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", c.RunID, err)
 	}
 	var state *agent.RunState
-	if sn, err := st.LatestSnapshot(ctx, c.RunID); err == nil {
+	if sn, err := st.LatestSnapshot(ctx, agent.Admin(), c.RunID); err == nil {
 		if rs, err := agent.DecodeRunState(sn); err == nil {
 			state = &rs
 		}

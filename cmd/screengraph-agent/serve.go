@@ -303,7 +303,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	svc, err := service.New(service.Config{
 		Store: h.store, Leases: h.store,
 		Prepare: func(ctx context.Context, runID string, body []byte) (agent.Run, error) {
-			run, err := nodes.NewSetupRun(runID, body, cfg.Tenant, h.policies.Current().PolicyVersion)
+			// No default tenant here: Submit sets the caller's scope's.
+			run, err := nodes.NewSetupRun(runID, body, "", h.policies.Current().PolicyVersion)
 			if err != nil {
 				return run, err
 			}
@@ -320,7 +321,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 			_, err := h.policies.Get(v)
 			return err
 		},
-		Holder: holderPrefix + newID(), HolderPrefix: holderPrefix, HostID: h.hostID,
+		DefaultTenant: cfg.Tenant,
+		Holder:        holderPrefix + newID(), HolderPrefix: holderPrefix, HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
 		Probe: probeDevice(h.adb), Reachable: reach, Tick: tick,
 		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) },
@@ -349,7 +351,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		Logf: func(format string, args ...any) { log.Error().Msgf(format, args...) },
 		Ready: map[string]func(context.Context) error{
 			"store": func(ctx context.Context) error {
-				_, err := h.store.ListRuns(ctx, agent.RunFilter{Limit: 1})
+				_, err := h.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{Limit: 1})
 				return err
 			},
 			"adb": func(ctx context.Context) error {
@@ -469,13 +471,12 @@ func subscribeControl(nc *nats.Conn, svc *service.Service, logf func(string, ...
 			reply(httpapi.ErrorBody(agent.Wrap(agent.ErrInvalidRequest, err, "control message"), ""))
 			return
 		}
-		run, err := svc.Get(ctx, runID)
-		if err == nil && snapshots.Subject(run.TenantID, run.RunID, "") != snapshots.SubjectPrefix+"."+tenant+"."+runID {
-			err = fmt.Errorf("run %s: %w", runID, agent.ErrNotFound) // another tenant's run: not disclosed
-		}
+		// The subject's tenant is the scope: NATS permissions (natsauth.go)
+		// let a tenant's user publish on its own control subjects only.
 		var c agent.Control
+		sc, err := agent.Tenant(tenant)
 		if err == nil {
-			c, err = svc.Control(ctx, runID, msg.Kind, msg.PolicyVersion)
+			c, err = svc.Control(ctx, sc, runID, msg.Kind, msg.PolicyVersion)
 		}
 		if err != nil {
 			logf("control %s on %s: %v", msg.Kind, m.Subject, err)

@@ -177,7 +177,9 @@ func TestServeTenantIsolation(t *testing.T) {
 	}
 	a := submitAs(acme.Token, "emulator-5990", "")
 	b := submitAs(beta.Token, "emulator-5992", "beta")
-	if st, body := httpAs(acme.Token, "POST", "/v1/runs", map[string]any{"tenantId": "beta"}); st != http.StatusForbidden {
+	forBeta := runBody("emulator-5990", "https://127.0.0.1:9/app.apk", strings.Repeat("ab", 32), "", "", nil)
+	forBeta["tenantId"] = "beta"
+	if st, body := httpAs(acme.Token, "POST", "/v1/runs", forBeta); st != http.StatusForbidden {
 		t.Errorf("submit for beta with acme's token: %d %s", st, body)
 	}
 	if _, body := httpAs(admin.Token, "GET", "/v1/runs/"+a, nil); !strings.Contains(body, `"tenantId":"acme"`) || !strings.Contains(body, `"status":"PENDING"`) {

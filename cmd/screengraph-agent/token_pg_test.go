@@ -49,7 +49,7 @@ func TestTokenCommandsOnPostgres(t *testing.T) {
 	}
 	defer st.Close()
 	p, err := agent.Authenticate(context.Background(), st, ct.Token)
-	if err != nil || p.TenantID != "acme" || p.TokenID != ct.ID {
+	if err != nil || p.Scope.TenantID() != "acme" || p.TokenID != ct.ID {
 		t.Fatalf("Authenticate = %+v, %v", p, err)
 	}
 	var raw int

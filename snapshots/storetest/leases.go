@@ -186,7 +186,7 @@ func sameLeases(t *testing.T, what string, got []agent.Lease, want ...agent.Leas
 
 func active(t *testing.T, s agent.Leases) []agent.Lease {
 	t.Helper()
-	ls, err := s.ActiveLeases(ctx(t))
+	ls, err := s.ActiveLeases(ctx(t), agent.Admin())
 	if err != nil {
 		t.Fatalf("ActiveLeases: %v", err)
 	}
@@ -195,7 +195,7 @@ func active(t *testing.T, s agent.Leases) []agent.Lease {
 
 func history(t *testing.T, s agent.Leases, serial string) []agent.Lease {
 	t.Helper()
-	ls, err := s.LeaseHistory(ctx(t), serial)
+	ls, err := s.LeaseHistory(ctx(t), agent.Admin(), serial)
 	if err != nil {
 		t.Fatalf("LeaseHistory(%q): %v", serial, err)
 	}

@@ -66,13 +66,13 @@ func endedRun(t *testing.T, s PruneStore, serial string, status agent.RunStatus,
 
 func gone(t *testing.T, s PruneStore, r agent.Run) {
 	t.Helper()
-	if _, err := s.GetRun(ctx(t), r.RunID); !errors.Is(err, agent.ErrNotFound) {
+	if _, err := s.GetRun(ctx(t), agent.Admin(), r.RunID); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("run %s: GetRun = %v, want ErrNotFound (pruned)", r.RunID, err)
 	}
-	if evs, err := s.Events(ctx(t), r.RunID, 0); err != nil || len(evs) != 0 {
+	if evs, err := s.Events(ctx(t), agent.Admin(), r.RunID, 0); err != nil || len(evs) != 0 {
 		t.Errorf("run %s: %d events left (%v)", r.RunID, len(evs), err)
 	}
-	if _, err := s.LatestSnapshot(ctx(t), r.RunID); !errors.Is(err, agent.ErrNotFound) {
+	if _, err := s.LatestSnapshot(ctx(t), agent.Admin(), r.RunID); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("run %s: snapshot left (%v)", r.RunID, err)
 	}
 	if h := history(t, s, r.Serial); len(h) != 0 {
@@ -82,10 +82,10 @@ func gone(t *testing.T, s PruneStore, r agent.Run) {
 
 func kept(t *testing.T, s PruneStore, r agent.Run, events int) {
 	t.Helper()
-	if _, err := s.GetRun(ctx(t), r.RunID); err != nil {
+	if _, err := s.GetRun(ctx(t), agent.Admin(), r.RunID); err != nil {
 		t.Errorf("run %s was pruned: %v", r.RunID, err)
 	}
-	if evs, err := s.Events(ctx(t), r.RunID, 0); err != nil || len(evs) != events {
+	if evs, err := s.Events(ctx(t), agent.Admin(), r.RunID, 0); err != nil || len(evs) != events {
 		t.Errorf("run %s: %d events (%v), want %d", r.RunID, len(evs), err, events)
 	}
 }
@@ -207,7 +207,7 @@ func testPruneConcurrent(t *testing.T, stores []PruneStore, c *Clock) {
 	if total != n {
 		t.Fatalf("concurrent pruners deleted %d runs in all, want %d (each once)", total, n)
 	}
-	if rs, err := stores[1].ListRuns(ctx(t), agent.RunFilter{}); err != nil || len(rs) != 0 {
+	if rs, err := stores[1].ListRuns(ctx(t), agent.Admin(), agent.RunFilter{}); err != nil || len(rs) != 0 {
 		t.Fatalf("runs left: %d (%v)", len(rs), err)
 	}
 }

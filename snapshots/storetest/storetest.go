@@ -112,7 +112,7 @@ func mustCreate(t *testing.T, s agent.Store, r agent.Run) agent.Run {
 	if err := s.CreateRun(ctx(t), r); err != nil {
 		t.Fatalf("CreateRun: %v", err)
 	}
-	got, err := s.GetRun(ctx(t), r.RunID)
+	got, err := s.GetRun(ctx(t), agent.Admin(), r.RunID)
 	if err != nil {
 		t.Fatalf("GetRun: %v", err)
 	}
@@ -156,11 +156,11 @@ func sameEvent(t *testing.T, got, want agent.Event) {
 
 func state(t *testing.T, s agent.Store, runID string) (status agent.RunStatus, events []agent.Event, outbox []agent.OutboxRow, snaps int) {
 	t.Helper()
-	r, err := s.GetRun(ctx(t), runID)
+	r, err := s.GetRun(ctx(t), agent.Admin(), runID)
 	if err != nil {
 		t.Fatalf("GetRun: %v", err)
 	}
-	events, err = s.Events(ctx(t), runID, 0)
+	events, err = s.Events(ctx(t), agent.Admin(), runID, 0)
 	if err != nil {
 		t.Fatalf("Events: %v", err)
 	}
@@ -173,7 +173,7 @@ func state(t *testing.T, s agent.Store, runID string) (status agent.RunStatus, e
 			outbox = append(outbox, o)
 		}
 	}
-	if sn, err := s.LatestSnapshot(ctx(t), runID); err == nil {
+	if sn, err := s.LatestSnapshot(ctx(t), agent.Admin(), runID); err == nil {
 		snaps = sn.StepOrdinal + 1
 	} else if !errors.Is(err, agent.ErrNotFound) {
 		t.Fatalf("LatestSnapshot: %v", err)
@@ -211,7 +211,7 @@ func testRuns(t *testing.T, s agent.Store) {
 		t.Errorf("defaults: status %q created %v updated %v", got.Status, got.CreatedAt, got.UpdatedAt)
 	}
 
-	if _, err := s.GetRun(ctx(t), ulid.Make().String()); !errors.Is(err, agent.ErrNotFound) {
+	if _, err := s.GetRun(ctx(t), agent.Admin(), ulid.Make().String()); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("GetRun(unknown) err = %v, want ErrNotFound", err)
 	}
 	dup := NewRun("T-other", "x")
@@ -219,11 +219,11 @@ func testRuns(t *testing.T, s agent.Store) {
 	if err := s.CreateRun(ctx(t), dup); err == nil {
 		t.Errorf("CreateRun(duplicate id) = nil, want an error")
 	}
-	if r, _ := s.GetRun(ctx(t), runs[0].RunID); r.TenantID != "01HZX0TENANT1234567890" {
+	if r, _ := s.GetRun(ctx(t), agent.Admin(), runs[0].RunID); r.TenantID != "01HZX0TENANT1234567890" {
 		t.Errorf("duplicate CreateRun overwrote the run: tenant %q", r.TenantID)
 	}
 
-	list, err := s.ListRuns(ctx(t), agent.RunFilter{Serial: "emulator-5554"})
+	list, err := s.ListRuns(ctx(t), agent.Admin(), agent.RunFilter{Serial: "emulator-5554"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,21 +233,21 @@ func testRuns(t *testing.T, s agent.Store) {
 	if err := s.SetStatus(ctx(t), runs[1].RunID, []agent.RunStatus{agent.RunPending}, agent.RunRunning); err != nil {
 		t.Fatal(err)
 	}
-	list, err = s.ListRuns(ctx(t), agent.RunFilter{Status: []agent.RunStatus{agent.RunRunning, agent.RunPaused}})
+	list, err = s.ListRuns(ctx(t), agent.Admin(), agent.RunFilter{Status: []agent.RunStatus{agent.RunRunning, agent.RunPaused}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ids := runIDs(list); !slices.Equal(ids, []string{runs[1].RunID}) {
 		t.Errorf("ListRuns(RUNNING|PAUSED) = %v, want [%s]", ids, runs[1].RunID)
 	}
-	list, err = s.ListRuns(ctx(t), agent.RunFilter{Limit: 2})
+	list, err = s.ListRuns(ctx(t), agent.Admin(), agent.RunFilter{Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(list) != 2 {
 		t.Errorf("ListRuns(limit 2) returned %d runs", len(list))
 	}
-	all, err := s.ListRuns(ctx(t), agent.RunFilter{})
+	all, err := s.ListRuns(ctx(t), agent.Admin(), agent.RunFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func testCommitStep(t *testing.T, s agent.Store) {
 		}
 		sameEvent(t, body, e)
 	}
-	sn, err := s.Snapshot(ctx(t), r.RunID, 0)
+	sn, err := s.Snapshot(ctx(t), agent.Admin(), r.RunID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func testCommitStep(t *testing.T, s agent.Store) {
 	if err := s.CommitStep(ctx(t), agent.Step{RunID: r.RunID, StatusFrom: []agent.RunStatus{agent.RunRunning}, StatusTo: agent.RunPaused}); err != nil {
 		t.Fatalf("CAS-only step: %v", err)
 	}
-	if got, _ := s.GetRun(ctx(t), r.RunID); got.Status != agent.RunPaused || got.UpdatedAt.Before(r.UpdatedAt) {
+	if got, _ := s.GetRun(ctx(t), agent.Admin(), r.RunID); got.Status != agent.RunPaused || got.UpdatedAt.Before(r.UpdatedAt) {
 		t.Errorf("after CAS-only step: %+v", got)
 	}
 	// Unknown run.
@@ -347,7 +347,7 @@ func testCASFailureWritesNothing(t *testing.T, s agent.Store) {
 	if status != agent.RunRunning || len(events) != 1 || len(outbox) != 1 || snaps != 0 {
 		t.Errorf("after failed CAS: status %s, %d events, %d outbox rows, %d snapshots; want RUNNING, 1, 1, 0", status, len(events), len(outbox), snaps)
 	}
-	if _, err := s.Snapshot(ctx(t), r.RunID, 0); !errors.Is(err, agent.ErrNotFound) {
+	if _, err := s.Snapshot(ctx(t), agent.Admin(), r.RunID, 0); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("snapshot of the failed step exists: %v", err)
 	}
 	// The same step succeeds with the right from-set.
@@ -425,7 +425,7 @@ func testDuplicateSnapshot(t *testing.T, s agent.Store) {
 	if status != agent.RunPending || len(events) != 3 || len(outbox) != 3 {
 		t.Errorf("after duplicate snapshot: status %s, %d events, %d outbox rows; want PENDING, 3, 3", status, len(events), len(outbox))
 	}
-	sn, err := s.Snapshot(ctx(t), r.RunID, 0)
+	sn, err := s.Snapshot(ctx(t), agent.Admin(), r.RunID, 0)
 	if err != nil || sn.ResumeToken != first.Snapshot.ResumeToken {
 		t.Errorf("step 0 snapshot = %+v, %v; want the first one", sn, err)
 	}
@@ -592,7 +592,7 @@ func testConcurrentTerminalCAS(t *testing.T, s agent.Store) {
 	if winner < 0 {
 		t.Fatal("no goroutine won the terminal CAS")
 	}
-	if got, _ := s.GetRun(ctx(t), r.RunID); got.Status != terminals[winner%3] {
+	if got, _ := s.GetRun(ctx(t), agent.Admin(), r.RunID); got.Status != terminals[winner%3] {
 		t.Errorf("status = %s, want the winner's %s", got.Status, terminals[winner%3])
 	}
 }
@@ -638,7 +638,7 @@ func testConcurrentTerminalCommit(t *testing.T, s agent.Store) {
 
 func testSnapshots(t *testing.T, s agent.Store) {
 	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
-	if _, err := s.LatestSnapshot(ctx(t), r.RunID); !errors.Is(err, agent.ErrNotFound) {
+	if _, err := s.LatestSnapshot(ctx(t), agent.Admin(), r.RunID); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("LatestSnapshot(none) = %v, want ErrNotFound", err)
 	}
 	nodes := []string{"EnsureDevice", "ProvisionApp", "LaunchOrAttach", "WaitIdle"}
@@ -649,7 +649,7 @@ func testSnapshots(t *testing.T, s agent.Store) {
 		steps = append(steps, st)
 	}
 	for i, st := range steps {
-		sn, err := s.Snapshot(ctx(t), r.RunID, i)
+		sn, err := s.Snapshot(ctx(t), agent.Admin(), r.RunID, i)
 		if err != nil {
 			t.Fatalf("Snapshot(%d): %v", i, err)
 		}
@@ -658,11 +658,11 @@ func testSnapshots(t *testing.T, s agent.Store) {
 		}
 		sameJSON(t, "state", sn.State, st.Snapshot.State)
 	}
-	latest, err := s.LatestSnapshot(ctx(t), r.RunID)
+	latest, err := s.LatestSnapshot(ctx(t), agent.Admin(), r.RunID)
 	if err != nil || latest.StepOrdinal != 3 || latest.NodeName != "WaitIdle" {
 		t.Errorf("LatestSnapshot = %+v, %v; want step 3 WaitIdle", latest, err)
 	}
-	if _, err := s.Snapshot(ctx(t), r.RunID, 4); !errors.Is(err, agent.ErrNotFound) {
+	if _, err := s.Snapshot(ctx(t), agent.Admin(), r.RunID, 4); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("Snapshot(4) = %v, want ErrNotFound", err)
 	}
 	// Step events, when the store can tell them.
@@ -781,7 +781,7 @@ func testControl(t *testing.T, s agent.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run, _ := s.GetRun(ctx(t), r.RunID); run.Status != agent.RunCancelRequested {
+	if run, _ := s.GetRun(ctx(t), agent.Admin(), r.RunID); run.Status != agent.RunCancelRequested {
 		t.Errorf("status after a cancel request = %s, want CANCELED_REQUESTED", run.Status)
 	}
 	// A terminal commit must take every pending request.
@@ -790,7 +790,7 @@ func testControl(t *testing.T, s agent.Store) {
 	if err := s.CommitStep(ctx(t), end); !errors.Is(err, agent.ErrControlPending) {
 		t.Fatalf("terminal CommitStep leaving a request pending = %v, want ErrControlPending", err)
 	}
-	if run, _ := s.GetRun(ctx(t), r.RunID); run.Status != agent.RunCancelRequested {
+	if run, _ := s.GetRun(ctx(t), agent.Admin(), r.RunID); run.Status != agent.RunCancelRequested {
 		t.Errorf("status after a refused terminal commit = %s", run.Status)
 	}
 	mustPending(t, s, r.RunID, ids[2], cancel.ID)
@@ -806,7 +806,7 @@ func testControl(t *testing.T, s agent.Store) {
 		}
 	}
 	mustPending(t, s, r.RunID)
-	if run, _ := s.GetRun(ctx(t), r.RunID); run.Status != agent.RunCanceled {
+	if run, _ := s.GetRun(ctx(t), agent.Admin(), r.RunID); run.Status != agent.RunCanceled {
 		t.Errorf("status = %s, want CANCELED", run.Status)
 	}
 }
@@ -963,7 +963,7 @@ func testEventsAfter(t *testing.T, s agent.Store) {
 		after int64
 		want  []int64
 	}{{0, []int64{1, 2, 3, 4, 5, 6}}, {2, []int64{3, 4, 5, 6}}, {5, []int64{6}}, {6, nil}, {100, nil}} {
-		evs, err := s.Events(ctx(t), a.RunID, tc.after)
+		evs, err := s.Events(ctx(t), agent.Admin(), a.RunID, tc.after)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,7 +18,7 @@ type TokenStore interface {
 	agent.Tokens
 }
 
-// RunTokens runs the API token contract (and RunFilter.TenantID) against
+// RunTokens runs the API token contract (and the agent.Scope of reads) against
 // stores made by newStore: a fresh, empty, migrated store per call whose
 // times come from clock; newStore registers its own cleanup.
 func RunTokens(t *testing.T, newStore func(t *testing.T, clock agent.Clock) TokenStore) {
@@ -35,6 +35,7 @@ func RunTokens(t *testing.T, newStore func(t *testing.T, clock agent.Clock) Toke
 		{"ListOldestFirst", testTokenList},
 		{"Authenticate", testTokenAuthenticate},
 		{"ListRunsByTenant", testListRunsByTenant},
+		{"ReadsByScope", testReadsByScope},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,7 +205,7 @@ func testTokenAuthenticate(t *testing.T, s TokenStore, c *Clock) {
 		t.Fatal(err)
 	}
 	p, err := agent.Authenticate(ctx(t), s, tok)
-	if err != nil || p.TenantID != "acme" || p.Admin || p.TokenID != rec.ID {
+	if err != nil || p.Scope.TenantID() != "acme" || p.Scope.IsAdmin() || p.TokenID != rec.ID {
 		t.Errorf("Authenticate = %+v, %v", p, err)
 	}
 	other, _ := NewAPIToken("acme", false)
@@ -229,8 +230,8 @@ func testListRunsByTenant(t *testing.T, s TokenStore, c *Clock) {
 		}
 		c.Advance(time.Second)
 	}
-	ids := func(f agent.RunFilter) []string {
-		list, err := s.ListRuns(ctx(t), f)
+	ids := func(sc agent.Scope, f agent.RunFilter) []string {
+		list, err := s.ListRuns(ctx(t), sc, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,16 +241,116 @@ func testListRunsByTenant(t *testing.T, s TokenStore, c *Clock) {
 		}
 		return out
 	}
-	if got := ids(agent.RunFilter{TenantID: "acme"}); !slices.Equal(got, []string{a2.RunID, a1.RunID}) {
+	if got := ids(tenantScope(t, "acme"), agent.RunFilter{}); !slices.Equal(got, []string{a2.RunID, a1.RunID}) {
 		t.Errorf("ListRuns(tenant acme) = %v, want %v", got, []string{a2.RunID, a1.RunID})
 	}
-	if got := ids(agent.RunFilter{TenantID: "beta", Serial: "emulator-5554"}); !slices.Equal(got, []string{b1.RunID}) {
+	if got := ids(tenantScope(t, "beta"), agent.RunFilter{Serial: "emulator-5554"}); !slices.Equal(got, []string{b1.RunID}) {
 		t.Errorf("ListRuns(tenant beta, serial) = %v", got)
 	}
-	if got := ids(agent.RunFilter{TenantID: "gamma"}); len(got) != 0 {
+	if got := ids(tenantScope(t, "gamma"), agent.RunFilter{}); len(got) != 0 {
 		t.Errorf("ListRuns(tenant gamma) = %v, want none", got)
 	}
-	if got := ids(agent.RunFilter{}); len(got) != 3 {
-		t.Errorf("ListRuns() = %v, want all 3", got)
+	if got := ids(agent.Admin(), agent.RunFilter{}); len(got) != 3 {
+		t.Errorf("ListRuns(admin) = %v, want all 3", got)
+	}
+	if _, err := s.ListRuns(ctx(t), agent.Scope{}, agent.RunFilter{}); !errors.Is(err, agent.ErrNoScope) {
+		t.Errorf("ListRuns(zero scope) = %v, want ErrNoScope (never every tenant)", err)
+	}
+}
+
+func tenantScope(t *testing.T, id string) agent.Scope {
+	t.Helper()
+	sc, err := agent.Tenant(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// Every read of runs, events, snapshots and leases honors the scope: a
+// tenant sees another tenant's run exactly as an unknown one; the zero
+// Scope is refused, never read as "every tenant".
+func testReadsByScope(t *testing.T, s TokenStore, c *Clock) {
+	a, b := mustCreate(t, s, NewRun("acme", "emulator-5554")), mustCreate(t, s, NewRun("beta", "emulator-5556"))
+	for _, r := range []agent.Run{a, b} {
+		mustCommit(t, s, NodeStep(r, 1, 0, "EnsureDevice"))
+	}
+	ls, ok := agent.Store(s).(agent.Leases)
+	if !ok {
+		t.Fatal("the store does not implement agent.Leases")
+	}
+	for _, r := range []agent.Run{a, b} {
+		if _, err := ls.AcquireLease(ctx(t), r.Serial, "h", r.RunID, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acme, admin := tenantScope(t, "acme"), agent.Admin()
+	for _, sc := range []agent.Scope{acme, admin} {
+		if r, err := s.GetRun(ctx(t), sc, a.RunID); err != nil || r.TenantID != "acme" {
+			t.Errorf("GetRun(%v, own) = %+v, %v", sc, r, err)
+		}
+		if evs, err := s.Events(ctx(t), sc, a.RunID, 0); err != nil || len(evs) == 0 {
+			t.Errorf("Events(%v, own) = %d events, %v", sc, len(evs), err)
+		}
+		if _, err := s.Snapshot(ctx(t), sc, a.RunID, 0); err != nil {
+			t.Errorf("Snapshot(%v, own) = %v", sc, err)
+		}
+		if _, err := s.LatestSnapshot(ctx(t), sc, a.RunID); err != nil {
+			t.Errorf("LatestSnapshot(%v, own) = %v", sc, err)
+		}
+	}
+	if _, err := s.GetRun(ctx(t), acme, b.RunID); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("GetRun(acme, beta's run) = %v, want ErrNotFound", err)
+	}
+	if evs, err := s.Events(ctx(t), acme, b.RunID, 0); err != nil || len(evs) != 0 {
+		t.Errorf("Events(acme, beta's run) = %d events, %v; want none", len(evs), err)
+	}
+	if _, err := s.Snapshot(ctx(t), acme, b.RunID, 0); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("Snapshot(acme, beta's run) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.LatestSnapshot(ctx(t), acme, b.RunID); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("LatestSnapshot(acme, beta's run) = %v, want ErrNotFound", err)
+	}
+	leaseRuns := func(l []agent.Lease, err error) []string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, x := range l {
+			out = append(out, x.RunID)
+		}
+		return out
+	}
+	if got := leaseRuns(ls.ActiveLeases(ctx(t), acme)); !slices.Equal(got, []string{a.RunID}) {
+		t.Errorf("ActiveLeases(acme) = %v, want only %s", got, a.RunID)
+	}
+	if got := leaseRuns(ls.LeaseHistory(ctx(t), acme, "")); !slices.Equal(got, []string{a.RunID}) {
+		t.Errorf("LeaseHistory(acme) = %v, want only %s", got, a.RunID)
+	}
+	if got := leaseRuns(ls.LeaseHistory(ctx(t), acme, b.Serial)); len(got) != 0 {
+		t.Errorf("LeaseHistory(acme, beta's device) = %v, want none", got)
+	}
+	if got := leaseRuns(ls.ActiveLeases(ctx(t), admin)); len(got) != 2 {
+		t.Errorf("ActiveLeases(admin) = %v, want both", got)
+	}
+	var zero agent.Scope
+	for what, err := range map[string]error{
+		"GetRun":         func() error { _, err := s.GetRun(ctx(t), zero, a.RunID); return err }(),
+		"Events":         func() error { _, err := s.Events(ctx(t), zero, a.RunID, 0); return err }(),
+		"Snapshot":       func() error { _, err := s.Snapshot(ctx(t), zero, a.RunID, 0); return err }(),
+		"LatestSnapshot": func() error { _, err := s.LatestSnapshot(ctx(t), zero, a.RunID); return err }(),
+		"ActiveLeases":   func() error { _, err := ls.ActiveLeases(ctx(t), zero); return err }(),
+		"LeaseHistory":   func() error { _, err := ls.LeaseHistory(ctx(t), zero, ""); return err }(),
+	} {
+		if !errors.Is(err, agent.ErrNoScope) {
+			t.Errorf("%s(zero scope) = %v, want ErrNoScope", what, err)
+		}
+	}
+	// A tenant id that is not one NATS subject token never reaches a row.
+	for _, bad := range []string{"a.b", "*", ">", "a b"} {
+		if err := s.CreateRun(ctx(t), NewRun(bad, "emulator-5554")); err == nil {
+			t.Errorf("CreateRun(tenant %q) stored the run", bad)
+		}
 	}
 }
