@@ -47,15 +47,15 @@ func TestRunsPrune(t *testing.T) {
 	if err := cmd.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.GetRun(ctx, old.RunID); !errors.Is(err, agent.ErrNotFound) {
+	if _, err := st.GetRun(ctx, agent.Admin(), old.RunID); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("old ended run: %v, want pruned", err)
 	}
 	for _, r := range []agent.Run{held, recent} {
-		if _, err := st.GetRun(ctx, r.RunID); err != nil {
+		if _, err := st.GetRun(ctx, agent.Admin(), r.RunID); err != nil {
 			t.Errorf("run %s pruned: %v", r.RunID, err)
 		}
 	}
-	if evs, _ := st.Events(ctx, held.RunID, 0); len(evs) != 3 {
+	if evs, _ := st.Events(ctx, agent.Admin(), held.RunID, 0); len(evs) != 3 {
 		t.Errorf("held run has %d events, want 3", len(evs))
 	}
 	bad := &runsPruneCmd{tokenStoreFlags: tokenStoreFlags{DataDir: dir}, BatchSize: 500}
