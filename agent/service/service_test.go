@@ -639,7 +639,7 @@ func TestStopTakingEndsFollowers(t *testing.T) {
 	f.node.waitStarted(t, r)
 	followed := make(chan error, 1)
 	go func() {
-		followed <- svc.Follow(context.Background(), r, 0, func(agent.Event) error { return nil })
+		followed <- svc.Follow(context.Background(), agent.Admin(), r, 0, func(agent.Event) error { return nil })
 	}()
 	select {
 	case err := <-followed:
