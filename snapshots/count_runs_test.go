@@ -41,7 +41,7 @@ func TestCountRunsByStatus(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runs, err := s.ListRuns(ctx, agent.RunFilter{})
+			runs, err := s.ListRuns(ctx, agent.Admin(), agent.RunFilter{})
 			if err != nil {
 				t.Fatal(err)
 			}

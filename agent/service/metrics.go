@@ -125,7 +125,7 @@ func (s *Service) countRuns(ctx context.Context) (map[agent.RunStatus]int, error
 	if rc, ok := s.store.Store.(agent.RunCounter); ok {
 		return rc.CountRunsByStatus(ctx)
 	}
-	runs, err := s.store.ListRuns(ctx, agent.RunFilter{})
+	runs, err := s.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{})
 	if err != nil {
 		return nil, err
 	}
