@@ -50,9 +50,9 @@ type listingStore struct {
 	t *testing.T
 }
 
-func (l listingStore) ListRuns(ctx context.Context, f agent.RunFilter) ([]agent.Run, error) {
+func (l listingStore) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
 	l.t.Errorf("ListRuns(%+v) called: /metrics must count runs with the store's grouped query", f)
-	return l.Store.ListRuns(ctx, agent.Admin(), f)
+	return l.Store.ListRuns(ctx, sc, f)
 }
 
 func (l listingStore) CountRunsByStatus(context.Context) (map[agent.RunStatus]int, error) {
