@@ -214,7 +214,7 @@ func TestTwoHostsRunOnTheirOwnEmulator5554AtOnce(t *testing.T) {
 	if !started[r1] || !started[r2] {
 		t.Fatalf("started %v, want %s and %s", started, r1, r2)
 	}
-	act, err := store.ActiveLeases(context.Background())
+	act, err := store.ActiveLeases(context.Background(), agent.Admin())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,8 +231,8 @@ func TestTwoHostsRunOnTheirOwnEmulator5554AtOnce(t *testing.T) {
 	f.node.open(r1)
 	f.node.open(r2)
 	waitFor(t, "both runs to finish", func() bool {
-		ra, _ := store.GetRun(context.Background(), r1)
-		rb, _ := store.GetRun(context.Background(), r2)
+		ra, _ := store.GetRun(context.Background(), agent.Admin(), r1)
+		rb, _ := store.GetRun(context.Background(), agent.Admin(), r2)
 		return ra.Status == agent.RunFinished && rb.Status == agent.RunFinished
 	})
 }

@@ -655,7 +655,7 @@ func TestStopTakingEndsFollowers(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Follow still open after StopTaking")
 	}
-	if _, err := svc.Submit(context.Background(), []byte(`{"serial":"dev-b"}`)); !errors.Is(err, service.ErrStopping) {
+	if _, err := svc.Submit(context.Background(), agent.Admin(), []byte(`{"serial":"dev-b"}`)); !errors.Is(err, service.ErrStopping) {
 		t.Fatalf("Submit after StopTaking = %v, want ErrStopping", err)
 	}
 	if s := f.status(r); s != agent.RunRunning {

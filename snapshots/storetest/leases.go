@@ -722,7 +722,7 @@ func testLeaseDeviceKey(t *testing.T, s agent.Leases, c *Clock) {
 		t.Errorf("renew host b's lease: %v", err)
 	}
 	mustRelease(t, s, a, agent.LeaseFinished)
-	act, err := s.ActiveLeases(ctx(t))
+	act, err := s.ActiveLeases(ctx(t), agent.Admin())
 	if err != nil {
 		t.Fatal(err)
 	}
