@@ -40,8 +40,22 @@ func Replay(ctx context.Context, st agent.Store, runID string, stepOrdinal int) 
 	return sn, evs, err
 }
 
+// NoStep is the not-found error of a known run without step n (of steps
+// committed, ordinals 0..steps-1): it names the step, not the run, as
+// unknown. n < 0 asks for the latest step of a run with none yet.
+func NoStep(runID string, n, steps int) error {
+	switch {
+	case steps <= 0:
+		return fmt.Errorf("run %s has no step yet: %w", runID, agent.ErrNotFound)
+	case n < 0:
+		n = steps - 1
+	}
+	return fmt.Errorf("run %s has no step %d (steps 0..%d): %w", runID, n, steps-1, agent.ErrNotFound)
+}
+
 // InspectStep builds the StepView of step N; stepOrdinal < 0 means the
-// latest step. Read-only.
+// latest step. Read-only. Errors: agent.ErrNotFound for an unknown run, or
+// NoStep's for a step the run does not have.
 func InspectStep(ctx context.Context, st agent.Store, runID string, stepOrdinal int) (StepView, error) {
 	var v StepView
 	r, err := st.GetRun(ctx, agent.Admin(), runID)
@@ -49,12 +63,19 @@ func InspectStep(ctx context.Context, st agent.Store, runID string, stepOrdinal 
 		return v, err
 	}
 	v.Run = r
+	latest, err := st.LatestSnapshot(ctx, agent.Admin(), runID)
+	steps := latest.StepOrdinal + 1
+	if errors.Is(err, agent.ErrNotFound) {
+		steps, err = 0, nil
+	}
+	if err != nil {
+		return v, err
+	}
 	if stepOrdinal < 0 {
-		latest, err := st.LatestSnapshot(ctx, agent.Admin(), runID)
-		if err != nil {
-			return v, err
-		}
-		stepOrdinal = latest.StepOrdinal
+		stepOrdinal = steps - 1
+	}
+	if stepOrdinal < 0 || stepOrdinal >= steps {
+		return v, NoStep(runID, stepOrdinal, steps)
 	}
 	if v.Snapshot, v.Events, err = Replay(ctx, st, runID, stepOrdinal); err != nil {
 		return v, err

@@ -59,8 +59,9 @@ func TestInspectAndReplay(t *testing.T) {
 			t.Errorf("step view lacks %q:\n%s", want, out)
 		}
 	}
-	if _, err := snapshots.InspectStep(ctx, s, r.RunID, 5); !errors.Is(err, agent.ErrNotFound) {
-		t.Errorf("InspectStep(5) = %v, want ErrNotFound", err)
+	if _, err := snapshots.InspectStep(ctx, s, r.RunID, 5); !errors.Is(err, agent.ErrNotFound) ||
+		!strings.Contains(err.Error(), "run "+r.RunID+" has no step 5 (steps 0..1)") {
+		t.Errorf("InspectStep(5) = %v, want ErrNotFound naming step 5", err)
 	}
 	all, err := snapshots.RunEvents(ctx, s, r.RunID, 0)
 	if err != nil || len(all) != 7 {

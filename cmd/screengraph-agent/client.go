@@ -384,11 +384,15 @@ func (c *runsInspectCmd) viaDaemon(ctx context.Context, cl *client) error {
 	if n < 0 {
 		n = d.Steps - 1
 	}
-	if n < 0 {
-		return c.failHTTP("runs inspect", fmt.Errorf("run %s has no step yet: %w", c.RunID, agent.ErrNotFound))
+	if n < 0 || n >= d.Steps {
+		return c.failHTTP("runs inspect", snapshots.NoStep(c.RunID, n, d.Steps))
 	}
 	v := snapshots.StepView{Run: r, LastSequence: int64(d.Events), Events: []agent.Event{}}
 	if err := cl.call(ctx, "GET", runPath(c.RunID, "/steps/"+strconv.Itoa(n)), c.RunID, nil, &v.Snapshot); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.status == http.StatusNotFound {
+			err = snapshots.NoStep(c.RunID, n, d.Steps) // the run is known: the step is not
+		}
 		return c.failHTTP(fmt.Sprintf("runs inspect step %d", n), err)
 	}
 	// The step's node events (started, token deltas, finished), by the

@@ -335,6 +335,15 @@ func TestRunsThroughServer(t *testing.T) {
 		t.Fatalf("runs inspect (latest): %v\n%s", err, out)
 	}
 
+	// A step the run lacks is named as such, not as an unknown run (issue 16).
+	out, err = cliRun(t, func(ctx context.Context) error {
+		return (&runsInspectCmd{sf, srv, outputFlag{"json"}, id, 99}).Run(ctx)
+	})
+	wantExit2(t, err, "run "+id+" has no step 99 (steps 0..1)")
+	if rep := errorReport(t, out); !strings.Contains(rep.Error, "no step 99") || strings.Contains(rep.Error, "unknown run") {
+		t.Errorf("runs inspect --step 99 --output json: %s", out)
+	}
+
 	const none = "01J0000000000000000000NONE"
 	out, err = cliRun(t, func(ctx context.Context) error {
 		return (&runsShowCmd{sf, srv, outputFlag{"json"}, none}).Run(ctx)

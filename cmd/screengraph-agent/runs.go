@@ -236,7 +236,7 @@ func (c *runsInspectCmd) Run(ctx context.Context) error {
 	defer st.Close()
 	v, err := snapshots.InspectStep(ctx, st, c.RunID, c.Step)
 	if err != nil {
-		return fmt.Errorf("run %s step %d: %w", c.RunID, c.Step, err)
+		return err // names the run or the step it lacks
 	}
 	if c.Output == "json" {
 		return printJSON(v)
