@@ -35,7 +35,7 @@ type apiEnv struct {
 	gate chan struct{}
 }
 
-func newAPIEnv(t *testing.T) *apiEnv {
+func newAPIEnv(t *testing.T, opts ...func(*service.Config)) *apiEnv {
 	t.Helper()
 	ctx := context.Background()
 	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
@@ -59,7 +59,7 @@ func newAPIEnv(t *testing.T) *apiEnv {
 	pols := agenttest.NewPolicies(&agenttest.Policy{V: 1, MaxAttempts: 1, Timeouts: map[string]time.Duration{}},
 		&agenttest.Policy{V: 2, MaxAttempts: 1, Timeouts: map[string]time.Duration{}})
 	newID := func() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
-	e.svc, err = service.New(service.Config{
+	cfg := service.Config{
 		Store: st, Leases: st, NewID: newID, Holder: "test:" + newID(), Tick: 50 * time.Millisecond, LeaseTTL: 5 * time.Second,
 		Prepare: func(ctx context.Context, runID string, body []byte) (agent.Run, error) {
 			var req struct {
@@ -75,7 +75,11 @@ func newAPIEnv(t *testing.T) *apiEnv {
 			_, err := pols.Policy(ctx, v)
 			return err
 		},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.svc, err = service.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,5 +597,32 @@ func TestClientCLIParsing(t *testing.T) {
 		if _, err := p.Parse(args); err == nil {
 			t.Errorf("%v parsed", args)
 		}
+	}
+}
+
+// deviceList is a DeviceLister with fixed devices: the daemon's side of
+// `devices --server` (the adb part is the service's, tested there).
+type deviceList []service.Device
+
+func (l deviceList) Devices(context.Context) ([]service.Device, error) { return l, nil }
+
+// `devices --server URL` asks that daemon, as the runs commands do (issue
+// 16: it ignored --server and asked the local adb server).
+func TestDevicesThroughServer(t *testing.T) {
+	e := newAPIEnv(t, func(c *service.Config) {
+		c.Devices = deviceList{{Serial: "emu-daemon-7", State: "device", Model: "sdk_gphone64", APILevel: 34, BootReady: true}}
+	})
+	out, err := cliRun(t, func(ctx context.Context) error {
+		return (&devicesCmd{serverFlags: serverFlags{e.url}, Output: "text", Timeout: time.Second}).Run(ctx)
+	})
+	if err != nil || !strings.Contains(out, "emu-daemon-7") || !strings.Contains(out, "sdk_gphone64") || !strings.Contains(out, "ready") {
+		t.Fatalf("devices --server: %v\n%s", err, out)
+	}
+	out, err = cliRun(t, func(ctx context.Context) error {
+		return (&devicesCmd{serverFlags: serverFlags{e.url}, Output: "json", Timeout: time.Second}).Run(ctx)
+	})
+	var body struct{ Devices []service.Device }
+	if err != nil || json.Unmarshal([]byte(out), &body) != nil || len(body.Devices) != 1 || body.Devices[0].Serial != "emu-daemon-7" || body.Devices[0].APILevel != 34 {
+		t.Fatalf("devices --server --output json: %v\n%s", err, out)
 	}
 }

@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/device"
 )
 
 type devicesCmd struct {
-	ADBServer string        `help:"adb server HOST:PORT (default: 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
+	serverFlags
+	ADBServer string        `help:"adb server HOST:PORT, asked directly (default: the daemon of --server if one answers, else 127.0.0.1:$ANDROID_ADB_SERVER_PORT or 5037)." name:"adb-server"`
 	Output    string        `help:"Output format: text or json." default:"text" enum:"text,json"`
 	Timeout   time.Duration `help:"Bound of each device's probe." default:"10s"`
 }
@@ -28,7 +31,66 @@ func adbAddr(flag string) string {
 	return "127.0.0.1:5037"
 }
 
+// daemon picks the daemon the devices come from, as the runs commands do:
+// the one of --server (or SCREENGRAPH_SERVER); else, unless --adb-server
+// names an adb server to ask directly, the default daemon if one answers;
+// nil means the adb server directly.
+func (d *devicesCmd) daemon(ctx context.Context) *client {
+	if d.Server != "" {
+		return newClient(d.Server)
+	}
+	if d.ADBServer != "" {
+		return nil
+	}
+	if c := newClient(""); c.alive(ctx) {
+		return c
+	}
+	return nil
+}
+
+// viaDaemon prints GET /v1/devices: the daemon's adb server's devices with
+// their leases and quarantine.
+func (d *devicesCmd) viaDaemon(ctx context.Context, cl *client) error {
+	f := outputFlag{d.Output}
+	var raw json.RawMessage
+	if err := cl.call(ctx, "GET", "/v1/devices", "", nil, &raw); err != nil {
+		return f.failHTTP("devices", err)
+	}
+	if d.Output == "json" {
+		return printJSON(raw)
+	}
+	var body struct {
+		Devices []service.Device `json:"devices"`
+	}
+	if err := json.Unmarshal(raw, &body); err != nil {
+		return f.failHTTP("devices", agent.Wrap(agent.ErrNetwork, err, "the answer of GET %s/v1/devices", cl.base))
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SERIAL\tSTATE\tMODEL\tAPI\tREADINESS\tHELD BY")
+	for _, s := range body.Devices {
+		api, model, held := "-", s.Model, s.HeldBy
+		if s.APILevel > 0 {
+			api = fmt.Sprint(s.APILevel)
+		}
+		if model == "" {
+			model = "-"
+		}
+		if held == "" {
+			held = "-"
+		}
+		readiness := s.Readiness
+		if s.Quarantined {
+			readiness += " (quarantined: " + s.QuarantineReason + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Serial, s.State, model, api, readiness, held)
+	}
+	return w.Flush()
+}
+
 func (d *devicesCmd) Run(ctx context.Context) error {
+	if cl := d.daemon(ctx); cl != nil {
+		return d.viaDaemon(ctx, cl)
+	}
 	c := adb.New(adbAddr(d.ADBServer))
 	list, err := device.Describe(ctx, c, d.Timeout)
 	if err != nil {
