@@ -260,7 +260,8 @@ func followLocal(ctx context.Context, st agent.Store, runID string, after int64,
 }
 
 // eventPrinter prints followed events as they arrive: a table row each
-// (text) or one JSON object a line (json), redacted.
+// (text) or one JSON object a line (json), redacted. The payload is printed
+// whole (a token_delta's text is what the reader follows).
 func eventPrinter(output string) func(agent.Event) error {
 	header := false
 	return func(e agent.Event) error {
@@ -277,7 +278,7 @@ func eventPrinter(output string) func(agent.Event) error {
 			fmt.Fprintf(os.Stdout, "%-5s  %-24s  %-30s  %-26s  %-13s  %s\n", "SEQ", "TS", "KIND", "EVENT ID", "CHECKSUM", "PAYLOAD")
 			header = true
 		}
-		_, err := fmt.Fprintf(os.Stdout, "%-5d  %-24s  %-30s  %-26s  %-13s  %s\n", e.Sequence, e.TS, e.Kind, e.EventID, clip(e.Checksum, 12), clip(string(e.Payload), 80))
+		_, err := fmt.Fprintf(os.Stdout, "%-5d  %-24s  %-30s  %-26s  %-13s  %s\n", e.Sequence, e.TS, e.Kind, e.EventID, clip(e.Checksum, 12), e.Payload)
 		return err
 	}
 }

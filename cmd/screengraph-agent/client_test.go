@@ -626,3 +626,16 @@ func TestDevicesThroughServer(t *testing.T) {
 		t.Fatalf("devices --server --output json: %v\n%s", err, out)
 	}
 }
+
+// `runs events --follow` prints a token_delta's text whole (issue 16: it was
+// cut at 80 bytes).
+func TestEventPrinterWholePayload(t *testing.T) {
+	text := strings.Repeat("streamed tokens of a long answer ", 6) + "END"
+	payload := `{"node":"Agent","text":"` + text + `"}`
+	out, err := captureOutput(t, func() error {
+		return eventPrinter("text")(agent.Event{Sequence: 4, Kind: "agent.token_delta", EventID: "01J0000000000000000000TOKE", Payload: []byte(payload)})
+	})
+	if err != nil || !strings.Contains(out, payload) {
+		t.Fatalf("followed event row cuts the payload (%d bytes): %v\n%s", len(payload), err, out)
+	}
+}
