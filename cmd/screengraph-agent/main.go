@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -55,14 +56,40 @@ type emulatorCmd struct {
 }
 
 func (g Globals) logger() zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(g.LogLevel)
+	return newLogger(os.Stderr, g.LogLevel, g.LogJSON)
+}
+
+// logTimeFormat is RFC 3339 with milliseconds, UTC offset included: the
+// timestamp of JSON log lines, and what the console writer parses (with
+// zerolog's default, second precision, every console line read ".000").
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// newLogger logs to w at level (info when unknown): JSON lines, or console
+// lines coloured only when w is a terminal (and NO_COLOR is unset), so a
+// log file carries no ANSI escape codes.
+func newLogger(w io.Writer, level string, jsonLines bool) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
 	if err != nil {
 		lvl = zerolog.InfoLevel
 	}
-	if g.LogJSON {
-		return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
+	zerolog.TimeFieldFormat = logTimeFormat
+	if jsonLines {
+		return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(lvl).With().Timestamp().Logger()
+	_, noColor := os.LookupEnv("NO_COLOR")
+	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: noColor || !isTTY(w)}
+	return zerolog.New(cw).Level(lvl).With().Timestamp().Logger()
+}
+
+// isTTY reports whether w is a character device (a terminal), not a
+// file or a pipe.
+func isTTY(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func main() {
