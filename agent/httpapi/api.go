@@ -188,9 +188,20 @@ func writeError(w http.ResponseWriter, status int, err error) {
 	if status == http.StatusNotFound && !errors.Is(err, agent.ErrNotFound) {
 		// a route miss: keep the message
 	} else if errors.Is(err, agent.ErrNotFound) {
-		err = agent.Wrap(agent.ErrInvalidRequest, err, "not found")
+		// The cause already ends in "not found" ("run X: not found"): say it
+		// once, under the request error id, not "not found: run X: not found".
+		err = &agent.Error{ID: agent.ErrInvalidRequest, Msg: notFoundMessage(err)}
 	}
 	writeJSON(w, status, ErrorBody(err, node))
+}
+
+// notFoundMessage is err's message saying "not found" once, at its end.
+func notFoundMessage(err error) string {
+	msg := err.Error()
+	if strings.HasSuffix(msg, agent.ErrNotFound.Error()) {
+		return msg
+	}
+	return msg + ": " + agent.ErrNotFound.Error()
 }
 
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {

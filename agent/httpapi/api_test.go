@@ -288,10 +288,12 @@ func TestUnknownRouteAndBadBody(t *testing.T) {
 	if runs, err := e.store.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{}); err != nil || len(runs) != 0 {
 		t.Errorf("refused requests stored %d runs (%v)", len(runs), err)
 	}
-	if st, b := e.do("GET", "/v1/runs/"+ulid.Make().String(), ""); st != http.StatusNotFound {
+	unknown := ulid.Make().String()
+	if st, b := e.do("GET", "/v1/runs/"+unknown, ""); st != http.StatusNotFound {
 		t.Errorf("GET unknown run: %d %s", st, b)
-	} else {
-		agentError(t, b, agent.ErrInvalidRequest)
+	} else if msg := agentError(t, b, agent.ErrInvalidRequest); strings.Count(msg, "not found") != 1 || !strings.Contains(msg, unknown) {
+		// issue 16: it read "invalid_request_error: not found: run X: not found"
+		t.Errorf("GET unknown run says %q: want the run named and \"not found\" once", msg)
 	}
 }
 
