@@ -78,9 +78,13 @@ type Checkpoint struct {
 // Error categories (agent-error-format.md): api_validation when the run
 // request itself must change (bad input, wrong artifact or activity),
 // execution_failure for everything that went wrong while running.
+// CategoryAuth (a refusal, never a run's failure) when the caller's
+// credentials must change: a missing, unknown or revoked token (401) or one
+// without the right (403).
 const (
 	CategoryAPIValidation    = "api_validation"
 	CategoryExecutionFailure = "execution_failure"
+	CategoryAuth             = "auth"
 )
 
 var requestErrors = map[ErrorID]bool{

@@ -140,8 +140,11 @@ func ErrorBody(err error, node string) agent.ErrorReport {
 	e := agent.Classify(err)
 	msg := agent.RedactString(err.Error())
 	cat := agent.CategoryExecutionFailure
-	if e.ID == agent.ErrInvalidRequest {
+	switch e.ID {
+	case agent.ErrInvalidRequest:
 		cat = agent.CategoryAPIValidation
+	case agent.ErrPermission:
+		cat = agent.CategoryAuth // 401 and 403: the token must change
 	}
 	ctx := map[string]any{"error_id": string(e.ID), "retryable": e.Retryable}
 	if e.Code != "" {

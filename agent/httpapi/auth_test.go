@@ -197,6 +197,11 @@ func TestTokensRequired(t *testing.T) {
 				continue
 			}
 			agentError(t, b, agent.ErrPermission)
+			// issue 16: a 401 was reported as an execution_failure
+			var rep struct{ Errors []struct{ Category string } }
+			if json.Unmarshal([]byte(b), &rep) != nil || len(rep.Errors) != 1 || rep.Errors[0].Category != agent.CategoryAuth {
+				t.Errorf("%s %s as %q: category of the 401 is not %q: %s", rt.Method, path, who, agent.CategoryAuth, b)
+			}
 			if !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
 				t.Errorf("%s %s: WWW-Authenticate %q", rt.Method, path, h.Get("WWW-Authenticate"))
 			}
