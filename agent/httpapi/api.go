@@ -137,6 +137,13 @@ func New(cfg Config) http.Handler {
 
 // ErrorBody is the agent error format for a failed API call.
 func ErrorBody(err error, node string) agent.ErrorReport {
+	if errors.Is(err, agent.ErrNotFound) {
+		// Unknown run (or step, token …) wherever it is answered (HTTP, the
+		// NATS control reply, the CLI): a request error, not internal_error,
+		// and the cause already ends in "not found" ("run X: not found"):
+		// said once, not "not found: run X: not found".
+		err = &agent.Error{ID: agent.ErrInvalidRequest, Msg: notFoundMessage(err)}
+	}
 	e := agent.Classify(err)
 	msg := agent.RedactString(err.Error())
 	cat := agent.CategoryExecutionFailure
@@ -187,13 +194,6 @@ func writeError(w http.ResponseWriter, status int, err error) {
 	var ne interface{ NodeName() string }
 	if errors.As(err, &ne) {
 		node = ne.NodeName()
-	}
-	if status == http.StatusNotFound && !errors.Is(err, agent.ErrNotFound) {
-		// a route miss: keep the message
-	} else if errors.Is(err, agent.ErrNotFound) {
-		// The cause already ends in "not found" ("run X: not found"): say it
-		// once, under the request error id, not "not found: run X: not found".
-		err = &agent.Error{ID: agent.ErrInvalidRequest, Msg: notFoundMessage(err)}
 	}
 	writeJSON(w, status, ErrorBody(err, node))
 }

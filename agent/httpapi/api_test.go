@@ -493,3 +493,17 @@ func TestSecretsNeverInResponses(t *testing.T) {
 		t.Errorf("GET run lost the (redacted) APK reference:\n%s", responses["GET /v1/runs/"+id])
 	}
 }
+
+// ErrorBody of an unknown run, as the NATS control reply and the CLI send it
+// (issue 16: internal_error over NATS, and "not found" said twice over HTTP):
+// a request error naming the run, "not found" once.
+func TestErrorBodyNotFound(t *testing.T) {
+	const run = "01J0000000000000000000NONE"
+	rep := httpapi.ErrorBody(fmt.Errorf("run %s: %w", run, agent.ErrNotFound), "")
+	if len(rep.Errors) != 1 || rep.Errors[0].Context["error_id"] != string(agent.ErrInvalidRequest) {
+		t.Fatalf("ErrorBody(unknown run) = %+v, want error_id %s", rep, agent.ErrInvalidRequest)
+	}
+	if rep.Error != "invalid_request_error: run "+run+": not found" || rep.Errors[0].Category != agent.CategoryAPIValidation {
+		t.Errorf("ErrorBody(unknown run) says %q (%s)", rep.Error, rep.Errors[0].Category)
+	}
+}
