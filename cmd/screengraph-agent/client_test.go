@@ -185,7 +185,8 @@ func TestClientControlCommands(t *testing.T) {
 		return (&policySwitchCmd{e.flags("json"), id, 2}).Run(ctx)
 	})
 	var cr httpapi.ControlResponse
-	if err != nil || json.Unmarshal([]byte(out), &cr) != nil || cr != (httpapi.ControlResponse{RunID: id, Kind: agent.KindPolicySwitchRequested, Recorded: true}) {
+	if err != nil || json.Unmarshal([]byte(out), &cr) != nil || cr.RequestID == "" ||
+		cr != (httpapi.ControlResponse{RunID: id, Kind: agent.KindPolicySwitchRequested, RequestID: cr.RequestID, Recorded: true}) {
 		t.Fatalf("policy switch --output json: %v\n%s", err, out)
 	}
 	close(e.gate) // the node ends; the pause takes effect at the boundary
