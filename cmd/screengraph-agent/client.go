@@ -188,10 +188,16 @@ func (c *client) alive(ctx context.Context) bool {
 // --server (or SCREENGRAPH_SERVER); else, when no --data-dir names a local
 // store, the default daemon if one answers; nil means the local store.
 func (f serverFlags) daemonFor(ctx context.Context, s storeFlags) *client {
+	return f.daemonUnless(ctx, s.DataDir != "")
+}
+
+// daemonUnless is the daemon of --server; else, unless a flag names a local
+// source (localNamed), the default daemon if one answers; else nil.
+func (f serverFlags) daemonUnless(ctx context.Context, localNamed bool) *client {
 	if f.Server != "" {
 		return newClient(f.Server)
 	}
-	if s.DataDir != "" {
+	if localNamed {
 		return nil
 	}
 	if c := newClient(""); c.alive(ctx) {

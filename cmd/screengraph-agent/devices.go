@@ -36,16 +36,7 @@ func adbAddr(flag string) string {
 // names an adb server to ask directly, the default daemon if one answers;
 // nil means the adb server directly.
 func (d *devicesCmd) daemon(ctx context.Context) *client {
-	if d.Server != "" {
-		return newClient(d.Server)
-	}
-	if d.ADBServer != "" {
-		return nil
-	}
-	if c := newClient(""); c.alive(ctx) {
-		return c
-	}
-	return nil
+	return d.daemonUnless(ctx, d.ADBServer != "")
 }
 
 // viaDaemon prints GET /v1/devices: the daemon's adb server's devices with
