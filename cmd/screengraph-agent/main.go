@@ -64,6 +64,10 @@ func (g Globals) logger() zerolog.Logger {
 // zerolog's default, second precision, every console line read ".000").
 const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
+// Set once, before any logger exists: zerolog reads this global on every
+// event, so setting it per logger would race with loggers already running.
+func init() { zerolog.TimeFieldFormat = logTimeFormat }
+
 // newLogger logs to w at level (info when unknown): JSON lines, or console
 // lines coloured only when w is a terminal (and NO_COLOR is unset), so a
 // log file carries no ANSI escape codes.
@@ -72,7 +76,6 @@ func newLogger(w io.Writer, level string, jsonLines bool) zerolog.Logger {
 	if err != nil {
 		lvl = zerolog.InfoLevel
 	}
-	zerolog.TimeFieldFormat = logTimeFormat
 	if jsonLines {
 		return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 	}
