@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -84,8 +87,8 @@ func TestEmbeddedPragmas(t *testing.T) {
 		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 	}
 	v, err := migrations.Version(t.Context(), db, migrations.SQLite)
-	if err != nil || v != 3 {
-		t.Errorf("schema version = %d, %v; want 3", v, err)
+	if want := latestMigration(t, migrations.SQLite); err != nil || v != want {
+		t.Errorf("schema version = %d, %v; want %d (the newest migration)", v, err, want)
 	}
 }
 
@@ -136,4 +139,29 @@ func TestEmbeddedFilesOwnerOnly(t *testing.T) {
 	}
 	defer s.Close()
 	check()
+}
+
+// latestMigration is the highest version among d's migration files
+// (0000N_name.sql), so the test follows new migrations.
+func latestMigration(t *testing.T, d migrations.Dialect) int64 {
+	t.Helper()
+	fsys, err := migrations.FS(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("migration files: %v, %v", names, err)
+	}
+	var newest int64
+	for _, n := range names {
+		v, err := strconv.ParseInt(strings.SplitN(n, "_", 2)[0], 10, 64)
+		if err != nil {
+			t.Fatalf("migration file %s: %v", n, err)
+		}
+		if v > newest {
+			newest = v
+		}
+	}
+	return newest
 }
