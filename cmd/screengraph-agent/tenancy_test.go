@@ -280,7 +280,8 @@ func TestServeTenantIsolation(t *testing.T) {
 		t.Errorf("control on beta's subject: %v %v", msgText(m), err)
 	}
 	m, err := ac.nc.Request(snapshots.ControlSubject("acme", b), []byte(`{"kind":"agent.run.cancellation_requested"}`), 5*time.Second)
-	if err != nil || !strings.Contains(string(m.Data), "not found") {
+	// issue 16: the reply said internal_error for an unknown run.
+	if err != nil || !strings.Contains(string(m.Data), "not found") || !strings.Contains(string(m.Data), `"error_id":"invalid_request_error"`) {
 		t.Errorf("control of beta's run under acme's subject: %v %s", err, msgText(m))
 	}
 	m, err = ac.nc.Request(snapshots.ControlSubject("acme", a), []byte(`{"kind":"agent.run.pause_requested"}`), 5*time.Second)
