@@ -341,9 +341,14 @@ func checkRunEvents(t testing.TB, evs []agent.Event, wantTerminal string) {
 // checkLeaseHistory checks that no device was ever leased to two runs at
 // once (every lease released before the next one of the device was
 // acquired), that no lease is left active, and that fencing tokens grow.
+//
+// The checks go by device (the fleet key, host id and serial); the map it
+// returns is by adb serial, which is what the callers' runs and simulated
+// devices know.
 func checkLeaseHistory(t testing.TB, all []agent.Lease) map[string][]agent.Lease {
 	t.Helper()
 	by := map[string][]agent.Lease{}
+	bySerial := map[string][]agent.Lease{}
 	var last int64
 	for _, l := range all {
 		if l.FencingToken <= last {
@@ -354,6 +359,7 @@ func checkLeaseHistory(t testing.TB, all []agent.Lease) map[string][]agent.Lease
 			t.Fatalf("lease %d of %s (run %s) still active", l.FencingToken, l.Serial, l.RunID)
 		}
 		by[l.Device] = append(by[l.Device], l)
+		bySerial[l.Serial] = append(bySerial[l.Serial], l)
 	}
 	for serial, ls := range by {
 		sort.Slice(ls, func(i, j int) bool { return ls[i].AcquiredAt.Before(ls[j].AcquiredAt) })
@@ -364,7 +370,7 @@ func checkLeaseHistory(t testing.TB, all []agent.Lease) map[string][]agent.Lease
 			}
 		}
 	}
-	return by
+	return bySerial
 }
 
 // checkDeviceActions checks what the simulated devices did since t0 against
