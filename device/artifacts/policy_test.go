@@ -140,7 +140,7 @@ func newCounting(t *testing.T, addr string, h http.Handler) *countingServer {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Skipf("cannot listen on %s: %v", addr, err)
+		t.Fatalf("cannot listen on %s (all of 127.0.0.0/8 is loopback on Linux): %v", addr, err)
 	}
 	s := &countingServer{Server: httptest.NewUnstartedServer(h)}
 	s.Listener = countingListener{l, &s.accepts}
