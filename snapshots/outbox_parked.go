@@ -163,16 +163,7 @@ func (s *Embedded) CountRunsByStatus(ctx context.Context) (map[agent.RunStatus]i
 		return nil, err
 	}
 	defer rows.Close()
-	by := map[agent.RunStatus]int{}
-	for rows.Next() {
-		var st string
-		var n int
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
-		by[agent.RunStatus(st)] = n
-	}
-	return by, rows.Err()
+	return scanStatusCounts(rows)
 }
 
 // CountRunsByStatus implements agent.RunCounter.
@@ -182,6 +173,18 @@ func (s *Postgres) CountRunsByStatus(ctx context.Context) (map[agent.RunStatus]i
 		return nil, err
 	}
 	defer rows.Close()
+	return scanStatusCounts(rows)
+}
+
+// statusRows is what *sql.Rows and pgx.Rows share for reading.
+type statusRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanStatusCounts reads (status, count) rows of either store.
+func scanStatusCounts(rows statusRows) (map[agent.RunStatus]int, error) {
 	by := map[agent.RunStatus]int{}
 	for rows.Next() {
 		var st string
