@@ -33,6 +33,14 @@ const (
 	ErrLaunchTimeout       ErrorID = "launch_timeout"
 	ErrIdleTimeout         ErrorID = "idle_timeout"
 	ErrCanceled            ErrorID = "canceled"
+	// ErrAppCrashed: the app's process died after its launch (an uncaught
+	// exception in the crash buffer, a data_app_crash dropbox entry, its
+	// crash dialog, or its pid gone). Retryable by default: a crash at launch
+	// is retried with a fresh process (policy maxAttemptsByError bounds it to
+	// one retry); a crash during WaitIdle is not retryable.
+	ErrAppCrashed ErrorID = "app_crashed"
+	// ErrAppNotResponding: the app's "isn't responding" (ANR) dialog showed.
+	ErrAppNotResponding ErrorID = "app_not_responding"
 )
 
 // ErrorIDs lists every ErrorID above, for validation (policy retryOn lists).
@@ -41,6 +49,7 @@ var ErrorIDs = []ErrorID{
 	ErrNodeStopped, ErrDeviceNotFound, ErrDeviceOffline, ErrDeviceUnauthorized, ErrBootTimeout,
 	ErrAppiumUnreachable, ErrSessionCreateFailed, ErrArtifactUnavailable, ErrSignatureMismatch,
 	ErrInstallFailed, ErrVersionDowngrade, ErrActivityNotFound, ErrLaunchTimeout, ErrIdleTimeout, ErrCanceled,
+	ErrAppCrashed, ErrAppNotResponding,
 }
 
 // retryableByDefault lists the ids that are worth another attempt unless the
@@ -49,6 +58,7 @@ var retryableByDefault = map[ErrorID]bool{
 	ErrTimeout: true, ErrNetwork: true, ErrDeviceOffline: true, ErrAppiumUnreachable: true,
 	ErrSessionCreateFailed: true, ErrArtifactUnavailable: true, ErrLaunchTimeout: true,
 	ErrBootTimeout: false, ErrIdleTimeout: false,
+	ErrAppCrashed: true, ErrAppNotResponding: false,
 }
 
 // DefaultRetryable reports whether id is retryable by default.

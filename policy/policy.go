@@ -121,6 +121,11 @@ type Retry struct {
 	MaxBackoff     Duration        `yaml:"maxBackoff" json:"maxBackoff"`
 	Multiplier     float64         `yaml:"multiplier" json:"multiplier"`
 	RetryOn        []agent.ErrorID `yaml:"retryOn" json:"retryOn"`
+	// MaxAttemptsByError lowers MaxAttempts for the ids it names (a value
+	// above MaxAttempts has no effect): the default {app_crashed: 2} retries
+	// a crash at launch once, with a fresh process. Set 1 to never retry it
+	// (or leave app_crashed out of RetryOn); keys are errorIds, values >= 1.
+	MaxAttemptsByError map[agent.ErrorID]int `yaml:"maxAttemptsByError,omitempty" json:"maxAttemptsByError,omitempty"`
 }
 
 // IdleHeuristics configure WaitIdle (idleHeuristicsConfiguration).
@@ -205,6 +210,11 @@ var _ agent.RetryPolicy = (*Policy)(nil)
 //     narrows: the engine retries a failure only when the adapter classified
 //     it retryable too, so an artifact_unavailable from an HTTP 404 or an
 //     APK that does not verify runs once and reports retryable false.
+//   - app_crashed: retried once (maxAttemptsByError 2). LaunchOrAttach
+//     starts a retry with a fresh process (am start -S), so a crash that
+//     depends on leftover state or timing gets one more chance; a crash
+//     that repeats is the app's bug, and more attempts only repeat it.
+//     app_not_responding is not retried.
 //   - modes: the spec's examples; REUSE_OR_CREATE saves the ~20 s session
 //     creation per run.
 //   - idle: 500 ms quiet within 10 s, as UiAutomation.waitForIdle(500, 10000);
@@ -222,7 +232,8 @@ func Default() *Policy {
 		Retries: Retry{
 			MaxAttempts: 3, InitialBackoff: Duration(time.Second), MaxBackoff: Duration(10 * time.Second), Multiplier: 2,
 			RetryOn: []agent.ErrorID{agent.ErrTimeout, agent.ErrNetwork, agent.ErrDeviceOffline, agent.ErrAppiumUnreachable,
-				agent.ErrSessionCreateFailed, agent.ErrArtifactUnavailable, agent.ErrLaunchTimeout},
+				agent.ErrSessionCreateFailed, agent.ErrArtifactUnavailable, agent.ErrLaunchTimeout, agent.ErrAppCrashed},
+			MaxAttemptsByError: map[agent.ErrorID]int{agent.ErrAppCrashed: 2},
 		},
 		DriverReusePolicy:  DriverReuseOrCreate,
 		InstallationPolicy: InstallIfMissing,
@@ -301,6 +312,11 @@ func (p *Policy) Validate() error {
 				bad("%s.retryOn: unknown errorId %q", where, id)
 			}
 		}
+		for id, n := range r.MaxAttemptsByError {
+			if !slices.Contains(agent.ErrorIDs, id) || n < 1 {
+				bad("%s.maxAttemptsByError[%q] = %d: need a known errorId and a count >= 1", where, id, n)
+			}
+		}
 	}
 	check("retries", p.Retries)
 	for n, r := range p.NodeRetries {
@@ -363,7 +379,11 @@ func (p *Policy) Decide(node string, id agent.ErrorID, attempt int) (bool, time.
 // retryable at the adapter boundary (agent.Error.Retryable).
 func Decide(p *Policy, node string, id agent.ErrorID, attempt int) (retry bool, backoff time.Duration) {
 	r := p.RetryFor(node)
-	if attempt < 1 || attempt >= r.MaxAttempts || !slices.Contains(r.RetryOn, id) {
+	limit := r.MaxAttempts
+	if n, ok := r.MaxAttemptsByError[id]; ok && n < limit {
+		limit = n
+	}
+	if attempt < 1 || attempt >= limit || !slices.Contains(r.RetryOn, id) {
 		return false, 0
 	}
 	b := float64(r.InitialBackoff) * math.Pow(r.Multiplier, float64(attempt-1))

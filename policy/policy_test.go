@@ -57,6 +57,27 @@ func TestDecide(t *testing.T) {
 			t.Errorf("Decide(%s, %s, %d) = %v, %s; want %v, %s", c.node, c.id, c.attempt, retry, backoff, c.retry, c.backoff)
 		}
 	}
+	// app_crashed: one retry by default (maxAttemptsByError), none when a
+	// policy sets 1.
+	if r, _ := p.Decide("LaunchOrAttach", agent.ErrAppCrashed, 1); !r {
+		t.Error("app_crashed attempt 1: not retried")
+	}
+	if r, _ := p.Decide("LaunchOrAttach", agent.ErrAppCrashed, 2); r {
+		t.Error("app_crashed attempt 2: retried again")
+	}
+	if r, _ := p.Decide("LaunchOrAttach", agent.ErrAppNotResponding, 1); r {
+		t.Error("app_not_responding retried")
+	}
+	q, err := policy.Parse([]byte("version: 2\nretries: {maxAttemptsByError: {app_crashed: 1}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := q.Decide("LaunchOrAttach", agent.ErrAppCrashed, 1); r {
+		t.Error("maxAttemptsByError app_crashed 1: retried")
+	}
+	if r, _ := q.Decide("LaunchOrAttach", agent.ErrLaunchTimeout, 2); !r {
+		t.Error("maxAttemptsByError changed another id's attempts")
+	}
 	p.Retries.MaxAttempts = 10
 	var got []time.Duration
 	for a := 1; a < 10; a++ {
@@ -91,7 +112,11 @@ func TestDecideProperties(t *testing.T) {
 			if r1 != r2 || b1 != b2 {
 				rt.Fatal("not pure")
 			}
-			if r1 != (a < p.Retries.MaxAttempts && p.Retryable("N", id)) {
+			limit := p.Retries.MaxAttempts
+			if n, ok := p.Retries.MaxAttemptsByError[id]; ok && n < limit {
+				limit = n
+			}
+			if r1 != (a < limit && p.Retryable("N", id)) {
 				rt.Fatalf("attempt %d retry %v", a, r1)
 			}
 			if r1 && (b1 < prev || b1 > p.Retries.MaxBackoff.D()) {
@@ -142,14 +167,16 @@ func TestLoadOverlaysDefaults(t *testing.T) {
 
 func TestParseRejects(t *testing.T) {
 	for doc, want := range map[string]string{
-		`timeouts: {A: 1s}`:                        "version is required",
-		"version: 2\ntimeoutz: {}":                 "field timeoutz not found",
-		"version: 0":                               "version 0",
-		"version: 2\ndriverReusePolicy: SOMETIMES": `driverReusePolicy "SOMETIMES"`,
-		"version: 2\nretries: {multiplier: 0.5}":   "multiplier 0.5",
-		"version: 2\nretries: {retryOn: [oops]}":   `unknown errorId "oops"`,
-		"version: 2\nretries: {maxBackoff: 10ms}":  "initialBackoff",
-		"version: 2\ntimeouts: {A: soon}":          "soon",
+		`timeouts: {A: 1s}`:                                                            "version is required",
+		"version: 2\ntimeoutz: {}":                                                     "field timeoutz not found",
+		"version: 0":                                                                   "version 0",
+		"version: 2\ndriverReusePolicy: SOMETIMES":                                     `driverReusePolicy "SOMETIMES"`,
+		"version: 2\nretries: {multiplier: 0.5}":                                       "multiplier 0.5",
+		"version: 2\nretries: {retryOn: [oops]}":                                       `unknown errorId "oops"`,
+		"version: 2\nretries: {maxAttemptsByError: {app_crashed: 0}}":                  `maxAttemptsByError["app_crashed"] = 0`,
+		"version: 2\nretries: {maxAttemptsByError: {oops: 2}}":                         `maxAttemptsByError["oops"]`,
+		"version: 2\nretries: {maxBackoff: 10ms}":                                      "initialBackoff",
+		"version: 2\ntimeouts: {A: soon}":                                              "soon",
 		"version: 2\nidleHeuristics: {minQuietMillis: 100, sampleIntervalMillis: 300}": "sampleIntervalMillis <= minQuietMillis",
 	} {
 		_, err := policy.Parse([]byte(doc))
