@@ -542,3 +542,39 @@ func TestSystemUIANRDismissedByKeys(t *testing.T) {
 		t.Errorf("Wait restarted SystemUI: %q -> %q", pid, now)
 	}
 }
+
+// faults.appCrash.times 1: the first launch crashes, the next one does not
+// (a crash that does not repeat); `date` reads the device clock as toybox does.
+func TestAppCrashTimesAndDate(t *testing.T) {
+	p := crashProfile(0, "")
+	p.Faults.AppCrash.Times = 1
+	d, clk := newFaultDevice(t, p)
+	if o, _, code := amSh(t, d, "date +%s.%N"); code != 0 || o != "1795248000.000000000\n" {
+		t.Errorf("date +%%s.%%N: %q exit %d", o, code)
+	}
+	if o, _, _ := amSh(t, d, "date"); o != "Sat Nov 21 08:00:00 GMT 2026\n" {
+		t.Errorf("date: %q", o)
+	}
+	if _, e, code := amSh(t, d, "date 112108002026"); code != 1 || e != "date: Not root\n" {
+		t.Errorf("setting the clock: %q exit %d", e, code)
+	}
+	amSh(t, d, "am start -W -n "+amPkg+"/.HomeActivity")
+	clk.Advance(time.Millisecond)
+	if _, _, code := amSh(t, d, "pidof "+amPkg); code == 0 {
+		t.Fatal("first launch did not crash")
+	}
+	clk.Advance(2 * time.Minute)
+	amSh(t, d, "am start -W -n "+amPkg+"/.HomeActivity")
+	clk.Advance(5 * time.Second)
+	if _, _, code := amSh(t, d, "pidof "+amPkg); code != 0 {
+		t.Fatal("second launch crashed too (times 1)")
+	}
+	if crash, _, _ := amSh(t, d, "logcat -d -b crash"); strings.Count(crash, "FATAL EXCEPTION") != 1 {
+		t.Errorf("crash buffer:\n%s", crash)
+	}
+	bad := crashProfile(0, "")
+	bad.Faults.AppCrash.Times = -1
+	if _, err := New(bad, Options{}); err == nil || !strings.Contains(err.Error(), "faults.appCrash.times -1") {
+		t.Errorf("times -1: %v", err)
+	}
+}

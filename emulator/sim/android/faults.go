@@ -29,6 +29,9 @@ type AppCrashFault struct {
 	Message string `yaml:"message"`
 	// AfterMillis is the delay from the launch to the crash, in milliseconds.
 	AfterMillis int `yaml:"afterMillis"`
+	// Times limits the fault to the first Times crashes of the device's life
+	// (a crash that does not repeat: Times 1); 0 means every launch.
+	Times int `yaml:"times"`
 }
 
 // AppANRFault makes an app stop responding AfterMillis after each launch: an
@@ -49,6 +52,7 @@ type SystemUIANRFault struct {
 const (
 	maxFaultDelayMillis = 3600 * 1000
 	maxFaultMessage     = 1024
+	maxFaultTimes       = 1 << 20
 )
 
 var javaClassRE = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*$`)
@@ -69,6 +73,9 @@ func checkFaults(f Faults) error {
 		}
 		if c.AfterMillis < 0 || c.AfterMillis > maxFaultDelayMillis {
 			return fmt.Errorf("faults.appCrash.afterMillis %d outside 0..%d", c.AfterMillis, maxFaultDelayMillis)
+		}
+		if c.Times < 0 || c.Times > maxFaultTimes {
+			return fmt.Errorf("faults.appCrash.times %d outside 0..%d", c.Times, maxFaultTimes)
 		}
 	}
 	if a := f.AppNotResponding; a != nil {
@@ -186,6 +193,8 @@ type faultState struct {
 	crashTimesPersistent map[string]time.Time
 	dropbox              []dropboxEntry
 	anrCount             int
+	// crashes counts the AppCrash faults applied (AppCrashFault.Times).
+	crashes int
 }
 
 func newFaultState() *faultState {
@@ -212,7 +221,8 @@ func (d *Device) onLaunchLocked(pkg, cls string, pid int, now time.Time, inApp b
 			return // one fault at a time per process
 		}
 	}
-	if c := d.profile.Faults.AppCrash; c != nil && c.Package == pkg && (c.Activity == "" && !inApp || c.Activity == cls) {
+	if c := d.profile.Faults.AppCrash; c != nil && c.Package == pkg && (c.Activity == "" && !inApp || c.Activity == cls) &&
+		(c.Times == 0 || d.faults.crashes < c.Times) {
 		d.faults.pending = append(d.faults.pending, pendingFault{
 			at: now.Add(time.Duration(c.AfterMillis) * time.Millisecond), kind: faultCrash, pkg: pkg, pid: pid, cls: cls})
 	}
@@ -303,6 +313,10 @@ func (d *Device) crashLocked(f pendingFault) {
 		return
 	}
 	c := d.profile.Faults.AppCrash
+	if c.Times > 0 && d.faults.crashes >= c.Times {
+		return
+	}
+	d.faults.crashes++
 	now := d.now()
 	exc := c.Exception
 	if exc == "" {

@@ -25,6 +25,7 @@ func init() {
 	registerCommand("sha1sum", digestCommand("sha1sum", sha1.New))
 	registerCommand("sha256sum", digestCommand("sha256sum", sha256.New))
 	registerCommand("uname", cmdUname)
+	registerCommand("date", cmdDate)
 }
 
 // lineCount reads "-n N", "-nN" or "-N" (default 10) and returns the files.
@@ -189,5 +190,59 @@ func cmdUname(c *Ctx) int {
 	default:
 		fmt.Fprintln(c.Stdout, kernel)
 	}
+	return 0
+}
+
+// cmdDate is toybox `date [+FORMAT]` for reading the clock (setting it needs
+// root and is refused as on a user build): without an argument the default
+// "Thu Nov 26 04:41:20 GMT 2026" form; +FORMAT takes strftime's %s (epoch
+// seconds), %N (nanoseconds), %Y %m %d %H %M %S %Z %% (the device runs in
+// GMT, persist.sys.timezone=GMT). An unknown conversion is copied as is.
+func cmdDate(c *Ctx) int {
+	now := c.Device.now().UTC()
+	args := c.Args[1:]
+	if len(args) == 0 {
+		fmt.Fprintln(c.Stdout, now.Format("Mon Jan _2 15:04:05 GMT 2006"))
+		return 0
+	}
+	if len(args) > 1 || !strings.HasPrefix(args[0], "+") {
+		fmt.Fprintln(c.Stderr, "date: Not root")
+		return 1
+	}
+	f := args[0][1:]
+	var b strings.Builder
+	for i := 0; i < len(f); i++ {
+		if f[i] != '%' || i+1 == len(f) {
+			b.WriteByte(f[i])
+			continue
+		}
+		i++
+		switch f[i] {
+		case 's':
+			fmt.Fprintf(&b, "%d", now.Unix())
+		case 'N':
+			fmt.Fprintf(&b, "%09d", now.Nanosecond())
+		case 'Y':
+			fmt.Fprintf(&b, "%04d", now.Year())
+		case 'm':
+			fmt.Fprintf(&b, "%02d", int(now.Month()))
+		case 'd':
+			fmt.Fprintf(&b, "%02d", now.Day())
+		case 'H':
+			fmt.Fprintf(&b, "%02d", now.Hour())
+		case 'M':
+			fmt.Fprintf(&b, "%02d", now.Minute())
+		case 'S':
+			fmt.Fprintf(&b, "%02d", now.Second())
+		case 'Z':
+			b.WriteString("GMT")
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(f[i])
+		}
+	}
+	fmt.Fprintln(c.Stdout, b.String())
 	return 0
 }
