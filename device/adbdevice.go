@@ -6,23 +6,93 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
 )
+
+// ReconnectGrace bounds how long an ADBDevice operation, and Resolver, wait
+// for a serial the adb server does not list (adb's "device 'X' not found") to
+// be listed again before answering device_not_found: an adb server restart
+// forgets every device until each registers again (emulators re-register,
+// USB devices re-enumerate: about a second on a quiet host), and a run must
+// ride through that as `adb wait-for-device` would.
+const ReconnectGrace = 10 * time.Second
+
+// absentPoll is how often the wait asks host:devices-l again.
+const absentPoll = 200 * time.Millisecond
 
 // ADBDevice is Device over an adb server (host protocol, package adb) for one
 // serial. Every error it returns is an *agent.Error (see AgentError).
 type ADBDevice struct {
 	client *adb.Client
 	serial string
+	grace  time.Duration
+	// onAbsent, when set (tests), is called once a wait for the serial begins.
+	onAbsent func()
 }
 
 var _ Device = (*ADBDevice)(nil)
 
-// NewADBDevice returns the device serial on the adb server c talks to.
+// NewADBDevice returns the device serial on the adb server c talks to. Its
+// operations wait up to ReconnectGrace for a serial the server does not list.
 func NewADBDevice(c *adb.Client, serial string) *ADBDevice {
-	return &ADBDevice{client: c, serial: serial}
+	return &ADBDevice{client: c, serial: serial, grace: ReconnectGrace}
+}
+
+// WithReconnectGrace sets how long operations wait for the serial to be
+// listed again (0: answer device_not_found at once) and returns d.
+func (d *ADBDevice) WithReconnectGrace(g time.Duration) *ADBDevice {
+	d.grace = g
+	return d
+}
+
+// rideAbsence runs op; when the adb server answered that it does not know the
+// serial (nothing reached the device), it waits for the serial to be listed
+// again, within the grace and ctx, and runs op once more.
+func (d *ADBDevice) rideAbsence(ctx context.Context, op func() error) error {
+	err := op()
+	if adb.IDOf(err) != adb.IDDeviceNotFound || d.grace <= 0 {
+		return err
+	}
+	if d.onAbsent != nil {
+		d.onAbsent()
+	}
+	if !waitListed(ctx, d.grace, func() bool {
+		infos, lerr := d.client.Devices(ctx)
+		if lerr != nil {
+			return false
+		}
+		for _, in := range infos {
+			if in.Serial == d.serial {
+				return true
+			}
+		}
+		return false
+	}) {
+		return err
+	}
+	return op()
+}
+
+// waitListed polls listed every absentPoll until it says true (true), or
+// grace or ctx ends (false).
+func waitListed(ctx context.Context, grace time.Duration, listed func() bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	t := time.NewTicker(absentPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			if listed() {
+				return true
+			}
+		}
+	}
 }
 
 // Serial is the adb serial.
@@ -56,7 +126,11 @@ func (d *ADBDevice) State(ctx context.Context) (string, error) {
 // Shell runs cmd through the adb shell v2 protocol (separate stderr, exit code;
 // shell: with an exit marker on devices without shell_v2).
 func (d *ADBDevice) Shell(ctx context.Context, cmd string) (ShellResult, error) {
-	r, err := d.client.Shell(ctx, d.serial, cmd)
+	var r adb.ShellResult
+	err := d.rideAbsence(ctx, func() (err error) {
+		r, err = d.client.Shell(ctx, d.serial, cmd)
+		return err
+	})
 	if err != nil {
 		return ShellResult{}, AgentError(err)
 	}
@@ -73,17 +147,23 @@ func (d *ADBDevice) Install(ctx context.Context, localAPK string, opt InstallOpt
 	if opt.Progress != nil {
 		o.Progress = adb.Progress(opt.Progress)
 	}
-	return AgentError(d.client.Install(ctx, d.serial, localAPK, o))
+	return AgentError(d.rideAbsence(ctx, func() error { return d.client.Install(ctx, d.serial, localAPK, o) }))
 }
 
 // Uninstall removes pkg and its data.
 func (d *ADBDevice) Uninstall(ctx context.Context, pkg string) error {
-	return AgentError(d.client.Uninstall(ctx, d.serial, pkg, false))
+	return AgentError(d.rideAbsence(ctx, func() error { return d.client.Uninstall(ctx, d.serial, pkg, false) }))
 }
 
 // Pull copies the device file remote into w over the sync protocol.
 func (d *ADBDevice) Pull(ctx context.Context, remote string, w io.Writer) (int64, error) {
-	n, err := d.client.Pull(ctx, d.serial, remote, w, nil)
+	var n int64
+	// Only "not found" is run again, and the server says it before any
+	// byte of the file reaches w.
+	err := d.rideAbsence(ctx, func() (err error) {
+		n, err = d.client.Pull(ctx, d.serial, remote, w, nil)
+		return err
+	})
 	return n, AgentError(err)
 }
 
@@ -141,16 +221,32 @@ func AgentError(err error) error {
 // name; else the one whose model, product or device (host:devices-l) equals
 // name ignoring case and with blanks as '_'; else the emulator whose AVD name
 // (getprop ro.boot.qemu.avd_name, ro.kernel.qemu.avd_name on older images)
-// is name. Errors: device_not_found (none, or more than one: name a serial).
-func Resolver(c *adb.Client) func(ctx context.Context, name string) (Device, error) {
+// is name. A name that designates no device is waited for up to grace (the
+// device's ReconnectGrace too), as after an adb server restart. Errors:
+// device_not_found with Code CodeNotAttached (none) or CodeAmbiguous (more
+// than one: name a serial).
+func Resolver(c *adb.Client, grace time.Duration) func(ctx context.Context, name string) (Device, error) {
 	return func(ctx context.Context, name string) (Device, error) {
 		serial, err := ResolveSerial(ctx, c, name)
+		var e *agent.Error
+		if errors.As(err, &e) && e.Code == CodeNotAttached && grace > 0 {
+			waitListed(ctx, grace, func() bool {
+				serial, err = ResolveSerial(ctx, c, name)
+				return err == nil || !errors.As(err, &e) || e.Code != CodeNotAttached
+			})
+		}
 		if err != nil {
 			return nil, err
 		}
-		return NewADBDevice(c, serial), nil
+		return NewADBDevice(c, serial).WithReconnectGrace(grace), nil
 	}
 }
+
+// Codes of ResolveSerial's device_not_found.
+const (
+	CodeNotAttached = "DEVICE_NOT_ATTACHED" // no device of the adb server has the name
+	CodeAmbiguous   = "DEVICE_NAME_AMBIGUOUS"
+)
 
 // ResolveSerial is Resolver's lookup.
 func ResolveSerial(ctx context.Context, c *adb.Client, name string) (string, error) {
@@ -196,8 +292,12 @@ func ResolveSerial(ctx context.Context, c *adb.Client, name string) (string, err
 		for i, in := range infos {
 			known[i] = in.Serial + " (" + string(in.State) + ")"
 		}
-		return "", agent.Errorf(agent.ErrDeviceNotFound, "no device named %q (serial, model, product, device or AVD name); adb knows: %s",
-			name, strings.Join(known, ", "))
+		if len(known) == 0 {
+			known = []string{"no device"}
+		}
+		return "", &agent.Error{ID: agent.ErrDeviceNotFound, Code: CodeNotAttached,
+			Msg: fmt.Sprintf("no device named %q (serial, model, product, device or AVD name); adb knows: %s", name, strings.Join(known, ", "))}
 	}
-	return "", agent.Errorf(agent.ErrDeviceNotFound, "%q names %d devices (%s): use a serial", name, len(hits), strings.Join(hits, ", "))
+	return "", &agent.Error{ID: agent.ErrDeviceNotFound, Code: CodeAmbiguous,
+		Msg: fmt.Sprintf("%q names %d devices (%s): use a serial", name, len(hits), strings.Join(hits, ", "))}
 }

@@ -104,16 +104,20 @@ func TestADBDeviceOnSimulator(t *testing.T) {
 	}
 
 	// Unknown serial.
-	ghost := device.NewADBDevice(c, "emulator-5998")
+	ghost := device.NewADBDevice(c, "emulator-5998").WithReconnectGrace(0)
 	if _, err := ghost.State(ctx); agent.Classify(err).ID != agent.ErrDeviceNotFound {
 		t.Errorf("unknown serial State: %v", err)
 	}
 	if _, err := ghost.Shell(ctx, "true"); agent.Classify(err).ID != agent.ErrDeviceNotFound {
 		t.Errorf("unknown serial Shell: %v", err)
 	}
+	// With a grace: waited for, then the same answer.
+	if _, err := ghost.WithReconnectGrace(300*time.Millisecond).Shell(ctx, "true"); agent.Classify(err).ID != agent.ErrDeviceNotFound {
+		t.Errorf("unknown serial Shell after the grace: %v", err)
+	}
 
 	// Resolver: by serial and by model (host:devices-l), unknown name.
-	res := device.Resolver(c)
+	res := device.Resolver(c, 300*time.Millisecond)
 	if got, err := res(ctx, emu.Serial()); err != nil || got.Serial() != emu.Serial() {
 		t.Errorf("resolve serial: %v %v", got, err)
 	}
@@ -130,7 +134,62 @@ func TestADBDeviceOnSimulator(t *testing.T) {
 	if got, err := res(ctx, model); err != nil || got.Serial() != emu.Serial() {
 		t.Errorf("resolve model %q: %v %v", model, got, err)
 	}
-	if _, err := res(ctx, "Pixel_7_Emu"); agent.Classify(err).ID != agent.ErrDeviceNotFound {
+	if _, err := res(ctx, "Pixel_7_Emu"); agent.Classify(err).ID != agent.ErrDeviceNotFound || agent.Classify(err).Code != device.CodeNotAttached {
 		t.Errorf("resolve unknown: %v", err)
+	}
+}
+
+// An adb server restart forgets every device until it registers again: an
+// operation, and a resolution, started in that window wait for the device
+// and succeed (the fleet chaos test met this as device_not_found mid-run).
+func TestADBDeviceRidesThroughAnADBServerRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := simtest.StartADBServer(t)
+	emu, _ := simtest.Launch(t, srv, simtest.Profile(t, "default"))
+	srv.WaitState(t, emu.Serial(), "device", 10*time.Second)
+	c := adb.New(srv.Addr())
+
+	restart := func() {
+		srv.Restart(t)
+		if infos, err := c.Devices(ctx); err != nil || len(infos) != 0 {
+			t.Fatalf("after the restart: %v %v, want no device", infos, err)
+		}
+	}
+
+	restart()
+	d := device.NewADBDevice(c, emu.Serial())
+	waiting := make(chan struct{})
+	device.OnAbsent(d, func() { close(waiting) })
+	type result struct {
+		r   device.ShellResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := d.Shell(ctx, "echo back")
+		done <- result{r, err}
+	}()
+	select {
+	case <-waiting:
+	case r := <-done:
+		t.Fatalf("Shell answered before the device came back: %+v %v", r.r, r.err)
+	}
+	emu.DropConnection() // registers with the new server
+	if r := <-done; r.err != nil || r.r.Stdout != "back\n" {
+		t.Fatalf("Shell = %+v, %v; want it to wait for the device", r.r, r.err)
+	}
+
+	restart()
+	resolved := make(chan error, 1)
+	go func() {
+		_, err := device.Resolver(c, device.ReconnectGrace)(ctx, emu.Serial())
+		resolved <- err
+	}()
+	// The resolver polls; the device registers while it waits or before its
+	// first look: either way it must resolve.
+	emu.DropConnection()
+	if err := <-resolved; err != nil {
+		t.Fatalf("resolve after an adb server restart: %v", err)
 	}
 }

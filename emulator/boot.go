@@ -246,7 +246,8 @@ func (e *earlyExit) agentError() *agent.Error {
 // waitBoot follows p's log and the adb server until emulator-P is boot-ready.
 func (m *Manager) waitBoot(ctx context.Context, p *proc, deadline time.Time, progress func(string, ...any)) (device.BootResult, error) {
 	serial := "emulator-" + strconv.Itoa(p.port)
-	dev := device.NewADBDevice(m.adb, serial)
+	// This loop waits for the serial itself, reporting progress.
+	dev := device.NewADBDevice(m.adb, serial).WithReconnectGrace(0)
 	res := device.BootResult{Serial: serial, Mode: device.BootCold}
 	var (
 		offset        int64

@@ -60,7 +60,7 @@ func newAVDHost(t *testing.T) *avdHost {
 	}
 	ac := adb.New(h.srv.Addr())
 	h.graph, err = nodes.NewSetupGraph(nodes.SetupDeps{
-		Ports: nodes.Ports{Driver: drv, Resolve: device.Resolver(ac), Emulators: h.mgr, ADBServerPort: h.srv.Port,
+		Ports: nodes.Ports{Driver: drv, Resolve: device.Resolver(ac, device.ReconnectGrace), Emulators: h.mgr, ADBServerPort: h.srv.Port,
 			Capabilities: func(serial string, port int) (map[string]any, error) {
 				return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: port})
 			}},
@@ -287,7 +287,7 @@ func BenchmarkEnsureDeviceBootWait(b *testing.B) {
 		for _, cold := range []bool{false, true} {
 			drv := &stampDriver{}
 			var launched time.Time
-			p := nodes.Ports{Driver: drv, Resolve: device.Resolver(ac), Emulators: mgr, ADBServerPort: srv.Port,
+			p := nodes.Ports{Driver: drv, Resolve: device.Resolver(ac, device.ReconnectGrace), Emulators: mgr, ADBServerPort: srv.Port,
 				Progress: func(l string) {
 					if strings.HasPrefix(l, "booting AVD") {
 						launched = time.Now()

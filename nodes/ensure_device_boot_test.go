@@ -60,7 +60,7 @@ func TestEnsureDeviceNeverBootsIsBootTimeoutOnce(t *testing.T) {
 	}
 	ac := adb.New(srv.Addr())
 	g, err := nodes.NewSetupGraph(nodes.SetupDeps{
-		Ports:     nodes.Ports{Driver: noDriver{t: t}, Resolve: device.Resolver(ac), ADBServerPort: srv.Port},
+		Ports:     nodes.Ports{Driver: noDriver{t: t}, Resolve: device.Resolver(ac, device.ReconnectGrace), ADBServerPort: srv.Port},
 		DeviceFor: func(s string) device.Device { return device.NewADBDevice(ac, s) },
 		Sessions:  &nodes.MemorySessions{},
 	})

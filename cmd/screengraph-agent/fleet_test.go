@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -297,26 +296,5 @@ func TestFleetRunGoesToTheHostWithTheDevice(t *testing.T) {
 // answers (a start-server then reads a reset), so start-server is retried.
 func restartADBServer(t testing.TB, srv *simtest.ADBServer) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv.Command(ctx, "kill-server").Run()
-	// Wait until the old server is gone: a start-server it still answered
-	// would start nothing.
-	for range 100 {
-		c, err := net.DialTimeout("tcp", srv.Addr(), 100*time.Millisecond)
-		if err != nil {
-			break
-		}
-		c.Close()
-		time.Sleep(100 * time.Millisecond)
-	}
-	var out []byte
-	var err error
-	for range 20 {
-		if out, err = srv.Command(ctx, "start-server").CombinedOutput(); err == nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("adb start-server: %v %s", err, out)
+	srv.Restart(t)
 }

@@ -287,7 +287,7 @@ func (h *host) open(ctx context.Context) (err error) {
 	h.graph, err = nodes.NewSetupGraph(nodes.SetupDeps{
 		Ports: nodes.Ports{
 			Driver:        h.driver,
-			Resolve:       device.Resolver(h.adb),
+			Resolve:       device.Resolver(h.adb, device.ReconnectGrace),
 			Emulators:     hostEmulators(cfg.DataDir, cfg.ADBServer),
 			ADBServerPort: port,
 			Capabilities: func(serial string, adbPort int) (map[string]any, error) {

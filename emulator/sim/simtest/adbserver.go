@@ -56,6 +56,34 @@ func (s *ADBServer) Run(t testing.TB, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
+// Restart kills the adb server and starts it again on the same port: the new
+// server knows no device until each registers again.
+func (s *ADBServer) Restart(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.Command(ctx, "kill-server").Run()
+	// Wait until the old server is gone: a start-server it still answered
+	// would start nothing.
+	for ctx.Err() == nil {
+		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
+		if err != nil {
+			break
+		}
+		c.Close()
+		time.Sleep(100 * time.Millisecond)
+	}
+	var out []byte
+	var err error
+	for range 20 {
+		if out, err = s.Command(ctx, "start-server").CombinedOutput(); err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("adb start-server: %v %s", err, out)
+}
+
 // FreePort returns a TCP port free on 127.0.0.1 at the time of the call.
 func FreePort(t testing.TB) int {
 	t.Helper()
