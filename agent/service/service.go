@@ -92,11 +92,13 @@ type Config struct {
 	// DefaultTenant is the tenant of a run submitted in the Admin scope
 	// without a tenantId (default "local").
 	DefaultTenant string
-	// Holder names this daemon in lease records; it must be unique per
-	// process (e.g. "serve:<host>:<pid>:<ulid>"). HolderPrefix marks every
-	// holder of this kind of process: at Start, active leases of other
-	// holders with this prefix are taken back (their daemon is dead: the
-	// embedded store admits one daemon at a time).
+	// Holder names this daemon in lease records: a per-process instance id
+	// that names neither host nor paths (`serve` uses "serve:<ulid>", a
+	// fresh ULID per start; it shows in GET /v1/devices). HolderPrefix
+	// matches the holders known dead: at Start, active leases of other
+	// holders with this prefix are taken back (`serve` passes the instance
+	// id of the previous daemon of its data dir, read from the data dir's
+	// lock it now holds; "" takes back nothing).
 	Holder       string
 	HolderPrefix string
 	// HostID identifies the machine of this daemon's adb server (see

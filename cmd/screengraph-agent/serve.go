@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -221,24 +222,77 @@ func (c *serveCmd) fail(err error) error {
 }
 
 // lockDataDir takes the data dir's daemon lock (flock), so one daemon at a
-// time drives the embedded store: a lease held by another "serve:" holder
-// at start is then known to be a dead daemon's.
+// time drives the embedded store and its data dir. The lock file records
+// the instance id (lease holder) of the daemon that holds it; lockDataDir
+// (`runs resume`, which holds no daemon leases) keeps that record.
 func lockDataDir(dir string) (*os.File, error) {
+	f, _, err := lockDataDirAs(dir, "")
+	return f, err
+}
+
+// lockDataDirAs is lockDataDir for a daemon whose lease holder is instance
+// (a per-process id, "serve:<ulid>"): the lock file then records it, and
+// lockDataDirAs returns the instance the previous daemon of the data dir
+// recorded ("" when none). That daemon is dead, since the lock is ours: its
+// leases are ours to take back. An instance "" keeps the previous record.
+// A lock held by a live process is an error wrapping syscall.EWOULDBLOCK.
+func lockDataDirAs(dir, instance string) (*os.File, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "daemon.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		b, _ := os.ReadFile(filepath.Join(dir, "daemon.lock"))
-		return nil, fmt.Errorf("another daemon uses data dir %s (%s): %w", dir, strings.TrimSpace(string(b)), err)
+		return nil, "", fmt.Errorf("another daemon uses data dir %s (%s): %w", dir, strings.Join(strings.Fields(string(b)), " "), err)
 	}
-	f.Truncate(0)
-	fmt.Fprintf(f, "pid %d\n", os.Getpid())
-	return f, nil
+	prev, err := readLockInstance(f)
+	if err != nil {
+		f.Close()
+		return nil, "", err
+	}
+	if instance == "" {
+		instance = prev
+	}
+	rec := fmt.Sprintf("pid %d\n", os.Getpid())
+	if instance != "" {
+		rec += "instance " + instance + "\n"
+	}
+	// Rewritten in place: the file is the lock, it is not replaced.
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, "", err
+	}
+	if _, err := f.WriteAt([]byte(rec), 0); err != nil {
+		f.Close()
+		return nil, "", err
+	}
+	return f, prev, nil
+}
+
+// readLockInstance reads the "instance <id>" line of a lock file (at most
+// 4 KiB are read; "" when there is none). Only ids of the form serve:<ulid>
+// are taken: the record is taken back on its word, so nothing else may
+// widen what a successor releases.
+func readLockInstance(f *os.File) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "instance "); ok {
+			v = strings.TrimSpace(v)
+			if id, ok := strings.CutPrefix(v, "serve:"); ok {
+				if _, err := ulid.ParseStrict(id); err == nil {
+					return v, nil
+				}
+			}
+		}
+	}
+	return "", nil
 }
 
 func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
@@ -259,11 +313,22 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	if cfg.PprofListen != "" {
 		servePprof(cfg.PprofListen, log)
 	}
-	lock, err := lockDataDir(cfg.DataDir)
+	newID := func() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
+	// The lease holder is this process's instance id: it names neither the
+	// host nor the data dir (it shows in /v1/devices). The data dir's lock
+	// names the previous daemon's, whose leases Start takes back at once.
+	holder := "serve:" + newID()
+	lock, predecessor, err := lockDataDirAs(cfg.DataDir, holder)
 	if err != nil {
 		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "data dir"))
 	}
 	defer lock.Close()
+	if predecessor == "" {
+		// A daemon of before instance ids (its lock file names none) held
+		// leases as serve:<hostname>:<data dir>:<ulid>.
+		hostname, _ := os.Hostname()
+		predecessor = "serve:" + hostname + ":" + filepath.Clean(cfg.DataDir) + ":"
+	}
 
 	hc := hostConfig{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, NATSReplicas: cfg.NATSReplicas,
 		StreamMaxAge: cfg.Retention, StreamMaxBytes: cfg.StreamMaxBytes,
@@ -297,9 +362,6 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		// for devices this host reaches.
 		reach = (&reachable{h: h, dataDir: cfg.DataDir, adbAddr: cfg.ADBServer}).devices
 	}
-	hostname, _ := os.Hostname()
-	newID := func() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
-	holderPrefix := "serve:" + hostname + ":" + filepath.Clean(cfg.DataDir) + ":"
 	svc, err := service.New(service.Config{
 		Store: h.store, Leases: h.store,
 		Prepare: func(ctx context.Context, runID string, body []byte) (agent.Run, error) {
@@ -322,7 +384,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		},
 		DefaultTenant: cfg.Tenant,
-		Holder:        holderPrefix + newID(), HolderPrefix: holderPrefix, HostID: h.hostID,
+		Holder:        holder, HolderPrefix: predecessor, HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
 		Probe: probeDevice(h.adb), Reachable: reach, Tick: tick,
 		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) },
