@@ -58,6 +58,11 @@ type Engine struct {
 	// AbandonGrace is how long after its deadline a node may take to return
 	// before the engine records a timeout without it (default 5 s).
 	AbandonGrace time.Duration
+	// Evidence, when set, captures artifacts after the attempt that ends
+	// the graph (success with Next == End) or the run (a failure not
+	// retried); their rows commit with the step and their refs go into the
+	// snapshot and the node's agent.node.finished. nil captures nothing.
+	Evidence Evidence
 	// Logf reports what the engine ignored (an unknown policy version in a
 	// switch request); nil drops it.
 	Logf func(format string, args ...any)
@@ -192,14 +197,16 @@ func (r *runner) refresh(ctx context.Context) error {
 // snapshot with an optional CAS, taking the held control requests ctrl (its
 // events name them: applied(ctrl)). A terminal transition also requires that
 // no other request is pending. It reports false, nil on a CAS conflict or
-// such a pending request (nothing written; r.run refreshed).
-func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, from []RunStatus, to RunStatus, ctrl []Control) (bool, error) {
+// such a pending request (nothing written; r.run refreshed). arts are the
+// step's evidence rows.
+func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, from []RunStatus, to RunStatus, ctrl []Control, arts ...Artifact) (bool, error) {
 	for i := range events {
 		if events[i].Sequence != r.seq+int64(i)+1 {
 			return false, fmt.Errorf("internal: event %d has sequence %d, want %d", i, events[i].Sequence, r.seq+int64(i)+1)
 		}
 	}
-	st := Step{RunID: r.run.RunID, Events: events, Snapshot: snap, StatusFrom: from, StatusTo: to, Fence: FenceFrom(ctx), NoOtherControl: to.Terminal()}
+	st := Step{RunID: r.run.RunID, Events: events, Snapshot: snap, StatusFrom: from, StatusTo: to, Fence: FenceFrom(ctx),
+		NoOtherControl: to.Terminal(), Artifacts: arts}
 	for _, c := range ctrl {
 		st.Controls = append(st.Controls, c.ID)
 	}
@@ -259,6 +266,37 @@ func (r *runner) readControl(ctx context.Context) ([]Control, error) {
 	}
 	r.held = append(r.held, fresh...)
 	return fresh, nil
+}
+
+// captureEvidence asks Engine.Evidence for the artifacts of an attempt that
+// ends the graph or the run (nothing otherwise), and fills in what the
+// engine owns of each row: its id, run, tenant, node, step and time.
+func (r *runner) captureEvidence(ctx context.Context, node string, step, attempt int, fe *Error, next string, out json.RawMessage, now time.Time) ([]Artifact, []TokenDelta) {
+	if r.e.Evidence == nil {
+		return nil, nil
+	}
+	final := (fe == nil && next == End) || (fe != nil && r.st.Failure != nil && r.st.Failure.StepOrdinal == step)
+	if !final {
+		return nil, nil
+	}
+	req := EvidenceRequest{Run: r.run, Node: node, StepOrdinal: step, Attempt: attempt, Failed: fe != nil,
+		Policy: r.pol, Outputs: cloneRaw(r.st.Outputs)}
+	if fe != nil {
+		req.ErrorID = fe.ID
+	}
+	req.Outputs[node] = out
+	arts, lines := r.e.Evidence.Capture(ctx, req)
+	for i := range arts {
+		a := &arts[i]
+		if a.ArtifactID == "" {
+			a.ArtifactID = r.ids.NewID()
+		}
+		a.RunID, a.TenantID, a.Node, a.StepOrdinal = r.run.RunID, r.run.TenantID, node, step
+		if a.CreatedAt.IsZero() {
+			a.CreatedAt = now
+		}
+	}
+	return arts, lines
 }
 
 // setStatus is a CAS without events; false, nil on a conflict (r.run refreshed).
@@ -642,6 +680,15 @@ func (r *runner) runStep(ctx context.Context) error {
 	} else if st.Failure != nil && st.Failure.Node == name && st.Failure.StepOrdinal == stepOrd {
 		st.Failure.Output = out
 	}
+	arts, lines := r.captureEvidence(ctx, name, stepOrd, attempt, fe, res.Next, out, now)
+	if err := ctx.Err(); err != nil {
+		return err // daemon stop during the capture: as during the node
+	}
+	res.Deltas = append(res.Deltas, lines...)
+	for _, a := range arts {
+		fin.Artifacts = append(fin.Artifacts, a.ArtifactRef)
+		st.Artifacts = append(st.Artifacts, StepArtifact{Node: name, StepOrdinal: stepOrd, ArtifactRef: a.ArtifactRef})
+	}
 
 	events := []Event{started}
 	for _, d := range res.Deltas {
@@ -667,7 +714,7 @@ func (r *runner) runStep(ctx context.Context) error {
 		return fmt.Errorf("run %s: state: %w", r.run.RunID, err)
 	}
 	snap := &Snapshot{RunID: r.run.RunID, StepOrdinal: stepOrd, NodeName: name, ResumeToken: token, State: stateJSON, CreatedAt: now}
-	if _, err := r.commit(ctx, events, snap, nil, "", stepCtrl); err != nil {
+	if _, err := r.commit(ctx, events, snap, nil, "", stepCtrl, arts...); err != nil {
 		return err
 	}
 	r.step = stepOrd

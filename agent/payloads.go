@@ -74,6 +74,8 @@ type NodeFinishedPayload struct {
 	NextNode string `json:"nextNode,omitempty"`
 	// RetryBackoffMillis is set when the engine scheduled another attempt.
 	RetryBackoffMillis *int64 `json:"retryBackoffMillis,omitempty"`
+	// Artifacts point at the evidence kept after this attempt (never bytes).
+	Artifacts []ArtifactRef `json:"artifacts,omitempty"`
 }
 
 // RunEndedPayload is the payload of agent.run.finished, agent.run.failed and

@@ -12,8 +12,8 @@ type Pruner interface {
 	// PruneRuns deletes, in one transaction, up to limit runs (oldest last
 	// status change first) that are terminal (FINISHED, FAILED, CANCELED)
 	// and whose last status change (runs.updated_at) is before cutoff, each
-	// with its events, outbox rows, state snapshots, control rows and ended
-	// device leases. A run that still has an unpublished outbox row, or an
+	// with its events, outbox rows, state snapshots, control rows, evidence
+	// artifact rows and ended device leases. A run that still has an unpublished outbox row, or an
 	// active device lease, is never deleted: it is counted in Held and kept
 	// until the relay published its rows (or its lease ended). Concurrent
 	// callers (several daemons of a fleet, the CLI beside a daemon) are
@@ -38,6 +38,11 @@ type PruneResult struct {
 	HeldRuns []string `json:"heldRuns,omitempty"`
 	// Artifacts counts cached artifact files deleted (the cleaner's pass).
 	Artifacts int64 `json:"artifacts"`
+	// EvidenceRows counts evidence artifact rows deleted with their runs;
+	// EvidenceBlobs the evidence blobs no row named any more (the
+	// cleaner's pass).
+	EvidenceRows  int64 `json:"evidenceRows"`
+	EvidenceBlobs int64 `json:"evidenceBlobs"`
 }
 
 // Add sums o into r (Held and HeldRuns are replaced: each call counts them
@@ -50,5 +55,7 @@ func (r *PruneResult) Add(o PruneResult) {
 	r.Controls += o.Controls
 	r.Leases += o.Leases
 	r.Artifacts += o.Artifacts
+	r.EvidenceRows += o.EvidenceRows
+	r.EvidenceBlobs += o.EvidenceBlobs
 	r.Held, r.HeldRuns = o.Held, o.HeldRuns
 }

@@ -37,6 +37,8 @@ type RunState struct {
 	Outputs   map[string]json.RawMessage `json:"outputs"`
 	Carry     map[string]json.RawMessage `json:"carry,omitempty"`
 	Failure   *NodeFailure               `json:"failure"`
+	// Artifacts point at the evidence the run's steps kept (never bytes).
+	Artifacts []StepArtifact `json:"artifacts,omitempty"`
 }
 
 // CompletedNode is one node that finished with SUCCESS.

@@ -38,6 +38,11 @@ type Step struct {
 	// written) when the run has a pending request not in Controls: a terminal
 	// transition must not strand a request the engine has not seen.
 	NoOtherControl bool
+	// Artifacts are evidence rows (ArtifactIndex) written in the step's
+	// transaction; their blobs are already in the BlobStore. A row that
+	// breaks CheckArtifact fails the commit with ErrInvalidArtifact and
+	// nothing is written.
+	Artifacts []Artifact
 }
 
 // ErrControlTaken is returned by CommitStep when a request in Step.Controls

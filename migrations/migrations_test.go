@@ -23,15 +23,15 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(applied, []int64{1, 2, 3, 4, 5, 6}) {
-		t.Errorf("first Up applied %v, want [1 2 3 4 5 6]", applied)
+	if !slices.Equal(applied, []int64{1, 2, 3, 4, 5, 6, 7}) {
+		t.Errorf("first Up applied %v, want [1 2 3 4 5 6 7]", applied)
 	}
 	again, err := migrations.Up(ctx, db, migrations.SQLite)
 	if err != nil || len(again) != 0 {
 		t.Errorf("second Up applied %v, %v; want nothing", again, err)
 	}
-	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 6 {
-		t.Errorf("Version = %d, %v; want 6", v, err)
+	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 7 {
+		t.Errorf("Version = %d, %v; want 7", v, err)
 	}
 	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases", "api_tokens"} {
 		var n int

@@ -243,6 +243,9 @@ func prepareStep(s agent.Step) ([]preparedEvent, error) {
 			return nil, fmt.Errorf("%w: snapshot needs stepOrdinal >= 0 and nodeName", ErrInvalid)
 		}
 	}
+	if err := checkStepArtifacts(s); err != nil {
+		return nil, err
+	}
 	out := make([]preparedEvent, 0, len(s.Events))
 	for i, e := range s.Events {
 		if e.RunID != s.RunID {
@@ -282,6 +285,11 @@ func checkStepAgainstRun(s agent.Step, evs []preparedEvent, tenant string, statu
 	for _, e := range evs {
 		if e.TenantID != tenant {
 			return fmt.Errorf("%w: event %s tenant %q, run %s belongs to %q", ErrInvalid, e.EventID, e.TenantID, s.RunID, tenant)
+		}
+	}
+	for _, a := range s.Artifacts {
+		if a.TenantID != "" && a.TenantID != tenant {
+			return fmt.Errorf("%w: artifact %s of tenant %q, run %s belongs to %q", agent.ErrInvalidArtifact, a.ArtifactID, a.TenantID, s.RunID, tenant)
 		}
 	}
 	if s.StatusTo != "" && !slices.Contains(s.StatusFrom, status) {

@@ -227,7 +227,7 @@ const (
 	sqlInsertRun      = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
-var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertOutbox, sqlInsertSnapshot, sqlMarkUpTo,
+var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertOutbox, sqlInsertSnapshot, sqlInsertArtifact, sqlMarkUpTo,
 	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRunElsewhere, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease,
 	sqlSavepoint, sqlRollbackTo, sqlRelease}
 
@@ -498,7 +498,7 @@ func (s *Embedded) commitStepTx(ctx context.Context, tx *sql.Tx, st agent.Step, 
 			return err
 		}
 	}
-	return nil
+	return s.insertArtifacts(ctx, tx, st, tenant, now)
 }
 
 // LastSequence is the run's highest event sequence, 0 when it has none.

@@ -351,6 +351,9 @@ func (s *Postgres) CommitStep(ctx context.Context, st agent.Step) error {
 			return err
 		}
 	}
+	if err := s.insertArtifacts(ctx, tx, st, tenant, now); err != nil {
+		return err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}

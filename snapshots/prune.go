@@ -28,7 +28,7 @@ const pruneHeldNames = 100
 // pruneTables are the tables holding a run's rows, children first (every
 // one references runs(run_id)); device_leases is handled apart (only ended
 // leases go).
-var pruneTables = []string{"run_events", "run_outbox", "agent_state_snapshot", "run_control"}
+var pruneTables = []string{"run_events", "run_outbox", "agent_state_snapshot", "run_control", "artifacts"}
 
 func pruneLimit(limit int) int {
 	if limit <= 0 {
@@ -73,7 +73,7 @@ func (s *Embedded) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (
 		for i, id := range ids {
 			args[i] = id
 		}
-		counts := []*int64{&res.Events, &res.Outbox, &res.Snapshots, &res.Controls}
+		counts := []*int64{&res.Events, &res.Outbox, &res.Snapshots, &res.Controls, &res.EvidenceRows}
 		for i, table := range pruneTables {
 			r, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id IN `+in, args...)
 			if err != nil {
@@ -169,7 +169,8 @@ func (s *Postgres) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (
 		if unpublished > 0 {
 			return agent.PruneResult{}, errPruneRace
 		}
-		counts := map[string]*int64{"run_events": &res.Events, "agent_state_snapshot": &res.Snapshots, "run_control": &res.Controls}
+		counts := map[string]*int64{"run_events": &res.Events, "agent_state_snapshot": &res.Snapshots, "run_control": &res.Controls,
+			"artifacts": &res.EvidenceRows}
 		for _, table := range pruneTables {
 			if counts[table] == nil {
 				continue

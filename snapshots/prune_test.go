@@ -37,3 +37,11 @@ func TestPostgresPrune(t *testing.T) {
 		return out
 	})
 }
+
+func TestEmbeddedArtifacts(t *testing.T) {
+	storetest.RunArtifacts(t, func(t *testing.T) storetest.ArtifactStore { return newEmbedded(t) })
+}
+
+func TestPostgresArtifacts(t *testing.T) {
+	storetest.RunArtifacts(t, func(t *testing.T) storetest.ArtifactStore { return newPostgres(t) })
+}

@@ -36,6 +36,7 @@ type Store struct {
 	control   map[string][]agent.Control
 	kv        map[string][]byte
 	commits   int
+	artifacts []agent.Artifact
 	closed    bool
 }
 
@@ -167,12 +168,21 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 	if err := s.checkControl(st); err != nil {
 		return err
 	}
+	for _, a := range st.Artifacts {
+		if err := agent.CheckArtifact(st.RunID, a); err != nil {
+			return err
+		}
+	}
 	if st.Snapshot != nil {
 		if _, dup := s.snapshots[st.RunID][st.Snapshot.StepOrdinal]; dup {
 			return fmt.Errorf("run %s snapshot step %d exists", st.RunID, st.Snapshot.StepOrdinal)
 		}
 	}
 	// All checks passed: write.
+	for _, a := range st.Artifacts {
+		a.RunID, a.TenantID = st.RunID, r.TenantID
+		s.artifacts = append(s.artifacts, a)
+	}
 	for _, e := range st.Events {
 		s.events[st.RunID] = append(s.events[st.RunID], e)
 		body, _ := json.Marshal(e)
@@ -435,4 +445,49 @@ func (s *Store) Commits() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.commits
+}
+
+var _ agent.ArtifactIndex = (*Store)(nil)
+
+// Artifacts implements agent.ArtifactIndex (rows in commit order).
+func (s *Store) Artifacts(ctx context.Context, sc agent.Scope, runID string) ([]agent.Artifact, error) {
+	if _, err := s.GetRun(ctx, sc, runID); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []agent.Artifact
+	for _, a := range s.artifacts {
+		if a.RunID == runID {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// Artifact implements agent.ArtifactIndex.
+func (s *Store) Artifact(ctx context.Context, sc agent.Scope, runID, artifactID string) (agent.Artifact, error) {
+	all, err := s.Artifacts(ctx, sc, runID)
+	if err != nil {
+		return agent.Artifact{}, err
+	}
+	for _, a := range all {
+		if a.ArtifactID == artifactID {
+			return a, nil
+		}
+	}
+	return agent.Artifact{}, fmt.Errorf("run %s artifact %s: %w", runID, artifactID, agent.ErrNotFound)
+}
+
+// ArtifactBlobsInUse implements agent.ArtifactIndex.
+func (s *Store) ArtifactBlobsInUse(ctx context.Context, sums []string) (map[string]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	used := map[string]bool{}
+	for _, a := range s.artifacts {
+		if slices.Contains(sums, a.SHA256) {
+			used[a.SHA256] = true
+		}
+	}
+	return used, nil
 }
