@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/strictjson"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/policy"
 )
@@ -76,6 +78,14 @@ func DecodeSetup(r agent.Run, req SetupRequest, only ...string) (SetupInputs, er
 	for _, s := range steps {
 		if len(only) > 0 && !slices.Contains(only, s.node) {
 			continue
+		}
+		// Before the schema and withRunIDs read it: a duplicate key or a key
+		// matching a field only by case ("TenantID") is refused; unknown keys
+		// are the schema's to judge (lenient mode drops them).
+		if len(s.raw) > 0 {
+			if err := strictjson.Check("$."+inputKey(s.node), s.raw, reflect.TypeOf(s.dst).Elem(), strictjson.Options{AllowUnknown: true}); err != nil {
+				return SetupInputs{}, err
+			}
 		}
 		raw, err := withRunIDs(s.raw, r)
 		if err != nil {

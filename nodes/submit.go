@@ -1,12 +1,12 @@
 package nodes
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/strictjson"
 )
 
 // SubmitRequest is the body of POST /v1/runs: the run request of
@@ -22,7 +22,9 @@ type SubmitRequest struct {
 // its JSON Schema, see DecodeSetup) and returns the PENDING run to store:
 // tenant defaultTenant and policy currentPolicy unless the request names
 // them, Serial = ensureDevice.deviceConfiguration.deviceName, Input = the
-// SetupRequest part as submitted. Unknown top-level fields are refused.
+// SetupRequest part as submitted. The body is decoded by strictjson:
+// unknown top-level keys, duplicate keys and keys matching a field only by
+// case (at any depth) are refused.
 // The limits of bounds.go apply (MaxRequestBytes, MaxIDLength,
 // MaxNameLength, Android's package and activity grammar).
 // Errors: an *agent.Error invalid_request_error whose message names the
@@ -32,10 +34,11 @@ func NewSetupRun(runID string, body []byte, defaultTenant string, currentPolicy 
 		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$: the run request is %d bytes, at most %d", len(body), MaxRequestBytes)
 	}
 	var req SubmitRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return agent.Run{}, agent.Wrap(agent.ErrInvalidRequest, err, "$: the run request must be {ensureDevice, provisionApp, launchOrAttach, waitIdle, schemaMode, tenantId, projectId, policyVersion}")
+	// One strict decoder (agent/strictjson): a key matching a field only by
+	// case ("TenantID"), a duplicate key or data after the body is refused,
+	// so the tenant the service checks is the tenant stored.
+	if err := strictjson.Decode(body, &req); err != nil {
+		return agent.Run{}, err
 	}
 	run := agent.Run{
 		RunID: runID, TenantID: req.TenantID, ProjectID: req.ProjectID, Status: agent.RunPending,

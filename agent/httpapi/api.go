@@ -24,6 +24,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/strictjson"
 )
 
 //go:embed openapi.json
@@ -552,8 +553,12 @@ func (a *api) control(kind string) http.HandlerFunc {
 			var body struct {
 				Version *int `json:"version"`
 			}
-			if err := json.Unmarshal(b, &body); err != nil || body.Version == nil {
-				a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, `$.version: body must be {"version": N}`))
+			if err := strictjson.Decode(b, &body); err != nil {
+				a.fail(w, r, err)
+				return
+			}
+			if body.Version == nil {
+				a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, `$.version: required (body {"version": N})`))
 				return
 			}
 			version = *body.Version

@@ -54,7 +54,10 @@ type tenancyEnv struct {
 
 // newTenancyEnv is the API over a real service and embedded store with
 // tokens for tenants acme and beta, an admin token and a revoked acme token.
-func newTenancyEnv(t *testing.T) *tenancyEnv {
+func newTenancyEnv(t *testing.T) *tenancyEnv { t.Helper(); return newTenancyEnvWith(t, tenantPrepare) }
+
+// newTenancyEnvWith is newTenancyEnv validating run requests with prepare.
+func newTenancyEnvWith(t *testing.T, prepare service.Preparer) *tenancyEnv {
 	t.Helper()
 	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
 	if err != nil {
@@ -66,7 +69,7 @@ func newTenancyEnv(t *testing.T) *tenancyEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: tenantPrepare, NewID: func() string { return ulid.Make().String() },
+	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: prepare, NewID: func() string { return ulid.Make().String() },
 		Devices: hostDevices{"emulator-5554", "emulator-5556", "emulator-5558"},
 		Holder:  "serve:test", HolderPrefix: "serve:", Tick: 20 * time.Millisecond, LeaseTTL: 5 * time.Second})
 	if err != nil {

@@ -9,7 +9,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/strictjson"
 )
 
 // Runner drives one run to a terminal status or until ctx ends (the engine
@@ -562,8 +562,10 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 	if stopping {
 		return agent.Run{}, ErrStopping
 	}
-	if !json.Valid(body) {
-		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$: the run request is not valid JSON")
+	// Whatever Prepare decodes into: one JSON value, no duplicate keys and no
+	// keys of one object differing only by case, at any depth (strictjson).
+	if err := strictjson.Check("$", body, nil, strictjson.Options{}); err != nil {
+		return agent.Run{}, err
 	}
 	run, err := s.cfg.Prepare(ctx, s.cfg.NewID(), body)
 	if err != nil {

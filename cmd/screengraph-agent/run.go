@@ -15,6 +15,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/strictjson"
 	"github.com/screengraph/screengraph-agent/nodes"
 )
 
@@ -43,8 +44,10 @@ func (c *runCmd) request() (nodes.SetupRequest, error) {
 		if err != nil {
 			return req, err
 		}
-		if err := json.Unmarshal(b, &req); err != nil {
-			return req, agent.Wrap(agent.ErrInvalidRequest, err, "--input %s", c.Input)
+		// The daemon's strict decoder (agent/strictjson): duplicate keys,
+		// case variants of a key and unknown keys are refused here too.
+		if err := strictjson.Decode(b, &req); err != nil {
+			return req, agent.Errorf(agent.ErrInvalidRequest, "--input %s: %s", c.Input, agent.Classify(err).Msg)
 		}
 	}
 	apk := c.APK
