@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +61,10 @@ type LaunchOrAttachInput struct {
 	// LaunchTimeoutMillis bounds am start plus the foreground confirmation;
 	// 0 = 20000. Extension.
 	LaunchTimeoutMillis int64 `json:"launchTimeoutMillis,omitempty"`
+	// Attempt is the engine's 1-based attempt of this node (not part of the
+	// input document): a retry (> 1) of LAUNCH_OR_ATTACH starts the app in a
+	// fresh process (am start -S), so a crash at launch is retried clean.
+	Attempt int `json:"-"`
 }
 
 // ApplicationForegroundContext says which activity is in front, and since when.
@@ -75,6 +80,12 @@ type ApplicationForegroundContext struct {
 type LaunchOrAttachOutput struct {
 	RunID                        string                        `json:"runId"`
 	ApplicationForegroundContext *ApplicationForegroundContext `json:"applicationForegroundContext"`
+	// AppFailure describes the crash or ANR of an app_crashed /
+	// app_not_responding failure; absent otherwise. Extension.
+	AppFailure *AppFailure `json:"appFailure,omitempty"`
+	// DismissedSystemDialogs lists the system error dialogs (not the app's)
+	// the node dismissed on its way. Extension.
+	DismissedSystemDialogs []DismissedDialog `json:"dismissedSystemDialogs,omitempty"`
 	Common
 }
 
@@ -91,9 +102,29 @@ type LaunchOrAttachOutput struct {
 // activity), launch_timeout (retryable: not in front within the bound),
 // invalid_request_error (no package id, unknown mode), and the device's
 // errors (device_offline, timeout, …).
+//
+// Crashes and ANRs: the command line also runs `date +%s.%N` after am (the
+// device clock, from which crash reports count) and every foreground poll
+// after the launch reads `pidof PKG` with `dumpsys window displays`. The
+// app's process gone (after it was seen, or with a FATAL EXCEPTION of it in
+// the crash buffer since the launch), or its "Application Error" dialog,
+// fails the node with app_crashed, retryable (the policy retries it once by
+// default; the retry runs with a fresh process); its "Application Not
+// Responding" dialog fails it with app_not_responding. The output's
+// appFailure then names the exception, its message and the top frame of the
+// app's package (see AppFailure, appWatch.crashEvidence). A focused error
+// dialog of another process (System UI, system) is dismissed (see
+// dismissDialog), listed in dismissedSystemDialogs, and the node goes on.
 func LaunchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (LaunchOrAttachOutput, error) {
 	out := LaunchOrAttachOutput{RunID: in.RunID, Common: Common{NodeName: NodeLaunchOrAttach}}
-	fc, err := launchOrAttach(ctx, in, p)
+	w := &appWatch{pkg: in.ApplicationUnderTestDescriptor.AndroidPackageID}
+	fc, err := launchOrAttach(ctx, in, p, w)
+	out.DismissedSystemDialogs = w.dismissed
+	if f, ok := errors.AsType[*appFailureError](err); ok {
+		// The crash / ANR block goes into the output; the failure is its error.
+		out.AppFailure = f.f
+		err = f.e
+	}
 	if e := MarkFailure(&out.Common, err); e != nil {
 		p.Logf("LaunchOrAttach failed: %s", e.Error())
 		return out, e
@@ -102,7 +133,21 @@ func LaunchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (Launc
 	return out, nil
 }
 
-func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (*ApplicationForegroundContext, error) {
+// appFailureError carries a detected crash / ANR to LaunchOrAttach and
+// WaitIdle, which put f in their output and fail with e.
+type appFailureError struct {
+	f *AppFailure
+	e *agent.Error
+}
+
+func (x *appFailureError) Error() string { return x.e.Error() }
+func (x *appFailureError) Unwrap() error { return x.e }
+
+func failApp(f *AppFailure, retryable bool) error {
+	return &appFailureError{f: f, e: f.Error(retryable)}
+}
+
+func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports, w *appWatch) (*ApplicationForegroundContext, error) {
 	pkg := in.ApplicationUnderTestDescriptor.AndroidPackageID
 	if pkg == "" {
 		return nil, agent.Errorf(agent.ErrInvalidRequest, "applicationUnderTestDescriptor.androidPackageId is empty")
@@ -117,6 +162,10 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (*Appl
 	if p.Device == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "LaunchOrAttach needs a Device port")
 	}
+	sessionID := ""
+	if in.DeviceRuntimeContext != nil {
+		sessionID = in.DeviceRuntimeContext.DriverSessionID
+	}
 	bound := DefaultLaunchTimeout
 	if ms := in.LaunchTimeoutMillis; ms > 0 {
 		bound = time.Duration(ms) * time.Millisecond
@@ -124,20 +173,38 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (*Appl
 	deadline := p.Now().Add(bound)
 
 	if mode == AttachOnly {
-		fc, last, err := awaitForeground(ctx, p, pkg, p.Now().Add(min(bound, AttachConfirmWindow)))
+		fc, last, err := awaitForeground(ctx, p, pkg, p.Now().Add(min(bound, AttachConfirmWindow)), w, sessionID, false)
 		if err != nil || fc != nil {
 			return fc, err
 		}
 		return nil, &agent.Error{ID: agent.ErrActivityNotFound, Code: NotInForeground,
 			Msg: fmt.Sprintf("launchAttachMode ATTACH_ONLY: %s is not in the foreground (foreground: %s)", pkg, describe0(last))}
 	}
+	if mode == LaunchOrAttachMode && in.Attempt > 1 {
+		p.Logf("attempt %d: starting %s in a fresh process (am start -S)", in.Attempt, pkg)
+		mode = ForceRestart
+	}
 	if mode == LaunchOrAttachMode {
-		// Already in front: attach without touching the task.
-		fg, _, err := ForegroundActivity(ctx, p.Device)
-		if err != nil {
-			return nil, err
-		}
-		if fg.Package == pkg {
+		// Already in front: attach without touching the task (after
+		// answering a system dialog over it, failing on the app's own).
+		for {
+			fg, win, err := foregroundWithWindows(ctx, p.Device)
+			if err != nil {
+				return nil, err
+			}
+			if fg.Package != pkg {
+				break
+			}
+			f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
+			if err != nil {
+				return nil, err
+			}
+			if f != nil {
+				return nil, failApp(f, true)
+			}
+			if dismissed {
+				continue
+			}
 			p.Logf("%s already in front (%s): attaching", pkg, fg.Activity)
 			return &ApplicationForegroundContext{CurrentPackageID: fg.Package, CurrentActivityName: fg.Activity,
 				AppBroughtToForegroundTimestamp: Timestamp(p.Now())}, nil
@@ -151,7 +218,10 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (*Appl
 	cmd := LaunchCommand(act, mode == ForceRestart)
 	p.Logf("%s", cmd)
 	lctx, cancel := context.WithTimeout(ctx, max(deadline.Sub(p.Now()), time.Millisecond))
-	res, err := p.Device.Shell(lctx, cmd)
+	started := p.Now()
+	// am's status and the device clock ride on the same shell: crash reports
+	// count from the launch (the device time after am, less the round trip).
+	res, err := p.Device.Shell(lctx, cmd+"; echo "+sampleSplit+" $?; date +%s.%N")
 	cancel()
 	if err != nil {
 		if e := agent.Classify(err); e.ID == agent.ErrTimeout && ctx.Err() == nil {
@@ -159,17 +229,29 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports) (*Appl
 		}
 		return nil, err
 	}
-	am, err := adb.ParseAmStart(res.Stdout + "\n" + res.Stderr)
+	stdout, code := res.Stdout, res.ExitCode
+	if head, tail, ok := strings.Cut(res.Stdout, sampleSplit); ok {
+		stdout = head
+		if f := strings.Fields(tail); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				code = n
+			}
+			if e := parseEpochMillis(f[1]); e > 0 {
+				w.sinceMillis = e - p.Now().Sub(started).Milliseconds() - 1
+			}
+		}
+	}
+	am, err := adb.ParseAmStart(stdout + "\n" + res.Stderr)
 	if err != nil {
 		return nil, amError(err, act)
 	}
-	if res.ExitCode != 0 {
-		return nil, agent.Errorf(agent.ErrProcess, "%s exited %d: %s", cmd, res.ExitCode, strings.TrimSpace(res.Stdout+" "+res.Stderr))
+	if code != 0 {
+		return nil, agent.Errorf(agent.ErrProcess, "%s exited %d: %s", cmd, code, strings.TrimSpace(stdout+" "+res.Stderr))
 	}
 	if am.Warning != "" {
 		p.Logf("am: %s", am.Warning)
 	}
-	fc, last, err := awaitForeground(ctx, p, pkg, deadline)
+	fc, last, err := awaitForeground(ctx, p, pkg, deadline, w, sessionID, true)
 	if err != nil || fc != nil {
 		return fc, err
 	}
@@ -209,16 +291,39 @@ func amError(err error, act adb.Component) error {
 
 // awaitForeground polls ForegroundActivity until pkg is in front or until.
 // It returns the context (nil when not in front in time) and the last
-// foreground seen.
-func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time) (*ApplicationForegroundContext, adb.Component, error) {
+// foreground seen. Every poll also looks at the error dialogs (w.dialogs:
+// the app's fail, a system one is dismissed) and, with launched, at the
+// app's pids (`pidof PKG` on the same shell): the process gone after it was
+// seen, or with a crash report of it since the launch, is app_crashed.
+func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time, w *appWatch, sessionID string, launched bool) (*ApplicationForegroundContext, adb.Component, error) {
 	var last adb.Component
 	for {
-		fg, _, err := ForegroundActivity(ctx, p.Device)
+		fg, win, pids, err := launchProbe(ctx, p.Device, pkg, launched)
 		if err != nil {
 			if e := agent.Classify(err); !e.Retryable {
 				return nil, last, e
 			}
 		} else {
+			f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
+			if err != nil {
+				return nil, last, err
+			}
+			if f != nil {
+				return nil, last, failApp(f, true)
+			}
+			if dismissed {
+				continue
+			}
+			if launched && pids != nil {
+				if len(*pids) > 0 {
+					w.notePIDs(*pids)
+				} else if f, err := w.processGone(ctx, p); err != nil || f != nil {
+					if err != nil {
+						return nil, last, err
+					}
+					return nil, last, failApp(f, true)
+				}
+			}
 			last = fg
 			if fg.Package == pkg {
 				return &ApplicationForegroundContext{CurrentPackageID: fg.Package, CurrentActivityName: fg.Activity,
@@ -233,6 +338,57 @@ func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time) 
 			return nil, last, ctxErr(ctx, "waiting for "+pkg+" in the foreground")
 		}
 	}
+}
+
+// launchProbe reads the foreground (ForegroundActivity's chain) and returns
+// the raw `dumpsys window displays` output too; withPID adds `pidof PKG` to
+// the same shell (pids nil when pidof is missing or its output unreadable).
+func launchProbe(ctx context.Context, dev device.Device, pkg string, withPID bool) (adb.Component, string, *[]int, error) {
+	if !withPID {
+		fg, win, err := foregroundWithWindows(ctx, dev)
+		return fg, win, nil, err
+	}
+	r, err := dev.Shell(ctx, "dumpsys window displays; echo "+sampleSplit+"; pidof "+pkg+"; echo "+sampleSplit)
+	if err != nil {
+		return adb.Component{}, "", nil, err
+	}
+	if r.ExitCode != 0 {
+		return adb.Component{}, "", nil, agent.Errorf(agent.ErrProcess, "`dumpsys window displays; pidof %s` exited %d: %s", pkg, r.ExitCode, strings.TrimSpace(r.Stderr))
+	}
+	parts := strings.Split(r.Stdout, sampleSplit)
+	if len(parts) != 3 {
+		// Not the shape asked for: read it as the window dump alone, pids unknown.
+		parts = []string{r.Stdout}
+	}
+	var pids *[]int
+	if len(parts) == 3 && !strings.Contains(r.Stderr, "pidof") {
+		ps := parsePIDs(parts[1])
+		pids = &ps
+	}
+	fg, err := foregroundFrom(ctx, dev, parts[0])
+	return fg, parts[0], pids, err
+}
+
+// processGone decides what the app's missing process means after a launch:
+// a crash report of it since the launch, or a pid seen before, is a crash
+// (returned); otherwise it is not started yet (nil).
+func (w *appWatch) processGone(ctx context.Context, p Ports) (*AppFailure, error) {
+	f, err := w.crashEvidence(ctx, p)
+	if err != nil || f.Source != SourceProcessGone || len(w.pids) > 0 {
+		return f, err
+	}
+	return nil, nil
+}
+
+// foregroundWithWindows is ForegroundActivity returning the `dumpsys window
+// displays` output as well (for its error dialogs).
+func foregroundWithWindows(ctx context.Context, dev device.Device) (adb.Component, string, error) {
+	out, err := shellOut(ctx, dev, "dumpsys window displays")
+	if err != nil {
+		return adb.Component{}, "", err
+	}
+	fg, err := foregroundFrom(ctx, dev, out)
+	return fg, out, err
 }
 
 // ForegroundActivity returns the activity in front and which source said so,
@@ -250,6 +406,17 @@ func ForegroundActivity(ctx context.Context, dev device.Device) (adb.Component, 
 	if err != nil {
 		return adb.Component{}, "", err
 	}
+	return foregroundChain(ctx, dev, out)
+}
+
+// foregroundFrom is ForegroundActivity given the `dumpsys window displays` output.
+func foregroundFrom(ctx context.Context, dev device.Device, displays string) (adb.Component, error) {
+	c, _, err := foregroundChain(ctx, dev, displays)
+	return c, err
+}
+
+func foregroundChain(ctx context.Context, dev device.Device, out string) (adb.Component, string, error) {
+	var err error
 	ds := adb.ParseWindowFocus(out)
 	if len(ds) == 0 {
 		if out, err = shellOut(ctx, dev, "dumpsys window windows"); err != nil {

@@ -325,8 +325,9 @@ func TestOutputSchemasCarryCommon(t *testing.T) {
 				t.Errorf("%s.output: common field %q missing or not required", node, n)
 			}
 		}
-		// Extensions beyond the spec: EnsureDevice's emulatorLifecycle.
-		ext := map[string]int{NodeEnsureDevice: 1}[node]
+		// Extensions beyond the spec: EnsureDevice's emulatorLifecycle;
+		// LaunchOrAttach's and WaitIdle's appFailure and dismissedSystemDialogs.
+		ext := map[string]int{NodeEnsureDevice: 1, NodeLaunchOrAttach: 2, NodeWaitIdle: 2}[node]
 		if len(doc.Properties) != len(names)+2+ext {
 			t.Errorf("%s.output: %d properties, want common + runId + one context + %d extensions", node, len(doc.Properties), ext)
 		}

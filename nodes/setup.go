@@ -222,6 +222,7 @@ func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResul
 		if i.LaunchAttachMode == "" {
 			i.LaunchAttachMode = LaunchAttachMode(pol.LaunchAttachMode)
 		}
+		i.Attempt = in.Attempt // a retry starts the app in a fresh process
 		out, err = LaunchOrAttach(ctx, i, p)
 	case NodeWaitIdle:
 		i := inputs.WaitIdle

@@ -76,6 +76,12 @@ type UIStabilityAssessment struct {
 type WaitIdleOutput struct {
 	RunID                 string                 `json:"runId"`
 	UIStabilityAssessment *UIStabilityAssessment `json:"uiStabilityAssessment"`
+	// AppFailure describes the crash or ANR of an app_crashed /
+	// app_not_responding failure; absent otherwise. Extension.
+	AppFailure *AppFailure `json:"appFailure,omitempty"`
+	// DismissedSystemDialogs lists the system error dialogs (not the app's)
+	// dismissed while waiting. Extension.
+	DismissedSystemDialogs []DismissedDialog `json:"dismissedSystemDialogs,omitempty"`
 	Common
 }
 
@@ -130,10 +136,27 @@ const ConfirmGap = 17 * time.Millisecond
 // idle_timeout (not retryable) when the window is not reached within
 // maxWaitMillis; samples are clipped to that deadline, so the node returns at
 // most one sample (plus ProbeSlack for a hung one) after it.
+//
+// Crashes and ANRs while waiting: each sample's shell also reads `pidof PKG`
+// (the first one `date +%s.%N` too: crash reports count from then). The
+// app's process gone after a sample saw it (or absent from the start with a
+// crash report of it in the last CrashLookback), or its "Application Error"
+// dialog, ends the node with app_crashed, not retryable (retrying WaitIdle
+// does not restart the app); its "Application Not Responding" dialog with
+// app_not_responding. Neither ends as idle or idle_timeout. appFailure
+// carries the evidence (see LaunchOrAttach). A focused error dialog of
+// another process is dismissed and listed in dismissedSystemDialogs; the
+// quiet window starts again after it.
 func WaitIdle(ctx context.Context, in WaitIdleInput, p Ports) (WaitIdleOutput, error) {
 	out := WaitIdleOutput{RunID: in.RunID, Common: Common{NodeName: NodeWaitIdle}}
-	a, err := waitIdle(ctx, in, p)
+	w := &appWatch{}
+	a, err := waitIdle(ctx, in, p, w)
 	out.UIStabilityAssessment = a
+	out.DismissedSystemDialogs = w.dismissed
+	if f, ok := errors.AsType[*appFailureError](err); ok {
+		out.AppFailure = f.f
+		err = f.e
+	}
 	if e := MarkFailure(&out.Common, err); e != nil {
 		p.Logf("WaitIdle failed: %s", e.Error())
 		if e.ID != agent.ErrIdleTimeout {
@@ -170,9 +193,20 @@ type idleSample struct {
 	// uid is the app's uid the sample's network status was measured with:
 	// the one takeSample was given, or the one it read (-1: unknown).
 	uid int
+	// window is the sample's `dumpsys window displays` output (its error
+	// dialogs); pids the app's pids (nil: not read); epochMillis the device
+	// clock read by the first sample (0: not read).
+	window      string
+	pids        *[]int
+	epochMillis int64
 }
 
-func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAssessment, error) {
+// CrashLookback is how far back WaitIdle looks for a crash report when the
+// app has no process at its first sample (it died between LaunchOrAttach
+// and WaitIdle).
+const CrashLookback = 30 * time.Second
+
+func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIStabilityAssessment, error) {
 	if p.Device == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "WaitIdle needs a Device port")
 	}
@@ -207,6 +241,7 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 		}
 		pkg = fg.Package
 	}
+	w.pkg = pkg
 	// The app's uid is read within the first sample that completes (see
 	// takeSample); uidPending until then.
 	uid, uidPending := -1, pkg != ""
@@ -246,9 +281,23 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports) (*UIStabilityAsses
 		if err != nil {
 			return nil, deadlineAware(ctx, sctx, err)
 		}
+		first := uidPending
 		if uidPending {
 			uid, uidPending = s.uid, false
 			logStart()
+		}
+		if pkg != "" && !s.changedByError {
+			f, dismissed, err := watchSample(sctx, p, w, sessionID, s, first)
+			if err != nil {
+				return nil, deadlineAware(ctx, sctx, err)
+			}
+			if f != nil {
+				return nil, failApp(f, false)
+			}
+			if dismissed {
+				prev = nil // the screen changed: the quiet window starts again
+				continue
+			}
 		}
 		now := p.Now()
 		if s.net != "" {
@@ -346,12 +395,12 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 	cmd := "dumpsys window displays; echo " + sampleSplit + "; cat /proc/net/tcp /proc/net/tcp6"
 	want := 2 // parts of the output
 	if pkg != "" {
-		cmd = "dumpsys gfxinfo " + pkg + " framestats; echo " + sampleSplit + "; " + cmd
-		want++
+		cmd = "dumpsys gfxinfo " + pkg + " framestats; echo " + sampleSplit + "; pidof " + pkg + "; echo " + sampleSplit + "; " + cmd
+		want += 2
 	}
 	readUID = readUID && pkg != ""
 	if readUID {
-		cmd += "; echo " + sampleSplit + "; dumpsys package " + pkg
+		cmd += "; echo " + sampleSplit + "; date +%s.%N; echo " + sampleSplit + "; dumpsys package " + pkg
 	}
 	r, err := p.Device.Shell(ctx, cmd)
 	wg.Wait()
@@ -379,8 +428,9 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 	parts := strings.Split(r.Stdout, sampleSplit)
 	if readUID {
 		s.uid = -1
-		if len(parts) == want+1 {
-			s.uid = dumpsysUID(parts[want], pkg)
+		if len(parts) == want+2 {
+			s.epochMillis = parseEpochMillis(parts[want])
+			s.uid = dumpsysUID(parts[want+1], pkg)
 			parts = parts[:want]
 		}
 		if s.uid < 0 {
@@ -401,13 +451,53 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 				s.sinceFrame = d
 			}
 		}
-		parts = parts[1:]
+		if !strings.Contains(r.Stderr, "pidof") {
+			ps := parsePIDs(parts[1])
+			s.pids = &ps
+		}
+		parts = parts[2:]
 	}
+	s.window = parts[0]
 	for _, d := range adb.ParseWindowFocus(parts[0]) {
 		s.sig.focus += fmt.Sprintf("%d:%s|%s|%v;", d.DisplayID, d.CurrentFocusWindow, d.FocusedApp, d.CurrentFocusNull)
 	}
 	s.net = NetworkStatus(parts[1], s.uid)
 	return s, nil
+}
+
+// watchSample looks at one sample for the app's crash or ANR (see WaitIdle):
+// its error dialogs, then its pids against the ones seen before.
+func watchSample(ctx context.Context, p Ports, w *appWatch, sessionID string, s idleSample, first bool) (*AppFailure, bool, error) {
+	if first && s.epochMillis > 0 {
+		w.sinceMillis = s.epochMillis
+	}
+	f, dismissed, err := w.dialogs(ctx, p, sessionID, s.window)
+	if err != nil || f != nil || dismissed {
+		return f, dismissed, err
+	}
+	if s.pids == nil {
+		return nil, false, nil
+	}
+	if len(*s.pids) > 0 {
+		w.notePIDs(*s.pids)
+		return nil, false, nil
+	}
+	if len(w.pids) > 0 {
+		f, err := w.crashEvidence(ctx, p)
+		return f, false, err
+	}
+	if first && w.sinceMillis > 0 {
+		// No process from the start: a crash just before WaitIdle began?
+		// (Without the device clock a stale report could be blamed: skipped.)
+		since := w.sinceMillis
+		w.sinceMillis = since - CrashLookback.Milliseconds()
+		f, err := w.crashEvidence(ctx, p)
+		w.sinceMillis = since
+		if err != nil || (f != nil && f.Source != SourceProcessGone) {
+			return f, false, err
+		}
+	}
+	return nil, false, nil
 }
 
 // dumpsysUID returns pkg's uid from `dumpsys package PKG` output (userId=,

@@ -114,12 +114,12 @@ func quietDevice(t *testing.T, frames func() int64) *scriptDevice {
 		if frames != nil {
 			g = totalFramesRe.ReplaceAllString(gfx, fmt.Sprintf("Total frames rendered: %d", frames()))
 		}
-		out := g + sampleSplit + "\n  Display: mDisplayId=0\n    mCurrentFocus=Window{1 u0 com.example.app/com.example.app.HomeActivity}\n" +
+		out := g + sampleSplit + "\n4321\n" + sampleSplit + "\n  Display: mDisplayId=0\n    mCurrentFocus=Window{1 u0 com.example.app/com.example.app.HomeActivity}\n" +
 			sampleSplit + "\n  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
 			"   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 00000000:00000000 00:00000000 00000000 10123        0 4242 1 0000000000000000 20 4 30 10 -1\n"
 		if strings.HasSuffix(cmd, "; dumpsys package "+demoPkg) {
-			// The first sample also reads the uid; this dumpsys names none.
-			out += sampleSplit + "\n"
+			// The first sample also reads the clock and the uid; this dumpsys names none.
+			out += sampleSplit + "\n1795248000.123456789\n" + sampleSplit + "\n"
 		}
 		return device.ShellResult{Stdout: out}, nil
 	}}
@@ -408,15 +408,16 @@ func TestWaitIdleReadsUIDWithFirstSample(t *testing.T) {
 			tx = "000001A0" // bytes in flight at the first sample only
 		}
 		samples++
-		out := gfx + sampleSplit + "\n  Display: mDisplayId=0\n    mCurrentFocus=Window{1 u0 " + pkg + "/.Main}\n" + sampleSplit + "\n" + hdr +
+		out := gfx + sampleSplit + "\n4321\n" + sampleSplit + "\n  Display: mDisplayId=0\n    mCurrentFocus=Window{1 u0 " + pkg + "/.Main}\n" + sampleSplit + "\n" + hdr +
 			"   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 " + tx + ":00000000 00:00000000 00000000 10197        0 4242 1 0000000000000000 20 4 30 10 -1\n"
 		if strings.HasSuffix(cmd, "; echo "+sampleSplit+"; dumpsys package "+pkg) {
-			out += sampleSplit + "\n" + dump
+			out += sampleSplit + "\n1795248000.123456789\n" + sampleSplit + "\n" + dump
 		}
 		return device.ShellResult{Stdout: out}, nil
 	}}
 	s, err := takeSample(context.Background(), Ports{Device: dev}, "", pkg, -1, true)
-	if err != nil || s.changedByError || s.uid != 10197 || s.net != NetworkActive || s.sig.frames < 0 || s.sig.focus == "" {
+	if err != nil || s.changedByError || s.uid != 10197 || s.net != NetworkActive || s.sig.frames < 0 || s.sig.focus == "" ||
+		s.epochMillis != 1795248000123 || s.pids == nil || len(*s.pids) != 1 || (*s.pids)[0] != 4321 {
 		t.Errorf("first sample: %+v %+v %v", s, s.sig, err)
 	}
 	if len(dev.calls) != 1 {
