@@ -174,7 +174,7 @@ func parsePIDs(out string) []int {
 func parseEpochMillis(out string) int64 {
 	sec, frac, _ := strings.Cut(strings.TrimSpace(out), ".")
 	n, err := strconv.ParseInt(sec, 10, 64)
-	if err != nil || n < 1e9 || n > 1e11 {
+	if err != nil || n <= 0 || n > 1e11 {
 		return 0
 	}
 	ms := n * 1000
