@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +57,10 @@ type Config struct {
 	// Tokens, when set, turns on Bearer authentication and tenant scoping
 	// once the store holds a token (auth.go); nil: no authentication.
 	Tokens agent.Tokens
+	// AllowedHosts are the Host names accepted besides the address a
+	// connection arrived on (serve --allowed-host; guard.go): "NAME" (any
+	// port) or "NAME:PORT". Validate each with CheckAllowedHost.
+	AllowedHosts []string
 }
 
 // Route is one route of the API.
@@ -133,7 +139,7 @@ func New(cfg Config) http.Handler {
 		}
 		writeError(w, http.StatusNotFound, agent.Errorf(agent.ErrInvalidRequest, "no route %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	return browserGuard(mux, cfg.AllowedHosts)
 }
 
 // ErrorBody is the agent error format for a failed API call.
@@ -615,7 +621,22 @@ func (a *api) parked(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"parked": ps})
 }
 
+// ReadyResponse is GET /readyz: Status is "ok" (200) or "unavailable"
+// (503). Ready and Checks (each dependency's "ok" or its failure) are shown
+// only to a caller allowed the details (readyDetails); a load balancer's
+// anonymous probe learns nothing about addresses, paths or the outbox.
+type ReadyResponse struct {
+	Status string            `json:"status"`
+	Ready  *bool             `json:"ready,omitempty"`
+	Checks map[string]string `json:"checks,omitempty"`
+}
+
 func (a *api) ready(w http.ResponseWriter, r *http.Request) {
+	details, err := a.readyDetails(r)
+	if errors.Is(err, agent.ErrUnauthenticated) {
+		unauthorized(w, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	checks := map[string]string{}
@@ -628,9 +649,45 @@ func (a *api) ready(w http.ResponseWriter, r *http.Request) {
 			checks[name] = "ok"
 		}
 	}
+	resp := ReadyResponse{Status: "ok"}
 	st := 200
 	if !ok {
-		st = http.StatusServiceUnavailable
+		st, resp.Status = http.StatusServiceUnavailable, "unavailable"
 	}
-	writeJSON(w, st, map[string]any{"ready": ok, "checks": checks})
+	if details {
+		resp.Ready, resp.Checks = &ok, checks
+	}
+	writeJSON(w, st, resp)
+}
+
+// readyDetails reports whether r may see /readyz's checks: with tokens, an
+// admin token's request (a token that is not known is
+// agent.ErrUnauthenticated; none or a tenant's: no details); without
+// tokens, a request over a loopback connection (the user on the daemon's
+// machine, not a peer of a daemon started with --insecure-no-auth).
+func (a *api) readyDetails(r *http.Request) (bool, error) {
+	on, err := a.auth.enforced(r.Context())
+	if err != nil {
+		return false, nil
+	}
+	if on {
+		tok := bearer(r)
+		if tok == "" {
+			return false, nil
+		}
+		pr, err := agent.Authenticate(r.Context(), a.cfg.Tokens, tok)
+		if err != nil {
+			if errors.Is(err, agent.ErrUnauthenticated) {
+				return false, err
+			}
+			return false, nil
+		}
+		return pr.Scope.IsAdmin(), nil
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false, nil
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback(), nil
 }

@@ -90,6 +90,12 @@ func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, httpapi.Limits
 // newEnvWith serves the API as serve does (httpapi.NewServer) under limits l.
 func newEnvWith(t *testing.T, l httpapi.Limits) *env {
 	t.Helper()
+	return newEnvConfig(t, func(c *httpapi.Config, _ *snapshots.Embedded) { c.Limits = l })
+}
+
+// newEnvConfig serves the API as serve does, its Config changed by set.
+func newEnvConfig(t *testing.T, set func(*httpapi.Config, *snapshots.Embedded)) *env {
+	t.Helper()
 	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -110,9 +116,11 @@ func newEnvWith(t *testing.T, l httpapi.Limits) *env {
 	if err := svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	h := httpapi.New(httpapi.Config{Service: svc, Graph: g, Gatherer: prometheus.NewRegistry(), Limits: l})
+	cfg := httpapi.Config{Service: svc, Graph: g, Gatherer: prometheus.NewRegistry()}
+	set(&cfg, st)
+	h := httpapi.New(cfg)
 	srv := httptest.NewUnstartedServer(h)
-	srv.Config = httpapi.NewServer(h, l)
+	srv.Config = httpapi.NewServer(h, cfg.Limits)
 	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()

@@ -118,6 +118,9 @@ func (e *tenancyEnv) as(who, method, path, body string) (int, string, http.Heade
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	switch {
 	case strings.HasPrefix(who, "raw:"):
 		req.Header.Set("Authorization", strings.TrimPrefix(who, "raw:"))

@@ -41,7 +41,7 @@ func dial(t *testing.T, e *env) net.Conn {
 func TestSlowBodyIsCutOff(t *testing.T) {
 	e := newEnvWith(t, httpapi.Limits{ReadTimeout: 300 * time.Millisecond})
 	conn := dial(t, e)
-	if _, err := io.WriteString(conn, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+	if _, err := io.WriteString(conn, "POST /v1/runs HTTP/1.1\r\nHost: "+strings.TrimPrefix(e.url, "http://")+"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
 		t.Fatal(err)
 	}
 	if !closedWithin(t, conn, 10*time.Second) {
@@ -53,7 +53,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 func TestIdleConnectionIsClosed(t *testing.T) {
 	e := newEnvWith(t, httpapi.Limits{IdleTimeout: 300 * time.Millisecond})
 	conn := dial(t, e)
-	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: "+strings.TrimPrefix(e.url, "http://")+"\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

@@ -134,6 +134,9 @@ func TestServeArtifactFetchConfined(t *testing.T) {
 			r = bytes.NewReader(b)
 		}
 		req, _ := http.NewRequest(method, d.URL()+path, r)
+		if r != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		req.Header.Set("Authorization", "Bearer "+tok.Token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

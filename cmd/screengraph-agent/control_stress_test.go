@@ -82,6 +82,9 @@ func (c *controlClient) send(s *controlSent) error {
 		rb = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest("POST", c.d.URL()+"/v1/runs/"+s.runID+"/"+path, rb)
+	if rb != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil // connection refused or reset: unanswered

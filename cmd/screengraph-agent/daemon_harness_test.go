@@ -178,6 +178,9 @@ func (d *daemon) call(t testing.TB, method, path string, body any, out any) int 
 		r = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, d.URL()+path, r)
+	if r != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)

@@ -24,6 +24,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
@@ -68,6 +69,12 @@ type daemonConfig struct {
 	// Retention: ended runs (and AGENT_EVENTS messages) older than it go.
 	Retention      time.Duration `koanf:"retention" json:"retention"`
 	StreamMaxBytes int64         `koanf:"stream-max-bytes" json:"streamMaxBytes"`
+	// AllowedHosts: Host names the HTTP API answers besides its listen
+	// address (httpapi.Config.AllowedHosts).
+	AllowedHosts []string `koanf:"allowed-host" json:"allowedHost"`
+	// InsecureNoAuth: listen beyond loopback although the store holds no
+	// API token (httpapi.CheckExposure).
+	InsecureNoAuth bool `koanf:"insecure-no-auth" json:"insecureNoAuth"`
 }
 
 // artifacts is the fetcher configuration of cfg.
@@ -81,7 +88,8 @@ func (cfg daemonConfig) artifacts() artifacts.Config {
 // repeatable).
 var envListKeys = map[string]string{"policy": "policy", "artifact-file-roots": "artifact-file-root", "artifact-file-root": "artifact-file-root",
 	"artifact-allow-cidr": "artifact-allow-cidr", "artifact-allow-cidrs": "artifact-allow-cidr",
-	"artifact-s3-bucket": "artifact-s3-bucket", "artifact-s3-buckets": "artifact-s3-bucket"}
+	"artifact-s3-bucket": "artifact-s3-bucket", "artifact-s3-buckets": "artifact-s3-bucket",
+	"allowed-host": "allowed-host", "allowed-hosts": "allowed-host"}
 
 type serveCmd struct {
 	Listen         string        `help:"HTTP API address (default ${default_listen})." placeholder:"HOST:PORT"`
@@ -109,6 +117,9 @@ type serveCmd struct {
 	ArtifactMaxBytes      string        `help:"Largest artifact, plain bytes or with a unit (default 2GiB)." name:"artifact-max-bytes" placeholder:"SIZE"`
 	ArtifactIdleTimeout   time.Duration `help:"A download whose body sends nothing for this long ends (default 60s)." name:"artifact-idle-timeout"`
 	ArtifactCacheMaxBytes string        `help:"Size cap of the artifact cache; least recently used artifacts are deleted beyond it (default: none)." name:"artifact-cache-max-bytes" placeholder:"SIZE"`
+
+	AllowedHost    []string `help:"A Host name the HTTP API answers besides its listen address and localhost (NAME: any port; NAME:PORT; repeatable; SCREENGRAPH_ALLOWED_HOSTS comma-separated). Other Host headers are refused (421; DNS rebinding)." name:"allowed-host" placeholder:"NAME"`
+	InsecureNoAuth bool     `help:"Listen on a non-loopback --listen or --nats-listen although the store holds no API token (anyone reaching it may submit and read runs; logged as a warning)." name:"insecure-no-auth"`
 }
 
 // relayMetrics are the outbox relay's counters since the daemon started.
@@ -208,10 +219,47 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	if cfg.NATSReplicas < 1 || cfg.NATSReplicas > 5 {
 		return cfg, agent.Errorf(agent.ErrInvalidRequest, "nats-replicas must be 1 to 5, not %d", cfg.NATSReplicas)
 	}
+	if len(cfg.AllowedHosts) > httpapi.MaxAllowedHosts {
+		return cfg, agent.Errorf(agent.ErrInvalidRequest, "allowed-host: at most %d names, not %d", httpapi.MaxAllowedHosts, len(cfg.AllowedHosts))
+	}
+	for _, h := range cfg.AllowedHosts {
+		if err := httpapi.CheckAllowedHost(h); err != nil {
+			return cfg, err
+		}
+	}
 	if cfg.DatabaseURL != "" && !strings.HasPrefix(cfg.DatabaseURL, "postgres://") && !strings.HasPrefix(cfg.DatabaseURL, "postgresql://") {
 		return cfg, agent.Errorf(agent.ErrInvalidRequest, "database-url must be a postgres:// URL, not %q", agent.RedactString(cfg.DatabaseURL))
 	}
 	return cfg, nil
+}
+
+// checkExposure refuses a non-loopback --listen or --nats-listen (the
+// in-process NATS server's; not used with --nats-url) while the store holds
+// no API token, unless --insecure-no-auth, which is logged as a warning
+// (httpapi.CheckExposure). It runs before anything listens; the store is
+// opened for the question only when some address is not loopback.
+func checkExposure(ctx context.Context, cfg daemonConfig, log zerolog.Logger) error {
+	ls := []httpapi.Listen{{Flag: "--listen", Addr: cfg.Listen}}
+	if cfg.NATSURL == "" {
+		ls = append(ls, httpapi.Listen{Flag: "--nats-listen", Addr: cfg.NATSListen})
+	}
+	open, err := httpapi.CheckExposure(ctx, ls, func(ctx context.Context) (bool, error) {
+		st, err := tokenStoreFlags{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL}.open(ctx)
+		if err != nil {
+			return false, err
+		}
+		defer st.Close()
+		return st.HasTokens(ctx)
+	}, cfg.InsecureNoAuth)
+	if err != nil {
+		return err
+	}
+	if len(open) > 0 && cfg.InsecureNoAuth {
+		for _, l := range open {
+			log.Warn().Str("flag", l.Flag).Str("addr", l.Addr).Msg("INSECURE: listening beyond loopback with --insecure-no-auth: while the store holds no API token, anyone who reaches this address can submit, read and cancel runs")
+		}
+	}
+	return nil
 }
 
 func (c *serveCmd) fail(err error) error {
@@ -329,6 +377,9 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		hostname, _ := os.Hostname()
 		predecessor = "serve:" + hostname + ":" + filepath.Clean(cfg.DataDir) + ":"
 	}
+	if err := checkExposure(ctx, cfg, log); err != nil {
+		return c.fail(err)
+	}
 
 	hc := hostConfig{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, NATSReplicas: cfg.NATSReplicas,
 		StreamMaxAge: cfg.Retention, StreamMaxBytes: cfg.StreamMaxBytes,
@@ -409,7 +460,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	}); err != nil {
 		return c.fail(err)
 	}
-	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Tokens: storeTokens(h.store),
+	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Tokens: storeTokens(h.store), AllowedHosts: cfg.AllowedHosts,
 		Logf: func(format string, args ...any) { log.Error().Msgf(format, args...) },
 		Ready: map[string]func(context.Context) error{
 			"store": func(ctx context.Context) error {

@@ -142,6 +142,9 @@ func TestServeTenantIsolation(t *testing.T) {
 			r = bytes.NewReader(b)
 		}
 		req, _ := http.NewRequest(method, d.URL()+path, r)
+		if r != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		if tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
