@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +19,6 @@ import (
 	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
-	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -28,6 +26,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/agent/retention"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/device"
@@ -479,7 +478,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 				return h.nc.FlushWithContext(ctx)
 			},
 		}})
-	sub, err := subscribeControl(h.nc, svc, func(format string, args ...any) { log.Warn().Msgf(format, args...) })
+	sub, err := natsapi.Subscribe(natsapi.Config{Conn: h.nc, Service: svc, Prefix: snapshots.ControlSubjectPrefix,
+		Logf: func(format string, args ...any) { log.Warn().Msgf(format, args...) }})
 	if err != nil {
 		return c.fail(agent.Wrap(agent.ErrNetwork, err, "NATS control subscription"))
 	}
@@ -549,54 +549,4 @@ func (a adbDevices) Devices(ctx context.Context) ([]service.Device, error) {
 		out = append(out, service.Device{Serial: d.Serial, State: d.State, Model: d.Model, APILevel: d.APILevel, BootReady: d.BootReady})
 	}
 	return out, nil
-}
-
-// ControlMessage is the body of a control request on NATS subject
-// agent.control.<tenantId>.<runId>.
-type ControlMessage struct {
-	Kind          string `json:"kind"`
-	PolicyVersion int    `json:"policyVersion,omitempty"`
-}
-
-// subscribeControl records control requests arriving on agent.control.>.
-// A request for a run of another tenant than the subject names is refused.
-// When the message has a reply subject, the reply is {"runId","kind",
-// "recorded":true} or the agent error format.
-func subscribeControl(nc *nats.Conn, svc *service.Service, logf func(string, ...any)) (*nats.Subscription, error) {
-	// A queue group: in a fleet every daemon subscribes, and one of them
-	// (any: the store is shared) records each request once.
-	return nc.QueueSubscribe(snapshots.ControlSubjectPrefix+".*.*", "screengraph-agent-control", func(m *nats.Msg) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		parts := strings.Split(m.Subject, ".")
-		tenant, runID := parts[2], parts[3]
-		reply := func(v any) {
-			if m.Reply != "" {
-				b, _ := json.Marshal(v)
-				m.Respond(agent.RedactJSON(b))
-			}
-		}
-		if isJetStreamDelivery(m) { // tenancy (token.go): a stored event pushed here is no request
-			return
-		}
-		var msg ControlMessage
-		if err := json.Unmarshal(m.Data, &msg); err != nil {
-			reply(httpapi.ErrorBody(agent.Wrap(agent.ErrInvalidRequest, err, "control message"), ""))
-			return
-		}
-		// The subject's tenant is the scope: NATS permissions (natsauth.go)
-		// let a tenant's user publish on its own control subjects only.
-		var c agent.Control
-		sc, err := agent.Tenant(tenant)
-		if err == nil {
-			c, err = svc.Control(ctx, sc, runID, msg.Kind, msg.PolicyVersion)
-		}
-		if err != nil {
-			logf("control %s on %s: %v", msg.Kind, m.Subject, err)
-			reply(httpapi.ErrorBody(err, ""))
-			return
-		}
-		// Sent only after the request is committed.
-		reply(httpapi.ControlResponse{RunID: runID, Kind: msg.Kind, RequestID: c.ID, Recorded: true})
-	})
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -243,13 +242,4 @@ func serveTenancy(logf func(format string, args ...any)) func(st agent.Store) (s
 func storeTokens(st agent.Store) agent.Tokens {
 	ts, _ := st.(agent.Tokens)
 	return ts
-}
-
-// isJetStreamDelivery reports whether a message on a control subject is a
-// stored event a JetStream consumer delivered there (a tenant may point its
-// push consumer's deliver subject at any subject outside the stream's, e.g.
-// another tenant's agent.control.<T>.<run>): every AGENT_EVENTS message
-// carries Nats-Msg-Id, and an acked delivery replies to $JS.ACK.….
-func isJetStreamDelivery(m *nats.Msg) bool {
-	return m.Header.Get(nats.MsgIdHdr) != "" || strings.HasPrefix(m.Reply, "$JS.ACK.")
 }
