@@ -301,3 +301,18 @@ func ResolveSerial(ctx context.Context, c *adb.Client, name string) (string, err
 	return "", &agent.Error{ID: agent.ErrDeviceNotFound, Code: CodeAmbiguous,
 		Msg: fmt.Sprintf("%q names %d devices (%s): use a serial", name, len(hits), strings.Join(hits, ", "))}
 }
+
+// ExecOuter is the optional part of a Device that runs a command with
+// binary-clean output (`adb exec-out`); ADBDevice implements it.
+type ExecOuter interface {
+	// ExecOut returns cmd's stdout, at most max bytes (more is an error).
+	ExecOut(ctx context.Context, cmd string, max int64) ([]byte, error)
+}
+
+var _ ExecOuter = (*ADBDevice)(nil)
+
+// ExecOut runs cmd through the exec: service (see adb.Client.ExecOut).
+func (d *ADBDevice) ExecOut(ctx context.Context, cmd string, max int64) ([]byte, error) {
+	b, err := d.client.ExecOut(ctx, d.serial, cmd, max)
+	return b, AgentError(err)
+}

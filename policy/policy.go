@@ -184,6 +184,7 @@ type Policy struct {
 	LaunchAttachMode   string           `yaml:"launchAttachMode" json:"launchAttachMode"`
 	Idle               IdleHeuristics   `yaml:"idleHeuristics" json:"idleHeuristics"`
 	Emulator           Emulator         `yaml:"emulator" json:"emulator"`
+	Evidence           Evidence         `yaml:"evidence" json:"evidence"`
 }
 
 var _ agent.RetryPolicy = (*Policy)(nil)
@@ -241,6 +242,7 @@ func Default() *Policy {
 		Idle: IdleHeuristics{MinQuietMillis: 500, MaxWaitMillis: 10000, SampleIntervalMillis: 200,
 			CountQuietFromLastFrame: true},
 		Emulator: Emulator{IdleKillMinutes: 30, QuickBoot: true},
+		Evidence: defaultEvidence(),
 	}
 }
 
@@ -337,6 +339,7 @@ func (p *Policy) Validate() error {
 	if p.Emulator.IdleKillMinutes < 0 {
 		bad("emulator.idleKillMinutes %d: must be >= 0 (0 keeps booted emulators warm for ever)", p.Emulator.IdleKillMinutes)
 	}
+	p.Evidence.validate(bad)
 	i := p.Idle
 	if i.MinQuietMillis <= 0 || i.SampleIntervalMillis <= 0 || i.SampleIntervalMillis > i.MinQuietMillis || i.MaxWaitMillis < i.MinQuietMillis {
 		bad("idleHeuristics %+v: need 0 < sampleIntervalMillis <= minQuietMillis <= maxWaitMillis", i)

@@ -70,14 +70,14 @@ type Route struct {
 
 // Routes lists every route, as registered and as openapi.json describes them.
 func Routes() []Route {
-	return []Route{
+	return append([]Route{
 		{"POST", "/v1/runs"}, {"GET", "/v1/runs"}, {"GET", "/v1/runs/{id}"},
 		{"GET", "/v1/runs/{id}/events"}, {"GET", "/v1/runs/{id}/steps/{n}"},
 		{"POST", "/v1/runs/{id}/cancel"}, {"POST", "/v1/runs/{id}/pause"}, {"POST", "/v1/runs/{id}/resume"},
 		{"POST", "/v1/runs/{id}/policy"},
 		{"GET", "/v1/devices"}, {"GET", "/v1/leases"}, {"GET", "/v1/outbox/parked"},
 		{"GET", "/healthz"}, {"GET", "/readyz"}, {"GET", "/metrics"}, {"GET", "/v1/openapi.json"},
-	}
+	}, artifactRoutes...)
 }
 
 type api struct {
@@ -117,6 +117,9 @@ func New(cfg Config) http.Handler {
 		mux.Handle("GET /metrics", a.guard("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP))
 	} else {
 		h["GET /metrics"] = func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }
+	}
+	for p, f := range a.artifactHandlers() {
+		h[p] = f
 	}
 	for p, f := range h {
 		mux.HandleFunc(p, a.guard(p, f))

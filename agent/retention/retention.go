@@ -36,6 +36,12 @@ type Cleaner struct {
 	Interval    time.Duration
 	BatchSize   int
 	PassTimeout time.Duration
+	// Evidence and Blobs, when both set, let a pass delete the evidence
+	// blobs no artifact row names any more, once older than BlobGrace
+	// (default DefaultBlobGrace).
+	Evidence  agent.ArtifactIndex
+	Blobs     agent.BlobStore
+	BlobGrace time.Duration
 	// Logf reports each pass that deleted or held something, and failures;
 	// nil drops it.
 	Logf func(format string, args ...any)
@@ -71,7 +77,9 @@ func (c *Cleaner) Pass(ctx context.Context, now time.Time) (agent.PruneResult, e
 			return total, fmt.Errorf("retention: prune runs ended before %s: %w", cutoff.UTC().Format(time.RFC3339), err)
 		}
 		if res.Runs < int64(batch) {
-			return total, nil
+			n, err := c.sweepBlobs(ctx, now)
+			total.EvidenceBlobs += n
+			return total, err
 		}
 		if err := ctx.Err(); err != nil {
 			return total, err
@@ -102,9 +110,9 @@ func (c *Cleaner) Run(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.logf("retention: %v (deleted %d runs before it)", err, res.Runs)
-		case res.Runs > 0 || res.Held > 0:
-			c.logf("retention: deleted %d runs ended more than %v ago (%d events, %d outbox rows, %d snapshots, %d control rows, %d leases); %d such runs held: outbox rows not yet published or lease active (first: %v)",
-				res.Runs, c.Retention, res.Events, res.Outbox, res.Snapshots, res.Controls, res.Leases, res.Held, res.HeldRuns[:min(len(res.HeldRuns), 5)])
+		case res.Runs > 0 || res.Held > 0 || res.EvidenceBlobs > 0:
+			c.logf("retention: deleted %d runs ended more than %v ago (%d events, %d outbox rows, %d snapshots, %d control rows, %d leases, %d evidence rows) and %d evidence blobs no row names; %d such runs held: outbox rows not yet published or lease active (first: %v)",
+				res.Runs, c.Retention, res.Events, res.Outbox, res.Snapshots, res.Controls, res.Leases, res.EvidenceRows, res.EvidenceBlobs, res.Held, res.HeldRuns[:min(len(res.HeldRuns), 5)])
 		}
 		select {
 		case <-ctx.Done():

@@ -135,6 +135,10 @@ type Config struct {
 	QuarantineAfter int
 	Probe           func(ctx context.Context, serial string) error
 	ProbeEvery      time.Duration
+	// Artifacts and Blobs serve the runs' evidence (artifacts.go); nil
+	// serves none.
+	Artifacts agent.ArtifactIndex
+	Blobs     agent.BlobStore
 }
 
 // Service is the daemon's run service. Create it with New, then Start.

@@ -22,9 +22,11 @@ import (
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
+	"github.com/screengraph/screengraph-agent/device/evidence"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/policy"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/blobs"
 )
 
 // hostConfig is what a single host runs with: the embedded default store, a
@@ -64,6 +66,12 @@ type hostConfig struct {
 	// Artifacts, when set (serve), confines artifact fetching on tenants'
 	// behalf; nil (run) fetches what the user's own process may.
 	Artifacts *artifacts.Config
+	// ArtifactStore is where evidence blobs go: "" for DataDir/evidence,
+	// s3://bucket/prefix for a bucket the fleet shares (credentials from
+	// the AWS SDK's default chain); ArtifactStoreEndpoint a custom S3
+	// endpoint (MinIO, gofakes3; path-style).
+	ArtifactStore         string
+	ArtifactStoreEndpoint string
 }
 
 // streamLimits are the AGENT_EVENTS stream's MaxAge and MaxBytes.
@@ -87,6 +95,7 @@ type hostStore interface {
 	agent.ParkedLister
 	snapshots.OutboxCounter
 	agent.Pruner
+	agent.ArtifactIndex
 }
 
 // host holds the running pieces; Close stops them in reverse order, after the
@@ -108,6 +117,8 @@ type host struct {
 	driver *appium.Client
 	engine *agent.Engine
 	graph  *agent.Graph
+	// blobs keeps the evidence artifacts' bytes (the rows are the store's).
+	blobs agent.BlobStore
 	// artifacts is the fetcher ProvisionApp uses (serve checks
 	// references with it at submission).
 	artifacts *artifacts.Fetcher
@@ -303,8 +314,26 @@ func (h *host) open(ctx context.Context) (err error) {
 	if err != nil {
 		return agent.Wrap(agent.ErrInternal, err, "setup graph")
 	}
-	h.engine = &agent.Engine{Store: h.store, Policies: h.policies}
+	if h.blobs, err = openBlobs(ctx, cfg); err != nil {
+		return err
+	}
+	h.engine = &agent.Engine{Store: h.store, Policies: h.policies, Evidence: &evidence.Capturer{
+		Blobs:     h.blobs,
+		DeviceFor: func(serial string) device.Device { return device.NewADBDevice(h.adb, serial) },
+		Driver:    h.driver,
+		Kinds:     policy.EvidenceKinds,
+		Logf:      func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
+	}}
 	return nil
+}
+
+// openBlobs opens the evidence blob store of cfg: the data dir's, or the
+// bucket of --artifact-store.
+func openBlobs(ctx context.Context, cfg hostConfig) (agent.BlobStore, error) {
+	if cfg.ArtifactStore == "" {
+		return blobs.NewDir(filepath.Join(cfg.DataDir, "evidence"))
+	}
+	return blobs.NewS3(ctx, cfg.ArtifactStore, blobs.S3Options{Endpoint: cfg.ArtifactStoreEndpoint})
 }
 
 // waitPublished waits (bounded by ctx) until the relay has published every

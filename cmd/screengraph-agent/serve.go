@@ -65,6 +65,9 @@ type daemonConfig struct {
 	ArtifactMaxBytes      string        `koanf:"artifact-max-bytes" json:"artifactMaxBytes"`
 	ArtifactIdleTimeout   time.Duration `koanf:"artifact-idle-timeout" json:"artifactIdleTimeout"`
 	ArtifactCacheMaxBytes string        `koanf:"artifact-cache-max-bytes" json:"artifactCacheMaxBytes"`
+	// Evidence blobs: the data dir's, or a bucket (s3://bucket/prefix).
+	ArtifactStore         string `koanf:"artifact-store" json:"artifactStore"`
+	ArtifactStoreEndpoint string `koanf:"artifact-store-endpoint" json:"artifactStoreEndpoint"`
 	// Retention: ended runs (and AGENT_EVENTS messages) older than it go.
 	Retention      time.Duration `koanf:"retention" json:"retention"`
 	StreamMaxBytes int64         `koanf:"stream-max-bytes" json:"streamMaxBytes"`
@@ -116,6 +119,8 @@ type serveCmd struct {
 	ArtifactMaxBytes      string        `help:"Largest artifact, plain bytes or with a unit (default 2GiB)." name:"artifact-max-bytes" placeholder:"SIZE"`
 	ArtifactIdleTimeout   time.Duration `help:"A download whose body sends nothing for this long ends (default 60s)." name:"artifact-idle-timeout"`
 	ArtifactCacheMaxBytes string        `help:"Size cap of the artifact cache; least recently used artifacts are deleted beyond it (default: none)." name:"artifact-cache-max-bytes" placeholder:"SIZE"`
+	ArtifactStore         string        `help:"Where evidence artifacts (screenshots, UI hierarchies, logcats) are kept: s3://bucket/prefix, a bucket every daemon of a fleet shares (credentials: the AWS SDK's default chain); default the data dir's evidence/." name:"artifact-store" placeholder:"s3://BUCKET/PREFIX"`
+	ArtifactStoreEndpoint string        `help:"S3 endpoint URL of --artifact-store (MinIO, a test server; path-style requests); default AWS's." name:"artifact-store-endpoint" placeholder:"URL"`
 
 	AllowedHost    []string `help:"A Host name the HTTP API answers besides its listen address and localhost (NAME: any port; NAME:PORT; repeatable; SCREENGRAPH_ALLOWED_HOSTS comma-separated). Other Host headers are refused (421; DNS rebinding)." name:"allowed-host" placeholder:"NAME"`
 	InsecureNoAuth bool     `help:"Listen on a non-loopback --listen or --nats-listen although the store holds no API token (anyone reaching it may submit and read runs; logged as a warning)." name:"insecure-no-auth"`
@@ -391,6 +396,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	ac := cfg.artifacts()
 	hc.Artifacts = &ac
+	hc.ArtifactStore, hc.ArtifactStoreEndpoint = cfg.ArtifactStore, cfg.ArtifactStoreEndpoint
 	hc.NATSAuth = serveTenancy(func(format string, args ...any) { log.Warn().Msgf(format, args...) }) // tenancy (token.go)
 	h, err := openHost(ctx, hc)
 	if err != nil {
@@ -437,7 +443,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		Holder:        holder, HolderPrefix: predecessor, HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
 		Probe: probeDevice(h.adb), Reachable: reach, Tick: tick,
-		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) },
+		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
+		Artifacts: h.store, Blobs: h.blobs,
 	})
 	if err != nil {
 		return c.fail(err)
@@ -493,7 +500,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	cleanerDone := make(chan struct{})
 	go func() {
 		defer close(cleanerDone)
-		(&retention.Cleaner{Store: h.store, Retention: cfg.Retention,
+		(&retention.Cleaner{Store: h.store, Retention: cfg.Retention, Evidence: h.store, Blobs: h.blobs,
 			Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) }}).Run(cleanCtx)
 	}()
 	defer func() { stopCleaner(); <-cleanerDone }()

@@ -1,0 +1,123 @@
+package httpapi
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// artifactRoutes are the evidence routes (issue 14).
+var artifactRoutes = []Route{{"GET", "/v1/runs/{id}/artifacts"}, {"GET", "/v1/runs/{id}/artifacts/{artifactId}"}}
+
+func (a *api) artifactHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"GET /v1/runs/{id}/artifacts":              a.artifacts,
+		"GET /v1/runs/{id}/artifacts/{artifactId}": a.artifact,
+	}
+}
+
+// ArtifactView is one entry of GET /v1/runs/{id}/artifacts.
+type ArtifactView struct {
+	ArtifactID  string `json:"artifactId"`
+	Kind        string `json:"kind"`
+	Node        string `json:"node"`
+	StepOrdinal int    `json:"stepOrdinal"`
+	ContentType string `json:"contentType"`
+	Bytes       int64  `json:"bytes"`
+	SHA256      string `json:"sha256"`
+	// CreatedAt is ISO-8601 UTC with milliseconds.
+	CreatedAt string `json:"createdAt"`
+}
+
+// ArtifactsResponse is the body of GET /v1/runs/{id}/artifacts.
+type ArtifactsResponse struct {
+	Artifacts []ArtifactView `json:"artifacts"`
+}
+
+func (a *api) artifacts(w http.ResponseWriter, r *http.Request) {
+	list, err := a.cfg.Service.Artifacts(r.Context(), scope(r), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out := ArtifactsResponse{Artifacts: []ArtifactView{}}
+	for _, x := range list {
+		out.Artifacts = append(out.Artifacts, ArtifactView{ArtifactID: x.ArtifactID, Kind: x.Kind, Node: x.Node, StepOrdinal: x.StepOrdinal,
+			ContentType: x.ContentType, Bytes: x.Bytes, SHA256: x.SHA256, CreatedAt: agent.FormatTS(x.CreatedAt)})
+	}
+	writeJSON(w, 200, out)
+}
+
+// artifact streams one artifact's bytes with its content type. The bytes
+// are the device's, not ours: nosniff, a sandboxing CSP, and (but for
+// PNG screenshots) attachment, so a hierarchy or a log with markup is
+// never rendered as a page of the API's origin.
+func (a *api) artifact(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("artifactId")
+	if len(id) != 26 {
+		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "artifactId %q: not a ULID", cutID(id)))
+		return
+	}
+	art, rc, err := a.cfg.Service.OpenArtifact(r.Context(), scope(r), r.PathValue("id"), id)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	defer rc.Close()
+	h := w.Header()
+	h.Set("Content-Type", art.ContentType)
+	h.Set("Content-Length", strconv.FormatInt(art.Bytes, 10))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	h.Set("Cache-Control", "private, max-age=86400, immutable")
+	h.Set("ETag", `"`+art.SHA256+`"`)
+	h.Set("Last-Modified", art.CreatedAt.UTC().Format(http.TimeFormat))
+	disp := "attachment"
+	if art.ContentType == "image/png" {
+		disp = "inline"
+	}
+	h.Set("Content-Disposition", disp+`; filename="`+ArtifactFileName(art.ArtifactID, art.Kind, art.ContentType)+`"`)
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	// Exactly the recorded length: a blob longer than its row says is cut
+	// (Content-Length was promised), a shorter one ends the response early.
+	if _, err := io.Copy(w, io.LimitReader(rc, art.Bytes)); err != nil && a.cfg.Logf != nil {
+		a.cfg.Logf("GET %s: streaming artifact %s: %v", r.URL.Path, art.ArtifactID, err)
+	}
+}
+
+// ArtifactFileName is the file name an artifact is offered and downloaded
+// under: <artifactId>-<kind>.<ext> (ext from the content type: png, xml,
+// txt; bin otherwise). It never holds a path separator.
+func ArtifactFileName(artifactID, kind, contentType string) string {
+	ext := "bin"
+	switch {
+	case strings.HasPrefix(contentType, "image/png"):
+		ext = "png"
+	case strings.HasPrefix(contentType, "application/xml"), strings.HasPrefix(contentType, "text/xml"):
+		ext = "xml"
+	case strings.HasPrefix(contentType, "text/plain"):
+		ext = "txt"
+	}
+	clean := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+				return r
+			}
+			return '-'
+		}, s)
+	}
+	return clean(artifactID) + "-" + clean(kind) + "." + ext
+}
+
+func cutID(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}

@@ -1,0 +1,307 @@
+// Package evidence captures what a run keeps of its device after the node
+// that ends it (issue 14): a screenshot (adb `exec-out screencap -p`), the
+// UI hierarchy (the Appium session's page source, or `uiautomator dump`
+// without a session), the logcat since the run's start (the app's pid and
+// the crash buffer) and the app's ANR traces (dropbox data_app_anr). It
+// implements agent.Evidence: blobs go to an agent.BlobStore first, the
+// engine commits the rows with the step. A kind that cannot be captured is
+// a log line, never a failure of the run.
+package evidence
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
+)
+
+// Content types by kind.
+const (
+	TypePNG  = "image/png"
+	TypeXML  = "application/xml"
+	TypeText = "text/plain; charset=utf-8"
+)
+
+// pngSignature starts every PNG (ISO/IEC 15948 §5.2).
+var pngSignature = []byte{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'}
+
+// Capturer implements agent.Evidence.
+type Capturer struct {
+	Blobs agent.BlobStore
+	// DeviceFor returns the device of an adb serial.
+	DeviceFor func(serial string) device.Device
+	// Driver reads the page source of the run's Appium session; nil uses
+	// `uiautomator dump` only.
+	Driver device.Driver
+	// Kinds says what to capture after a final success or failure under a
+	// policy, and the capture's time budget (policy.EvidenceKinds).
+	Kinds func(pol agent.RetryPolicy, failed bool) ([]string, time.Duration)
+	// Logf reports a capture's failures to the daemon's log too; may be nil.
+	Logf func(format string, args ...any)
+}
+
+var _ agent.Evidence = (*Capturer)(nil)
+
+// target is what a capture needs to know of the run.
+type target struct {
+	serial, session, pkg string
+	since                time.Time
+}
+
+// Capture implements agent.Evidence: each kind in turn, under the budget.
+func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]agent.Artifact, []agent.TokenDelta) {
+	kinds, budget := c.Kinds(req.Policy, req.Failed)
+	if len(kinds) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	tg := targetOf(req)
+	var arts []agent.Artifact
+	var lines []agent.TokenDelta
+	note := func(format string, args ...any) {
+		d := agent.Log("evidence: "+format, args...)
+		d.Text = agent.RedactString(d.Text)
+		lines = append(lines, d)
+		if c.Logf != nil {
+			c.Logf("run %s %s: %s", req.Run.RunID, req.Node, d.Text)
+		}
+	}
+	if tg.serial == "" {
+		note("no device to capture %s from (the run never named one)", strings.Join(kinds, ", "))
+		return nil, lines
+	}
+	dev := c.DeviceFor(tg.serial)
+	for _, kind := range kinds {
+		if err := ctx.Err(); err != nil {
+			note("%s not captured: the %s evidence budget ran out", kind, budget)
+			continue
+		}
+		data, ctype, err := c.capture(ctx, dev, tg, kind)
+		if err != nil {
+			note("%s not captured: %v", kind, err)
+			continue
+		}
+		if data == nil {
+			continue // nothing of this kind (no ANR)
+		}
+		sum := sha256Hex(data)
+		if err := c.Blobs.Put(ctx, sum, data); err != nil {
+			note("%s not stored: %v", kind, err)
+			continue
+		}
+		arts = append(arts, agent.Artifact{ArtifactRef: agent.ArtifactRef{Kind: kind, ContentType: ctype, Bytes: int64(len(data)), SHA256: sum}})
+	}
+	return arts, lines
+}
+
+func (c *Capturer) capture(ctx context.Context, dev device.Device, tg target, kind string) ([]byte, string, error) {
+	switch kind {
+	case agent.ArtifactScreenshot:
+		b, err := screenshot(ctx, dev)
+		return b, TypePNG, err
+	case agent.ArtifactUIHierarchy:
+		b, err := c.hierarchy(ctx, dev, tg)
+		return b, TypeXML, err
+	case agent.ArtifactLogcat:
+		b, err := logcat(ctx, dev, tg)
+		return b, TypeText, err
+	case agent.ArtifactANRTraces:
+		b, err := anrTraces(ctx, dev, tg)
+		return b, TypeText, err
+	}
+	return nil, "", fmt.Errorf("unknown kind %q", kind)
+}
+
+// screenshot is `adb exec-out screencap -p`, checked to be a PNG.
+func screenshot(ctx context.Context, dev device.Device) ([]byte, error) {
+	var b []byte
+	if eo, ok := dev.(device.ExecOuter); ok {
+		var err error
+		if b, err = eo.ExecOut(ctx, "screencap -p", agent.MaxArtifactBytes); err != nil {
+			return nil, err
+		}
+	} else {
+		r, err := dev.Shell(ctx, "screencap -p")
+		if err != nil {
+			return nil, err
+		}
+		b = []byte(r.Stdout)
+	}
+	if !bytes.HasPrefix(b, pngSignature) {
+		return nil, fmt.Errorf("screencap -p returned %d bytes that are not a PNG (%q…)", len(b), firstBytes(b))
+	}
+	return b, nil
+}
+
+// hierarchy is the session's page source, else `uiautomator dump`.
+func (c *Capturer) hierarchy(ctx context.Context, dev device.Device, tg target) ([]byte, error) {
+	var first error
+	if c.Driver != nil && tg.session != "" {
+		src, err := c.Driver.PageSource(ctx, tg.session)
+		if err == nil && strings.Contains(src, "<") {
+			return capBytes([]byte(src))
+		}
+		first = err
+	}
+	// uiautomator writes the XML to the file named, then a line saying so.
+	r, err := dev.Shell(ctx, "uiautomator dump /dev/tty")
+	if err == nil && r.ExitCode == 0 {
+		out, _, _ := strings.Cut(r.Stdout, "UI hierchary dumped to:") // sic, the tool's spelling
+		if out = strings.TrimSpace(out); strings.HasPrefix(out, "<?xml") || strings.HasPrefix(out, "<hierarchy") {
+			return capBytes([]byte(out))
+		}
+		err = fmt.Errorf("uiautomator dump printed no hierarchy (%q)", firstBytes([]byte(r.Stdout+r.Stderr)))
+	} else if err == nil {
+		err = fmt.Errorf("uiautomator dump: exit %d: %s", r.ExitCode, firstBytes([]byte(r.Stderr+r.Stdout)))
+	}
+	if first != nil {
+		return nil, fmt.Errorf("page source: %v; %v", first, err)
+	}
+	return nil, err
+}
+
+// logcat is `logcat -d -v threadtime -T <run start>` (the app's pid only,
+// when it runs), then the crash buffer over the same window: a dead app's
+// FATAL EXCEPTION is there and nowhere else.
+func logcat(ctx context.Context, dev device.Device, tg target) ([]byte, error) {
+	since := "'" + strconv.FormatFloat(float64(tg.since.UnixMilli())/1000, 'f', 3, 64) + "'"
+	var pidArg string
+	if tg.pkg != "" {
+		if r, err := dev.Shell(ctx, "pidof "+shellWord(tg.pkg)); err == nil && r.ExitCode == 0 {
+			if f := strings.Fields(r.Stdout); len(f) > 0 {
+				if _, err := strconv.Atoi(f[0]); err == nil {
+					pidArg = " --pid=" + f[0]
+				}
+			}
+		}
+	}
+	main, err := dev.Shell(ctx, "logcat -d -v threadtime -T "+since+pidArg)
+	if err != nil {
+		return nil, err
+	}
+	if main.ExitCode != 0 {
+		return nil, fmt.Errorf("logcat: exit %d: %s", main.ExitCode, firstBytes([]byte(main.Stderr)))
+	}
+	var b bytes.Buffer
+	b.WriteString(main.Stdout)
+	if pidArg != "" || !strings.Contains(main.Stdout, "beginning of crash") {
+		crash, err := dev.Shell(ctx, "logcat -d -v threadtime -b crash -T "+since)
+		if err != nil {
+			return nil, err
+		}
+		if crash.ExitCode == 0 && crash.Stdout != "" {
+			b.WriteString("--------- beginning of crash\n")
+			b.WriteString(crash.Stdout)
+		}
+	}
+	out := b.Bytes()
+	if len(out) > agent.MaxArtifactBytes {
+		// Keep the end: the failure is at the end of the window.
+		out = out[len(out)-agent.MaxArtifactBytes:]
+	}
+	return out, nil
+}
+
+// anrTraces are the app's data_app_anr dropbox entries (their text holds
+// the traces); nil when there are none.
+func anrTraces(ctx context.Context, dev device.Device, tg target) ([]byte, error) {
+	r, err := dev.Shell(ctx, "dumpsys dropbox --print data_app_anr")
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	for _, e := range adb.ParseDropbox(r.Stdout) {
+		if tg.pkg != "" && e.Process() != tg.pkg {
+			continue
+		}
+		fmt.Fprintf(&b, "%s %s\n", e.Time, e.Tag)
+		for k, v := range e.Headers {
+			fmt.Fprintf(&b, "%s: %s\n", k, v)
+		}
+		b.WriteString("\n" + e.Body + "\n")
+	}
+	if b.Len() == 0 {
+		return nil, nil
+	}
+	return capBytes(b.Bytes())
+}
+
+func capBytes(b []byte) ([]byte, error) {
+	if len(b) > agent.MaxArtifactBytes {
+		return nil, fmt.Errorf("%d bytes, more than the %d an artifact may hold", len(b), agent.MaxArtifactBytes)
+	}
+	return b, nil
+}
+
+func firstBytes(b []byte) string {
+	if len(b) > 40 {
+		b = b[:40]
+	}
+	return string(b)
+}
+
+// shellWord quotes s for the device's sh.
+func shellWord(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// targetOf reads the device, session and package from the run's outputs
+// (EnsureDevice's deviceRuntimeContext) and input (the app descriptor).
+func targetOf(req agent.EvidenceRequest) target {
+	tg := target{serial: req.Run.Serial, since: req.Run.CreatedAt}
+	var ed struct {
+		DRC *struct {
+			DriverSessionID string `json:"driverSessionId"`
+			DeviceID        string `json:"deviceId"`
+		} `json:"deviceRuntimeContext"`
+	}
+	if raw, ok := req.Outputs["EnsureDevice"]; ok && json.Unmarshal(raw, &ed) == nil && ed.DRC != nil {
+		tg.session = ed.DRC.DriverSessionID
+		if ed.DRC.DeviceID != "" {
+			tg.serial = ed.DRC.DeviceID
+		}
+	}
+	var in map[string]struct {
+		AUT struct {
+			Package string `json:"androidPackageId"`
+		} `json:"applicationUnderTestDescriptor"`
+	}
+	if json.Unmarshal(req.Run.Input, &in) == nil {
+		for _, n := range []string{"launchOrAttach", "waitIdle", "provisionApp"} {
+			if p := in[n].AUT.Package; p != "" && tg.pkg == "" && validPackage(p) {
+				tg.pkg = p
+			}
+		}
+	}
+	if tg.since.IsZero() {
+		tg.since = time.Now().Add(-time.Hour)
+	}
+	return tg
+}
+
+// validPackage: an Android package name's characters (it goes into a shell
+// command line, quoted anyway).
+func validPackage(p string) bool {
+	if len(p) == 0 || len(p) > 255 {
+		return false
+	}
+	for _, r := range p {
+		if !(r == '.' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
