@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -72,12 +73,11 @@ func localAppiumOn(ctx context.Context, dataDir, bin string, adbPort, port int) 
 	return srv.URL, time.Since(start), nil
 }
 
-// superviseLocalAppium checks the local Appium server at url every 2 s while
-// ctx lasts; after 3 failed status checks in a row (it crashed, or was
-// killed) it starts a new one on the same port, so the daemon's driver
-// reaches it again. Sessions are lost with the old server: EnsureDevice's
-// REUSE_OR_CREATE finds its stored session gone and creates one (the policy
-// retries appium_unreachable meanwhile).
+// superviseLocalAppium watches the local Appium server at url while ctx
+// lasts (see appiumWatch) and starts a new one on the same port when it is
+// gone, so the daemon's driver reaches it again. Sessions are lost with the
+// old server: EnsureDevice's REUSE_OR_CREATE finds its stored session gone
+// and creates one (the policy retries appium_unreachable meanwhile).
 func superviseLocalAppium(ctx context.Context, dataDir, bin string, adbPort int, url string, logf func(string, ...any)) {
 	c, err := appium.New(url, appium.Options{Timeout: 2 * time.Second})
 	if err != nil {
@@ -88,26 +88,89 @@ func superviseLocalAppium(ctx context.Context, dataDir, bin string, adbPort int,
 		return
 	}
 	port, _ := strconv.Atoi(u.Port())
-	failures := 0
+	w := appiumWatch{
+		Interval:  2 * time.Second,
+		HungAfter: 60 * time.Second,
+		Status:    func(ctx context.Context) error { _, err := c.Status(ctx); return err },
+		Alive: func() bool {
+			var st localAppiumState
+			b, err := os.ReadFile(localAppiumFile(dataDir))
+			if err != nil || json.Unmarshal(b, &st) != nil || st.PID <= 0 || syscall.Kill(st.PID, 0) != nil {
+				return false
+			}
+			conn, err := net.DialTimeout("tcp", u.Host, time.Second)
+			if err != nil {
+				return false
+			}
+			conn.Close()
+			return true
+		},
+		Restart: func(ctx context.Context) error {
+			logf("local Appium server %s is gone; starting a new one on port %d", url, port)
+			_, took, err := localAppiumOn(ctx, dataDir, bin, adbPort, port)
+			if err != nil {
+				logf("local Appium restart: %v", err)
+				return err
+			}
+			logf("local Appium server back on port %d after %v", port, took.Round(time.Millisecond))
+			return nil
+		},
+		Logf: logf,
+	}
+	w.run(ctx)
+}
+
+// appiumWatch decides when a local Appium server is to be replaced. A
+// server that does not answer /status but whose process lives and whose port
+// accepts connections is busy, not dead (Node is single-threaded: creating
+// several UiAutomator2 sessions on a loaded host stalls it for tens of
+// seconds): it is replaced only once it has not answered for HungAfter.
+// A server whose process is gone or whose port refuses connections is
+// replaced after two checks in a row. The fleet chaos test lost every run of
+// a daemon when a busy server was replaced after three slow answers (12 s)
+// and the new one took longer to start than the runs' retries lasted.
+type appiumWatch struct {
+	Interval  time.Duration
+	HungAfter time.Duration
+	Status    func(context.Context) error // the /status probe (bounded)
+	Alive     func() bool                 // the process lives and the port accepts
+	Restart   func(context.Context) error
+	Logf      func(string, ...any)
+}
+
+func (w appiumWatch) run(ctx context.Context) {
+	dead, warned := 0, false
+	var silentSince time.Time // zero while it answers
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(2 * time.Second):
+		case <-time.After(w.Interval):
 		}
-		if _, err := c.Status(ctx); err == nil {
-			failures = 0
+		if err := w.Status(ctx); err == nil {
+			dead, silentSince, warned = 0, time.Time{}, false
 			continue
 		}
-		if failures++; failures < 3 || ctx.Err() != nil {
-			continue
+		if ctx.Err() != nil {
+			return
 		}
-		logf("local Appium server %s does not answer; starting a new one on port %d", url, port)
-		if _, took, err := localAppiumOn(ctx, dataDir, bin, adbPort, port); err != nil {
-			logf("local Appium restart: %v", err)
+		now := time.Now()
+		if silentSince.IsZero() {
+			silentSince = now
+		}
+		restart := false
+		if w.Alive() {
+			dead = 0
+			if restart = now.Sub(silentSince) >= w.HungAfter; !restart && !warned && now.Sub(silentSince) >= 5*w.Interval {
+				warned = true
+				w.Logf("local Appium server busy: no /status answer for %v (process alive, port open)", now.Sub(silentSince).Round(time.Second))
+			}
 		} else {
-			logf("local Appium server back on port %d after %v", port, took.Round(time.Millisecond))
-			failures = 0
+			dead++
+			restart = dead >= 2
+		}
+		if restart && w.Restart(ctx) == nil {
+			dead, silentSince, warned = 0, time.Time{}, false
 		}
 	}
 }
