@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,8 +78,9 @@ func localAppiumOn(ctx context.Context, dataDir, bin string, adbPort, port int) 
 // lasts (see appiumWatch) and starts a new one on the same port when it is
 // gone, so the daemon's driver reaches it again. Sessions are lost with the
 // old server: EnsureDevice's REUSE_OR_CREATE finds its stored session gone
-// and creates one (the policy retries appium_unreachable meanwhile).
-func superviseLocalAppium(ctx context.Context, dataDir, bin string, adbPort int, url string, logf func(string, ...any)) {
+// and creates one. down is true while a replacement starts (the scheduler
+// starts no run meanwhile).
+func superviseLocalAppium(ctx context.Context, dataDir, bin string, adbPort int, url string, down *atomic.Bool, logf func(string, ...any)) {
 	c, err := appium.New(url, appium.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return
@@ -106,7 +108,9 @@ func superviseLocalAppium(ctx context.Context, dataDir, bin string, adbPort int,
 			return true
 		},
 		Restart: func(ctx context.Context) error {
-			logf("local Appium server %s is gone; starting a new one on port %d", url, port)
+			logf("local Appium server %s is gone or hung; starting a new one on port %d", url, port)
+			down.Store(true)
+			defer down.Store(false)
 			_, took, err := localAppiumOn(ctx, dataDir, bin, adbPort, port)
 			if err != nil {
 				logf("local Appium restart: %v", err)

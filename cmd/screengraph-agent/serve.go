@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -418,6 +419,19 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		// for devices this host reaches.
 		reach = (&reachable{h: h, dataDir: cfg.DataDir, adbAddr: cfg.ADBServer}).devices
 	}
+	// While the daemon's own Appium server is being replaced, no run starts:
+	// each would fail at once with appium_unreachable and use up its retries.
+	var appiumDown atomic.Bool
+	fleetReach := reach
+	reach = func(ctx context.Context) (map[string]bool, error) {
+		if appiumDown.Load() {
+			return nil, agent.Errorf(agent.ErrAppiumUnreachable, "the local Appium server is being restarted")
+		}
+		if fleetReach == nil {
+			return nil, nil // every device
+		}
+		return fleetReach(ctx)
+	}
 	svc, err := service.New(service.Config{
 		Store: h.store, Leases: h.store,
 		Prepare: func(ctx context.Context, runID string, body []byte) (agent.Run, error) {
@@ -506,7 +520,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	defer func() { stopCleaner(); <-cleanerDone }()
 	if cfg.Appium == "" {
 		// The daemon owns its local Appium: a crashed one is restarted.
-		go superviseLocalAppium(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer), h.AppiumURL,
+		go superviseLocalAppium(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer), h.AppiumURL, &appiumDown,
 			func(format string, args ...any) { log.Warn().Msgf(format, args...) })
 	}
 	srv := httpapi.NewServer(api, httpapi.DefaultLimits)
