@@ -102,19 +102,27 @@ func (s *Postgres) AcquireLease(ctx context.Context, device, holder, runID strin
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))`, pgLeaseLockClass, device); err != nil {
 		return agent.Lease{}, err
 	}
-	// Read the clock once the device is locked.
+	cur, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = $1 AND released_at IS NULL FOR UPDATE`, device))
+	curFound := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return agent.Lease{}, err
+	}
+	other, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE run_id = $1 AND device <> $2 AND released_at IS NULL FOR UPDATE`, runID, device))
+	otherFound := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return agent.Lease{}, err
+	}
+	// Read the clock once the device and the rows are locked: a FOR UPDATE
+	// may have waited on a release (ReleaseHolderLeases takes no advisory
+	// lock), and the new lease must not start before the one it follows
+	// ended.
 	var now time.Time
 	if err := tx.QueryRow(ctx, `SELECT `+pgNow(1), s.leaseClockArg()).Scan(&now); err != nil {
 		return agent.Lease{}, err
 	}
 	now = storeTime(now)
 	expires := storeTime(now.Add(ttl))
-	cur, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = $1 AND released_at IS NULL FOR UPDATE`, device))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return agent.Lease{}, err
-	default:
+	if curFound {
 		reason, err := takeOver(cur, holder, runID, now)
 		if err != nil {
 			return agent.Lease{}, err
@@ -133,12 +141,7 @@ func (s *Postgres) AcquireLease(ctx context.Context, device, holder, runID strin
 			return agent.Lease{}, err
 		}
 	}
-	other, err := pgScanLease(tx.QueryRow(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE run_id = $1 AND device <> $2 AND released_at IS NULL FOR UPDATE`, runID, device))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return agent.Lease{}, err
-	default:
+	if otherFound {
 		if err := runElsewhere(other, now); err != nil {
 			return agent.Lease{}, err
 		}

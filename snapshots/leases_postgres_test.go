@@ -181,3 +181,78 @@ func TestPostgresLeaseTimesAreTheDatabaseClock(t *testing.T) {
 		t.Errorf("released %+v %v; want the database's time", h, err)
 	}
 }
+
+// A lease acquired while another transaction releases the device's current
+// lease (a restarted daemon taking back its predecessor's leases holds the
+// row lock) starts after that release: the acquisition reads the store's
+// clock once it holds the row, not before waiting for it. TestFleetChaos saw
+// a lease history where a run's new lease began 66 ms before its previous
+// one was released.
+func TestPostgresAcquireAfterAConcurrentRelease(t *testing.T) {
+	ctx := t.Context()
+	url := newPostgresURL(t)
+	s, err := snapshots.OpenPostgres(ctx, url, snapshots.PostgresOptions{NoListen: true}) // the database's clock
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	run := storetest.NewRun("T", "emulator-5554")
+	old, err := s.AcquireLease(ctx, "emulator-5554", "serve:old", run.RunID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	releaser, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaser.Close(context.Background())
+	tx, err := releaser.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM device_leases WHERE fencing_token = $1 FOR UPDATE`, old.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+
+	got := make(chan error, 1)
+	var lease agent.Lease
+	go func() {
+		var err error
+		lease, err = s.AcquireLease(ctx, "emulator-5554", "serve:new", run.RunID, time.Minute)
+		got <- err
+	}()
+	// Wait until the acquisition waits on the row lock.
+	watcher, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(context.Background())
+	for waiting := false; !waiting; {
+		if err := watcher.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("the acquisition did not wait for the row lock: %+v %v", lease, err)
+		default:
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE device_leases SET released_at = clock_timestamp(), release_reason = 'holder_lost' WHERE fencing_token = $1`, old.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("acquire after the release: %v", err)
+	}
+	hist, err := s.LeaseHistory(ctx, agent.Admin(), "")
+	if err != nil || len(hist) != 2 || hist[0].ReleasedAt == nil {
+		t.Fatalf("history %+v, %v", hist, err)
+	}
+	if lease.AcquiredAt.Before(*hist[0].ReleasedAt) {
+		t.Fatalf("lease %d acquired at %v, before lease %d was released at %v", lease.FencingToken, lease.AcquiredAt, old.FencingToken, *hist[0].ReleasedAt)
+	}
+}
