@@ -118,7 +118,20 @@ func TestDialectsSameColumns(t *testing.T) {
 	}
 	defer db.Close()
 	sqliteCols := map[string]bool{}
-	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases", "api_tokens"} {
+	// Every table of the SQLite schema (a table added to one dialect only is
+	// what this test is for).
+	var tables []string
+	trows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name <> 'goose_db_version'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for trows.Next() {
+		var name string
+		trows.Scan(&name)
+		tables = append(tables, name)
+	}
+	trows.Close()
+	for _, table := range tables {
 		rows, err := db.Query(`SELECT name FROM pragma_table_info(?)`, table)
 		if err != nil {
 			t.Fatal(err)
