@@ -41,8 +41,10 @@ type runsCmd struct {
 	Show    runsShowCmd    `cmd:"" help:"Show one run: status, latest step, and the error report when it failed."`
 	Events  runsEventsCmd  `cmd:"" help:"A run's events in sequence order."`
 	Inspect runsInspectCmd `cmd:"" help:"Step N of a run: its snapshot and the events committed with it."`
-	Resume  runsResumeCmd  `cmd:"" help:"Resume an unfinished run from its last snapshot, without a daemon."`
-	Prune   runsPruneCmd   `cmd:"" help:"Delete ended runs older than --older-than with their events, outbox rows, snapshots, control rows and lease history; runs with unpublished outbox rows are kept and listed. Opens the store itself: works with or without a daemon."`
+	// Artifacts: evidence through the daemon's API (runs_artifacts.go).
+	Artifacts runsArtifactsCmd `cmd:"" help:"A run's evidence artifacts (screenshot, UI hierarchy, logcat, ANR traces) from the daemon; --download DIR saves them."`
+	Resume    runsResumeCmd    `cmd:"" help:"Resume an unfinished run from its last snapshot, without a daemon."`
+	Prune     runsPruneCmd     `cmd:"" help:"Delete ended runs older than --older-than with their events, outbox rows, snapshots, control rows and lease history; runs with unpublished outbox rows are kept and listed. Opens the store itself: works with or without a daemon."`
 }
 
 type outputFlag struct {
