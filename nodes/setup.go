@@ -224,6 +224,14 @@ func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResul
 		}
 		i.Attempt = in.Attempt // a retry starts the app in a fresh process
 		out, err = LaunchOrAttach(ctx, i, p)
+		if e := agent.Classify(err); e != nil && e.ID == agent.ErrAppCrashed && e.Retryable {
+			// A crash at launch is retryable while the policy grants another
+			// attempt (retries.maxAttemptsByError, default one retry); the
+			// last one says it is not.
+			if again, _ := pol.Decide(n.name, e.ID, in.Attempt); !again {
+				e.Retryable = false
+			}
+		}
 	case NodeWaitIdle:
 		i := inputs.WaitIdle
 		i.IterationOrdinalNumber = in.IterationOrdinalNumber
