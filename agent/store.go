@@ -74,7 +74,12 @@ var ErrSequenceTaken = errors.New("event sequence already taken")
 type RunFilter struct {
 	Status []RunStatus
 	Serial string
-	Limit  int
+	// Limit caps the runs returned (<= 0: no cap).
+	Limit int
+	// After, when set, lists only the runs after it in ListRuns' order
+	// (older, or as old with a smaller run id): the next page after a page
+	// that ended at After (keyset pagination; RunKey).
+	After *RunKey
 }
 
 // Store is the persistence port: the embedded store (one file) on a single
@@ -88,7 +93,8 @@ type RunFilter struct {
 type Store interface {
 	CreateRun(ctx context.Context, r Run) error
 	GetRun(ctx context.Context, sc Scope, runID string) (Run, error)
-	// ListRuns returns the runs sc sees that match f, newest first.
+	// ListRuns returns the runs sc sees that match f, newest first
+	// (CreatedAt, then RunID, descending: RunKey order).
 	ListRuns(ctx context.Context, sc Scope, f RunFilter) ([]Run, error)
 	// CommitStep writes a Step in one transaction (see Step).
 	CommitStep(ctx context.Context, s Step) error

@@ -336,7 +336,8 @@ func (s *Embedded) GetRun(ctx context.Context, sc agent.Scope, runID string) (ag
 }
 
 // ListRuns returns runs newest first (created_at, then run id, descending).
-// Limit <= 0 means no limit. A tenant scope lists its tenant's runs only.
+// Limit <= 0 means no limit; After continues after a page's last run. A
+// tenant scope lists its tenant's runs only.
 func (s *Embedded) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
 	if err := sc.Valid(); err != nil {
 		return nil, err
@@ -354,6 +355,12 @@ func (s *Embedded) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilt
 	if f.Serial != "" {
 		q += ` AND serial = ?`
 		args = append(args, f.Serial)
+	}
+	if f.After != nil {
+		// created_at is fixed-width text (fmtTime): text order is time order.
+		at := fmtTime(f.After.CreatedAt)
+		q += ` AND (created_at < ? OR (created_at = ? AND run_id < ?))`
+		args = append(args, at, at, f.After.RunID)
 	}
 	q += ` ORDER BY created_at DESC, run_id DESC`
 	if f.Limit > 0 {

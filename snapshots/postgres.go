@@ -241,6 +241,10 @@ func (s *Postgres) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilt
 		args = append(args, f.Serial)
 		q += fmt.Sprintf(` AND serial = $%d`, len(args))
 	}
+	if f.After != nil {
+		args = append(args, storeTime(f.After.CreatedAt), f.After.RunID)
+		q += fmt.Sprintf(` AND (created_at, run_id) < ($%d, $%d)`, len(args)-1, len(args))
+	}
 	q += ` ORDER BY created_at DESC, run_id DESC`
 	if f.Limit > 0 {
 		args = append(args, f.Limit)

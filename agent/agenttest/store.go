@@ -121,9 +121,13 @@ func (s *Store) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter)
 		if f.Serial != "" && r.Serial != f.Serial {
 			continue
 		}
+		if f.After != nil && !runKeyBefore(*f.After, r.Key()) {
+			continue
+		}
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].RunID < out[j].RunID })
+	// Newest first, as the stores (RunKey order).
+	sort.Slice(out, func(i, j int) bool { return runKeyBefore(out[i].Key(), out[j].Key()) })
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[:f.Limit]
 	}
@@ -490,4 +494,13 @@ func (s *Store) ArtifactBlobsInUse(ctx context.Context, sums []string) (map[stri
 		}
 	}
 	return used, nil
+}
+
+// runKeyBefore reports whether a comes before b in ListRuns' order (newer,
+// or as new with a greater run id).
+func runKeyBefore(a, b agent.RunKey) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.After(b.CreatedAt)
+	}
+	return a.RunID > b.RunID
 }

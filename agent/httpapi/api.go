@@ -292,6 +292,10 @@ func summary(r agent.Run) RunSummary {
 
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	f := agent.RunFilter{Serial: r.URL.Query().Get("serial")}
+	if len(f.Serial) > 255 {
+		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "serial: over 255 bytes"))
+		return
+	}
 	if s := r.URL.Query().Get("status"); s != "" {
 		for _, st := range strings.Split(s, ",") {
 			rs := agent.RunStatus(strings.ToUpper(strings.TrimSpace(st)))
@@ -302,24 +306,54 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 			f.Status = append(f.Status, rs)
 		}
 	}
+	limit := DefaultRunsListed
 	if l := r.URL.Query().Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "limit: %q is not a count", l))
+		if err != nil || n < 1 || n > MaxRunsListed {
+			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "limit: %q is not a count from 1 to %d", l, MaxRunsListed))
 			return
 		}
-		f.Limit = n
+		limit = n
 	}
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		k, err := agent.ParseRunCursor("cursor", c)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		f.After = &k
+	}
+	// One more than the page: whether a next page exists, without a count.
+	f.Limit = limit + 1
 	runs, err := a.cfg.Service.List(r.Context(), scope(r), f)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	out := make([]RunSummary, 0, len(runs))
-	for _, run := range runs {
-		out = append(out, summary(run))
+	resp := RunList{Runs: make([]RunSummary, 0, min(len(runs), limit))}
+	if len(runs) > limit {
+		runs = runs[:limit]
+		resp.NextCursor = runs[limit-1].Key().Cursor()
 	}
-	writeJSON(w, 200, map[string]any{"runs": out})
+	for _, run := range runs {
+		resp.Runs = append(resp.Runs, summary(run))
+	}
+	writeJSON(w, 200, resp)
+}
+
+// DefaultRunsListed and MaxRunsListed are GET /v1/runs' default and largest
+// page (?limit=).
+const (
+	DefaultRunsListed = 100
+	MaxRunsListed     = 1000
+)
+
+// RunList is GET /v1/runs: a page of runs, newest first. NextCursor, set
+// when more runs follow, continues the list (?cursor=); runs submitted
+// meanwhile are newer and never shift the later pages.
+type RunList struct {
+	Runs       []RunSummary `json:"runs"`
+	NextCursor string       `json:"nextCursor,omitempty"`
 }
 
 // NodeTiming is one node attempt of a run, from its events.

@@ -309,6 +309,9 @@ func (c *runsListCmd) viaDaemon(ctx context.Context, cl *client) error {
 	if c.Status != "" {
 		q.Set("status", c.Status)
 	}
+	if c.Cursor != "" {
+		q.Set("cursor", c.Cursor)
+	}
 	var raw json.RawMessage
 	if err := cl.call(ctx, "GET", "/v1/runs?"+q.Encode(), "", nil, &raw); err != nil {
 		return c.failHTTP("runs list", err)
@@ -317,12 +320,17 @@ func (c *runsListCmd) viaDaemon(ctx context.Context, cl *client) error {
 		return printJSON(raw)
 	}
 	var body struct {
-		Runs []agent.Run `json:"runs"`
+		Runs       []agent.Run `json:"runs"`
+		NextCursor string      `json:"nextCursor"`
 	}
 	if err := json.Unmarshal(raw, &body); err != nil {
 		return c.failHTTP("runs list", err)
 	}
-	return writeRuns(body.Runs)
+	if err := writeRuns(body.Runs); err != nil {
+		return err
+	}
+	printNextPage(body.NextCursor)
+	return nil
 }
 
 // detail gets GET /v1/runs/{id} and the run row it describes.

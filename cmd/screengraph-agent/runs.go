@@ -88,7 +88,8 @@ type runsListCmd struct {
 	storeFlags
 	serverFlags
 	outputFlag
-	Limit  int    `help:"At most this many runs." default:"20"`
+	Limit  int    `help:"At most this many runs (through a daemon: 1 to 1000)." default:"20"`
+	Cursor string `help:"Continue after a previous page: the cursor it printed (nextCursor)."`
 	Serial string `help:"Only runs on this device serial."`
 	Status string `help:"Only runs with these statuses (comma-separated: PENDING,RUNNING,PAUSED,CANCELED_REQUESTED,CANCELED,FINISHED,FAILED)."`
 }
@@ -102,23 +103,54 @@ func (c *runsListCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
-	f := agent.RunFilter{Limit: c.Limit, Serial: c.Serial}
+	f := agent.RunFilter{Serial: c.Serial}
+	if c.Limit > 0 {
+		f.Limit = c.Limit + 1 // one more: whether a next page exists
+	}
 	for _, s := range strings.Split(c.Status, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			f.Status = append(f.Status, agent.RunStatus(strings.ToUpper(s)))
 		}
 	}
+	if c.Cursor != "" {
+		k, err := agent.ParseRunCursor("--cursor", c.Cursor)
+		if err != nil {
+			return err
+		}
+		f.After = &k
+	}
 	runs, err := st.ListRuns(ctx, agent.Admin(), f)
 	if err != nil {
 		return err
+	}
+	next := ""
+	if c.Limit > 0 && len(runs) > c.Limit {
+		runs = runs[:c.Limit]
+		next = runs[c.Limit-1].Key().Cursor()
 	}
 	if c.Output == "json" {
 		if runs == nil {
 			runs = []agent.Run{}
 		}
-		return printJSON(map[string]any{"runs": runs})
+		out := map[string]any{"runs": runs}
+		if next != "" {
+			out["nextCursor"] = next
+		}
+		return printJSON(out)
 	}
-	return writeRuns(runs)
+	if err := writeRuns(runs); err != nil {
+		return err
+	}
+	printNextPage(next)
+	return nil
+}
+
+// printNextPage tells (on stderr, so the table stays parseable) how to list
+// the page after this one.
+func printNextPage(cursor string) {
+	if cursor != "" {
+		fmt.Fprintf(os.Stderr, "more runs: runs list --cursor %s\n", cursor)
+	}
 }
 
 // writeRuns prints runs as a table.

@@ -82,6 +82,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		fn   func(t *testing.T, s agent.Store)
 	}{
 		{"Runs", testRuns},
+		{"ListRunsPages", testListRunsPages},
 		{"CommitStep", testCommitStep},
 		{"CommitStepCASFailureWritesNothing", testCASFailureWritesNothing},
 		{"CommitStepDuplicateSequenceWritesNothing", testDuplicateSequence},
