@@ -131,8 +131,20 @@ func newEnvConfig(t *testing.T, set func(*httpapi.Config, *snapshots.Embedded)) 
 	return &env{t: t, store: st, node: node, url: srv.URL}
 }
 
-// do sends a request and returns the status and body.
+// do sends a request (a body as application/json) and returns the status
+// and body.
 func (e *env) do(method, path, body string) (int, string) {
+	e.t.Helper()
+	var h map[string]string
+	if body != "" {
+		h = map[string]string{"Content-Type": "application/json"}
+	}
+	return e.send(method, path, body, h)
+}
+
+// send sends method path with body and the given headers ("Host" sets the
+// Host header) and returns the status and body.
+func (e *env) send(method, path, body string, headers map[string]string) (int, string) {
 	e.t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -142,8 +154,12 @@ func (e *env) do(method, path, body string) (int, string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
