@@ -3,12 +3,14 @@ package nodes
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 )
 
@@ -219,5 +221,84 @@ func TestCrashEvidenceParsing(t *testing.T) {
 	f := &AppFailure{Kind: "crash", Package: demoPkg, PID: 42}
 	if s := f.Summary(); s != "com.example.app crashed: its process (pid 42) died without a Java crash report (a native crash or a kill)" {
 		t.Errorf("summary %q", s)
+	}
+}
+
+// Detection on real captures (fixtures/captures/SOURCES.md, "Crash and ANR
+// evidence"): the crash buffer of an Android 11 crash, a data_app_crash
+// dropbox entry when the crash buffer has nothing, and the focused dialog
+// lines of a SystemUI ANR and of the app's own crash dialog.
+func TestAppWatchOnCaptures(t *testing.T) {
+	ctx := context.Background()
+	logcat := capture(t, "logcat/api30-threadtime-crash-no-dialog.txt")
+	dropbox := capture(t, "dumpsys-dropbox/api34plus-print-data_app_crash-trimmed.txt")
+	answer := map[string]string{}
+	dev := &scriptDevice{serial: "s", shell: func(cmd string) (device.ShellResult, error) {
+		for prefix, out := range answer {
+			if strings.HasPrefix(cmd, prefix) {
+				return device.ShellResult{Stdout: out}, nil
+			}
+		}
+		return device.ShellResult{}, nil
+	}}
+	p := Ports{Device: dev}
+
+	answer["logcat -d -b crash"] = logcat
+	w := &appWatch{pkg: "com.example.safsumple", sinceMillis: 1_700_000_000_000}
+	f, err := w.crashEvidence(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Source != SourceCrashBuffer || f.PID != 10130 || f.Exception != "android.content.ActivityNotFoundException" ||
+		f.TopFrame != "com.example.safsumple.FirstFragment.openSAF(FirstFragment.kt:63)" || f.LogTime != "12-05 14:51:57.082" {
+		t.Errorf("crash buffer evidence %+v", f)
+	}
+	if want := "com.example.safsumple crashed: android.content.ActivityNotFoundException: No Activity found to handle Intent { act=android.intent.action.CREATE_DOCUMENT typ=text/* (has extras) } at com.example.safsumple.FirstFragment.openSAF(FirstFragment.kt:63)"; f.Summary() != want {
+		t.Errorf("summary %q", f.Summary())
+	}
+	if !slices.Contains(dev.calls, "logcat -d -b crash -v threadtime -t '1700000000.000'") {
+		t.Errorf("calls %q", dev.calls)
+	}
+	// Another app's crash in the buffer is not this app's.
+	w = &appWatch{pkg: "com.example.other"}
+	if f, _ := w.crashEvidence(ctx, p); f.Source != SourceProcessGone || f.Exception != "" {
+		t.Errorf("another app's crash blamed: %+v", f)
+	}
+
+	// Nothing in the crash buffer: the dropbox entry of a pid seen.
+	answer["logcat -d -b crash"] = ""
+	answer["dumpsys dropbox --print data_app_crash"] = dropbox
+	w = &appWatch{pkg: "com.harnessplayground", pids: []int{586}}
+	if f, _ = w.crashEvidence(ctx, p); f.Source != SourceDropbox || f.PID != 586 || f.Exception != "java.lang.RuntimeException" ||
+		f.Message != "Intentional asynchronous Kotlin crash" ||
+		f.TopFrame != "com.harnessplayground.PlaygroundCrashModule.crashFromKotlinAsync(PlaygroundCrashModule.kt:44)" {
+		t.Errorf("dropbox evidence %+v", f)
+	}
+	// A dropbox entry of a pid never seen (an older run) is not blamed.
+	w = &appWatch{pkg: "com.harnessplayground", pids: []int{587}}
+	if f, _ = w.crashEvidence(ctx, p); f.Source != SourceProcessGone {
+		t.Errorf("stale dropbox entry blamed: %+v", f)
+	}
+
+	// "System UI isn't responding" focused: dismissed with keys, no failure.
+	w = &appWatch{pkg: "com.example.app"}
+	dev.calls = nil
+	f, dismissed, err := w.dialogs(ctx, p, "", capture(t, "dumpsys-window-dialogs/api28-focus-anr-systemui.txt"))
+	if err != nil || f != nil || !dismissed || len(w.dismissed) != 1 || w.dismissed[0].Process != "com.android.systemui" {
+		t.Errorf("SystemUI ANR: %+v %v %v %+v", f, dismissed, err, w.dismissed)
+	}
+	if !slices.Contains(dev.calls, "input keyevent KEYCODE_DPAD_DOWN KEYCODE_DPAD_DOWN KEYCODE_ENTER") {
+		t.Errorf("calls %q", dev.calls)
+	}
+	// The app's own crash dialog is its crash.
+	w = &appWatch{pkg: "com.huanhailiuxin.jet2020"}
+	f, dismissed, err = w.dialogs(ctx, p, "", capture(t, "dumpsys-window-dialogs/focus-application-error.txt"))
+	if err != nil || dismissed || f == nil || f.Kind != "crash" || f.Dialog != "Application Error: com.huanhailiuxin.jet2020" {
+		t.Errorf("own crash dialog: %+v %v %v", f, dismissed, err)
+	}
+	// After maxDismissals the dialog is left alone.
+	w = &appWatch{pkg: "com.example.app", dismissed: make([]DismissedDialog, maxDismissals)}
+	if _, dismissed, _ := w.dialogs(ctx, p, "", capture(t, "dumpsys-window-dialogs/api28-focus-anr-systemui.txt")); dismissed {
+		t.Error("dismissed beyond maxDismissals")
 	}
 }
