@@ -58,7 +58,10 @@ const (
 // DeviceConfiguration is EnsureDevice's deviceConfiguration.
 type DeviceConfiguration struct {
 	PlatformName string `json:"platformName,omitempty"`
-	// DeviceName is an adb serial, or a name Ports.Resolve maps to one.
+	// DeviceName is an adb serial, or a name Ports.Resolve maps to one; the
+	// daemon's scheduler picks the device for it (service.Candidate.Matches:
+	// "<host id>/<serial>", serial, AVD, model, "android-<API level>") and
+	// EnsureDevice drives the one leased.
 	DeviceName      string `json:"deviceName"`
 	PlatformVersion string `json:"platformVersion,omitempty"`
 	AppiumServerURL string `json:"appiumServerUrl,omitempty"`
@@ -140,9 +143,10 @@ var _ SessionMemory = (*MemorySessions)(nil)
 //  0. AVD: when Ports.Emulators is wired and deviceName is one of its AVDs,
 //     see ensureAVD (reuse a running emulator of it, or boot one); the
 //     serial it ends on is the device below.
-//  1. Device: Ports.Resolve(deviceName) when set, else Ports.Device. Its adb
-//     state must be "device": an unknown serial is device_not_found, an
-//     unauthorized one device_unauthorized (not retryable), a transient one
+//  1. Device: Ports.Resolve(deviceName) when set (of the serial the run's
+//     device lease holds, agent.FenceFrom, when it has one), else
+//     Ports.Device. Its adb state must be "device": an unknown serial is
+//     device_not_found, an unauthorized one device_unauthorized (not retryable), a transient one
 //     (offline, authorizing, connecting) is waited for up to OfflineGrace and
 //     then device_offline (retryable); bootloader/recovery/sideload are
 //     device_offline, not retryable.
@@ -194,6 +198,13 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 	}
 	deadline, bound := bootDeadline(ctx, start, bootTimeout)
 	name := in.DeviceConfiguration.DeviceName
+	// The daemon's scheduler chose the device for the name (a model, an
+	// AVD, "android-34", "<host id>/<serial>" may name several) and holds
+	// its lease: that one is driven, never another the name matches.
+	leased := ""
+	if f := agent.FenceFrom(ctx); f != nil && f.Serial != name {
+		leased = f.Serial
+	}
 	if p.Emulators != nil {
 		lc, err := ensureAVD(ctx, in, p, policy, deadline)
 		if lc != nil {
@@ -201,10 +212,21 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 			if lc.Serial != "" {
 				name = lc.Serial
 			}
+			// An AVD booted now is a device of its own (the lease is keyed by
+			// the AVD name); a running one is the leased serial.
+			if strings.EqualFold(leased, lc.AVDName) || lc.Booted {
+				leased = ""
+			} else if leased != "" && lc.Serial != "" {
+				lc.Serial = leased
+			}
 		}
 		if err != nil {
 			return nil, err
 		}
+	}
+	if leased != "" {
+		p.Logf("deviceName %q runs on leased device %s", in.DeviceConfiguration.DeviceName, leased)
+		name = leased
 	}
 	dev, err := resolveDevice(ctx, name, p)
 	if err != nil {

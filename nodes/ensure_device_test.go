@@ -389,3 +389,31 @@ func TestBootStatusOnModel(t *testing.T) {
 		t.Errorf("never-boots model: %+v %v", st, err)
 	}
 }
+
+// The daemon's scheduler leases one device for a name several devices match
+// (a model): EnsureDevice drives the leased device (the fence's serial),
+// not whatever the name resolves to.
+func TestEnsureDeviceDrivesTheLeasedDevice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dev := bootedDevice(t, 0)
+		dev.serial = "emulator-5556"
+		var asked []string
+		p := Ports{Driver: &fakeDriver{}, Resolve: func(_ context.Context, name string) (device.Device, error) {
+			asked = append(asked, name)
+			if name != "emulator-5556" {
+				return nil, agent.Errorf(agent.ErrDeviceNotFound, "%q names 2 devices (emulator-5554, emulator-5556): use a serial", name)
+			}
+			return dev, nil
+		}}
+		in := ensureIn("")
+		in.DeviceConfiguration.DeviceName = "Pixel_7"
+		ctx := agent.WithFence(context.Background(), agent.Fence{Serial: "emulator-5556", Token: 7})
+		out, err := EnsureDevice(ctx, in, p, &MemorySessions{})
+		if err != nil {
+			t.Fatalf("EnsureDevice: %v (resolved %q)", err, asked)
+		}
+		if len(asked) != 1 || asked[0] != "emulator-5556" || out.DeviceRuntimeContext.DeviceID != "emulator-5556" {
+			t.Errorf("resolved %q, drove %s; want the leased emulator-5556", asked, out.DeviceRuntimeContext.DeviceID)
+		}
+	})
+}

@@ -19,12 +19,12 @@ func TestRunGoesToTheDaemonThatReachesItsDevice(t *testing.T) {
 	reach := func(serials ...string) func(*service.Config) {
 		return func(c *service.Config) {
 			c.HolderPrefix = ""
-			c.Reachable = func(context.Context) (map[string]bool, error) {
-				m := map[string]bool{}
+			c.Reachable = func(context.Context) ([]service.Candidate, error) {
+				var out []service.Candidate
 				for _, s := range serials {
-					m[s] = true
+					out = append(out, service.Candidate{Serial: s})
 				}
-				return m, nil
+				return out, nil
 			}
 		}
 	}

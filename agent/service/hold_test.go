@@ -192,8 +192,8 @@ func TestTwoHostsRunOnTheirOwnEmulator5554AtOnce(t *testing.T) {
 			c.HolderPrefix = ""
 			c.HostID = hostID
 			c.Tick = 20 * time.Millisecond
-			c.Reachable = func(context.Context) (map[string]bool, error) {
-				return map[string]bool{"emulator-5554": true}, nil
+			c.Reachable = func(context.Context) ([]service.Candidate, error) {
+				return []service.Candidate{{Serial: "emulator-5554"}}, nil
 			}
 		}
 	}

@@ -102,8 +102,8 @@ type Config struct {
 	Holder       string
 	HolderPrefix string
 	// HostID identifies the machine of this daemon's adb server (see
-	// device.HostID): a run's device lease is keyed
-	// agent.DeviceKey(HostID, run.Serial), so the daemons of a fleet that
+	// device.HostID): a run's device lease is keyed agent.DeviceKey(HostID,
+	// serial of the device chosen for it), so the daemons of a fleet that
 	// reach one device through one adb server contend for one lease, and
 	// every host's emulator-5554 is a device of its own. "" keys leases by
 	// the bare serial (one host).
@@ -123,11 +123,22 @@ type Config struct {
 	// RetryAfter is how long a run whose engine stopped on an error (not a
 	// terminal status) waits before it is scheduled again (default 2 s).
 	RetryAfter time.Duration
-	// Reachable, when set, lists the device names (adb serials, AVD names)
-	// this daemon can drive; the scheduler takes only runs for those and
-	// leaves the others to the daemons of the fleet that can. nil: every
-	// run's device is this host's (the single-host default).
-	Reachable func(ctx context.Context) (map[string]bool, error)
+	// Reachable, when set, lists the devices this daemon can drive (adb
+	// devices in state "device", AVDs it can boot); the scheduler gives a
+	// run one free device its device name matches (Candidate.Matches: a
+	// serial, "<host id>/<serial>", an AVD name, a model, "android-<API
+	// level>"), keys the lease by that device and drives the run on it (the
+	// lease's serial, which EnsureDevice resolves). A run that matches none
+	// is left to the daemons of the fleet that can serve it, unless
+	// StartUnmatched. nil: every run's device name is taken as this host's
+	// device as named (the lease is keyed by the name).
+	Reachable func(ctx context.Context) ([]Candidate, error)
+	// StartUnmatched (one host) starts a run whose device name matches no
+	// reachable device here on its name as given, so EnsureDevice fails it
+	// clearly (device_not_found) or waits for the device to come online,
+	// instead of leaving it PENDING for another daemon; a device name of
+	// another host is then refused at Submit.
+	StartUnmatched bool
 	// QuarantineAfter consecutive runs FAILED on a device put it in
 	// quarantine (default 3; negative: never): it is reported in Devices and
 	// offered to no run until Probe passes on it, tried every ProbeEvery
@@ -169,10 +180,12 @@ type Service struct {
 }
 
 type activeRun struct {
-	run   agent.Run
-	lease *agent.Lease
-	since time.Time // local time the lease's acquisition was sent
-	stop  context.CancelFunc
+	run agent.Run
+	// device is the lease's serial: the device the run is driven on.
+	device string
+	lease  *agent.Lease
+	since  time.Time // local time the lease's acquisition was sent
+	stop   context.CancelFunc
 }
 
 // New returns a Service over cfg. cfg.Store is wrapped so that commits wake
@@ -326,21 +339,30 @@ func (s *Service) loop() {
 
 var unfinished = []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused, agent.RunCancelRequested}
 
-// schedule starts every unfinished run that is not active here and whose
-// device lease it can take, oldest first; a run whose device is busy keeps
-// its place, so later runs for that device wait behind it.
+// schedule starts every unfinished run that is not active here and for
+// which it can take the lease of a device its name matches, oldest first; a
+// run whose devices are all busy keeps its place, so later runs for those
+// devices wait behind it.
 func (s *Service) schedule(ctx context.Context) error {
 	runs, err := s.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{Status: unfinished})
 	if err != nil {
 		return err
 	}
 	slices.Reverse(runs) // ListRuns is newest first
-	var reachable map[string]bool
+	var cands []Candidate
 	if s.cfg.Reachable != nil {
-		if reachable, err = s.cfg.Reachable(ctx); err != nil {
-			return fmt.Errorf("reachable devices: %w", err)
+		if cands, err = s.cfg.Reachable(ctx); err != nil {
+			if !s.cfg.StartUnmatched {
+				return fmt.Errorf("reachable devices: %w", err)
+			}
+			// One host: the runs start on their names as given and
+			// EnsureDevice tells what is wrong with the device.
+			s.logf("reachable devices: %v; runs start on their device names as given", err)
+			cands = nil
 		}
 	}
+	// busy: the devices (lease serials) driven here, claimed this round,
+	// or found held by another holder this round.
 	busy := map[string]bool{}
 	s.mu.Lock()
 	for id, until := range s.elsewhere {
@@ -349,11 +371,28 @@ func (s *Service) schedule(ctx context.Context) error {
 		}
 	}
 	for _, a := range s.active {
-		busy[a.run.Serial] = true
+		busy[a.device] = true
 	}
 	s.mu.Unlock()
 	now := time.Now()
-	var take []agent.Run
+	type choice struct {
+		run     agent.Run
+		devices []string // what the run's name matches, in order
+		device  string   // the one tried
+	}
+	// pick is the first device of c that is free here and not quarantined.
+	pick := func(c *choice) bool {
+		for _, d := range c.devices {
+			if busy[d] || s.quarantined(ctx, d) {
+				continue
+			}
+			busy[d] = true
+			c.device = d
+			return true
+		}
+		return false
+	}
+	var take []*choice
 	for _, r := range runs {
 		if ctx.Err() != nil {
 			return nil
@@ -366,60 +405,69 @@ func (s *Service) schedule(ctx context.Context) error {
 		if isActive || now.Before(other) {
 			continue
 		}
+		devices := s.devicesFor(r.Serial, cands, s.cfg.Reachable != nil)
 		if now.Before(wait) {
-			busy[r.Serial] = true
+			// It keeps its device: later runs naming only it wait behind
+			// it. A run several devices serve holds none back.
+			if len(devices) == 1 {
+				busy[devices[0]] = true
+			}
 			continue
 		}
 		// A run asked to cancel before it ever held a device ends without one:
 		// the engine commits started + canceled and touches no device.
 		if r.Status == agent.RunCancelRequested && !s.everStarted(ctx, r.RunID) {
-			s.launch(r, nil, time.Time{})
+			s.launch(r, nil, time.Time{}, r.Serial)
 			continue
 		}
-		if busy[r.Serial] || (reachable != nil && !reachable[r.Serial]) {
-			continue
+		// The oldest waiting run of a free device takes the device's lease
+		// (below); later runs of the device wait behind it.
+		c := &choice{run: r, devices: devices}
+		if pick(c) {
+			take = append(take, c)
 		}
-		if s.quarantined(ctx, r.Serial) {
-			busy[r.Serial] = true
-			continue
-		}
-		// The oldest waiting run of a free device: it takes the device's
-		// lease (below); later runs of the device wait behind it.
-		busy[r.Serial] = true
-		take = append(take, r)
 	}
 	// The leases of different devices are taken side by side: with a burst
 	// of submits the store commits them together (the embedded store's group
-	// commit) instead of one after the other.
-	leases := make([]agent.Lease, len(take))
-	errs := make([]error, len(take))
-	sent := make([]time.Time, len(take)) // the heartbeat's local expiry counts from here
-	var wg sync.WaitGroup
-	for i, r := range take {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sent[i] = time.Now()
-			leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, agent.DeviceKey(s.cfg.HostID, r.Serial), s.cfg.Holder, r.RunID, s.cfg.LeaseTTL)
-		}()
-	}
-	wg.Wait()
+	// commit) instead of one after the other. A device found held by another
+	// holder (another daemon on the same adb server) is skipped and the run
+	// tries its next free device, a few rounds at most.
 	var failed []error
-	for i, r := range take {
-		switch err := errs[i]; {
-		case err == nil:
-			s.launch(r, &leases[i], sent[i])
-		case errors.Is(err, agent.ErrLeaseRunElsewhere):
-			// Look again after a heartbeat (its holder may die); meanwhile
-			// the device is free for the next run here: look now.
-			s.mu.Lock()
-			s.elsewhere[r.RunID] = time.Now().Add(s.cfg.Heartbeat)
-			s.mu.Unlock()
-			s.Wake()
-		case errors.Is(err, agent.ErrLeaseHeld):
-		default:
-			failed = append(failed, fmt.Errorf("lease %s for run %s: %w", r.Serial, r.RunID, err))
+	for round := 0; len(take) > 0 && round < 4; round++ {
+		leases := make([]agent.Lease, len(take))
+		errs := make([]error, len(take))
+		sent := make([]time.Time, len(take)) // the heartbeat's local expiry counts from here
+		var wg sync.WaitGroup
+		for i, c := range take {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sent[i] = time.Now()
+				leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, agent.DeviceKey(s.cfg.HostID, c.device), s.cfg.Holder, c.run.RunID, s.cfg.LeaseTTL)
+			}()
 		}
+		wg.Wait()
+		var again []*choice
+		for i, c := range take {
+			switch err := errs[i]; {
+			case err == nil:
+				s.launch(c.run, &leases[i], sent[i], c.device)
+			case errors.Is(err, agent.ErrLeaseRunElsewhere):
+				// Look again after a heartbeat (its holder may die); meanwhile
+				// the device is free for the next run here: look now.
+				s.mu.Lock()
+				s.elsewhere[c.run.RunID] = time.Now().Add(s.cfg.Heartbeat)
+				s.mu.Unlock()
+				s.Wake()
+			case errors.Is(err, agent.ErrLeaseHeld):
+				if pick(c) { // busy[c.device] stays set: held elsewhere
+					again = append(again, c)
+				}
+			default:
+				failed = append(failed, fmt.Errorf("lease %s for run %s: %w", c.device, c.run.RunID, err))
+			}
+		}
+		take = again
 	}
 	return errors.Join(failed...)
 }
@@ -429,9 +477,11 @@ func (s *Service) everStarted(ctx context.Context, runID string) bool {
 	return err != nil || seq > 0
 }
 
-func (s *Service) launch(r agent.Run, lease *agent.Lease, since time.Time) {
+// launch drives run r on device (the lease's serial, or the run's device
+// name when it holds no lease).
+func (s *Service) launch(r agent.Run, lease *agent.Lease, since time.Time, device string) {
 	ctx, cancel := context.WithCancel(s.runCtx)
-	a := &activeRun{run: r, lease: lease, since: since, stop: cancel}
+	a := &activeRun{run: r, device: device, lease: lease, since: since, stop: cancel}
 	s.mu.Lock()
 	s.active[r.RunID] = a
 	s.mu.Unlock()
@@ -587,6 +637,9 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 	if !sc.Sees(run.TenantID) {
 		return agent.Run{}, agent.Wrap(agent.ErrPermission, agent.ErrForbidden,
 			"$.tenantId: the token of tenant %s cannot submit runs for tenant %s", sc.TenantID(), run.TenantID)
+	}
+	if err := s.checkDeviceName(run.Serial); err != nil {
+		return agent.Run{}, err
 	}
 	run.Status = agent.RunPending
 	if err := s.store.CreateRun(ctx, run); err != nil {

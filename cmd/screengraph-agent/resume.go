@@ -80,7 +80,11 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 			return c.fail(agent.Wrap(agent.ErrProcess, err, "recording the resume of run %s", run.RunID))
 		}
 	}
-	_, runCtx, release, err := service.Hold(ctx, h.store, agent.DeviceKey(h.hostID, run.Serial), fmt.Sprintf("resume:%d", os.Getpid()), run.RunID, 30*time.Second,
+	local, err := service.LocalName(run.Serial, h.hostID)
+	if err != nil {
+		return c.fail(err)
+	}
+	_, runCtx, release, err := service.Hold(ctx, h.store, agent.DeviceKey(h.hostID, local), fmt.Sprintf("resume:%d", os.Getpid()), run.RunID, 30*time.Second,
 		func(err error) {
 			if c.Output == "text" {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)

@@ -142,12 +142,17 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(os.Stderr, "started a local Appium server in %v\n", h.AppiumStart.Round(time.Millisecond))
 	}
 	run.PolicyVersion = h.policies.Current().PolicyVersion
+	// "<host id>/<serial>" names this host's device or is refused.
+	local, err := service.LocalName(run.Serial, h.hostID)
+	if err != nil {
+		return c.fail(nil, err)
+	}
 	if err := h.store.CreateRun(ctx, run); err != nil {
 		return c.fail(nil, agent.Wrap(agent.ErrProcess, err, "storing the run"))
 	}
 	// The device lease: a daemon (or another run) driving the device makes
 	// this run wait, never share it.
-	_, runCtx, stopLease, err := service.Hold(ctx, h.store, agent.DeviceKey(h.hostID, run.Serial), fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
+	_, runCtx, stopLease, err := service.Hold(ctx, h.store, agent.DeviceKey(h.hostID, local), fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
 		func(err error) {
 			if c.Output == "text" {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)

@@ -409,15 +409,17 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "--listen %s", cfg.Listen))
 	}
 
-	var reach func(context.Context) (map[string]bool, error)
+	// The scheduler gives each run a device its deviceName matches among
+	// those this host reaches. Fleet: the shared queue holds every host's
+	// runs, and a run none of them matches is left to the daemons that can
+	// serve it; one host: such a run starts on its name as given, so
+	// EnsureDevice tells what is wrong (device_not_found, offline).
+	reach := (&reachable{h: h, dataDir: cfg.DataDir, adbAddr: cfg.ADBServer}).devices
 	tick := time.Second
 	if cfg.DatabaseURL != "" {
 		// Other daemons' commits and lease releases wake no one here: poll
 		// the shared queue more often.
 		tick = 250 * time.Millisecond
-		// Fleet: the shared queue holds every host's runs; take only those
-		// for devices this host reaches.
-		reach = (&reachable{h: h, dataDir: cfg.DataDir, adbAddr: cfg.ADBServer}).devices
 	}
 	// While the daemon's own Appium server is being replaced, no run starts:
 	// each would fail at once with appium_unreachable and use up its retries.
@@ -456,7 +458,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		DefaultTenant: cfg.Tenant,
 		Holder:        holder, HolderPrefix: predecessor, HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
-		Probe: probeDevice(h.adb), Reachable: reach, Tick: tick,
+		Probe: probeDevice(h.adb), Reachable: reach, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
 		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
 		Artifacts: h.store, Blobs: h.blobs,
 	})
