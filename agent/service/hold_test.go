@@ -202,15 +202,7 @@ func TestTwoHostsRunOnTheirOwnEmulator5554AtOnce(t *testing.T) {
 	r1, r2 := submit(t, a, "emulator-5554"), submit(t, a, "emulator-5554")
 	start(t, a)
 	start(t, b)
-	started := map[string]bool{}
-	for range 2 {
-		select {
-		case id := <-f.node.started:
-			started[id] = true
-		case <-time.After(10 * time.Second):
-			t.Fatalf("runs in flight %v: the two hosts' emulator-5554 did not run at once", started)
-		}
-	}
+	started := f.node.waitStartedN(t, 2, "the two hosts' emulator-5554 running at once")
 	if !started[r1] || !started[r2] {
 		t.Fatalf("started %v, want %s and %s", started, r1, r2)
 	}

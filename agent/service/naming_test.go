@@ -33,6 +33,22 @@ func waitRounds(t *testing.T, rounds *atomic.Int64, n int64) {
 	waitFor(t, "scheduler rounds", func() bool { return rounds.Load() >= from+n })
 }
 
+// waitStartedN waits until the node started for n runs (what says what
+// that shows) and returns their ids.
+func (g *gateNode) waitStartedN(t *testing.T, n int, what string) map[string]bool {
+	t.Helper()
+	started := map[string]bool{}
+	for range n {
+		select {
+		case id := <-g.started:
+			started[id] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("started %v, waiting for %s", started, what)
+		}
+	}
+	return started
+}
+
 // activeDevice is the device key of the run's active lease ("" when none).
 func (f *fixture) activeDevice(st agent.Leases, runID string) string {
 	f.t.Helper()
@@ -64,15 +80,7 @@ func TestDeviceNameSelectsAmongReachableDevices(t *testing.T) {
 	))
 	start(t, svc)
 	r1, r2 := submit(t, svc, "Pixel 7"), submit(t, svc, "pixel_7")
-	started := map[string]bool{}
-	for range 2 {
-		select {
-		case id := <-f.node.started:
-			started[id] = true
-		case <-time.After(10 * time.Second):
-			t.Fatalf("started %v: two runs naming a model of two free devices did not run at once", started)
-		}
-	}
+	started := f.node.waitStartedN(t, 2, "two runs naming a model of two free devices running at once")
 	d1, d2 := f.activeDevice(f.store, r1), f.activeDevice(f.store, r2)
 	if !started[r1] || !started[r2] || d1 == d2 || (d1 != hostA+"/d1" && d1 != hostA+"/d2") || (d2 != hostA+"/d1" && d2 != hostA+"/d2") {
 		t.Fatalf("runs naming Pixel 7 leased %q and %q (started %v), want d1 and d2 of host %s", d1, d2, started, hostA)
@@ -223,15 +231,7 @@ func TestFleetServesDeviceNamesAcrossHosts(t *testing.T) {
 		return r.Status == agent.RunFinished
 	})
 	r2, r3 := submit(t, a, "Pixel 7"), submit(t, b, "android-34")
-	started := map[string]bool{}
-	for range 2 {
-		select {
-		case id := <-f.node.started:
-			started[id] = true
-		case <-time.After(10 * time.Second):
-			t.Fatalf("started %v: two runs naming what both hosts' devices are did not run at once", started)
-		}
-	}
+	started := f.node.waitStartedN(t, 2, "two runs naming what both hosts' devices are running at once")
 	if act, err = store.ActiveLeases(context.Background(), agent.Admin()); err != nil {
 		t.Fatal(err)
 	}
