@@ -351,14 +351,10 @@ func (s *Service) schedule(ctx context.Context) error {
 	slices.Reverse(runs) // ListRuns is newest first
 	var cands []Candidate
 	if s.cfg.Reachable != nil {
+		// A failed listing starts nothing this round (the adb server is
+		// down, or serve holds runs back while its Appium is replaced).
 		if cands, err = s.cfg.Reachable(ctx); err != nil {
-			if !s.cfg.StartUnmatched {
-				return fmt.Errorf("reachable devices: %w", err)
-			}
-			// One host: the runs start on their names as given and
-			// EnsureDevice tells what is wrong with the device.
-			s.logf("reachable devices: %v; runs start on their device names as given", err)
-			cands = nil
+			return fmt.Errorf("reachable devices: %w", err)
 		}
 	}
 	// busy: the devices (lease serials) driven here, claimed this round,

@@ -424,15 +424,12 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// While the daemon's own Appium server is being replaced, no run starts:
 	// each would fail at once with appium_unreachable and use up its retries.
 	var appiumDown atomic.Bool
-	fleetReach := reach
-	reach = func(ctx context.Context) (map[string]bool, error) {
+	devices := reach
+	reach = func(ctx context.Context) ([]service.Candidate, error) {
 		if appiumDown.Load() {
 			return nil, agent.Errorf(agent.ErrAppiumUnreachable, "the local Appium server is being restarted")
 		}
-		if fleetReach == nil {
-			return nil, nil // every device
-		}
-		return fleetReach(ctx)
+		return devices(ctx)
 	}
 	svc, err := service.New(service.Config{
 		Store: h.store, Leases: h.store,
