@@ -106,6 +106,11 @@ func (c *runCmd) request() (nodes.SetupRequest, error) {
 
 func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	start := time.Now()
+	// Checked first (nothing opened, nothing written): the tenant id rule
+	// is the daemon's, tokens or not.
+	if !agent.ValidTenantID(c.Tenant) {
+		return c.fail(nil, agent.InvalidTenantID("--tenant", c.Tenant))
+	}
 	req, err := c.request()
 	if err != nil {
 		return c.fail(nil, err)

@@ -215,6 +215,12 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	if cfg.LeaseTTL <= 0 {
 		return cfg, agent.Errorf(agent.ErrInvalidRequest, "lease-ttl must be > 0")
 	}
+	// The default tenant is a NATS subject token and a scope as is: the one
+	// rule of tenant ids (agent.ValidTenantID), whichever source set it.
+	// Empty is the service's default (local).
+	if cfg.Tenant != "" && !agent.ValidTenantID(cfg.Tenant) {
+		return cfg, agent.InvalidTenantID("tenant (--tenant, config key tenant, SCREENGRAPH_TENANT)", cfg.Tenant)
+	}
 	if cfg.Retention < time.Hour {
 		return cfg, agent.Errorf(agent.ErrInvalidRequest, "retention must be at least 1h, not %v", cfg.Retention)
 	}

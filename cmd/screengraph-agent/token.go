@@ -98,7 +98,7 @@ type createdToken struct {
 
 func (c *tokenCreateCmd) Run(ctx context.Context) error {
 	if !agent.ValidTenantID(c.Tenant) {
-		return c.fail("token create", agent.Errorf(agent.ErrInvalidRequest, "--tenant %q: 1-64 of A-Z, a-z, 0-9, '_' and '-'", c.Tenant))
+		return c.fail("token create", agent.InvalidTenantID("--tenant", c.Tenant))
 	}
 	st, err := c.open(ctx)
 	if err != nil {
