@@ -51,6 +51,10 @@ type Capturer struct {
 
 var _ agent.Evidence = (*Capturer)(nil)
 
+// unreachable are the failures after which the device cannot answer.
+var unreachable = map[agent.ErrorID]bool{agent.ErrDeviceNotFound: true, agent.ErrDeviceOffline: true,
+	agent.ErrDeviceUnauthorized: true, agent.ErrBootTimeout: true}
+
 // target is what a capture needs to know of the run.
 type target struct {
 	serial, session, pkg string
@@ -78,6 +82,12 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 	}
 	if tg.serial == "" {
 		note("no device to capture %s from (the run never named one)", strings.Join(kinds, ", "))
+		return nil, lines
+	}
+	if req.Failed && unreachable[req.ErrorID] {
+		// Every device command would wait out the adb client's reconnect
+		// grace for a device that is not there: the budget, for nothing.
+		note("%s not captured: the run failed with %s", strings.Join(kinds, ", "), req.ErrorID)
 		return nil, lines
 	}
 	dev := c.DeviceFor(tg.serial)

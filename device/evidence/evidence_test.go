@@ -165,3 +165,16 @@ func TestCaptureFailuresAreLines(t *testing.T) {
 		t.Errorf("no kinds: %v %v", arts, lines)
 	}
 }
+
+// A device the run could not reach is not asked (each command would wait
+// out the adb reconnect grace): one line, no command.
+func TestCaptureSkipsAnUnreachableDevice(t *testing.T) {
+	dev := &fakeDevice{}
+	c, _ := capturer(t, dev, []string{agent.ArtifactScreenshot, agent.ArtifactLogcat}, 5*time.Second)
+	req := request(true)
+	req.ErrorID = agent.ErrDeviceNotFound
+	arts, lines := c.Capture(context.Background(), req)
+	if len(arts) != 0 || len(lines) != 1 || len(dev.cmds) != 0 || !strings.Contains(lines[0].Text, "device_not_found") {
+		t.Fatalf("artifacts %v lines %v commands %v", arts, lines, dev.cmds)
+	}
+}
