@@ -106,14 +106,7 @@ func TestSetupChainCrashAndANR(t *testing.T) {
 			t.Fatalf("engine: %v\n%s", err, ap.LogTail(40))
 		}
 		var fs []finished
-		for _, ev := range st.AllEvents(r.RunID) {
-			if ev.Kind != agent.KindNodeFinished {
-				continue
-			}
-			var p agent.NodeFinishedPayload
-			if err := json.Unmarshal(ev.Payload, &p); err != nil {
-				t.Fatal(err)
-			}
+		for _, p := range nodeFinished(t, st, r.RunID) {
 			f := finished{node: p.NodeName, attempt: p.Attempt, output: string(p.Output)}
 			if p.ErrorID != nil {
 				f.errorID, f.retryable, f.summary = *p.ErrorID, *p.Retryable, *p.HumanReadableFailureSummary

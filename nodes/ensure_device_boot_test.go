@@ -89,17 +89,7 @@ func TestEnsureDeviceNeverBootsIsBootTimeoutOnce(t *testing.T) {
 	if status != agent.RunFailed {
 		t.Fatalf("status %s", status)
 	}
-	var finished []agent.NodeFinishedPayload
-	for _, ev := range st.AllEvents(run.RunID) {
-		if ev.Kind != agent.KindNodeFinished {
-			continue
-		}
-		var p agent.NodeFinishedPayload
-		if err := json.Unmarshal(ev.Payload, &p); err != nil {
-			t.Fatal(err)
-		}
-		finished = append(finished, p)
-	}
+	finished := nodeFinished(t, st, run.RunID)
 	if len(finished) != 1 {
 		for _, f := range finished {
 			t.Logf("attempt %d: %v %v", f.Attempt, deref(f.ErrorID), deref(f.HumanReadableFailureSummary))
@@ -116,6 +106,23 @@ func TestEnsureDeviceNeverBootsIsBootTimeoutOnce(t *testing.T) {
 		t.Errorf("run took %v with a 3 s node timeout", took)
 	}
 	t.Logf("never-boots: %s after %v: %s", deref(f.ErrorID), took.Round(time.Millisecond), deref(f.HumanReadableFailureSummary))
+}
+
+// nodeFinished returns the agent.node.finished payloads of a run, in order.
+func nodeFinished(t *testing.T, st *agenttest.Store, runID string) []agent.NodeFinishedPayload {
+	t.Helper()
+	var out []agent.NodeFinishedPayload
+	for _, ev := range st.AllEvents(runID) {
+		if ev.Kind != agent.KindNodeFinished {
+			continue
+		}
+		var p agent.NodeFinishedPayload
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func deref[T any](p *T) any {
