@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
@@ -137,6 +138,12 @@ type DismissedDialog struct {
 // with the dialog up).
 const maxDismissals = 4
 
+// DismissSettle is how long a dismissed dialog may still be listed (the
+// window manager removes it after the click is handled) before the node
+// answers it again: a second tap at the button's place after the dialog
+// went would land on the app.
+const DismissSettle = time.Second
+
 // appWatch follows the app under test during a node.
 type appWatch struct {
 	pkg string
@@ -148,6 +155,9 @@ type appWatch struct {
 	// dismissed are the system dialogs dismissed.
 	dismissed []DismissedDialog
 	gaveUp    bool
+	// lastTitle / lastAt: the last dialog dismissed, and when (DismissSettle).
+	lastTitle string
+	lastAt    time.Time
 }
 
 // ownProcess reports whether proc is the app's process (the package, or
@@ -223,6 +233,9 @@ func (w *appWatch) dialogs(ctx context.Context, p Ports, sessionID, windowOut st
 		if ownProcess(d.Process, w.pkg) || !d.Focused {
 			continue
 		}
+		if d.Title == w.lastTitle && p.Now().Sub(w.lastAt) < DismissSettle {
+			return nil, false, nil // still going away
+		}
 		if len(w.dismissed) >= maxDismissals {
 			if !w.gaveUp {
 				w.gaveUp = true
@@ -235,6 +248,7 @@ func (w *appWatch) dialogs(ctx context.Context, p Ports, sessionID, windowOut st
 			return nil, false, err
 		}
 		w.dismissed = append(w.dismissed, dd)
+		w.lastTitle, w.lastAt = d.Title, p.Now()
 		p.Logf("dismissed the system dialog %q (%s): not the app's", d.Title, dd.Action)
 		return nil, true, nil
 	}

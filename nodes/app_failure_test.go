@@ -290,6 +290,11 @@ func TestAppWatchOnCaptures(t *testing.T) {
 	if !slices.Contains(dev.calls, "input keyevent KEYCODE_DPAD_DOWN KEYCODE_DPAD_DOWN KEYCODE_ENTER") {
 		t.Errorf("calls %q", dev.calls)
 	}
+	// Still listed right after: left to go away (DismissSettle), not answered twice.
+	if f, dismissed, err := w.dialogs(ctx, p, "", capture(t, "dumpsys-window-dialogs/api28-focus-anr-systemui.txt")); f != nil || dismissed || err != nil ||
+		len(w.dismissed) != 1 {
+		t.Errorf("dismissed again at once: %v %v %+v", dismissed, err, w.dismissed)
+	}
 	// The app's own crash dialog is its crash.
 	w = &appWatch{pkg: "com.huanhailiuxin.jet2020"}
 	f, dismissed, err = w.dialogs(ctx, p, "", capture(t, "dumpsys-window-dialogs/focus-application-error.txt"))
