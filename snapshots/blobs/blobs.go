@@ -82,7 +82,13 @@ func (d *Dir) Put(ctx context.Context, sum string, data []byte) error {
 	}
 	p := d.path(sum)
 	if _, err := os.Stat(p); err == nil {
-		return nil
+		// Already there (the same screen twice): renew its time, so the
+		// retention sweep's grace counts from this capture, not from the
+		// first one (a row of that one may be gone already).
+		now := time.Now()
+		if err := os.Chtimes(p, now, now); err == nil {
+			return nil
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return agent.Wrap(agent.ErrProcess, err, "evidence blob %s", sum)

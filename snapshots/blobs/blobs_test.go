@@ -117,6 +117,19 @@ func TestDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Storing an existing blob again renews its time: the sweep's grace
+	// counts from the latest capture that names it.
+	old := time.Now().Add(-48 * time.Hour)
+	p := filepath.Join(root, "sha256", blobs.Sum(data)[:2], blobs.Sum(data))
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Put(t.Context(), blobs.Sum(data), data); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(p); err != nil || time.Since(st.ModTime()) > time.Hour {
+		t.Errorf("Put of an existing blob kept its old time: %v %v", st.ModTime(), err)
+	}
 	if left, _ := os.ReadDir(filepath.Join(root, "tmp")); len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)
 	}

@@ -23,7 +23,6 @@ var _ agent.BlobStore = (*S3)(nil)
 
 // S3API is the part of *s3.Client the bucket store uses.
 type S3API interface {
-	HeadObject(ctx context.Context, in *s3.HeadObjectInput, opts ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
 	PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, opts ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
@@ -89,14 +88,12 @@ func (b *S3) dir() string {
 
 func (b *S3) key(sum string) string { return b.dir() + sum }
 
-// Put implements agent.BlobStore (a HEAD first: an existing blob is not
-// uploaded again).
+// Put implements agent.BlobStore. An existing blob is uploaded again (the
+// same bytes): that renews its LastModified, so the retention sweep's grace
+// counts from this capture, not from the first one.
 func (b *S3) Put(ctx context.Context, sum string, data []byte) error {
 	if err := verify(sum, data); err != nil {
 		return err
-	}
-	if _, err := b.api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(b.key(sum))}); err == nil {
-		return nil
 	}
 	_, err := b.api.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(b.key(sum)),
 		Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data)))})
