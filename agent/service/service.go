@@ -166,8 +166,12 @@ type Service struct {
 	// host's daemon drives it (agent.ErrLeaseRunElsewhere); such a run does
 	// not hold back the later runs of its device name here.
 	elsewhere map[string]time.Time
-	health    map[string]*deviceHealth // by serial
-	stopping  bool
+	// ended: run id -> when its execution here ended; a round whose run
+	// list was read before that saw the run unfinished and must not start
+	// it again (it would take a lease for a run that just ended).
+	ended    map[string]time.Time
+	health   map[string]*deviceHealth // by serial
+	stopping bool
 	// draining: StopTaking was called (no new runs); streams ends the
 	// event streams (Follow) then.
 	draining   bool
@@ -226,7 +230,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, store: newNotifyingStore(cfg.Store), wake: make(chan struct{}, 1),
-		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, elsewhere: map[string]time.Time{}, health: map[string]*deviceHealth{},
+		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, elsewhere: map[string]time.Time{}, ended: map[string]time.Time{}, health: map[string]*deviceHealth{},
 	}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	return s, nil
@@ -344,6 +348,7 @@ var unfinished = []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.Run
 // run whose devices are all busy keeps its place, so later runs for those
 // devices wait behind it.
 func (s *Service) schedule(ctx context.Context) error {
+	listed := time.Now()
 	runs, err := s.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{Status: unfinished})
 	if err != nil {
 		return err
@@ -364,6 +369,11 @@ func (s *Service) schedule(ctx context.Context) error {
 	for id, until := range s.elsewhere {
 		if time.Now().After(until) {
 			delete(s.elsewhere, id)
+		}
+	}
+	for id, at := range s.ended {
+		if at.Before(listed) {
+			delete(s.ended, id) // this round's list is newer
 		}
 	}
 	for _, a := range s.active {
@@ -397,8 +407,9 @@ func (s *Service) schedule(ctx context.Context) error {
 		_, isActive := s.active[r.RunID]
 		wait := s.notUntil[r.RunID]
 		other := s.elsewhere[r.RunID]
+		endedAt, hasEnded := s.ended[r.RunID]
 		s.mu.Unlock()
-		if isActive || now.Before(other) {
+		if isActive || now.Before(other) || (hasEnded && !endedAt.Before(listed)) {
 			continue
 		}
 		devices := s.devicesFor(r.Serial, cands, s.cfg.Reachable != nil)
@@ -564,6 +575,7 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	}
 	s.mu.Lock()
 	delete(s.active, a.run.RunID)
+	s.ended[a.run.RunID] = time.Now()
 	if err != nil && !shutdown {
 		s.notUntil[a.run.RunID] = time.Now().Add(s.cfg.RetryAfter)
 	} else {
