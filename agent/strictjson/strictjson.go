@@ -34,6 +34,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/screengraph/screengraph-agent/agent"
 )
 
@@ -90,69 +92,94 @@ func Check(path string, data []byte, t reflect.Type, o Options) error {
 		// different keys could decode to one.
 		return agent.Errorf(agent.ErrInvalidRequest, "%s: the body is not valid UTF-8", path)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	w := walker{dec: dec, o: o, root: path}
-	if err := w.value(path, t, 0); err != nil {
+	// Duplicates are checked here (with the path in the message), not by
+	// jsontext.
+	w := walker{dec: jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true)), o: o, root: path}
+	if err := w.value(t, 0); err != nil {
 		return err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: data after the JSON value (offset %d)", path, dec.InputOffset())
+	if _, err := w.dec.ReadToken(); err != io.EOF {
+		return agent.Errorf(agent.ErrInvalidRequest, "%s: data after the JSON value (offset %d)", path, w.dec.InputOffset())
 	}
 	return nil
 }
 
 type walker struct {
-	dec  *json.Decoder
+	dec  *jsontext.Decoder
 	o    Options
 	root string
+	// at is the path below root to the value being read; a string is an
+	// object key, an int an array index. Joined only for a message.
+	at []any
+}
+
+// path is the JSON path of the value being read: $.a.b[2], $.a["x y"].
+func (w *walker) path() string {
+	var b strings.Builder
+	b.WriteString(w.root)
+	for _, s := range w.at {
+		switch s := s.(type) {
+		case string:
+			if ident.MatchString(s) && len(s) <= 64 {
+				b.WriteString("." + s)
+			} else {
+				b.WriteString("[" + quote(s) + "]")
+			}
+		case int:
+			fmt.Fprintf(&b, "[%d]", s)
+		}
+	}
+	return b.String()
 }
 
 // syntax is a syntax error, said at the root path with the byte offset (a
 // broken body has no path of its own).
-func (w *walker) syntax(_ string, err error) error {
-	path := w.root
+func (w *walker) syntax(err error) error {
 	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: the JSON value ends early (offset %d)", path, w.dec.InputOffset())
+		return agent.Errorf(agent.ErrInvalidRequest, "%s: the JSON value ends early (offset %d)", w.root, w.dec.InputOffset())
 	}
-	return agent.Errorf(agent.ErrInvalidRequest, "%s: not valid JSON (offset %d): %v", path, w.dec.InputOffset(), err)
+	return agent.Errorf(agent.ErrInvalidRequest, "%s: not valid JSON (offset %d): %v", w.root, w.dec.InputOffset(), err)
 }
 
-// value reads one value at path whose Go type is t (nil: free-form).
-func (w *walker) value(path string, t reflect.Type, depth int) error {
-	tok, err := w.dec.Token()
+// value reads one value whose Go type is t (nil: free-form).
+func (w *walker) value(t reflect.Type, depth int) error {
+	tok, err := w.dec.ReadToken()
 	if err != nil {
-		return w.syntax(path, err)
+		return w.syntax(err)
 	}
-	d, ok := tok.(json.Delim)
-	if !ok {
+	k := tok.Kind()
+	if k != '{' && k != '[' {
 		return nil
 	}
 	if depth >= MaxDepth {
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: nested deeper than %d", path, MaxDepth)
+		return agent.Errorf(agent.ErrInvalidRequest, "%s: nested deeper than %d", w.path(), MaxDepth)
 	}
 	t = shapeOf(t)
-	switch d {
-	case '{':
-		return w.object(path, t, depth+1)
-	case '[':
-		var elem reflect.Type
-		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-			elem = t.Elem()
+	if k == '{' {
+		return w.object(t, depth+1)
+	}
+	var elem reflect.Type
+	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		elem = t.Elem()
+	}
+	for i := 0; w.dec.PeekKind() != ']'; i++ {
+		if w.dec.PeekKind() == 0 { // an error: ReadToken says which
+			break
 		}
-		for i := 0; w.dec.More(); i++ {
-			if err := w.value(fmt.Sprintf("%s[%d]", path, i), elem, depth+1); err != nil {
-				return err
-			}
+		w.at = append(w.at, i)
+		err := w.value(elem, depth+1)
+		w.at = w.at[:len(w.at)-1]
+		if err != nil {
+			return err
 		}
-		if _, err := w.dec.Token(); err != nil {
-			return w.syntax(path, err)
-		}
+	}
+	if _, err := w.dec.ReadToken(); err != nil {
+		return w.syntax(err)
 	}
 	return nil
 }
 
-func (w *walker) object(path string, t reflect.Type, depth int) error {
+func (w *walker) object(t reflect.Type, depth int) error {
 	var fields *structFields
 	var elem reflect.Type
 	if t != nil {
@@ -163,41 +190,63 @@ func (w *walker) object(path string, t reflect.Type, depth int) error {
 			elem = t.Elem()
 		}
 	}
-	seen := map[string]bool{}
-	folded := map[string]string{} // folded key -> the key as sent
-	for w.dec.More() {
-		tok, err := w.dec.Token()
+	// The keys so far: a list while short (EqualFold, no allocation), a
+	// map by folded key beyond.
+	var keys []string
+	var folded map[string]string // folded key -> the key as sent
+	for w.dec.PeekKind() == '"' {
+		tok, err := w.dec.ReadToken()
 		if err != nil {
-			return w.syntax(path, err)
+			return w.syntax(err)
 		}
-		key, _ := tok.(string)
-		if seen[key] {
-			return agent.Errorf(agent.ErrInvalidRequest, "duplicate key %s at %s", quote(key), path)
+		key := tok.String()
+		other, seen := "", false
+		if folded == nil {
+			for _, k := range keys {
+				if strings.EqualFold(k, key) {
+					other, seen = k, true
+					break
+				}
+			}
+			keys = append(keys, key)
+			if len(keys) > 16 {
+				folded = make(map[string]string, 2*len(keys))
+				for _, k := range keys {
+					folded[fold(k)] = k
+				}
+			}
+		} else {
+			fk := fold(key)
+			other, seen = folded[fk]
+			folded[fk] = key
 		}
-		seen[key] = true
-		fk := fold(key)
-		if other, ok := folded[fk]; ok {
-			return agent.Errorf(agent.ErrInvalidRequest, "keys %s and %s at %s differ only by case", quote(other), quote(key), path)
+		if seen {
+			if other == key {
+				return agent.Errorf(agent.ErrInvalidRequest, "duplicate key %s at %s", quote(key), w.path())
+			}
+			return agent.Errorf(agent.ErrInvalidRequest, "keys %s and %s at %s differ only by case", quote(other), quote(key), w.path())
 		}
-		folded[fk] = key
 		child := elem
 		if fields != nil {
 			f, ok := fields.exact[key]
 			switch {
 			case ok:
 				child = f
-			case fields.folded[fk] != "":
-				return agent.Errorf(agent.ErrInvalidRequest, "key %s at %s matches field %s only by case", quote(key), path, quote(fields.folded[fk]))
+			case fields.folded[fold(key)] != "":
+				return agent.Errorf(agent.ErrInvalidRequest, "key %s at %s matches field %s only by case", quote(key), w.path(), quote(fields.folded[fold(key)]))
 			case !w.o.AllowUnknown:
-				return agent.Errorf(agent.ErrInvalidRequest, "unknown key %s at %s (known: %s)", quote(key), path, strings.Join(fields.names, ", "))
+				return agent.Errorf(agent.ErrInvalidRequest, "unknown key %s at %s (known: %s)", quote(key), w.path(), strings.Join(fields.names, ", "))
 			}
 		}
-		if err := w.value(join(path, key), child, depth); err != nil {
+		w.at = append(w.at, key)
+		err = w.value(child, depth)
+		w.at = w.at[:len(w.at)-1]
+		if err != nil {
 			return err
 		}
 	}
-	if _, err := w.dec.Token(); err != nil {
-		return w.syntax(path, err)
+	if _, err := w.dec.ReadToken(); err != nil {
+		return w.syntax(err)
 	}
 	return nil
 }
@@ -289,6 +338,18 @@ func fieldsOf(t reflect.Type) *structFields {
 // so fold(a) == fold(b) exactly when strings.EqualFold(a, b) (the matching
 // encoding/json does between keys and field names).
 func fold(s string) string {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		// The smallest of an ASCII letter's orbit is its upper case (the
+		// orbits of k and s hold U+212A and U+017F, both larger).
+		return strings.ToUpper(s)
+	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for _, r := range s {
@@ -302,14 +363,6 @@ func fold(s string) string {
 }
 
 var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// join is the JSON path of key under path: $.a.b, or $.a["x y"].
-func join(path, key string) string {
-	if ident.MatchString(key) && len(key) <= 64 {
-		return path + "." + key
-	}
-	return path + "[" + quote(key) + "]"
-}
 
 // quote quotes a key for a message, cut to 64 bytes.
 func quote(k string) string {

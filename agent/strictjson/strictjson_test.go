@@ -3,6 +3,7 @@ package strictjson_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -63,6 +64,9 @@ func TestDecode(t *testing.T) {
 		{"wrong type names the path", `{"version":"1"}`, `$.version: expected int`, ""},
 		{"too deep", `{"ensureDevice":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`, `nested deeper than 64`, ""},
 		{"empty", ``, `ends early`, ""},
+		{"duplicate in a large object", `{"labels":{` + manyKeys(20) + `,"k3":"x"}}`, `duplicate key "k3" at $.labels`, ""},
+		{"case variant in a large object", `{"labels":{` + manyKeys(20) + `,"K19":"x"}}`, `keys "k19" and "K19" at $.labels differ only by case`, ""},
+		{"large object", `{"labels":{` + manyKeys(40) + `}}`, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r request
@@ -114,4 +118,13 @@ func TestLongKeyCut(t *testing.T) {
 	if err == nil || len(err.Error()) > 400 {
 		t.Fatalf("message of %d bytes: %v", len(err.Error()), err)
 	}
+}
+
+// manyKeys is "k0":"v","k1":"v",… (n members): past the short-list check.
+func manyKeys(n int) string {
+	var b []string
+	for i := range n {
+		b = append(b, fmt.Sprintf(`"k%d":"v"`, i))
+	}
+	return strings.Join(b, ",")
 }
