@@ -166,13 +166,24 @@ func (w *walker) value(t reflect.Type, depth int) error {
 		if w.dec.PeekKind() == 0 { // an error: ReadToken says which
 			break
 		}
-		w.at = append(w.at, i)
-		err := w.value(elem, depth+1)
-		w.at = w.at[:len(w.at)-1]
-		if err != nil {
+		if err := w.member(i, elem, depth+1); err != nil {
 			return err
 		}
 	}
+	return w.end()
+}
+
+// member reads the value at seg (an object key or an array index) below the
+// path being read.
+func (w *walker) member(seg any, t reflect.Type, depth int) error {
+	w.at = append(w.at, seg)
+	err := w.value(t, depth)
+	w.at = w.at[:len(w.at)-1]
+	return err
+}
+
+// end reads the '}' or ']' closing the value being read.
+func (w *walker) end() error {
 	if _, err := w.dec.ReadToken(); err != nil {
 		return w.syntax(err)
 	}
@@ -238,17 +249,11 @@ func (w *walker) object(t reflect.Type, depth int) error {
 				return agent.Errorf(agent.ErrInvalidRequest, "unknown key %s at %s (known: %s)", quote(key), w.path(), strings.Join(fields.names, ", "))
 			}
 		}
-		w.at = append(w.at, key)
-		err = w.value(child, depth)
-		w.at = w.at[:len(w.at)-1]
-		if err != nil {
+		if err := w.member(key, child, depth); err != nil {
 			return err
 		}
 	}
-	if _, err := w.dec.ReadToken(); err != nil {
-		return w.syntax(err)
-	}
-	return nil
+	return w.end()
 }
 
 var (
