@@ -47,11 +47,10 @@ func TestFleetDeviceNamesAcrossHosts(t *testing.T) {
 	byLevel := a.submit(t, runBody("android-"+strconv.Itoa(devs[0].APILevel), "file://"+apk, sha, "", "", nil))
 	ids := []string{byB, byModel, byLevel}
 	a.waitStatus(t, ids, 3*time.Minute, agent.RunFinished, agent.RunFailed, agent.RunCanceled)
-	leased := map[string]agent.Lease{}
-	for _, l := range a.leases(t, true) {
-		if l.ReleaseReason == agent.LeaseFinished {
-			leased[l.RunID] = l
-		}
+	all := a.leases(t, true)
+	leased := map[string]agent.Lease{} // the run's last lease
+	for _, l := range all {
+		leased[l.RunID] = l
 	}
 	for _, id := range ids {
 		if st := a.run(t, id).Status; st != agent.RunFinished {
@@ -59,7 +58,7 @@ func TestFleetDeviceNamesAcrossHosts(t *testing.T) {
 		}
 		l, ok := leased[id]
 		if !ok || (l.Device != devs[0].ID && l.Device != devs[1].ID) {
-			t.Fatalf("run %s: lease %+v, want one of %s, %s", id, l, devs[0].ID, devs[1].ID)
+			t.Fatalf("run %s: lease %+v, want one of %s, %s; leases %+v", id, l, devs[0].ID, devs[1].ID, all)
 		}
 		ens := finishedOf(t, a.events(t, id), nodes.NodeEnsureDevice)
 		var out struct {
