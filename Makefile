@@ -77,6 +77,7 @@ release-snapshot: $(NFPM)
 
 # Checks dist/: checksums, archives, the deb unpacked into a scratch root and
 # its systemd unit, and the README walkthrough with the archive's binary
-# (tools/release-check.sh). Not yet in .ci/run: see docs/decisions.md.
+# (tools/release-check.sh). .ci/run calls it with RELEASE_TARGETS=linux/amd64
+# (each cross build compiles every package again).
 release-check: setup release-snapshot
 	@tools/release-check.sh dist

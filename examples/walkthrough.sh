@@ -11,7 +11,10 @@ ADB_PORT=${ADB_PORT:-5037} API=${API:-127.0.0.1:7420} NATS=${NATS:-127.0.0.1:422
 DATA=${DATA:-$PWD/sg-data} APK=${APK:-$PWD/fixtures/apks/demo-v2.apk} EXAMPLES=${EXAMPLES:-$PWD/examples}
 export ANDROID_ADB_SERVER_PORT=$ADB_PORT SCREENGRAPH_SERVER=http://$API
 SIM="" SERVE=""
-trap 'kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; screengraph-agent appium stop --data-dir "$DATA" >/dev/null; kill $SIM 2>/dev/null; wait $SIM 2>/dev/null' EXIT
+# The clean-up keeps the walkthrough's exit code (a killed process's wait
+# status would replace it under set -e).
+trap 'rc=$?; kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null || true; screengraph-agent appium stop --data-dir "$DATA" >/dev/null || true
+  kill $SIM 2>/dev/null; wait $SIM 2>/dev/null || true; exit $rc' EXIT
 
 # 1. One simulated emulator on the adb server (it speaks the real device protocol).
 adb start-server

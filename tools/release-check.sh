@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks what `make release-snapshot` put in dist/: SHA256SUMS matches every
-# archive and package; the four archives hold a static binary; the linux/amd64
+# archive and package; the archives of RELEASE_TARGETS (default all four) hold
+# a static binary; the linux/amd64
 # archive's binary runs `version` from a directory outside the checkout with
 # only it on PATH; the deb, unpacked into a scratch root (dpkg-deb -x), holds
 # the binary, the systemd unit, the config and the maintainer scripts that
@@ -16,19 +17,25 @@ trap 'rm -rf "$scratch"' EXIT
 
 [ -f "$dist/SHA256SUMS" ] || fail "no $dist/SHA256SUMS (run make release-snapshot)"
 (cd "$dist" && sha256sum --strict -c SHA256SUMS >/dev/null) || fail "SHA256SUMS does not match the files"
-for t in linux_amd64 linux_arm64 darwin_amd64 darwin_arm64; do
+targets="${RELEASE_TARGETS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}"
+n=0
+for t in $targets; do
+  t=${t/\//_} n=$((n + 1))
   a=$(ls "$dist"/screengraph-agent_*_"$t".tar.gz 2>/dev/null | head -1)
   [ -n "$a" ] || fail "no archive for $t"
   grep -q " $(basename "$a")\$" "$dist/SHA256SUMS" || fail "$(basename "$a") not in SHA256SUMS"
-  tar -tzf "$a" | grep -qx screengraph-agent || fail "$a has no screengraph-agent binary"
-  tar -tzf "$a" | grep -qx LICENSE || fail "$a has no LICENSE"
+  # The listing first: grep -q exits at the first match, and tar writing into
+  # the closed pipe would fail the pipeline under pipefail.
+  list=$(tar -tzf "$a")
+  grep -qx screengraph-agent <<<"$list" || fail "$a has no screengraph-agent binary"
+  grep -qx LICENSE <<<"$list" || fail "$a has no LICENSE"
 done
-ok "SHA256SUMS matches; 4 archives (linux, darwin x amd64, arm64) with the binary and LICENSE"
+ok "SHA256SUMS matches; $n archives ($targets) with the binary and LICENSE"
 
 # The archive's binary alone on PATH, run outside the checkout.
 mkdir -p "$scratch/bin" "$scratch/outside"
 tar -xzf "$(ls "$dist"/screengraph-agent_*_linux_amd64.tar.gz)" -C "$scratch/bin" screengraph-agent
-file "$scratch/bin/screengraph-agent" | grep -q "statically linked" || fail "the linux/amd64 binary is not static: $(file "$scratch/bin/screengraph-agent")"
+grep -q "statically linked" <<<"$(file "$scratch/bin/screengraph-agent")" || fail "the linux/amd64 binary is not static: $(file "$scratch/bin/screengraph-agent")"
 out=$(cd "$scratch/outside" && env -i HOME="$scratch/outside" PATH="$scratch/bin:/usr/bin:/bin" screengraph-agent version --output json --data-dir "$scratch/outside/data")
 ver=$(echo "$out" | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v["commit"] and v["buildDate"], v; print(v["version"])') ||
   fail "version of the archive's binary: $out"
@@ -38,7 +45,7 @@ ok "archive binary: version $ver (static), run outside the checkout"
 deb=$(ls "$dist"/screengraph-agent_*_amd64.deb 2>/dev/null | head -1)
 [ -n "$deb" ] || fail "no amd64 deb"
 grep -q " $(basename "$deb")\$" "$dist/SHA256SUMS" || fail "$(basename "$deb") not in SHA256SUMS"
-dpkg-deb --info "$deb" control | grep -q '^Depends:.*adb' || fail "deb does not depend on adb"
+grep -q '^Depends:.*adb' <<<"$(dpkg-deb --info "$deb" control)" || fail "deb does not depend on adb"
 dpkg-deb -x "$deb" "$scratch/root"
 dpkg-deb -e "$deb" "$scratch/control"
 for f in usr/bin/screengraph-agent usr/lib/systemd/system/screengraph-agent.service etc/screengraph-agent/config.yaml; do
@@ -46,7 +53,7 @@ for f in usr/bin/screengraph-agent usr/lib/systemd/system/screengraph-agent.serv
 done
 grep -q 'adduser --system' "$scratch/control/preinst" || fail "deb's preinst does not create the system user"
 grep -q '/etc/screengraph-agent/config.yaml' "$scratch/control/conffiles" || fail "config.yaml is not a conffile"
-"$scratch/root/usr/bin/screengraph-agent" version --data-dir "$scratch/data" | grep -q "^screengraph-agent $ver" ||
+grep -q "^screengraph-agent $ver" <<<"$("$scratch/root/usr/bin/screengraph-agent" version --data-dir "$scratch/data")" ||
   fail "the deb's binary: $("$scratch/root/usr/bin/screengraph-agent" version 2>&1 | head -3)"
 # The config the deb ships is one serve reads (unknown keys are refused).
 "$scratch/root/usr/bin/screengraph-agent" serve --config "$scratch/root/etc/screengraph-agent/config.yaml" \

@@ -6,7 +6,9 @@
 #   dist/screengraph-agent_<version>_<arch>.deb            linux amd64, arm64 (nfpm, packaging/nfpm.yaml)
 #   dist/SHA256SUMS                                        of all of the above
 # NFPM is the nfpm binary (the Makefile installs a pinned one); VERSION
-# defaults to the last tag (or 0.0.0) + "-snapshot+<short commit>".
+# defaults to the last tag (or 0.0.0) + "-snapshot+<short commit>";
+# RELEASE_TARGETS (default all four) limits the os/arch pairs built: CI builds
+# linux/amd64 only, since each cross build compiles every package again.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -18,7 +20,7 @@ date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 ldflags="-s -w -X main.version=$version -X main.commit=$commit -X main.date=$date"
 rm -rf dist && mkdir -p dist/build
 t0=$(date +%s)
-for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
+for target in ${RELEASE_TARGETS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}; do
   os=${target%/*} arch=${target#*/}
   name="screengraph-agent_${version}_${os}_${arch}"
   dir="dist/build/$name"

@@ -439,6 +439,11 @@ func Detail(ctx context.Context, svc *service.Service, sc agent.Scope, g *agent.
 		d.TookMillis = e.Sub(s).Milliseconds()
 	}
 	if st, err := svc.LatestState(ctx, sc, runID); err == nil {
+		if st.PolicyVersion > 0 {
+			// The version in effect: a policy switch taken at a boundary
+			// changes it; the row keeps the submitted one.
+			d.PolicyVersion = st.PolicyVersion
+		}
 		for k, v := range st.Outputs {
 			d.Outputs[k] = v
 		}

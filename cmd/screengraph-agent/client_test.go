@@ -626,6 +626,15 @@ func TestDevicesThroughServer(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &body) != nil || len(body.Devices) != 1 || body.Devices[0].Serial != "emu-daemon-7" || body.Devices[0].APILevel != 34 {
 		t.Fatalf("devices --server --output json: %v\n%s", err, out)
 	}
+	// --adb-server on the command line wins over --server from the
+	// environment (SCREENGRAPH_SERVER): the adb server is asked, not the
+	// daemon (here a closed port, so an adb error).
+	out, err = cliRun(t, func(ctx context.Context) error {
+		return (&devicesCmd{serverFlags: serverFlags{e.url}, ADBServer: "127.0.0.1:1", Output: "text", Timeout: time.Second}).Run(ctx)
+	})
+	if err == nil || strings.Contains(out, "emu-daemon-7") {
+		t.Fatalf("devices --adb-server with --server set asked the daemon: %v\n%s", err, out)
+	}
 }
 
 // `runs events --follow` prints a token_delta's text whole (issue 16: it was

@@ -184,6 +184,9 @@ func TestServeControl(t *testing.T) {
 		if versions["EnsureDevice"] != 1 || versions["ProvisionApp"] != 1 || versions["LaunchOrAttach"] != 2 || versions["WaitIdle"] != 2 {
 			t.Fatalf("policy versions by node %v: the switch must apply from the node after the boundary", versions)
 		}
+		if v.PolicyVersion != 2 {
+			t.Fatalf("GET /v1/runs/%s says policyVersion %d after the switch to 2", id, v.PolicyVersion)
+		}
 	}
 
 	t.Run("HTTP", func(t *testing.T) {

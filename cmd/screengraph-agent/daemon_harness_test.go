@@ -233,10 +233,11 @@ func (d *daemon) submit(t testing.TB, body map[string]any) string {
 }
 
 type runView struct {
-	RunID  string          `json:"runId"`
-	Status agent.RunStatus `json:"status"`
-	Serial string          `json:"serial"`
-	Nodes  []struct {
+	RunID         string          `json:"runId"`
+	Status        agent.RunStatus `json:"status"`
+	Serial        string          `json:"serial"`
+	PolicyVersion int             `json:"policyVersion"`
+	Nodes         []struct {
 		Node          string `json:"node"`
 		Outcome       string `json:"outcome"`
 		PolicyVersion int    `json:"policyVersion"`

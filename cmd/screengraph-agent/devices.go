@@ -32,11 +32,16 @@ func adbAddr(flag string) string {
 }
 
 // daemon picks the daemon the devices come from, as the runs commands do:
-// the one of --server (or SCREENGRAPH_SERVER); else, unless --adb-server
-// names an adb server to ask directly, the default daemon if one answers;
-// nil means the adb server directly.
+// none when --adb-server names an adb server to ask directly; else the one
+// of --server (or SCREENGRAPH_SERVER); else the default daemon if one
+// answers; nil means the adb server directly.
 func (d *devicesCmd) daemon(ctx context.Context) *client {
-	return d.daemonUnless(ctx, d.ADBServer != "")
+	if d.ADBServer != "" {
+		// Named on the command line: it wins over SCREENGRAPH_SERVER, as its
+		// help says (the walkthrough lists devices before any daemon runs).
+		return nil
+	}
+	return d.daemonUnless(ctx, false)
 }
 
 // viaDaemon prints GET /v1/devices: the daemon's adb server's devices with
