@@ -69,18 +69,8 @@ func BenchmarkEngineOverheadPerNode(b *testing.B) {
 // default, 500 ms quiet) and minQuiet100 (input minQuietMillis 100, sampling
 // every 50 ms).
 func BenchmarkWarmChain(b *testing.B) {
-	env := newChainEnv(b)
-	h := env.openTestHost(b, "", nil)
-	b.Cleanup(func() { h.Close(context.Background()) })
-	apk := fixtureAPK("demo-v2.apk")
-	base := env.runCmd(apk, signerDigest(b, apk))
+	_, h, base, _ := warmChainHost(b)
 	ctx := context.Background()
-	// Warm up: installs v2, creates the session, launches the app.
-	if _, status, took, err := submit(ctx, h, base); err != nil || status != agent.RunFinished {
-		b.Fatalf("warm-up run: %s %v", status, err)
-	} else {
-		b.Logf("cold run (v2 install, new session, launch) %v", took.Round(time.Millisecond))
-	}
 	quick := base
 	quick.Input = writeJSON(b, b.TempDir(), "input.json", map[string]any{
 		"waitIdle": map[string]any{"idleHeuristicsConfiguration": map[string]any{"minQuietMillis": 100, "samplingIntervalMillis": 50}}})
@@ -102,6 +92,23 @@ func BenchmarkWarmChain(b *testing.B) {
 			reportNodeMillis(b, h, runs)
 		})
 	}
+}
+
+// warmChainHost opens a single-host assembly on a simulated emulator and
+// warms it with one run (installs demo v2, creates the Appium session,
+// launches the app); it returns the run command and the warm-up run's id.
+func warmChainHost(b *testing.B) (*chainEnv, *host, runCmd, string) {
+	env := newChainEnv(b)
+	h := env.openTestHost(b, "", nil)
+	b.Cleanup(func() { h.Close(context.Background()) })
+	apk := fixtureAPK("demo-v2.apk")
+	c := env.runCmd(apk, signerDigest(b, apk))
+	id, status, took, err := submit(context.Background(), h, c)
+	if err != nil || status != agent.RunFinished {
+		b.Fatalf("warm-up run: %s %v", status, err)
+	}
+	b.Logf("cold run (v2 install, new session, launch) %v", took.Round(time.Millisecond))
+	return env, h, c, id
 }
 
 // reportNodeMillis reports each node's mean durationMillis (from its

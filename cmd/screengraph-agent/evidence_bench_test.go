@@ -25,15 +25,8 @@ import (
 //
 // It reports both means and ours / Appium alone ("x-of-appium", target <= 1).
 func BenchmarkEvidenceVsAppiumAlone(b *testing.B) {
-	env := newChainEnv(b)
-	h := env.openTestHost(b, "", nil)
-	b.Cleanup(func() { h.Close(context.Background()) })
-	apk := fixtureAPK("demo-v2.apk")
+	_, h, _, id := warmChainHost(b)
 	ctx := context.Background()
-	id, status, _, err := submit(ctx, h, env.runCmd(apk, signerDigest(b, apk)))
-	if err != nil || status != agent.RunFinished {
-		b.Fatalf("warm-up run: %s %v", status, err)
-	}
 	run, err := h.store.GetRun(ctx, agent.Admin(), id)
 	if err != nil {
 		b.Fatal(err)
@@ -112,15 +105,8 @@ func BenchmarkEvidenceVsAppiumAlone(b *testing.B) {
 // after WaitIdle) and without any (Engine.Evidence nil), interleaved, and
 // the cost of the evidence per run.
 func BenchmarkWarmChainEvidenceCost(b *testing.B) {
-	env := newChainEnv(b)
-	h := env.openTestHost(b, "", nil)
-	b.Cleanup(func() { h.Close(context.Background()) })
-	apk := fixtureAPK("demo-v2.apk")
-	c := env.runCmd(apk, signerDigest(b, apk))
+	_, h, c, _ := warmChainHost(b)
 	ctx := context.Background()
-	if _, status, _, err := submit(ctx, h, c); err != nil || status != agent.RunFinished {
-		b.Fatalf("warm-up run: %s %v", status, err)
-	}
 	capturer := h.engine.Evidence
 	var with, without time.Duration
 	b.ResetTimer()
