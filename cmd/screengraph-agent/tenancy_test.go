@@ -185,6 +185,29 @@ func TestServeTenantIsolation(t *testing.T) {
 	if st, body := httpAs(acme.Token, "POST", "/v1/runs", forBeta); st != http.StatusForbidden {
 		t.Errorf("submit for beta with acme's token: %d %s", st, body)
 	}
+	// Key-case variants, duplicate keys and bad tenant ids (issue 13 items 1
+	// and 2): each a 400 naming the key or the id, nothing stored.
+	base, _ := json.Marshal(runBody("emulator-5990", "https://127.0.0.1:9/app.apk", strings.Repeat("ab", 32), "", "", nil))
+	rest := string(base[1:])
+	for _, c := range []struct {
+		tok, head, want string
+	}{
+		{acme.Token, `{"tenantId":"acme","TenantID":"beta",`, "TenantID"},
+		{acme.Token, `{"tenantid":"beta",`, "tenantid"},
+		{acme.Token, `{"tenantId":"acme","tenantId":"beta",`, "tenantId"},
+		{acme.Token, `{"tenant\u0049d":"acme","tenantId":"beta",`, "tenantId"},
+		{admin.Token, `{"tenantId":"a.b",`, "a.b"},
+		{admin.Token, `{"tenantId":">",`, `$.tenantId: tenant id`},
+		{admin.Token, `{"tenantId":"*",`, "*"},
+	} {
+		st, body := httpAs(c.tok, "POST", "/v1/runs", json.RawMessage(c.head+rest))
+		if st != http.StatusBadRequest || !strings.Contains(body, "invalid_request_error") || !strings.Contains(body, c.want) {
+			t.Errorf("submit %s...: %d %s, want 400 naming %q", c.head, st, body, c.want)
+		}
+	}
+	if _, body := httpAs(admin.Token, "GET", "/v1/runs", nil); strings.Count(body, `"runId"`) != 2 {
+		t.Fatalf("refused submissions stored runs: %s", body)
+	}
 	if _, body := httpAs(admin.Token, "GET", "/v1/runs/"+a, nil); !strings.Contains(body, `"tenantId":"acme"`) || !strings.Contains(body, `"status":"PENDING"`) {
 		t.Fatalf("acme's run as the admin sees it: %s", body)
 	}
