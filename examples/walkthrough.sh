@@ -13,8 +13,8 @@ export ANDROID_ADB_SERVER_PORT=$ADB_PORT SCREENGRAPH_SERVER=http://$API
 SIM="" SERVE=""
 # The clean-up keeps the walkthrough's exit code (a killed process's wait
 # status would replace it under set -e).
-trap 'rc=$?; kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null || true; screengraph-agent appium stop --data-dir "$DATA" >/dev/null || true
-  kill $SIM 2>/dev/null; wait $SIM 2>/dev/null || true; exit $rc' EXIT
+trap 'rc=$?; set +e; kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; screengraph-agent appium stop --data-dir "$DATA" >/dev/null
+  kill $SIM 2>/dev/null; wait $SIM 2>/dev/null; exit $rc' EXIT
 
 # 1. One simulated emulator on the adb server (it speaks the real device protocol).
 adb start-server
@@ -48,15 +48,20 @@ screengraph-agent runs inspect "$RUN" --step 1
 #    policy version 2, resume it. A warm run takes about 2 s: when it ended before the
 #    pause arrived, the pause is refused (409, run already ended) and the run is shown.
 RUN2=$(jq '.policyVersion = 1' run.json | curl -fsS -X POST "http://$API/v1/runs" -H 'Content-Type: application/json' --data-binary @- | jq -r .runId)
+SWITCHED=0
 if screengraph-agent pause "$RUN2"; then
   until [[ "$(curl -fsS "http://$API/v1/runs/$RUN2" | jq -r .status)" =~ ^(PAUSED|FINISHED|FAILED)$ ]]; do sleep 0.5; done
   if [ "$(curl -fsS "http://$API/v1/runs/$RUN2" | jq -r .status)" = PAUSED ]; then
     screengraph-agent policy switch "$RUN2" --version 2
     screengraph-agent resume "$RUN2"
+    SWITCHED=1
   fi
 fi
 screengraph-agent runs events "$RUN2" --follow | tail -3
 curl -fsS "http://$API/v1/runs/$RUN2" | jq -r '"\(.runId) \(.status) policy \(.policyVersion)"'
+if [ "$SWITCHED" = 1 ] && [ "$(curl -fsS "http://$API/v1/runs/$RUN2" | jq -r .policyVersion)" != 2 ]; then
+  echo "run $RUN2 was switched to policy version 2 but says otherwise" >&2; exit 1
+fi
 
 # 8. Metrics.
 curl -fsS "http://$API/metrics" | grep -E '^screengraph_runs'

@@ -418,8 +418,15 @@ func Detail(ctx context.Context, svc *service.Service, sc agent.Scope, g *agent.
 			Output      struct {
 				PolicyVersion int `json:"policyVersion"`
 			} `json:"output"`
+			PolicyVersion int `json:"policyVersion"`
 		}
 		json.Unmarshal(e.Payload, &p)
+		if p.PolicyVersion > 0 {
+			// The version in effect: a policy switch taken at a boundary
+			// changes it (run.resumed, run.finished say so even when no
+			// node ran after it); the row keeps the submitted one.
+			d.PolicyVersion = p.PolicyVersion
+		}
 		switch e.Kind {
 		case agent.KindRunStarted:
 			d.StartedAt = e.TS
@@ -439,11 +446,6 @@ func Detail(ctx context.Context, svc *service.Service, sc agent.Scope, g *agent.
 		d.TookMillis = e.Sub(s).Milliseconds()
 	}
 	if st, err := svc.LatestState(ctx, sc, runID); err == nil {
-		if st.PolicyVersion > 0 {
-			// The version in effect: a policy switch taken at a boundary
-			// changes it; the row keeps the submitted one.
-			d.PolicyVersion = st.PolicyVersion
-		}
 		for k, v := range st.Outputs {
 			d.Outputs[k] = v
 		}
