@@ -35,7 +35,12 @@ if [ "$(ready_devices | wc -l)" -lt 2 ]; then
   for _ in $(seq 50); do [ "$(ready_devices | wc -l)" -ge 2 ] && break; sleep 0.2; done
 fi
 mapfile -t serials < <(ready_devices | head -2)
-[ "${#serials[@]}" -eq 2 ] || { echo "demo: need two devices" >&2; exit 1; }
+if [ "${#serials[@]}" -ne 2 ]; then
+  echo "demo: need two devices; the adb server at $adbs has ${#serials[@]} ready" >&2
+  # Why the simulated emulators did not come up (a port in use, say).
+  [ -s "$data.sim.log" ] && sed 's/^/demo: sim: /' "$data.sim.log" | tail -5 >&2
+  exit 1
+fi
 
 mkdir -p "$data"
 echo "demo: screengraph-agent serve --data-dir $data --listen $listen --nats-listen $nats_listen --adb-server $adbs"
