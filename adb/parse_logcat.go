@@ -46,11 +46,13 @@ func ParseThreadtimeLine(line string) (LogLine, bool) {
 	if len(line) > maxLogLineBytes {
 		return LogLine{}, false
 	}
-	// An empty message leaves "TAG: " with the trailing blank trimmed by some tools.
-	if strings.HasSuffix(line, ":") {
-		line += " "
-	}
 	m := threadtimeRe.FindStringSubmatch(line)
+	// An empty message leaves "TAG: " with the trailing blank trimmed by some
+	// tools. Only tried when the line does not parse as it is: a message that
+	// itself ends in ':' must not gain a blank.
+	if m == nil && strings.HasSuffix(line, ":") {
+		m = threadtimeRe.FindStringSubmatch(line + " ")
+	}
 	if m == nil {
 		return LogLine{}, false
 	}
