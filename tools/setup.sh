@@ -28,6 +28,8 @@ command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 command -v file >/dev/null || need_apt+=(file)
 # The README's walkthrough reads JSON answers with jq.
 command -v jq >/dev/null || need_apt+=(jq)
+# The inspector's (/ui/) tests drive Debian's headless Chromium (chromedp).
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   sudo_ apt-get update -qq

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/httpapi/ui"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/agent/strictjson"
 )
@@ -124,6 +125,12 @@ func New(cfg Config) http.Handler {
 	for p, f := range h {
 		mux.HandleFunc(p, a.guard(p, f))
 	}
+	// The inspector (ui): public assets, no token needed to load the page;
+	// its data calls go to the routes above with the tab's bearer.
+	mux.Handle("GET /ui/", ui.Handler())
+	toUI := func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) }
+	mux.HandleFunc("GET /{$}", toUI)
+	mux.HandleFunc("GET /ui", toUI)
 	// Unknown routes and wrong methods answer in the agent error format too:
 	// a path some route has, asked with another method, is 405 with Allow.
 	paths := http.NewServeMux()
