@@ -297,21 +297,51 @@ func summary(r agent.Run) RunSummary {
 	return RunSummary{r.RunID, r.TenantID, r.ProjectID, r.Status, r.Serial, r.Graph, r.PolicyVersion, r.CreatedAt, r.UpdatedAt}
 }
 
-func (a *api) list(w http.ResponseWriter, r *http.Request) {
+// runsQuery reads GET /v1/runs' filters (serial, status, tenant) and the
+// scope they narrow: tenant=ID narrows an admin's scope to that tenant; a
+// tenant token may name only its own tenant (403 otherwise).
+func runsQuery(r *http.Request) (agent.Scope, agent.RunFilter, error) {
+	sc := scope(r)
 	f := agent.RunFilter{Serial: r.URL.Query().Get("serial")}
 	if len(f.Serial) > 255 {
-		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "serial: over 255 bytes"))
-		return
+		return sc, f, agent.Errorf(agent.ErrInvalidRequest, "serial: over 255 bytes")
 	}
 	if s := r.URL.Query().Get("status"); s != "" {
 		for _, st := range strings.Split(s, ",") {
 			rs := agent.RunStatus(strings.ToUpper(strings.TrimSpace(st)))
 			if !slices.Contains(agent.RunStatuses, rs) {
-				a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "status: %q is not a run status (%s)", st, joinStatuses()))
-				return
+				return sc, f, agent.Errorf(agent.ErrInvalidRequest, "status: %q is not a run status (%s)", cut(st, 40), joinStatuses())
 			}
 			f.Status = append(f.Status, rs)
 		}
+	}
+	if t := r.URL.Query().Get("tenant"); t != "" {
+		ts, err := agent.Tenant(t)
+		if err != nil {
+			return sc, f, agent.InvalidTenantID("tenant", t)
+		}
+		if !sc.IsAdmin() && sc.TenantID() != t {
+			return sc, f, agent.Wrap(agent.ErrPermission, agent.ErrForbidden, "tenant: a tenant token lists only its own tenant's runs")
+		}
+		sc = ts
+	}
+	return sc, f, nil
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	sc, f, err := runsQuery(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	switch follow := r.URL.Query().Get("follow"); follow {
+	case "", "0", "false":
+	case "1", "true":
+		a.followRuns(w, r, sc, f)
+		return
+	default:
+		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "follow: %q is not 0, 1, true or false", cut(follow, 40)))
+		return
 	}
 	limit := DefaultRunsListed
 	if l := r.URL.Query().Get("limit"); l != "" {
@@ -332,7 +362,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	}
 	// One more than the page: whether a next page exists, without a count.
 	f.Limit = limit + 1
-	runs, err := a.cfg.Service.List(r.Context(), scope(r), f)
+	runs, err := a.cfg.Service.List(r.Context(), sc, f)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -346,6 +376,69 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		resp.Runs = append(resp.Runs, summary(run))
 	}
 	writeJSON(w, 200, resp)
+}
+
+// followRuns is GET /v1/runs?follow=1: Server-Sent Events "run", each a
+// RunSummary of a run the caller sees (same filters and scope as the list)
+// when it appears or changes; the newest service.FollowRunsWindow runs are
+// watched. It counts as one of the tenant's event streams.
+func (a *api) followRuns(w http.ResponseWriter, r *http.Request, sc agent.Scope, f agent.RunFilter) {
+	a.sse(w, r, func(send func(id, kind string, v any) error) error {
+		return a.cfg.Service.FollowRuns(r.Context(), sc, f, func(run agent.Run) error {
+			return send("", "run", summary(run))
+		})
+	})
+}
+
+// sse answers r with a Server-Sent Events stream that body fills through
+// send (id, event name, JSON data), counted against the caller's tenant's
+// FollowersPerTenant, each event under its own write deadline. An "end"
+// event closes a stream body ended without error.
+func (a *api) sse(w http.ResponseWriter, r *http.Request, body func(send func(id, kind string, v any) error) error) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		a.fail(w, r, errors.New("streaming unsupported"))
+		return
+	}
+	tenant := scope(r).TenantID() // "" for admin
+	if !a.addFollower(tenant) {
+		writeError(w, http.StatusTooManyRequests, agent.Errorf(agent.ErrInvalidRequest,
+			"too many open event streams for this tenant (at most %d): close one or read events without follow", a.cfg.Limits.FollowersPerTenant))
+		return
+	}
+	defer a.removeFollower(tenant)
+	// The stream outlives the server's WriteTimeout: a write deadline per
+	// event. (ReadTimeout ends once the request is read: net/http clears the
+	// read deadline when it starts its background read.)
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(200)
+	fl.Flush()
+	err := body(func(id, kind string, v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if err := rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout)); err != nil {
+			return err
+		}
+		if id != "" {
+			id = "id: " + id + "\n"
+		}
+		if _, err := fmt.Fprintf(w, "%sevent: %s\ndata: %s\n\n", id, kind, agent.RedactJSON(b)); err != nil {
+			return err
+		}
+		fl.Flush()
+		return nil
+	})
+	if err == nil {
+		rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
+		fmt.Fprint(w, "event: end\ndata: {}\n\n")
+		fl.Flush()
+	}
 }
 
 // DefaultRunsListed and MaxRunsListed are GET /v1/runs' default and largest
@@ -502,47 +595,11 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		a.fail(w, r, errors.New("streaming unsupported"))
-		return
-	}
-	tenant := scope(r).TenantID() // "" for admin
-	if !a.addFollower(tenant) {
-		writeError(w, http.StatusTooManyRequests, agent.Errorf(agent.ErrInvalidRequest,
-			"too many open event streams for this tenant (at most %d): close one or read events without follow", a.cfg.Limits.FollowersPerTenant))
-		return
-	}
-	defer a.removeFollower(tenant)
-	// The stream outlives the server's WriteTimeout: a write deadline per
-	// event. (ReadTimeout ends once the request is read: net/http clears the
-	// read deadline when it starts its background read.)
-	rc := http.NewResponseController(w)
-	rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(200)
-	fl.Flush()
-	err := a.cfg.Service.Follow(r.Context(), scope(r), id, after, func(e agent.Event) error {
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		if err := rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout)); err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Kind, agent.RedactJSON(b)); err != nil {
-			return err
-		}
-		fl.Flush()
-		return nil
+	a.sse(w, r, func(send func(id, kind string, v any) error) error {
+		return a.cfg.Service.Follow(r.Context(), scope(r), id, after, func(e agent.Event) error {
+			return send(strconv.FormatInt(e.Sequence, 10), e.Kind, e)
+		})
 	})
-	if err == nil {
-		rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
-		fmt.Fprint(w, "event: end\ndata: {}\n\n")
-		fl.Flush()
-	}
 }
 
 // addFollower counts an event stream of tenant; false when the tenant

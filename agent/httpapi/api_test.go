@@ -289,7 +289,7 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 
 func TestUnknownRouteAndBadBody(t *testing.T) {
 	e := newEnv(t)
-	for _, c := range []struct{ method, path string }{{"GET", "/v1/nope"}, {"GET", "/"}} { // wrong methods: TestWrongMethodIs405
+	for _, c := range []struct{ method, path string }{{"GET", "/v1/nope"}, {"GET", "/nope"}, {"POST", "/ui/"}} { // wrong methods: TestWrongMethodIs405; GET / redirects to the inspector (TestUIServed)
 		st, b := e.do(c.method, c.path, "")
 		if st != http.StatusNotFound {
 			t.Errorf("%s %s: %d, want 404", c.method, c.path, st)

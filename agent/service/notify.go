@@ -16,8 +16,39 @@ type notifyingStore struct {
 	mu sync.Mutex
 	// runs holds, per run someone waits on, the channel closed at the
 	// run's next commit (removed when closed).
-	runs      map[string]chan struct{}
+	runs map[string]chan struct{}
+	// all, when someone waits on it, is closed at the next commit, status
+	// change or new run of any run (FollowRuns); nil otherwise.
+	all       chan struct{}
 	observers []func(agent.Step)
+}
+
+// anyChanged returns a channel closed at the next commit, status change or
+// new run of any run.
+func (n *notifyingStore) anyChanged() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.all == nil {
+		n.all = make(chan struct{})
+	}
+	return n.all
+}
+
+func (n *notifyingStore) wakeAll() {
+	n.mu.Lock()
+	if n.all != nil {
+		close(n.all)
+		n.all = nil
+	}
+	n.mu.Unlock()
+}
+
+func (n *notifyingStore) CreateRun(ctx context.Context, r agent.Run) error {
+	if err := n.Store.CreateRun(ctx, r); err != nil {
+		return err
+	}
+	n.wakeAll()
+	return nil
 }
 
 func newNotifyingStore(st agent.Store) *notifyingStore {
@@ -41,6 +72,10 @@ func (n *notifyingStore) notify(s agent.Step) {
 	if ch, ok := n.runs[s.RunID]; ok {
 		close(ch)
 		delete(n.runs, s.RunID)
+	}
+	if n.all != nil {
+		close(n.all)
+		n.all = nil
 	}
 	obs := n.observers
 	n.mu.Unlock()

@@ -736,6 +736,75 @@ func (s *Service) Follow(ctx context.Context, sc agent.Scope, runID string, afte
 	return err
 }
 
+// FollowRuns calls fn with each run sc sees among the newest
+// FollowRunsWindow matching f (f.Limit and f.After are ignored), oldest
+// first: every one at the start, then each one whose status, serial, policy
+// version or updatedAt changed and each new one, as they are committed.
+// It re-lists when any run changes (changes within minGap are taken
+// together) and every second (commits of other daemons of a fleet), until
+// fn fails, ctx ends, or StopTaking is called (ErrStopping).
+func (s *Service) FollowRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter, fn func(agent.Run) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.streams, cancel)()
+	err := followRuns(ctx, s.store, sc, f, s.store.anyChanged, time.Second, 500*time.Millisecond, fn)
+	if err != nil && s.streams.Err() != nil {
+		return ErrStopping
+	}
+	return err
+}
+
+// FollowRunsWindow is how many of the newest runs FollowRuns watches.
+const FollowRunsWindow = 200
+
+func followRuns(ctx context.Context, st agent.Store, sc agent.Scope, f agent.RunFilter, changed func() <-chan struct{}, poll, minGap time.Duration, fn func(agent.Run) error) error {
+	f.Limit, f.After = FollowRunsWindow, nil
+	seen := map[string]string{}
+	for {
+		wake := changed()
+		runs, err := st.ListRuns(ctx, sc, f)
+		if err != nil {
+			return err
+		}
+		for i := len(runs) - 1; i >= 0; i-- {
+			r := runs[i]
+			k := fmt.Sprintf("%s|%s|%d|%d", r.Status, r.Serial, r.PolicyVersion, r.UpdatedAt.UnixNano())
+			if seen[r.RunID] == k {
+				continue
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+			seen[r.RunID] = k
+		}
+		if len(seen) > 4*FollowRunsWindow {
+			// Runs that left the window: forget them (a later change of one
+			// is sent again, which a client takes as an update).
+			keep := map[string]string{}
+			for _, r := range runs {
+				keep[r.RunID] = seen[r.RunID]
+			}
+			seen = keep
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+		// Take the changes of a burst (a step's commit, then its status) in
+		// one listing.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(minGap):
+		}
+	}
+}
+
 // FollowStore is Follow over any store: it reads the run's new events each
 // time changed's channel closes (nil: never) or every poll (commits made by
 // another process), until the run is terminal and all its events were
