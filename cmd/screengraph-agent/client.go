@@ -6,22 +6,18 @@ package main
 // agent.RedactString.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/snapshots"
 )
@@ -37,49 +33,23 @@ type serverFlags struct {
 // clientToken is the API token of --token / SCREENGRAPH_TOKEN (main sets it).
 var clientToken string
 
-// client calls the daemon's HTTP API.
-type client struct {
-	base  string
-	hc    *http.Client
-	token string // sent as Authorization: Bearer when set
-}
-
-func (c *client) authorize(req *http.Request) {
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-}
-
-func newClient(server string) *client {
+func newClient(server string) *client.Client {
 	if server == "" {
 		server = defaultServer
-	}
-	if !strings.Contains(server, "://") {
-		server = "http://" + server
 	}
 	tok := clientToken
 	if tok == "" {
 		tok = os.Getenv("SCREENGRAPH_TOKEN")
 	}
-	return &client{base: strings.TrimRight(server, "/"), hc: &http.Client{}, token: tok}
+	return client.New(server, tok, nil)
 }
-
-// apiError is a call the daemon refused: its HTTP status and its body in
-// the agent error format.
-type apiError struct {
-	status int
-	body   json.RawMessage
-	msg    string
-}
-
-func (e *apiError) Error() string { return e.msg }
 
 // errorBody is what `--output json` prints for a failed call: the daemon's
 // body as it sent it, else the agent error format of err.
 func errorBody(err error) any {
-	var ae *apiError
-	if errors.As(err, &ae) && json.Valid(ae.body) && len(bytes.TrimSpace(ae.body)) > 0 {
-		return ae.body
+	var ae *client.Error
+	if errors.As(err, &ae) && json.Valid(ae.Body) && len(bytes.TrimSpace(ae.Body)) > 0 {
+		return ae.Body
 	}
 	return httpapi.ErrorBody(err, "")
 }
@@ -93,170 +63,26 @@ func (f outputFlag) failHTTP(what string, err error) error {
 	return exitError{code: 2, err: fmt.Errorf("%s: %w", what, err)}
 }
 
-func runPath(runID, suffix string) string {
-	return "/v1/runs/" + url.PathEscape(runID) + suffix
-}
-
-// unreachable is the error of a daemon that does not answer.
-func (c *client) unreachable(err error) error {
-	return agent.Wrap(agent.ErrNetwork, err, "no daemon answers at %s (start one with `screengraph-agent serve`, or pass --server URL)", c.base)
-}
-
-// refused turns a non-2xx answer into an apiError whose message names the
-// run: 404 -> unknown run, 409 -> the run already ended.
-func (c *client) refused(status int, body []byte, runID string) error {
-	msg := strings.TrimSpace(string(body))
-	var rep agent.ErrorReport
-	if json.Unmarshal(body, &rep) == nil && rep.Error != "" {
-		msg = rep.Error
-	}
-	msg = agent.RedactString(msg)
-	e := &apiError{status: status, body: agent.RedactJSON(body)}
-	switch {
-	case status == http.StatusNotFound && runID != "" && !strings.Contains(msg, "no route"):
-		e.msg = fmt.Sprintf("unknown run %s (daemon %s)", runID, c.base)
-	case status == http.StatusConflict && runID != "":
-		e.msg = fmt.Sprintf("run %s already ended (%s)", runID, msg)
-	default:
-		e.msg = fmt.Sprintf("daemon %s answered %d: %s", c.base, status, msg)
-	}
-	return e
-}
-
-// call sends a JSON request (in may be nil) and decodes a 2xx answer into
-// out (a *json.RawMessage keeps it as sent). runID names the run in errors.
-func (c *client) call(ctx context.Context, method, path, runID string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return agent.Wrap(agent.ErrInvalidRequest, err, "--server %s", c.base)
-	}
-	req.Header.Set("Accept", "application/json")
-	c.authorize(req)
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return agent.Wrap(agent.ErrNetwork, err, "daemon %s", c.base)
-		}
-		return c.unreachable(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return agent.Wrap(agent.ErrNetwork, err, "reading the answer of %s", c.base)
-	}
-	if resp.StatusCode/100 != 2 {
-		return c.refused(resp.StatusCode, b, runID)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			return agent.Wrap(agent.ErrNetwork, err, "the answer of %s %s", method, c.base+path)
-		}
-	}
-	return nil
-}
-
-// alive reports whether a daemon answers /healthz (within 500 ms).
-func (c *client) alive(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", c.base+"/healthz", nil)
-	if err != nil {
-		return false
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
 // daemonFor picks where the runs commands read: the daemon named by
 // --server (or SCREENGRAPH_SERVER); else, when no --data-dir names a local
 // store, the default daemon if one answers; nil means the local store.
-func (f serverFlags) daemonFor(ctx context.Context, s storeFlags) *client {
+func (f serverFlags) daemonFor(ctx context.Context, s storeFlags) *client.Client {
 	return f.daemonUnless(ctx, s.DataDir != "")
 }
 
 // daemonUnless is the daemon of --server; else, unless a flag names a local
 // source (localNamed), the default daemon if one answers; else nil.
-func (f serverFlags) daemonUnless(ctx context.Context, localNamed bool) *client {
+func (f serverFlags) daemonUnless(ctx context.Context, localNamed bool) *client.Client {
 	if f.Server != "" {
 		return newClient(f.Server)
 	}
 	if localNamed {
 		return nil
 	}
-	if c := newClient(""); c.alive(ctx) {
+	if c := newClient(""); c.Alive(ctx) {
 		return c
 	}
 	return nil
-}
-
-// follow streams the run's events with sequence > after from the daemon's
-// Server-Sent Events endpoint and calls fn with each, until the run ends.
-func (c *client) follow(ctx context.Context, runID string, after int64, fn func(agent.Event) error) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.base+runPath(runID, "/events?follow=1&after="+strconv.FormatInt(after, 10)), nil)
-	if err != nil {
-		return agent.Wrap(agent.ErrInvalidRequest, err, "--server %s", c.base)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	c.authorize(req)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return c.unreachable(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return c.refused(resp.StatusCode, b, runID)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	var kind, data string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if kind == "end" {
-				return nil
-			}
-			if data != "" {
-				var e agent.Event
-				if err := json.Unmarshal([]byte(data), &e); err != nil {
-					return agent.Wrap(agent.ErrNetwork, err, "event stream of run %s", runID)
-				}
-				if err := fn(e); err != nil {
-					return err
-				}
-			}
-			kind, data = "", ""
-		case strings.HasPrefix(line, "event:"):
-			kind = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
-		case strings.HasPrefix(line, "data:"):
-			data += strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
-		}
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return agent.Errorf(agent.ErrNetwork, "the daemon %s closed the event stream of run %s before the run ended: %v", c.base, runID, sc.Err())
 }
 
 // followLocal polls the local store for the run's events until it ends
@@ -298,62 +124,35 @@ func clip(s string, n int) string {
 
 // ---- runs list|show|events|inspect through the daemon ----
 
-func (c *runsListCmd) viaDaemon(ctx context.Context, cl *client) error {
-	q := url.Values{}
-	if c.Limit > 0 {
-		q.Set("limit", strconv.Itoa(c.Limit))
-	}
-	if c.Serial != "" {
-		q.Set("serial", c.Serial)
-	}
-	if c.Status != "" {
-		q.Set("status", c.Status)
-	}
-	if c.Cursor != "" {
-		q.Set("cursor", c.Cursor)
-	}
-	var raw json.RawMessage
-	if err := cl.call(ctx, "GET", "/v1/runs?"+q.Encode(), "", nil, &raw); err != nil {
+func (c *runsListCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
+	page, err := cl.ListRuns(ctx, client.ListOptions{Limit: c.Limit, Serial: c.Serial, Status: c.Status, Cursor: c.Cursor})
+	if err != nil {
 		return c.failHTTP("runs list", err)
 	}
 	if c.Output == "json" {
-		return printJSON(raw)
+		return printJSON(page)
 	}
-	var body struct {
-		Runs       []agent.Run `json:"runs"`
-		NextCursor string      `json:"nextCursor"`
+	runs := make([]agent.Run, 0, len(page.Runs))
+	for _, s := range page.Runs {
+		runs = append(runs, client.SummaryRun(s))
 	}
-	if err := json.Unmarshal(raw, &body); err != nil {
-		return c.failHTTP("runs list", err)
-	}
-	if err := writeRuns(body.Runs); err != nil {
+	if err := writeRuns(runs); err != nil {
 		return err
 	}
-	printNextPage(body.NextCursor)
+	printNextPage(page.NextCursor)
 	return nil
 }
 
-// detail gets GET /v1/runs/{id} and the run row it describes.
-func (cl *client) detail(ctx context.Context, runID string) (httpapi.RunDetail, agent.Run, error) {
-	var d httpapi.RunDetail
-	if err := cl.call(ctx, "GET", runPath(runID, ""), runID, nil, &d); err != nil {
-		return d, agent.Run{}, err
-	}
-	s := d.RunSummary
-	return d, agent.Run{RunID: s.RunID, TenantID: s.TenantID, ProjectID: s.ProjectID, Status: s.Status, Serial: s.Serial,
-		Input: d.Input, PolicyVersion: s.PolicyVersion, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}, nil
-}
-
-func (c *runsShowCmd) viaDaemon(ctx context.Context, cl *client) error {
-	d, r, err := cl.detail(ctx, c.RunID)
+func (c *runsShowCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
+	d, err := cl.Run(ctx, c.RunID)
 	if err != nil {
 		return c.failHTTP("runs show", err)
 	}
+	r := client.RunRow(d)
 	// Each step commits one agent.node.finished: the latest step is Steps-1.
 	var state *agent.RunState
 	if d.Steps > 0 {
-		var sn agent.Snapshot
-		if cl.call(ctx, "GET", runPath(c.RunID, "/steps/"+strconv.Itoa(d.Steps-1)), c.RunID, nil, &sn) == nil {
+		if sn, err := cl.Step(ctx, c.RunID, d.Steps-1); err == nil {
 			if rs, err := agent.DecodeRunState(sn); err == nil {
 				state = &rs
 			}
@@ -367,31 +166,25 @@ func (c *runsShowCmd) viaDaemon(ctx context.Context, cl *client) error {
 	return nil
 }
 
-func (c *runsEventsCmd) viaDaemon(ctx context.Context, cl *client) error {
+func (c *runsEventsCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
 	if c.Follow {
-		if err := cl.follow(ctx, c.RunID, c.After, eventPrinter(c.Output)); err != nil {
+		if err := cl.Follow(ctx, c.RunID, c.After, eventPrinter(c.Output)); err != nil {
 			return c.failHTTP("runs events", err)
 		}
 		return nil
 	}
-	var raw json.RawMessage
-	if err := cl.call(ctx, "GET", runPath(c.RunID, "/events?after="+strconv.FormatInt(c.After, 10)), c.RunID, nil, &raw); err != nil {
+	evs, err := cl.Events(ctx, c.RunID, c.After)
+	if err != nil {
 		return c.failHTTP("runs events", err)
 	}
 	if c.Output == "json" {
-		return printJSON(raw)
+		return printJSON(map[string]any{"events": evs})
 	}
-	var body struct {
-		Events []agent.Event `json:"events"`
-	}
-	if err := json.Unmarshal(raw, &body); err != nil {
-		return c.failHTTP("runs events", err)
-	}
-	return snapshots.WriteEvents(os.Stdout, redactEvents(body.Events))
+	return snapshots.WriteEvents(os.Stdout, redactEvents(evs))
 }
 
-func (c *runsInspectCmd) viaDaemon(ctx context.Context, cl *client) error {
-	d, r, err := cl.detail(ctx, c.RunID)
+func (c *runsInspectCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
+	d, err := cl.Run(ctx, c.RunID)
 	if err != nil {
 		return c.failHTTP("runs inspect", err)
 	}
@@ -402,23 +195,20 @@ func (c *runsInspectCmd) viaDaemon(ctx context.Context, cl *client) error {
 	if n < 0 || n >= d.Steps {
 		return c.failHTTP("runs inspect", snapshots.NoStep(c.RunID, n, d.Steps))
 	}
-	v := snapshots.StepView{Run: r, LastSequence: int64(d.Events), Events: []agent.Event{}}
-	if err := cl.call(ctx, "GET", runPath(c.RunID, "/steps/"+strconv.Itoa(n)), c.RunID, nil, &v.Snapshot); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && ae.status == http.StatusNotFound {
+	v := snapshots.StepView{Run: client.RunRow(d), LastSequence: int64(d.Events), Events: []agent.Event{}}
+	if v.Snapshot, err = cl.Step(ctx, c.RunID, n); err != nil {
+		if errors.Is(err, agent.ErrNotFound) {
 			err = snapshots.NoStep(c.RunID, n, d.Steps) // the run is known: the step is not
 		}
 		return c.failHTTP(fmt.Sprintf("runs inspect step %d", n), err)
 	}
 	// The step's node events (started, token deltas, finished), by the
 	// stepOrdinal of their payloads.
-	var body struct {
-		Events []agent.Event `json:"events"`
-	}
-	if err := cl.call(ctx, "GET", runPath(c.RunID, "/events"), c.RunID, nil, &body); err != nil {
+	evs, err := cl.Events(ctx, c.RunID, 0)
+	if err != nil {
 		return c.failHTTP("runs inspect", err)
 	}
-	for _, e := range body.Events {
+	for _, e := range evs {
 		var p struct {
 			StepOrdinal *int `json:"stepOrdinal"`
 		}
@@ -441,15 +231,15 @@ type controlFlags struct {
 	outputFlag
 }
 
-// control POSTs a control request for the run and reports it.
-func (f controlFlags) control(ctx context.Context, what, runID, route string, body any) error {
-	cl := newClient(f.Server)
-	var raw json.RawMessage
-	if err := cl.call(ctx, "POST", runPath(runID, "/"+route), runID, body, &raw); err != nil {
+// control sends a control request for the run (send: one of the client's
+// control calls) and reports it.
+func (f controlFlags) control(ctx context.Context, what, runID string, send func(context.Context, string) (httpapi.ControlResponse, error)) error {
+	r, err := send(ctx, runID)
+	if err != nil {
 		return f.failHTTP(what, err)
 	}
 	if f.Output == "json" {
-		return printJSON(raw)
+		return printJSON(r)
 	}
 	fmt.Printf("%s of run %s recorded\n", what, runID)
 	return nil
@@ -461,7 +251,7 @@ type cancelCmd struct {
 }
 
 func (c *cancelCmd) Run(ctx context.Context) error {
-	return c.control(ctx, "cancel", c.RunID, "cancel", nil)
+	return c.control(ctx, "cancel", c.RunID, newClient(c.Server).Cancel)
 }
 
 type pauseCmd struct {
@@ -470,7 +260,7 @@ type pauseCmd struct {
 }
 
 func (c *pauseCmd) Run(ctx context.Context) error {
-	return c.control(ctx, "pause", c.RunID, "pause", nil)
+	return c.control(ctx, "pause", c.RunID, newClient(c.Server).Pause)
 }
 
 type resumeCmd struct {
@@ -479,7 +269,7 @@ type resumeCmd struct {
 }
 
 func (c *resumeCmd) Run(ctx context.Context) error {
-	return c.control(ctx, "resume", c.RunID, "resume", nil)
+	return c.control(ctx, "resume", c.RunID, newClient(c.Server).Resume)
 }
 
 type policyCmd struct {
@@ -493,5 +283,7 @@ type policySwitchCmd struct {
 }
 
 func (c *policySwitchCmd) Run(ctx context.Context) error {
-	return c.control(ctx, fmt.Sprintf("policy switch to v%d", c.Version), c.RunID, "policy", map[string]int{"version": c.Version})
+	return c.control(ctx, fmt.Sprintf("policy switch to v%d", c.Version), c.RunID, func(ctx context.Context, id string) (httpapi.ControlResponse, error) {
+		return newClient(c.Server).SwitchPolicy(ctx, id, c.Version)
+	})
 }

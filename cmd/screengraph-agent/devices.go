@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/adb"
-	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	"github.com/screengraph/screengraph-agent/device"
 )
 
@@ -35,7 +34,7 @@ func adbAddr(flag string) string {
 // none when --adb-server names an adb server to ask directly; else the one
 // of --server (or SCREENGRAPH_SERVER); else the default daemon if one
 // answers; nil means the adb server directly.
-func (d *devicesCmd) daemon(ctx context.Context) *client {
+func (d *devicesCmd) daemon(ctx context.Context) *client.Client {
 	if d.ADBServer != "" {
 		// Named on the command line: it wins over SCREENGRAPH_SERVER, as its
 		// help says (the walkthrough lists devices before any daemon runs).
@@ -46,24 +45,18 @@ func (d *devicesCmd) daemon(ctx context.Context) *client {
 
 // viaDaemon prints GET /v1/devices: the daemon's adb server's devices with
 // their leases and quarantine.
-func (d *devicesCmd) viaDaemon(ctx context.Context, cl *client) error {
+func (d *devicesCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
 	f := outputFlag{d.Output}
-	var raw json.RawMessage
-	if err := cl.call(ctx, "GET", "/v1/devices", "", nil, &raw); err != nil {
+	devs, err := cl.Devices(ctx)
+	if err != nil {
 		return f.failHTTP("devices", err)
 	}
 	if d.Output == "json" {
-		return printJSON(raw)
-	}
-	var body struct {
-		Devices []service.Device `json:"devices"`
-	}
-	if err := json.Unmarshal(raw, &body); err != nil {
-		return f.failHTTP("devices", agent.Wrap(agent.ErrNetwork, err, "the answer of GET %s/v1/devices", cl.base))
+		return printJSON(map[string]any{"devices": devs})
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SERIAL\tSTATE\tMODEL\tAPI\tREADINESS\tHELD BY")
-	for _, s := range body.Devices {
+	for _, s := range devs {
 		api, model, held := "-", s.Model, s.HeldBy
 		if s.APILevel > 0 {
 			api = fmt.Sprint(s.APILevel)
