@@ -420,7 +420,13 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// runs, and a run none of them matches is left to the daemons that can
 	// serve it; one host: such a run starts on its name as given, so
 	// EnsureDevice tells what is wrong (device_not_found, offline).
-	reach := (&reachable{h: h, dataDir: cfg.DataDir, adbAddr: cfg.ADBServer}).devices
+	reach := device.NewReachable(h.adb, func(ctx context.Context) ([]string, error) {
+		m, err := newEmulators(cfg.DataDir, cfg.ADBServer, "")
+		if err != nil {
+			return nil, err
+		}
+		return m.ListAVDs(ctx)
+	}).Candidates
 	tick := time.Second
 	if cfg.DatabaseURL != "" {
 		// Other daemons' commits and lease releases wake no one here: poll
@@ -461,7 +467,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		DefaultTenant: cfg.Tenant,
 		Holder:        holder, HolderPrefix: predecessor, HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
-		Probe: probeDevice(h.adb), Reachable: reach, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
+		Probe: device.BootCompletedProbe(h.adb), Reachable: reach, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
 		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
 		Artifacts: h.store, Blobs: h.blobs,
 	})
