@@ -11,6 +11,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gowebpki/jcs"
@@ -42,12 +43,17 @@ func CanonicalJSON(raw []byte) ([]byte, error) {
 	if !json.Valid(raw) {
 		return nil, errors.New("canonical json: payload is not valid JSON")
 	}
+	canonicalCalls.Add(1)
 	out, err := jcs.Transform(raw)
 	if err != nil {
 		return nil, fmt.Errorf("canonical json: %w", err)
 	}
 	return out, nil
 }
+
+// canonicalCalls counts RFC 8785 transforms (the tests check how many an
+// event costs).
+var canonicalCalls atomic.Int64
 
 // ChecksumInput returns the exact bytes that Checksum hashes. This is the
 // contract for independent verifiers:
@@ -69,7 +75,15 @@ func ChecksumInput(eventID, runID string, sequence int64, kind string, payload j
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(eventID)+len(runID)+len(kind)+len(canon)+24)
+	return appendChecksumInput(nil, eventID, runID, sequence, kind, canon), nil
+}
+
+// appendChecksumInput appends ChecksumInput's bytes to b for a payload
+// already in its RFC 8785 form (canon is not canonicalized again).
+func appendChecksumInput(b []byte, eventID, runID string, sequence int64, kind string, canon []byte) []byte {
+	if b == nil {
+		b = make([]byte, 0, len(eventID)+len(runID)+len(kind)+len(canon)+24)
+	}
 	b = append(b, eventID...)
 	b = append(b, '|')
 	b = append(b, runID...)
@@ -79,7 +93,7 @@ func ChecksumInput(eventID, runID string, sequence int64, kind string, payload j
 	b = append(b, kind...)
 	b = append(b, '|')
 	b = append(b, canon...)
-	return b, nil
+	return b
 }
 
 // Checksum is hex(sha256(ChecksumInput(...))), lowercase, 64 characters.
@@ -108,7 +122,23 @@ func (e *Event) Seal() error {
 
 // VerifyChecksum recomputes e's checksum; it returns an error wrapping
 // ErrChecksumMismatch when it differs from e.Checksum.
+//
+// An event NewEvent sealed in this process is verified without
+// canonicalizing its payload again (the RFC 8785 transform is most of a
+// checksum's cost, and the store verifies every event the engine sealed):
+// NewEvent remembers the checksums it made over canonical payloads (the last
+// sealedMemo of them); when e.Checksum is one of them and SHA-256 of
+// ChecksumInput taken over e's payload bytes as they are equals e.Checksum,
+// those bytes are the canonical ones NewEvent hashed (SHA-256 collision
+// resistance), so the full recomputation would agree. Any other event
+// (another process's, a payload re-encoded or changed) takes the full path.
 func VerifyChecksum(e Event) error {
+	if len(e.Payload) > 0 && sealed.has(e.Checksum) {
+		sum := sha256.Sum256(appendChecksumInput(nil, e.EventID, e.RunID, e.Sequence, e.Kind, e.Payload))
+		if hex.EncodeToString(sum[:]) == e.Checksum {
+			return nil
+		}
+	}
 	sum, err := Checksum(e.EventID, e.RunID, e.Sequence, e.Kind, e.Payload)
 	if err != nil {
 		return err
@@ -155,10 +185,49 @@ func NewEvent(run Run, sequence int64, kind string, payload any, clock Clock, id
 		Version:   EventVersion,
 		Payload:   canon,
 	}
-	if err := e.Seal(); err != nil {
-		return Event{}, err
-	}
+	// canon is canonical already: hash it as it is (Seal would transform it
+	// again) and remember the checksum for VerifyChecksum.
+	sum := sha256.Sum256(appendChecksumInput(nil, e.EventID, e.RunID, e.Sequence, e.Kind, canon))
+	e.Checksum = hex.EncodeToString(sum[:])
+	sealed.add(e.Checksum)
 	return e, nil
+}
+
+// sealedMemo bounds how many of NewEvent's checksums VerifyChecksum's fast
+// path remembers (about 100 bytes each): far more than the events of the
+// steps in flight, which the store verifies right after they are sealed.
+const sealedMemo = 8192
+
+// sealed is the set of the last sealedMemo checksums NewEvent made, oldest
+// evicted first.
+var sealed = &checksumMemo{set: make(map[string]struct{}, sealedMemo)}
+
+type checksumMemo struct {
+	mu   sync.Mutex
+	set  map[string]struct{}
+	ring [sealedMemo]string
+	next int
+}
+
+func (m *checksumMemo) add(sum string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.set[sum]; ok {
+		return
+	}
+	if old := m.ring[m.next]; old != "" {
+		delete(m.set, old)
+	}
+	m.ring[m.next] = sum
+	m.set[sum] = struct{}{}
+	m.next = (m.next + 1) % sealedMemo
+}
+
+func (m *checksumMemo) has(sum string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.set[sum]
+	return ok
 }
 
 // IDGenerator makes the ULID strings of eventIds and resumeTokens.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -166,5 +167,62 @@ func TestSeeds(t *testing.T) {
 	a, b := StepSeed(5, 0, "EnsureDevice"), StepSeed(5, 1, "EnsureDevice")
 	if a == b || a != StepSeed(5, 0, "EnsureDevice") || a > MaxSafeInteger || a < 0 {
 		t.Fatalf("step seeds %d %d", a, b)
+	}
+}
+
+// TestNewEventCanonicalizesOnce: an event NewEvent made is canonicalized once
+// in all, though the store verifies it (VerifyChecksum) after the engine
+// sealed it; an event re-encoded, changed or sealed long ago (evicted from
+// the memo) is still verified in full.
+func TestNewEventCanonicalizesOnce(t *testing.T) {
+	clk := &stepClock{t: time.Date(2025, 10, 23, 12, 0, 0, 0, time.UTC)}
+	ids := NewULIDs(clk, rand.New(rand.NewSource(2)))
+	run := Run{RunID: "01BX5ZZKBKACTAV9WEVGEMMVRZ", TenantID: "01HZX0TENANT1234567890"}
+	before := canonicalCalls.Load()
+	e, err := NewEvent(run, 1, KindNodeFinished, map[string]any{"nodeName": "WaitIdle", "n": 1.5e3}, clk, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifyChecksum(e); err != nil {
+		t.Fatal(err)
+	}
+	if n := canonicalCalls.Load() - before; n != 1 {
+		t.Fatalf("NewEvent + VerifyChecksum canonicalized %d times, want 1", n)
+	}
+	// The checksum is the contract's (ChecksumInput over the canonical payload).
+	if want, _ := Checksum(e.EventID, e.RunID, e.Sequence, e.Kind, e.Payload); want != e.Checksum {
+		t.Fatalf("checksum %s, contract says %s", e.Checksum, want)
+	}
+	// Re-encoded payload: the full path, still valid.
+	m := e
+	m.Payload = json.RawMessage(`{ "n": 1500.0, "nodeName": "WaitIdle" }`)
+	before = canonicalCalls.Load()
+	if err := VerifyChecksum(m); err != nil {
+		t.Fatalf("re-encoded payload: %v", err)
+	}
+	if n := canonicalCalls.Load() - before; n != 1 {
+		t.Fatalf("re-encoded payload verified with %d transforms, want 1 (the full path)", n)
+	}
+	// A payload whose raw bytes hash to a remembered checksum only when they
+	// are the sealed ones: another value is a mismatch.
+	m.Payload = json.RawMessage(`{"n":1501,"nodeName":"WaitIdle"}`)
+	if err := VerifyChecksum(m); !errors.Is(err, ErrChecksumMismatch) {
+		t.Fatalf("changed payload: %v", err)
+	}
+	// Evicted from the memo: verified in full, still valid.
+	for i := range sealedMemo {
+		if _, err := NewEvent(run, int64(2+i), KindNodeStarted, nil, clk, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sealed.has(e.Checksum) {
+		t.Fatal("memo kept more than sealedMemo checksums")
+	}
+	before = canonicalCalls.Load()
+	if err := VerifyChecksum(e); err != nil {
+		t.Fatal(err)
+	}
+	if n := canonicalCalls.Load() - before; n != 1 {
+		t.Fatalf("evicted event verified with %d transforms, want 1", n)
 	}
 }

@@ -388,6 +388,15 @@ func appiumPid(dataDir string) int {
 // p99(32)/p99(single), and the Appium server's CPU seconds in the concurrent
 // part: the floor the Appium server (one Node.js event loop for every
 // uiautomator2 session) and the host's CPU set under the daemon's figures.
+//
+// The issue's cost table, printed with the rest: CPU seconds per 32-chain
+// wave of the daemon and of Appium (process rusage from /proc/PID/stat over
+// the concurrent rounds, divided by b.N) and their ratio (target <= 0.5), the
+// daemon's CPU ms per chain; the warm chain's mean run duration (single)
+// against Appium alone doing the setup (appiumNewSessionRuns new sessions
+// that launch the app, then DELETE, on its own Appium server and emulator;
+// target >= 50x); the top 10 functions (flat) of the daemon's CPU profile
+// over the measured rounds.
 func BenchmarkDaemon32(b *testing.B) {
 	n := daemonBenchDevices
 	srv := simtest.StartADBServer(b)
@@ -401,15 +410,18 @@ func BenchmarkDaemon32(b *testing.B) {
 	// The harness starts serve with --log-level debug; the benchmark measures
 	// the default level (kong takes the later value).
 	args := []string{"--log-level", "info"}
-	// SCREENGRAPH_BENCH_PPROF=FILE: a CPU profile of the daemon over the
-	// measured rounds (seconds from SCREENGRAPH_BENCH_PPROF_SECONDS, default
-	// 20; use a -benchtime long enough to cover them).
+	// A CPU profile of the daemon over the measured rounds (seconds from
+	// SCREENGRAPH_BENCH_PPROF_SECONDS, default 30, from the first measured
+	// round on; the daemon is idle after the rounds, so a longer window adds
+	// no samples), its top 10 printed with the table. It is written to
+	// SCREENGRAPH_BENCH_PPROF when set (for `go tool pprof`), else to a
+	// temporary file.
 	profOut := os.Getenv("SCREENGRAPH_BENCH_PPROF")
-	pprofAddr := ""
-	if profOut != "" {
-		pprofAddr = "127.0.0.1:" + strconv.Itoa(simtest.FreePort(b))
-		args = append(args, "--pprof-listen", pprofAddr)
+	if profOut == "" {
+		profOut = filepath.Join(b.TempDir(), "daemon.pprof")
 	}
+	pprofAddr := "127.0.0.1:" + strconv.Itoa(simtest.FreePort(b))
+	args = append(args, "--pprof-listen", pprofAddr)
 	d := startDaemon(b, srv, args...)
 	pid := d.cmd.Process.Pid
 	clock := watchNATS(b, d.NATSURL())
@@ -494,10 +506,10 @@ func BenchmarkDaemon32(b *testing.B) {
 	apid := appiumPid(d.dataDir)
 	b.ResetTimer()
 	profDone := make(chan struct{})
-	if profOut != "" {
+	{
 		secs := os.Getenv("SCREENGRAPH_BENCH_PPROF_SECONDS")
 		if secs == "" {
-			secs = "20"
+			secs = "30"
 		}
 		go func() {
 			defer close(profDone)
@@ -515,8 +527,6 @@ func BenchmarkDaemon32(b *testing.B) {
 			io.Copy(f, resp.Body)
 			f.Close()
 		}()
-	} else {
-		close(profDone)
 	}
 	for range b.N {
 		// (a) single: sequential chains on one device, nothing else running.
@@ -554,11 +564,30 @@ func BenchmarkDaemon32(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	<-profDone
 	hwm := float64(procStatus(pid, "VmHWM")) / 1024
 	appiumHWM := float64(procStatus(apid, "VmHWM")) / 1024
 	rss := float64(procStatus(pid, "VmRSS")) / 1024
 	al := warmAppiumAlone(b, d, serials, append(append([]string(nil), warm...), lastConc...), apid)
+	// Appium alone doing the setup (a new session that launches the app, then
+	// DELETE) on one more emulator and an Appium server of its own, while the
+	// daemon is idle: the issue's "warm chain vs Appium alone" row.
+	emu, _ := launchDefault(b, srv)
+	aa := newAppiumAlone(b, srv.Port, emu.Serial())
+	var newSession []float64
+	for range appiumNewSessionRuns {
+		t0 := time.Now()
+		if err := aa.once(); err != nil {
+			b.Fatal(err)
+		}
+		newSession = append(newSession, msf(time.Since(t0)))
+	}
+	<-profDone
+	top, topErr := pprofTop(profOut, 10)
+	if topErr != nil {
+		top = "profile: " + topErr.Error() + "\n"
+	}
+	rounds := float64(b.N)
+	cpuChain := cpuDaemon / (rounds * float64(n)) * 1000 // ms of CPU per chain
 
 	b.ReportMetric(pct(single.took, 50), "p50-ms-single")
 	b.ReportMetric(pct(single.took, 99), "p99-ms-single")
@@ -577,6 +606,11 @@ func BenchmarkDaemon32(b *testing.B) {
 	b.ReportMetric(pct(al.conc, 99), "appium-alone-p99-ms-32")
 	b.ReportMetric(pct(al.conc, 99)/pct(al.single, 99), "appium-alone-p99-ratio")
 	b.ReportMetric(al.cpuAppium, "appium-alone-appium-cpu-s")
+	b.ReportMetric(cpuDaemon/rounds, "daemon-cpu-s-per-wave")
+	b.ReportMetric(cpuAppium/rounds, "appium-cpu-s-per-wave")
+	b.ReportMetric(cpuDaemon/cpuAppium, "x-cpu-daemon-appium")
+	b.ReportMetric(cpuChain, "daemon-cpu-ms-per-chain")
+	b.ReportMetric(mean(newSession)/mean(single.took), "x-warm-vs-appium-alone")
 
 	var tab strings.Builder
 	fmt.Fprintf(&tab, "\n%-34s %12s %12s %8s\n", "metric", "single", fmt.Sprintf("%d at once", n), "target")
@@ -595,6 +629,13 @@ func BenchmarkDaemon32(b *testing.B) {
 	row("  of which submit -> commit p99", pct(single.submitTS, 99), pct(conc.submitTS, 99), "")
 	row("commit -> NATS p50 (ms)", pct(single.commitNATS, 50), pct(conc.commitNATS, 50), "")
 	row("commit -> NATS p99 (ms)", pct(single.commitNATS, 99), pct(conc.commitNATS, 99), "<= 50")
+	fmt.Fprintf(&tab, "%-34s %12s %12.2f %8s\n", "CPU-s per 32-chain wave: daemon", "", cpuDaemon/rounds, "")
+	fmt.Fprintf(&tab, "%-34s %12s %12.2f %8s\n", "CPU-s per 32-chain wave: Appium", "", cpuAppium/rounds, "")
+	fmt.Fprintf(&tab, "%-34s %12s %12.2f %8s\n", "  daemon / Appium CPU", "", cpuDaemon/cpuAppium, "<= 0.5")
+	fmt.Fprintf(&tab, "%-34s %12s %12.1f %8s\n", "  daemon CPU per chain (ms)", "", cpuChain, "")
+	row("warm chain mean (ms)", mean(single.took), mean(conc.took), "")
+	fmt.Fprintf(&tab, "%-34s %12.1f %12s %8s\n", "Appium alone new session mean (ms)", mean(newSession), "", "")
+	fmt.Fprintf(&tab, "%-34s %12.1f %12s %8s\n", "  Appium alone / warm chain (x)", mean(newSession)/mean(single.took), "", ">= 50")
 	row("  (event ts -> NATS p99, ts < commit)", pct(single.tsNATS, 99), pct(conc.tsNATS, 99), "")
 	var nodes []string
 	for k := range conc.nodeMs {
@@ -614,9 +655,33 @@ func BenchmarkDaemon32(b *testing.B) {
 		len(al.single), len(al.conc), al.failed, al.concWall.Round(time.Millisecond), al.cpuAppium, al.cpuTest)
 	fmt.Fprintf(&tab, "daemon peak RSS (VmHWM) %.1f MB (target <= 150), VmRSS now %.1f MB; local Appium VmHWM %.1f MB (not the daemon)\n",
 		hwm, rss, appiumHWM)
+	fmt.Fprintf(&tab, "Appium alone new session: %d x (new uiautomator2 session launching the app, DELETE) on its own Appium server and emulator\n", len(newSession))
+	fmt.Fprintf(&tab, "daemon CPU profile, measured rounds (%s), top 10 by flat time:\n%s", profOut, top)
 	b.Log(tab.String())
 	// go test cuts a benchmark's log to 10 lines: the whole table on stderr.
 	fmt.Fprintln(os.Stderr, "BenchmarkDaemon32"+tab.String())
+}
+
+// appiumNewSessionRuns is how many Appium-alone setups (new session that
+// launches the app, then DELETE; ~1.7 s each) BenchmarkDaemon32 times.
+const appiumNewSessionRuns = 4
+
+// pprofTop is `go tool pprof -top` of the CPU profile at path, cut to its
+// header and first n functions (flat time).
+func pprofTop(path string, n int) (string, error) {
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount="+strconv.Itoa(n), path).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go tool pprof: %v: %s", err, out)
+	}
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		// Drop pprof's own lines (File:, Type:, Time:) but the durations.
+		if strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") || strings.HasPrefix(l, "Type:") || strings.HasPrefix(l, "Time:") || l == "" {
+			continue
+		}
+		keep = append(keep, "  "+l)
+	}
+	return strings.Join(keep, "\n") + "\n", nil
 }
 
 // aloneSample is the Appium-alone phase of BenchmarkDaemon32.
