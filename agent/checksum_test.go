@@ -226,3 +226,46 @@ func TestNewEventCanonicalizesOnce(t *testing.T) {
 		t.Fatalf("evicted event verified with %d transforms, want 1", n)
 	}
 }
+
+// BenchmarkEventSealVerify: one event made (NewEvent) and verified as the
+// store does (VerifyChecksum), side by side with the cost before NewEvent
+// canonicalized once (its payload transformed again by Seal, then by a full
+// verification): an agent.node.finished-sized payload.
+func BenchmarkEventSealVerify(b *testing.B) {
+	clk := SystemClock{}
+	ids := NewULIDs(clk, nil)
+	run := Run{RunID: "01BX5ZZKBKACTAV9WEVGEMMVRZ", TenantID: "01HZX0TENANT1234567890"}
+	out := map[string]any{"nodeName": "WaitIdle", "stepOrdinal": 3, "durationMillis": 35, "status": "SUCCEEDED",
+		"output": map[string]any{"runId": run.RunID, "uiStabilityAssessment": map[string]any{"quietWindowObservedMillis": 612, "networkInFlightStatus": "NONE"},
+			"nodeName": "WaitIdle", "success": true, "humanReadableFailureSummary": "", "errorId": nil}}
+	for _, bc := range []struct {
+		name string
+		seal func(e *Event) error
+		ver  func(e Event) error
+	}{
+		{"three-transforms-before", func(e *Event) error { return e.Seal() }, func(e Event) error {
+			sum, err := Checksum(e.EventID, e.RunID, e.Sequence, e.Kind, e.Payload)
+			if err == nil && sum != e.Checksum {
+				err = ErrChecksumMismatch
+			}
+			return err
+		}},
+		{"one-transform", func(*Event) error { return nil }, VerifyChecksum},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				e, err := NewEvent(run, 1, KindNodeFinished, out, clk, ids)
+				if err == nil {
+					err = bc.seal(&e)
+				}
+				if err == nil {
+					err = bc.ver(e)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
