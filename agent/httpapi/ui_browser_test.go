@@ -1,0 +1,85 @@
+package httpapi_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/screengraph/screengraph-agent/agent/httpapi/ui/uitest"
+)
+
+// hostile is a run field a tenant controls that holds markup: the page
+// must show it as text and never run it.
+const hostile = `<script>window.__xss=1</script><img src=x onerror="window.__xss=2">`
+
+// In real Chromium, with tokens: the page asks for a token (the API
+// answers 401), keeps it in sessionStorage only; a run submitted while /ui/
+// is open appears and turns FINISHED without a reload; tenant acme's page
+// never shows tenant beta's runs (neither in the table nor by its page);
+// a field holding <script> shows as text and does not run; Cancel on a
+// finished run is disabled, and the API's refusal shows when it is sent
+// anyway (a page that had not caught up yet).
+func TestUIBrowserRunsTenantsEscaping(t *testing.T) {
+	e := newTenancyEnv(t)
+	ctx := uitest.Browser(t)
+	const wait = 20 * time.Second
+	uitest.Run(t, ctx, wait, "sign-in form", chromedp.Navigate(e.url+"/ui/"), chromedp.WaitVisible("#signin"))
+	uitest.SavePNG(t, ctx, "signin")
+	uitest.Run(t, ctx, wait, "sign in", chromedp.SendKeys("#token", e.tokens["acme"]), chromedp.Click(`#signin button[type="submit"]`),
+		chromedp.WaitVisible("#runs"))
+
+	b := e.submitAs("beta", `{"serial": "emulator-5556", "apk": "beta-secret"}`)
+	a := e.submitAs("acme", `{"serial": "emulator-5558", "apk": "`+strings.ReplaceAll(hostile, `"`, `\"`)+`"}`)
+	uitest.Run(t, ctx, wait, "acme's new run appears without a reload",
+		chromedp.WaitVisible(`tr[data-run="`+a+`"]`))
+	close(e.node.gate(a))
+	uitest.Run(t, ctx, wait, "its status turns FINISHED live",
+		chromedp.WaitVisible(`tr[data-run="`+a+`"][data-status="FINISHED"]`))
+	close(e.node.gate(b))
+	e.waitStatus(b, "FINISHED")
+	// b was submitted first and finished: a leaking stream would have sent it by now.
+	if uitest.Eval[bool](t, ctx, `document.body.innerText.includes("`+b+`") || document.body.innerText.includes("beta")`) {
+		t.Errorf("tenant acme's runs page shows tenant beta's run %s", b)
+	}
+	if got := uitest.Eval[string](t, ctx, `sessionStorage.getItem("screengraph.apiToken")`); got != e.tokens["acme"] {
+		t.Errorf("sessionStorage token %q, want acme's", got)
+	}
+	if uitest.Eval[string](t, ctx, `document.cookie`) != "" || strings.Contains(uitest.Eval[string](t, ctx, `location.href`), "sg_") {
+		t.Errorf("the token went into a cookie or the URL")
+	}
+	uitest.SavePNG(t, ctx, "runs")
+
+	uitest.Run(t, ctx, wait, "the run's page", chromedp.Click(`tr[data-run="`+a+`"] a`),
+		chromedp.WaitVisible(`#run-status[data-status="FINISHED"]`),
+		chromedp.WaitVisible(`#timeline .tl-row[data-node="Fetch"]`),
+		chromedp.Poll[chromedp.Void](`document.getElementById("events").textContent.includes("downloading <script>window.__xss=1</script>")`,
+			chromedp.WithPollingInterval(50*time.Millisecond)))
+	if v := uitest.Eval[string](t, ctx, `String(window.__xss)`); v != "undefined" {
+		t.Errorf("the <script> in a run field ran: window.__xss = %s", v)
+	}
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("main script, main img:not(.screenshot)").length`); n != 0 {
+		t.Errorf("%d script/img elements made from run data", n)
+	}
+	if !uitest.Eval[bool](t, ctx, `document.getElementById("run-input").textContent.includes("<script>window.__xss=1</script><img src=x onerror=")`) {
+		t.Errorf("the run request's field is not shown as text")
+	}
+	if !uitest.Eval[bool](t, ctx, `document.getElementById("cancel").disabled && document.getElementById("pause").disabled && document.getElementById("resume").disabled`) {
+		t.Errorf("control buttons enabled on a FINISHED run")
+	}
+	uitest.Run(t, ctx, wait, "cancel refused", chromedp.Evaluate[chromedp.Void](`(b => { b.disabled = false; b.click(); })(document.getElementById("cancel"))`),
+		chromedp.WaitVisible(`#control-result .error`))
+	if msg := uitest.Eval[string](t, ctx, `document.querySelector("#control-result .error").textContent`); !strings.Contains(msg, "already ended") {
+		t.Errorf("the refusal shown is %q, want the API's 409 message", msg)
+	}
+	uitest.SavePNG(t, ctx, "run")
+	uitest.Run(t, ctx, wait, "phone width", chromedp.EmulateViewport(390, 844))
+	uitest.SavePNG(t, ctx, "run-390px")
+
+	uitest.Run(t, ctx, wait, "beta's run page as acme", chromedp.Navigate(e.url+"/ui/runs/"+b), chromedp.WaitVisible(`main .error`))
+	if txt := uitest.Eval[string](t, ctx, `document.querySelector("main").innerText`); !strings.Contains(txt, "not found") || strings.Contains(txt, "beta-secret") {
+		t.Errorf("acme opening beta's run page: %q, want not found", txt)
+	}
+	uitest.SavePNG(t, ctx, "other-tenant")
+}
