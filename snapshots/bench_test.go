@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -101,4 +102,75 @@ func BenchmarkRawJetStreamPublish(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/event")
 		})
 	}
+}
+
+// BenchmarkEmbeddedRelayVsRawJetStream: the embedded relay (BenchmarkRelay) and raw JetStream
+// publishing (BenchmarkRawJetStreamPublish) side by side in ONE run at 8 runs,
+// so both see the same machine load: each op is one event on each side. The
+// two alternate in rounds of relayVsRawRound events (the relay's events are
+// committed before its round, outside the timing; the raw side publishes the
+// same number, 8 workers each on a run of its own, waiting for each ack);
+// the last relay round drains what is left of b.N. Reported: each side's
+// events/s and relay/raw (x-relay-of-raw, the issue's target >= 0.8).
+func BenchmarkEmbeddedRelayVsRawJetStream(b *testing.B) {
+	const runs = 8
+	const relayVsRawRound = 3 * runs * 40 // 960 events: 40 node steps per run
+	ctx := context.Background()
+	s := newEmbedded(b)
+	_, url := startNATS(b, snapshots.EmbeddedNATSOptions{})
+	_, pub := connectPublisher(b, url)
+	relay := &snapshots.Relay{Store: s, Publisher: pub, Concurrency: runs}
+	body := func(r agent.Run, id string) []byte {
+		return fmt.Appendf(nil, `{"eventId":"%s","runId":"%s","tenantId":"%s","sequence":1,"kind":"%s","version":"1","payload":{"nodeName":"EnsureDevice","stepOrdinal":0},"checksum":"0000000000000000000000000000000000000000000000000000000000000000"}`,
+			id, r.RunID, r.TenantID, agent.KindNodeStarted)
+	}
+	var relayT, rawT time.Duration
+	relayN, rawN := 0, 0
+	b.ResetTimer()
+	b.StopTimer()
+	for left := b.N; left > 0; {
+		perRun := (min(left, relayVsRawRound)/runs/3 + 1) * 3
+		commitRuns(b, s, runs, perRun)
+		n := runs * perRun
+		left -= n
+		t0 := time.Now()
+		b.StartTimer()
+		got, err := relay.Drain(ctx)
+		b.StopTimer()
+		relayT += time.Since(t0)
+		if err != nil || got != n {
+			b.Fatalf("relay drained %d of %d: %v", got, n, err)
+		}
+		relayN += n
+		// Raw: the same number of envelopes, 8 workers, each ack awaited.
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = ulid.Make().String()
+		}
+		var wg sync.WaitGroup
+		t0 = time.Now()
+		b.StartTimer()
+		for w := range runs {
+			r := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
+			subject := snapshots.Subject(r.TenantID, r.RunID, agent.KindNodeStarted)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += runs {
+					if err := pub.Publish(ctx, subject, ids[i], body(r, ids[i])); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		rawT += time.Since(t0)
+		rawN += n
+	}
+	relayRate, rawRate := float64(relayN)/relayT.Seconds(), float64(rawN)/rawT.Seconds()
+	b.ReportMetric(relayRate, "relay-events/s")
+	b.ReportMetric(rawRate, "raw-events/s")
+	b.ReportMetric(relayRate/rawRate, "x-relay-of-raw")
 }
