@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/screengraph/screengraph-agent/adb/parse"
 )
 
 // DefaultAddr is the adb server's default host:port.
@@ -28,7 +30,7 @@ type Client struct {
 	// features caches host-serial:S:features per serial+transport so that shell
 	// and install pick shell_v2 / cmd without an extra round trip per call.
 	mu       sync.Mutex
-	features map[string]Features
+	features map[string]parse.Features
 }
 
 // New returns a Client for the adb server at addr ("" = default, see Client.Addr).
@@ -82,37 +84,37 @@ func (c *Client) ServerVersion(ctx context.Context) (int, error) {
 }
 
 // Devices lists every device the server knows, in every state (host:devices-l).
-func (c *Client) Devices(ctx context.Context) ([]DeviceInfo, error) {
+func (c *Client) Devices(ctx context.Context) ([]parse.DeviceInfo, error) {
 	s, err := c.hostQuery(ctx, "devices", "host:devices-l")
 	if err != nil {
 		return nil, err
 	}
-	return ParseDevicesLong(s), nil
+	return parse.ParseDevicesLong(s), nil
 }
 
 // GetState returns the state of one device (host-serial:S:get-state). adb 1.0.41
 // answers FAIL "device offline" for an offline device and FAIL "device 'S' not
 // found" for an unknown one; both come back as *Error (device_offline,
 // device_not_found), never as a state.
-func (c *Client) GetState(ctx context.Context, serial string) (DeviceState, error) {
+func (c *Client) GetState(ctx context.Context, serial string) (parse.DeviceState, error) {
 	s, err := c.hostQuery(ctx, "get-state", "host-serial:"+serial+":get-state")
 	if err != nil {
-		return StateUnknown, err
+		return parse.StateUnknown, err
 	}
-	return DeviceState(strings.TrimSpace(s)), nil
+	return parse.DeviceState(strings.TrimSpace(s)), nil
 }
 
 // Features returns the device's adb features (host-serial:S:features), e.g.
 // shell_v2, cmd, stat_v2.
-func (c *Client) Features(ctx context.Context, serial string) (Features, error) {
+func (c *Client) Features(ctx context.Context, serial string) (parse.Features, error) {
 	s, err := c.hostQuery(ctx, "features", "host-serial:"+serial+":features")
 	if err != nil {
 		return nil, err
 	}
-	f := ParseFeatures(s)
+	f := parse.ParseFeatures(s)
 	c.mu.Lock()
 	if c.features == nil {
-		c.features = map[string]Features{}
+		c.features = map[string]parse.Features{}
 	}
 	c.features[serial] = f
 	c.mu.Unlock()
@@ -120,7 +122,7 @@ func (c *Client) Features(ctx context.Context, serial string) (Features, error) 
 }
 
 // cachedFeatures returns the features of serial, asking the server once.
-func (c *Client) cachedFeatures(ctx context.Context, serial string) (Features, error) {
+func (c *Client) cachedFeatures(ctx context.Context, serial string) (parse.Features, error) {
 	c.mu.Lock()
 	f, ok := c.features[serial]
 	c.mu.Unlock()

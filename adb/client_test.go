@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/electricbubble/gadb"
+
+	"github.com/screengraph/screengraph-agent/adb/parse"
 )
 
 func wantID(t *testing.T, err error, id string) *Error {
@@ -100,7 +102,7 @@ func TestTrackDevicesSeesOfflineConnectEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _, _ = c.Connect(ctx, serial) }()
-	waitFor := func(pred func([]DeviceInfo) bool) []DeviceInfo {
+	waitFor := func(pred func([]parse.DeviceInfo) bool) []parse.DeviceInfo {
 		t.Helper()
 		for {
 			list, err := tr.Next()
@@ -112,7 +114,7 @@ func TestTrackDevicesSeesOfflineConnectEntry(t *testing.T) {
 			}
 		}
 	}
-	find := func(list []DeviceInfo) *DeviceInfo {
+	find := func(list []parse.DeviceInfo) *parse.DeviceInfo {
 		for i := range list {
 			if list[i].Serial == serial {
 				return &list[i]
@@ -120,14 +122,14 @@ func TestTrackDevicesSeesOfflineConnectEntry(t *testing.T) {
 		}
 		return nil
 	}
-	list := waitFor(func(l []DeviceInfo) bool { return find(l) != nil })
+	list := waitFor(func(l []parse.DeviceInfo) bool { return find(l) != nil })
 	d := find(list)
-	if d.State != StateOffline || d.TransportID == 0 {
+	if d.State != parse.StateOffline || d.TransportID == 0 {
 		t.Fatalf("tracked entry = %+v, want offline with a transport_id", *d)
 	}
 
 	all, err := c.Devices(ctx)
-	if err != nil || find(all) == nil || find(all).State != StateOffline {
+	if err != nil || find(all) == nil || find(all).State != parse.StateOffline {
 		t.Fatalf("Devices = %+v, %v; want %s offline", all, err, serial)
 	}
 	_, err = c.Shell(ctx, serial, "true")
@@ -162,7 +164,7 @@ func TestTrackDevicesSeesOfflineConnectEntry(t *testing.T) {
 	if err := c.Disconnect(ctx, serial); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(func(l []DeviceInfo) bool { return find(l) == nil })
+	waitFor(func(l []parse.DeviceInfo) bool { return find(l) == nil })
 	if err := c.ReconnectOffline(ctx); err != nil {
 		t.Fatalf("reconnect offline: %v", err)
 	}

@@ -9,73 +9,35 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/screengraph/screengraph-agent/adb/parse"
 )
 
-// Error ids of the device error taxonomy (DESIGN.md "Errors"). The lead maps them to
-// agent error ids; nothing outside this package should parse adb messages again.
+// Error is the one error type every call of this package returns (wrapped in
+// nothing): it is parse.Error, shared with the parsers of adb/parse so that
+// code which only parses device output need not import the transport.
+type Error = parse.Error
+
+// Error ids of the device error taxonomy (DESIGN.md "Errors"), as in adb/parse.
 const (
-	IDDeviceNotFound     = "device_not_found"
-	IDDeviceOffline      = "device_offline"
-	IDDeviceUnauthorized = "device_unauthorized"
-	IDTimeout            = "timeout"
-	IDCanceled           = "canceled"
-	IDNetworkError       = "network_error"
-	IDInstallFailed      = "install_failed"
-	IDActivityNotFound   = "activity_not_found"
-	IDProcessError       = "process_error"
+	IDDeviceNotFound     = parse.IDDeviceNotFound
+	IDDeviceOffline      = parse.IDDeviceOffline
+	IDDeviceUnauthorized = parse.IDDeviceUnauthorized
+	IDTimeout            = parse.IDTimeout
+	IDCanceled           = parse.IDCanceled
+	IDNetworkError       = parse.IDNetworkError
+	IDInstallFailed      = parse.IDInstallFailed
+	IDActivityNotFound   = parse.IDActivityNotFound
+	IDProcessError       = parse.IDProcessError
+	IDPermissionError    = parse.IDPermissionError
 )
-
-// Error is the one error type every call of this package returns (wrapped in nothing):
-// an error id, an optional code (INSTALL_FAILED_… / DELETE_FAILED_… when the device
-// printed one), whether retrying the same call can help, a human message and the
-// underlying cause. Use errors.As(err, &*adb.Error) or IDOf.
-type Error struct {
-	ID        string
-	Code      string // INSTALL_FAILED_… or DELETE_FAILED_… when any
-	Retryable bool
-	Msg       string
-	Err       error
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("adb: ")
-	b.WriteString(e.ID)
-	if e.Code != "" {
-		b.WriteString(" ")
-		b.WriteString(e.Code)
-	}
-	if e.Msg != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Msg)
-	}
-	if e.Err != nil && (e.Msg == "" || !strings.Contains(e.Msg, e.Err.Error())) {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
-	return b.String()
-}
-
-func (e *Error) Unwrap() error { return e.Err }
 
 // IDOf returns the error id of err, "" for nil, IDProcessError for an error that
-// did not come from this package (unknown = not retryable).
-func IDOf(err error) string {
-	if err == nil {
-		return ""
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.ID
-	}
-	return IDProcessError
-}
+// did not come from this package (unknown = not retryable). See parse.IDOf.
+func IDOf(err error) string { return parse.IDOf(err) }
 
 // IsRetryable reports the Retryable flag of an *Error; false for anything else.
-func IsRetryable(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Retryable
-}
+func IsRetryable(err error) bool { return parse.IsRetryable(err) }
 
 // serverFailure classifies the message of a host-protocol FAIL reply. The messages
 // are those of adb's acquire_one_transport (transport.cpp, measured on adb 1.0.41):

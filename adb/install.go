@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/screengraph/screengraph-agent/adb/parse"
 )
 
 // InstallOptions are the `pm install` flags the daemon uses.
@@ -43,7 +45,7 @@ func (o InstallOptions) args() []string {
 // API 24); without it, it pushes to /data/local/tmp and runs `pm install`, then
 // removes the copy. Failures printed by the package manager come back as
 // install_failed with Code = the INSTALL_FAILED_… / INSTALL_PARSE_FAILED_… constant
-// (see ParseInstallOutput).
+// (see parse.ParseInstallOutput).
 func (c *Client) Install(ctx context.Context, serial, apk string, opt InstallOptions) error {
 	f, err := c.cachedFeatures(ctx, serial)
 	if err != nil {
@@ -74,7 +76,7 @@ func (c *Client) Install(ctx context.Context, serial, apk string, opt InstallOpt
 	if _, err := io.Copy(cn.nc, src); err != nil {
 		// The package manager may have refused early (e.g. storage) and closed.
 		if out, rerr := cn.readAll(); rerr == nil && len(out) > 0 {
-			return ParseInstallOutput(string(out))
+			return parse.ParseInstallOutput(string(out))
 		}
 		return cn.fail(err)
 	}
@@ -82,7 +84,7 @@ func (c *Client) Install(ctx context.Context, serial, apk string, opt InstallOpt
 	if err != nil {
 		return err
 	}
-	return ParseInstallOutput(string(out))
+	return parse.ParseInstallOutput(string(out))
 }
 
 func (c *Client) installPushed(ctx context.Context, serial string, file *os.File, st os.FileInfo, opt InstallOptions) error {
@@ -101,7 +103,7 @@ func (c *Client) installPushed(ctx context.Context, serial string, file *os.File
 	if err != nil {
 		return err
 	}
-	return ParseInstallOutput(string(res.Stdout) + string(res.Stderr))
+	return parse.ParseInstallOutput(string(res.Stdout) + string(res.Stderr))
 }
 
 // Uninstall removes package pkg (`cmd package uninstall` with feature cmd, `pm
@@ -137,7 +139,7 @@ func (c *Client) Uninstall(ctx context.Context, serial, pkg string, keepData boo
 		}
 		out = string(res.Stdout) + string(res.Stderr)
 	}
-	if err := ParseInstallOutput(out); err != nil {
+	if err := parse.ParseInstallOutput(out); err != nil {
 		e := err.(*Error)
 		e.ID = IDProcessError
 		e.Msg = "uninstall " + pkg + ": " + e.Msg

@@ -19,6 +19,7 @@ import (
 	"github.com/electricbubble/gadb"
 	"github.com/rs/zerolog"
 
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 )
@@ -34,11 +35,11 @@ func startSim(t testing.TB, c *Client, p android.Profile) *sim.Emulator {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close(); cancel() })
-	waitState(t, c, e.Serial(), StateDevice, 10*time.Second)
+	waitState(t, c, e.Serial(), parse.StateDevice, 10*time.Second)
 	return e
 }
 
-func waitState(t testing.TB, c *Client, serial string, want DeviceState, d time.Duration) {
+func waitState(t testing.TB, c *Client, serial string, want parse.DeviceState, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -132,9 +133,9 @@ func TestSimShellV1Fallback(t *testing.T) {
 	// `shell:` with the exit marker against the real device side.
 	c.mu.Lock()
 	if c.features == nil {
-		c.features = map[string]Features{}
+		c.features = map[string]parse.Features{}
 	}
-	c.features[e.Serial()] = Features{"cmd": true}
+	c.features[e.Serial()] = parse.Features{"cmd": true}
 	c.mu.Unlock()
 	defer c.forgetFeatures(e.Serial())
 	r, err := c.Shell(ctx, e.Serial(), "echo hi")
@@ -241,7 +242,7 @@ func TestSimInstallUninstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk := ParsePackageList(out)
+	pk := parse.ParsePackageList(out)
 	if len(pk) != 1 || pk[0].Package != "io.appium.settings" || pk[0].VersionCode <= 0 {
 		t.Fatalf("pm list packages: %q -> %+v", out, pk)
 	}
@@ -249,12 +250,12 @@ func TestSimInstallUninstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, ok := ParseDumpsysPackage(dump, "io.appium.settings")
+	info, ok := parse.ParseDumpsysPackage(dump, "io.appium.settings")
 	if !ok || info.VersionCode != pk[0].VersionCode || info.VersionName == "" {
 		t.Fatalf("dumpsys package: %+v ok=%v", info, ok)
 	}
 	paths, err := c.ShellOutput(ctx, e.Serial(), "pm path io.appium.settings")
-	if err != nil || len(ParsePmPath(paths)) == 0 {
+	if err != nil || len(parse.ParsePmPath(paths)) == 0 {
 		t.Fatalf("pm path: %q %v", paths, err)
 	}
 	if err := c.Uninstall(ctx, e.Serial(), "io.appium.settings", false); err != nil {
@@ -267,13 +268,13 @@ func TestSimInstallUninstall(t *testing.T) {
 
 	// Fallback without feature cmd: push to /data/local/tmp + pm install.
 	c.mu.Lock()
-	c.features[e.Serial()] = Features{"shell_v2": true, "stat_v2": true}
+	c.features[e.Serial()] = parse.Features{"shell_v2": true, "stat_v2": true}
 	c.mu.Unlock()
 	defer c.forgetFeatures(e.Serial())
 	if err := c.Install(ctx, e.Serial(), settingsAPK, InstallOptions{Replace: true, AllowTestOnly: true}); err != nil {
 		t.Fatalf("pm install fallback: %v", err)
 	}
-	if out, _ := c.ShellOutput(ctx, e.Serial(), "pm list packages io.appium.settings"); len(ParsePackageList(out)) != 1 {
+	if out, _ := c.ShellOutput(ctx, e.Serial(), "pm list packages io.appium.settings"); len(parse.ParsePackageList(out)) != 1 {
 		t.Fatalf("fallback install not listed: %q", out)
 	}
 	if _, err := c.Stat(ctx, e.Serial(), "/data/local/tmp/settings_apk-debug.apk"); err == nil {
@@ -311,13 +312,13 @@ func TestSimTrackAppearDisappearAndForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen []DeviceState
+	var seen []parse.DeviceState
 	for {
 		list, err := tr.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st DeviceState
+		var st parse.DeviceState
 		for _, d := range list {
 			if d.Serial == e.Serial() {
 				st = d.State
@@ -329,11 +330,11 @@ func TestSimTrackAppearDisappearAndForward(t *testing.T) {
 		if st != "" && (len(seen) == 0 || seen[len(seen)-1] != st) {
 			seen = append(seen, st)
 		}
-		if st == StateDevice {
+		if st == parse.StateDevice {
 			break
 		}
 	}
-	if st, err := c.GetState(ctx, e.Serial()); err != nil || st != StateDevice {
+	if st, err := c.GetState(ctx, e.Serial()); err != nil || st != parse.StateDevice {
 		t.Fatalf("get-state %q %v", st, err)
 	}
 
@@ -420,13 +421,13 @@ func TestSimOfflineAndBack(t *testing.T) {
 	e := startSim(t, c, android.Profile{Name: "offline"})
 	ctx := ctxT(t, 30*time.Second)
 	e.SetOffline(true)
-	waitState(t, c, e.Serial(), StateOffline, 10*time.Second)
+	waitState(t, c, e.Serial(), parse.StateOffline, 10*time.Second)
 	_, err := c.Shell(ctx, e.Serial(), "echo hi")
 	if ee := wantID(t, err, IDDeviceOffline); !ee.Retryable {
 		t.Fatal("device_offline must be retryable")
 	}
 	e.SetOffline(false)
-	waitState(t, c, e.Serial(), StateDevice, 10*time.Second)
+	waitState(t, c, e.Serial(), parse.StateDevice, 10*time.Second)
 	if r, err := c.Shell(ctx, e.Serial(), "echo back"); err != nil || string(r.Stdout) != "back\n" {
 		t.Fatalf("%+v %v", r, err)
 	}
@@ -447,33 +448,33 @@ func TestSimOutputsParse(t *testing.T) {
 		}
 		return out
 	}
-	boot := ParseBootStatus(sh(BootCommand), sh("service list"))
+	boot := parse.ParseBootStatus(sh(parse.BootCommand), sh("service list"))
 	if !boot.Ready {
 		t.Errorf("boot status %+v", boot)
 	}
-	props := ParseGetprop(sh("getprop"))
-	if props["ro.build.version.sdk"] != "34" || ParseGetpropValue(sh("getprop ro.build.version.sdk")) != "34" {
+	props := parse.ParseGetprop(sh("getprop"))
+	if props["ro.build.version.sdk"] != "34" || parse.ParseGetpropValue(sh("getprop ro.build.version.sdk")) != "34" {
 		t.Errorf("getprop sdk = %q", props["ro.build.version.sdk"])
 	}
-	if d, ok := ParseWmSize(sh("wm size")); !ok || d.PhysicalWidth == 0 {
+	if d, ok := parse.ParseWmSize(sh("wm size")); !ok || d.PhysicalWidth == 0 {
 		t.Errorf("wm size %+v", d)
 	}
-	if len(ParsePackageList(sh("pm list packages"))) == 0 {
+	if len(parse.ParsePackageList(sh("pm list packages"))) == 0 {
 		t.Error("pm list packages: nothing parsed")
 	}
-	ds := ParseWindowFocus(sh("dumpsys window displays"))
-	fg, ok := Foreground(ds)
+	ds := parse.ParseWindowFocus(sh("dumpsys window displays"))
+	fg, ok := parse.Foreground(ds)
 	if !ok || fg.IsZero() {
 		t.Errorf("no foreground in dumpsys window displays: %+v", ds)
 	}
-	if r, ok := ParseResumedActivity(sh("dumpsys activity activities")); ok && fg.Package != "" && r.Package != fg.Package {
+	if r, ok := parse.ParseResumedActivity(sh("dumpsys activity activities")); ok && fg.Package != "" && r.Package != fg.Package {
 		t.Errorf("resumed %v vs focus %v", r, fg)
 	}
 	res, err := c.Shell(ctx, e.Serial(), "am start -W -n com.example.none/.Missing")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ParseAmStart(string(res.Stdout) + string(res.Stderr)); IDOf(err) != IDActivityNotFound {
+	if _, err := parse.ParseAmStart(string(res.Stdout) + string(res.Stderr)); IDOf(err) != IDActivityNotFound {
 		t.Errorf("am start of a missing activity: %v (out %q err %q)", err, res.Stdout, res.Stderr)
 	}
 }

@@ -1,6 +1,10 @@
 package adb
 
-import "context"
+import (
+	"context"
+
+	"github.com/screengraph/screengraph-agent/adb/parse"
+)
 
 // Tracker is an open host:track-devices-l stream: the server sends the whole device
 // list (every state, offline included) at once and again after every change.
@@ -28,14 +32,14 @@ func (c *Client) TrackDevices(ctx context.Context) (*Tracker, error) {
 // Next blocks until the server sends the next full device list. The first call
 // returns the list at the time of the request. It fails with network_error when
 // the server goes away, canceled/timeout when the context ends.
-func (t *Tracker) Next() ([]DeviceInfo, error) {
+func (t *Tracker) Next() ([]parse.DeviceInfo, error) {
 	s, err := t.cn.readString()
 	if err != nil {
 		return nil, err
 	}
-	list := ParseDevicesLong(s)
+	list := parse.ParseDevicesLong(s)
 	if list == nil {
-		list = []DeviceInfo{}
+		list = []parse.DeviceInfo{}
 	}
 	return list, nil
 }
@@ -45,7 +49,7 @@ func (t *Tracker) Close() error { return t.cn.Close() }
 
 // WatchDevices calls fn with every device list until ctx ends (returns nil) or the
 // stream fails (returns the error; the caller decides whether to reopen).
-func (c *Client) WatchDevices(ctx context.Context, fn func([]DeviceInfo)) error {
+func (c *Client) WatchDevices(ctx context.Context, fn func([]parse.DeviceInfo)) error {
 	t, err := c.TrackDevices(ctx)
 	if err != nil {
 		return err

@@ -61,3 +61,10 @@ type Driver interface {
 	// PageSource is the current screen's UI hierarchy XML.
 	PageSource(ctx context.Context, sessionID string) (string, error)
 }
+
+// ExecOuter is the optional part of a Device that runs a command with
+// binary-clean output (`adb exec-out`); ADBDevice implements it.
+type ExecOuter interface {
+	// ExecOut returns cmd's stdout, at most max bytes (more is an error).
+	ExecOut(ctx context.Context, cmd string, max int64) ([]byte, error)
+}

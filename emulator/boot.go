@@ -13,9 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 )
 
 // DefaultBootTimeout bounds a boot whose request names no timeout.
@@ -148,7 +149,7 @@ func (m *Manager) updateStateBooted(serial string, b Booted) error {
 func (m *Manager) reservePort(ctx context.Context) (int, func(), error) {
 	infos, err := m.adb.Devices(ctx)
 	if err != nil {
-		return 0, nil, device.AgentError(err)
+		return 0, nil, adbdevice.AgentError(err)
 	}
 	known := map[string]bool{}
 	for _, in := range infos {
@@ -247,7 +248,7 @@ func (e *earlyExit) agentError() *agent.Error {
 func (m *Manager) waitBoot(ctx context.Context, p *proc, deadline time.Time, progress func(string, ...any)) (device.BootResult, error) {
 	serial := "emulator-" + strconv.Itoa(p.port)
 	// This loop waits for the serial itself, reporting progress.
-	dev := device.NewADBDevice(m.adb, serial).WithReconnectGrace(0)
+	dev := adbdevice.NewADBDevice(m.adb, serial).WithReconnectGrace(0)
 	res := device.BootResult{Serial: serial, Mode: device.BootCold}
 	var (
 		offset        int64
@@ -312,22 +313,22 @@ func (m *Manager) waitBoot(ctx context.Context, p *proc, deadline time.Time, pro
 }
 
 // probe is EnsureDevice's readiness: adb state "device", then adb.BootCommand
-// and `service list` through adb.ParseBootStatus.
-func (m *Manager) probe(ctx context.Context, dev *device.ADBDevice) (bool, string) {
+// and `service list` through parse.ParseBootStatus.
+func (m *Manager) probe(ctx context.Context, dev *adbdevice.ADBDevice) (bool, string) {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := dev.State(pctx)
 	if err != nil {
 		return false, "not yet listed by the adb server"
 	}
-	if st != string(adb.StateDevice) {
+	if st != string(parse.StateDevice) {
 		return false, "adb state " + st
 	}
-	r, err := dev.Shell(pctx, adb.BootCommand)
+	r, err := dev.Shell(pctx, parse.BootCommand)
 	if err != nil {
 		return false, "boot probe: " + err.Error()
 	}
-	bs := adb.ParseBootStatus(r.Stdout, "")
+	bs := parse.ParseBootStatus(r.Stdout, "")
 	if !bs.Ready {
 		return false, bs.Reason
 	}
@@ -338,7 +339,7 @@ func (m *Manager) probe(ctx context.Context, dev *device.ADBDevice) (bool, strin
 	if strings.TrimSpace(sl.Stdout) == "" {
 		return false, "service list is empty"
 	}
-	bs = adb.ParseBootStatus(r.Stdout, sl.Stdout)
+	bs = parse.ParseBootStatus(r.Stdout, sl.Stdout)
 	return bs.Ready, bs.Reason
 }
 

@@ -17,7 +17,7 @@
 //     boot refused because another instance holds the AVD's lock is started
 //     again with -read-only; boot-ready
 //     as EnsureDevice judges it (adb.BootCommand + `service list`,
-//     adb.ParseBootStatus), polled every 50 ms within a bounded wait that
+//     parse.ParseBootStatus), polled every 50 ms within a bounded wait that
 //     reports progress; an emulator process that exits before it is ready is
 //     process_error, Code EMULATOR_CRASHED, with its last log lines;
 //   - the console on port P (Console): the banner, `auth` with

@@ -257,7 +257,7 @@ func BenchmarkBoot(b *testing.B) {
 	}
 	// The simulator stops the boot animation a tenth of the boot after
 	// sys.boot_completed=1 (emulator/sim/android bootAnimLag), and readiness
-	// waits for it (adb.ParseBootStatus): the probe's own overhead is the
+	// waits for it (parse.ParseBootStatus): the probe's own overhead is the
 	// ready lag minus that.
 	animLag := map[bool]time.Duration{true: 400 * time.Millisecond, false: 40 * time.Millisecond}
 	var cold, quick, lag, overhead time.Duration

@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 )
 
 // Console port range of the emulator: even ports 5554..5682 (the emulator
@@ -173,7 +175,7 @@ type Instance struct {
 func (m *Manager) Instances(ctx context.Context) ([]Instance, error) {
 	infos, err := m.adb.Devices(ctx)
 	if err != nil {
-		return nil, device.AgentError(err)
+		return nil, adbdevice.AgentError(err)
 	}
 	token, _ := ReadToken(homeDir(m.cfg.Env))
 	st, _ := m.loadState()
@@ -213,7 +215,7 @@ func (m *Manager) Running(ctx context.Context, avd string) ([]string, error) {
 		return nil, err
 	}
 	sort.SliceStable(ins, func(i, j int) bool {
-		oi, oj := ins[i].State == string(adb.StateDevice), ins[j].State == string(adb.StateDevice)
+		oi, oj := ins[i].State == string(parse.StateDevice), ins[j].State == string(parse.StateDevice)
 		if oi != oj {
 			return oi
 		}
@@ -429,7 +431,7 @@ func (m *Manager) Reap(ctx context.Context, idle time.Duration) ([]string, error
 	}
 	infos, err := m.adb.Devices(ctx)
 	if err != nil {
-		return nil, device.AgentError(err)
+		return nil, adbdevice.AgentError(err)
 	}
 	present := map[string]bool{}
 	for _, in := range infos {

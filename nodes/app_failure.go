@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 )
 
@@ -216,7 +216,7 @@ func (w *appWatch) notePIDs(ps []int) {
 // own ANR / crash dialog is a failure (returned); a focused dialog of another
 // process is dismissed (dismissed true: the caller looks again).
 func (w *appWatch) dialogs(ctx context.Context, p Ports, sessionID, windowOut string) (f *AppFailure, dismissed bool, err error) {
-	for _, d := range adb.ParseErrorDialogs(windowOut) {
+	for _, d := range parse.ParseErrorDialogs(windowOut) {
 		if ownProcess(d.Process, w.pkg) {
 			if d.ANR {
 				return w.anrEvidence(ctx, p, d), false, nil
@@ -229,7 +229,7 @@ func (w *appWatch) dialogs(ctx context.Context, p Ports, sessionID, windowOut st
 			return f, false, nil
 		}
 	}
-	for _, d := range adb.ParseErrorDialogs(windowOut) {
+	for _, d := range parse.ParseErrorDialogs(windowOut) {
 		if ownProcess(d.Process, w.pkg) || !d.Focused {
 			continue
 		}
@@ -271,8 +271,8 @@ func (w *appWatch) crashEvidence(ctx context.Context, p Ports) (*AppFailure, err
 			return nil, e
 		}
 	} else {
-		var pick *adb.JavaCrash
-		for _, c := range adb.ParseFatalExceptions(r.Stdout, w.pkg) {
+		var pick *parse.JavaCrash
+		for _, c := range parse.ParseFatalExceptions(r.Stdout, w.pkg) {
 			if ownProcess(c.Process, w.pkg) {
 				pick = &c
 			}
@@ -293,7 +293,7 @@ func (w *appWatch) crashEvidence(ctx context.Context, p Ports) (*AppFailure, err
 		}
 		return f, nil
 	}
-	es := adb.ParseDropbox(r.Stdout)
+	es := parse.ParseDropbox(r.Stdout)
 	for i := len(es) - 1; i >= 0; i-- {
 		e := es[i]
 		if !ownProcess(e.Process(), w.pkg) || !slices.Contains(w.pids, e.PID()) {
@@ -317,12 +317,12 @@ func (w *appWatch) crashEvidence(ctx context.Context, p Ports) (*AppFailure, err
 // ActivityManager's "ANR in PROC" entry of the system buffer since the node
 // began, else the Subject of the newest data_app_anr dropbox entry of the
 // process. Reading errors leave the dialog as the only evidence.
-func (w *appWatch) anrEvidence(ctx context.Context, p Ports, d adb.ErrorDialog) *AppFailure {
+func (w *appWatch) anrEvidence(ctx context.Context, p Ports, d parse.ErrorDialog) *AppFailure {
 	f := &AppFailure{Kind: "anr", Package: w.pkg, Process: d.Process, Source: SourceDialog, Dialog: d.Title}
 	cmd := "logcat -d -b system -v threadtime" + w.logcatSince()
 	if r, err := p.Device.Shell(ctx, cmd); err == nil {
-		var pick *adb.ANRReport
-		for _, a := range adb.ParseANRs(r.Stdout) {
+		var pick *parse.ANRReport
+		for _, a := range parse.ParseANRs(r.Stdout) {
 			if a.Process == d.Process {
 				pick = &a
 			}
@@ -333,7 +333,7 @@ func (w *appWatch) anrEvidence(ctx context.Context, p Ports, d adb.ErrorDialog) 
 		}
 	}
 	if r, err := p.Device.Shell(ctx, "dumpsys dropbox --print data_app_anr"); err == nil {
-		es := adb.ParseDropbox(r.Stdout)
+		es := parse.ParseDropbox(r.Stdout)
 		for i := len(es) - 1; i >= 0; i-- {
 			if es[i].Process() == d.Process {
 				f.Source, f.PID, f.Reason, f.LogTime = SourceDropbox, es[i].PID(), es[i].Headers["Subject"], es[i].Time
@@ -378,7 +378,7 @@ func buttonCenter(src, id string) (int, int, bool) {
 // second moves to Wait, ENTER presses it (app_anr_dialog.xml order); a crash
 // dialog is cancelable, so BACK closes it (CANCEL = force quit of that
 // process).
-func dismissDialog(ctx context.Context, p Ports, sessionID string, d adb.ErrorDialog) (DismissedDialog, error) {
+func dismissDialog(ctx context.Context, p Ports, sessionID string, d parse.ErrorDialog) (DismissedDialog, error) {
 	dd := DismissedDialog{Title: d.Title, Process: d.Process, Kind: "crash"}
 	button := "android:id/aerr_close"
 	keys := "KEYCODE_BACK"

@@ -14,6 +14,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/emulator"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/nodes"
@@ -60,11 +61,11 @@ func newAVDHost(t *testing.T) *avdHost {
 	}
 	ac := adb.New(h.srv.Addr())
 	h.graph, err = nodes.NewSetupGraph(nodes.SetupDeps{
-		Ports: nodes.Ports{Driver: drv, Resolve: device.Resolver(ac, device.ReconnectGrace), Emulators: h.mgr, ADBServerPort: h.srv.Port,
+		Ports: nodes.Ports{Driver: drv, Resolve: adbdevice.Resolver(ac, adbdevice.ReconnectGrace), Emulators: h.mgr, ADBServerPort: h.srv.Port,
 			Capabilities: func(serial string, port int) (map[string]any, error) {
 				return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: port})
 			}},
-		DeviceFor: func(s string) device.Device { return device.NewADBDevice(ac, s) },
+		DeviceFor: func(s string) device.Device { return adbdevice.NewADBDevice(ac, s) },
 		Sessions:  &nodes.MemorySessions{},
 		Progress:  func(node, line string) { t.Logf("%-14s %s", node, line) },
 	})
@@ -287,7 +288,7 @@ func BenchmarkEnsureDeviceBootWait(b *testing.B) {
 		for _, cold := range []bool{false, true} {
 			drv := &stampDriver{}
 			var launched time.Time
-			p := nodes.Ports{Driver: drv, Resolve: device.Resolver(ac, device.ReconnectGrace), Emulators: mgr, ADBServerPort: srv.Port,
+			p := nodes.Ports{Driver: drv, Resolve: adbdevice.Resolver(ac, adbdevice.ReconnectGrace), Emulators: mgr, ADBServerPort: srv.Port,
 				Progress: func(l string) {
 					if strings.HasPrefix(l, "booting AVD") {
 						launched = time.Now()

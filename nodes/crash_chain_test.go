@@ -13,6 +13,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/nodes"
@@ -73,11 +74,11 @@ func TestSetupChainCrashAndANR(t *testing.T) {
 			before(dev)
 		}
 		g, err := nodes.NewSetupGraph(nodes.SetupDeps{
-			Ports: nodes.Ports{Driver: drv, Resolve: device.Resolver(ac, device.ReconnectGrace), ADBServerPort: srv.Port,
+			Ports: nodes.Ports{Driver: drv, Resolve: adbdevice.Resolver(ac, adbdevice.ReconnectGrace), ADBServerPort: srv.Port,
 				Capabilities: func(serial string, port int) (map[string]any, error) {
 					return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: port})
 				}},
-			DeviceFor: func(s string) device.Device { return device.NewADBDevice(ac, s) },
+			DeviceFor: func(s string) device.Device { return adbdevice.NewADBDevice(ac, s) },
 			Sessions:  &nodes.MemorySessions{},
 			Progress:  func(node, line string) { t.Logf("%s: %s", node, line) },
 		})

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 )
@@ -151,7 +151,7 @@ var _ SessionMemory = (*MemorySessions)(nil)
 //     then device_offline (retryable); bootloader/recovery/sideload are
 //     device_offline, not retryable.
 //  2. Boot: one shell running adb.BootCommand and `service list` (bootProbe)
-//     every BootPollInterval until adb.ParseBootStatus says Ready
+//     every BootPollInterval until parse.ParseBootStatus says Ready
 //     (sys.boot_completed=1, boot animation stopped, activity/package/window
 //     services up), bounded by bootTimeoutMillis from the node's start and,
 //     when ctx has a deadline (the policy's node timeout), by that deadline
@@ -426,14 +426,14 @@ func waitOnline(ctx context.Context, dev device.Device, p Ports, grace time.Dura
 			if e.ID != agent.ErrDeviceOffline {
 				return e
 			}
-			st = string(adb.StateOffline)
+			st = string(parse.StateOffline)
 		}
-		switch adb.DeviceState(st) {
-		case adb.StateDevice:
+		switch parse.DeviceState(st) {
+		case parse.StateDevice:
 			return nil
-		case adb.StateUnauthorized, adb.StateNoPermissions:
+		case parse.StateUnauthorized, parse.StateNoPermissions:
 			return &agent.Error{ID: agent.ErrDeviceUnauthorized, Msg: fmt.Sprintf("%s is %s: accept the RSA key prompt on the device (or fix udev permissions)", dev.Serial(), st)}
-		case adb.StateOffline, adb.StateAuthorizing, adb.StateConnecting:
+		case parse.StateOffline, parse.StateAuthorizing, parse.StateConnecting:
 			if !p.Now().Before(until) {
 				return &agent.Error{ID: agent.ErrDeviceOffline, Retryable: true,
 					Msg: fmt.Sprintf("%s still %s after %v", dev.Serial(), st, grace)}
@@ -486,24 +486,24 @@ const bootSplit = "--SCREENGRAPH-BOOT-SPLIT--"
 // adb.BootCommand's three lines, the bootSplit line, then `service list`
 // ("Found N services:" and "N\tname: [interface]" lines). A plain `;` list,
 // which Android's mksh runs under adbd's `sh -c`.
-const bootProbe = adb.BootCommand + "; echo " + bootSplit + "; service list"
+const bootProbe = parse.BootCommand + "; echo " + bootSplit + "; service list"
 
-// bootStatus runs bootProbe and judges it with adb.ParseBootStatus: Ready only
+// bootStatus runs bootProbe and judges it with parse.ParseBootStatus: Ready only
 // when the getprop part says booted and `service list` names BootServices.
 // The exit status (`service list`'s) is not looked at; output without the
 // marker counts as an empty service list. err is the shell's transport error.
-func bootStatus(ctx context.Context, dev device.Device) (adb.BootStatus, error) {
+func bootStatus(ctx context.Context, dev device.Device) (parse.BootStatus, error) {
 	r, err := dev.Shell(ctx, bootProbe)
 	if err != nil {
-		return adb.BootStatus{}, err
+		return parse.BootStatus{}, err
 	}
 	bootOut, services, _ := strings.Cut(r.Stdout, bootSplit)
-	st := adb.ParseBootStatus(bootOut, "")
+	st := parse.ParseBootStatus(bootOut, "")
 	if !st.Ready {
 		return st, nil
 	}
 	if strings.TrimSpace(services) == "" {
-		return adb.BootStatus{Reason: "service list is empty"}, nil
+		return parse.BootStatus{Reason: "service list is empty"}, nil
 	}
-	return adb.ParseBootStatus(bootOut, services), nil
+	return parse.ParseBootStatus(bootOut, services), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/policy"
@@ -60,8 +61,8 @@ func TestEnsureDeviceNeverBootsIsBootTimeoutOnce(t *testing.T) {
 	}
 	ac := adb.New(srv.Addr())
 	g, err := nodes.NewSetupGraph(nodes.SetupDeps{
-		Ports:     nodes.Ports{Driver: noDriver{t: t}, Resolve: device.Resolver(ac, device.ReconnectGrace), ADBServerPort: srv.Port},
-		DeviceFor: func(s string) device.Device { return device.NewADBDevice(ac, s) },
+		Ports:     nodes.Ports{Driver: noDriver{t: t}, Resolve: adbdevice.Resolver(ac, adbdevice.ReconnectGrace), ADBServerPort: srv.Port},
+		DeviceFor: func(s string) device.Device { return adbdevice.NewADBDevice(ac, s) },
 		Sessions:  &nodes.MemorySessions{},
 	})
 	if err != nil {

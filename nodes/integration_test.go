@@ -12,6 +12,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/nodes"
 )
@@ -42,7 +43,7 @@ func TestSetupChainOnSimulator(t *testing.T) {
 	var progress []string
 	p := nodes.Ports{
 		Driver:   drv,
-		Resolve:  device.Resolver(ac, device.ReconnectGrace),
+		Resolve:  adbdevice.Resolver(ac, adbdevice.ReconnectGrace),
 		Progress: func(l string) { progress = append(progress, l); t.Log(l) },
 		Capabilities: func(serial string, port int) (map[string]any, error) {
 			return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: port})
@@ -95,7 +96,7 @@ func TestSetupChainOnSimulator(t *testing.T) {
 		t.Errorf("by model name %q: %v", ein.DeviceConfiguration.DeviceName, err)
 	}
 
-	dev := device.NewADBDevice(ac, serial)
+	dev := adbdevice.NewADBDevice(ac, serial)
 	lp := p
 	lp.Device = dev
 	pid := func() string {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 )
@@ -241,7 +241,7 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports, w *app
 			}
 		}
 	}
-	am, err := adb.ParseAmStart(stdout + "\n" + res.Stderr)
+	am, err := parse.ParseAmStart(stdout + "\n" + res.Stderr)
 	if err != nil {
 		return nil, amError(err, act)
 	}
@@ -258,7 +258,7 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports, w *app
 	return nil, agent.Errorf(agent.ErrLaunchTimeout, "%s not in the foreground within %v after launch (foreground: %s)", pkg, bound, describe0(last))
 }
 
-func describe0(c adb.Component) string {
+func describe0(c parse.Component) string {
 	if c.IsZero() {
 		return "none"
 	}
@@ -266,7 +266,7 @@ func describe0(c adb.Component) string {
 }
 
 // LaunchCommand is the am command line that starts component act (forceStop: -S).
-func LaunchCommand(act adb.Component, forceStop bool) string {
+func LaunchCommand(act parse.Component, forceStop bool) string {
 	s := "am start-activity -W"
 	if forceStop {
 		s += " -S"
@@ -275,15 +275,15 @@ func LaunchCommand(act adb.Component, forceStop bool) string {
 }
 
 // amError maps ParseAmStart's *adb.Error to the node's error ids.
-func amError(err error, act adb.Component) error {
-	var ae *adb.Error
+func amError(err error, act parse.Component) error {
+	var ae *parse.Error
 	if !errors.As(err, &ae) {
 		return agent.Wrap(agent.ErrProcess, err, "am start %s", act)
 	}
 	switch ae.ID {
-	case adb.IDActivityNotFound:
+	case parse.IDActivityNotFound:
 		return &agent.Error{ID: agent.ErrActivityNotFound, Msg: fmt.Sprintf("%s: %s", act, ae.Msg)}
-	case adb.IDPermissionError:
+	case parse.IDPermissionError:
 		return &agent.Error{ID: agent.ErrPermission, Msg: fmt.Sprintf("%s: %s", act, ae.Msg)}
 	}
 	return &agent.Error{ID: agent.ErrProcess, Msg: fmt.Sprintf("%s: %s", act, ae.Msg)}
@@ -295,8 +295,8 @@ func amError(err error, act adb.Component) error {
 // the app's fail, a system one is dismissed) and, with launched, at the
 // app's pids (`pidof PKG` on the same shell): the process gone after it was
 // seen, or with a crash report of it since the launch, is app_crashed.
-func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time, w *appWatch, sessionID string, launched bool) (*ApplicationForegroundContext, adb.Component, error) {
-	var last adb.Component
+func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time, w *appWatch, sessionID string, launched bool) (*ApplicationForegroundContext, parse.Component, error) {
+	var last parse.Component
 	for {
 		fg, win, pids, err := launchProbe(ctx, p.Device, pkg, launched)
 		if err != nil {
@@ -343,17 +343,17 @@ func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time, 
 // launchProbe reads the foreground (ForegroundActivity's chain) and returns
 // the raw `dumpsys window displays` output too; withPID adds `pidof PKG` to
 // the same shell (pids nil when pidof is missing or its output unreadable).
-func launchProbe(ctx context.Context, dev device.Device, pkg string, withPID bool) (adb.Component, string, *[]int, error) {
+func launchProbe(ctx context.Context, dev device.Device, pkg string, withPID bool) (parse.Component, string, *[]int, error) {
 	if !withPID {
 		fg, win, err := foregroundWithWindows(ctx, dev)
 		return fg, win, nil, err
 	}
 	r, err := dev.Shell(ctx, "dumpsys window displays; echo "+sampleSplit+"; pidof "+pkg+"; echo "+sampleSplit)
 	if err != nil {
-		return adb.Component{}, "", nil, err
+		return parse.Component{}, "", nil, err
 	}
 	if r.ExitCode != 0 {
-		return adb.Component{}, "", nil, agent.Errorf(agent.ErrProcess, "`dumpsys window displays; pidof %s` exited %d: %s", pkg, r.ExitCode, strings.TrimSpace(r.Stderr))
+		return parse.Component{}, "", nil, agent.Errorf(agent.ErrProcess, "`dumpsys window displays; pidof %s` exited %d: %s", pkg, r.ExitCode, strings.TrimSpace(r.Stderr))
 	}
 	parts := strings.Split(r.Stdout, sampleSplit)
 	if len(parts) != 3 {
@@ -382,10 +382,10 @@ func (w *appWatch) processGone(ctx context.Context, p Ports) (*AppFailure, error
 
 // foregroundWithWindows is ForegroundActivity returning the `dumpsys window
 // displays` output as well (for its error dialogs).
-func foregroundWithWindows(ctx context.Context, dev device.Device) (adb.Component, string, error) {
+func foregroundWithWindows(ctx context.Context, dev device.Device) (parse.Component, string, error) {
 	out, err := shellOut(ctx, dev, "dumpsys window displays")
 	if err != nil {
-		return adb.Component{}, "", err
+		return parse.Component{}, "", err
 	}
 	fg, err := foregroundFrom(ctx, dev, out)
 	return fg, out, err
@@ -401,48 +401,50 @@ func foregroundWithWindows(ctx context.Context, dev device.Device) (adb.Componen
 //
 // A zero Component with a nil error means nothing is focused right now
 // (transitions): callers poll.
-func ForegroundActivity(ctx context.Context, dev device.Device) (adb.Component, string, error) {
+func ForegroundActivity(ctx context.Context, dev device.Device) (parse.Component, string, error) {
 	out, err := shellOut(ctx, dev, "dumpsys window displays")
 	if err != nil {
-		return adb.Component{}, "", err
+		return parse.Component{}, "", err
 	}
 	return foregroundChain(ctx, dev, out)
 }
 
 // foregroundFrom is ForegroundActivity given the `dumpsys window displays` output.
-func foregroundFrom(ctx context.Context, dev device.Device, displays string) (adb.Component, error) {
+func foregroundFrom(ctx context.Context, dev device.Device, displays string) (parse.Component, error) {
 	c, _, err := foregroundChain(ctx, dev, displays)
 	return c, err
 }
 
-func foregroundChain(ctx context.Context, dev device.Device, out string) (adb.Component, string, error) {
+func foregroundChain(ctx context.Context, dev device.Device, out string) (parse.Component, string, error) {
 	var err error
-	ds := adb.ParseWindowFocus(out)
+	ds := parse.ParseWindowFocus(out)
 	if len(ds) == 0 {
 		if out, err = shellOut(ctx, dev, "dumpsys window windows"); err != nil {
-			return adb.Component{}, "", err
+			return parse.Component{}, "", err
 		}
-		ds = adb.ParseWindowFocus(out)
+		ds = parse.ParseWindowFocus(out)
 	}
-	if c, ok := adb.Foreground(ds); ok {
+	if c, ok := parse.Foreground(ds); ok {
 		return c, "dumpsys window", nil
 	}
 	if out, err = shellOut(ctx, dev, "dumpsys activity activities"); err != nil {
-		return adb.Component{}, "", err
+		return parse.Component{}, "", err
 	}
-	if c, ok := adb.ParseResumedActivity(out); ok {
+	if c, ok := parse.ParseResumedActivity(out); ok {
 		return c, "dumpsys activity activities", nil
 	}
 	if out, err = shellOut(ctx, dev, "dumpsys activity top"); err != nil {
-		return adb.Component{}, "", err
+		return parse.Component{}, "", err
 	}
-	if tops := adb.ParseActivityTop(out); len(tops) > 0 {
+	if tops := parse.ParseActivityTop(out); len(tops) > 0 {
 		return tops[len(tops)-1].Component, "dumpsys activity top", nil
 	}
-	return adb.Component{}, "", nil
+	return parse.Component{}, "", nil
 }
 
-// shellOut runs cmd and returns stdout; a non-zero exit is process_error.
+// shellOut runs cmd on dev and returns its stdout; a non-zero exit is
+// process_error naming the command, its exit code and output. Every node's
+// shell command goes through it.
 func shellOut(ctx context.Context, dev device.Device, cmd string) (string, error) {
 	r, err := dev.Shell(ctx, cmd)
 	if err != nil {
@@ -456,21 +458,21 @@ func shellOut(ctx context.Context, dev device.Device, cmd string) (string, error
 
 // launchActivity returns the component to start: the named activity (".X"
 // and "pkg/act" forms accepted) or the resolved launcher activity.
-func launchActivity(ctx context.Context, dev device.Device, pkg, name string) (adb.Component, error) {
+func launchActivity(ctx context.Context, dev device.Device, pkg, name string) (parse.Component, error) {
 	if name == "" {
 		return ResolveLauncherActivity(ctx, dev, pkg)
 	}
 	if strings.Contains(name, "/") {
-		c, ok := adb.ParseComponent(name)
+		c, ok := parse.ParseComponent(name)
 		if !ok {
-			return adb.Component{}, agent.Errorf(agent.ErrInvalidRequest, "androidLaunchActivityName %q is not a component", name)
+			return parse.Component{}, agent.Errorf(agent.ErrInvalidRequest, "androidLaunchActivityName %q is not a component", name)
 		}
 		return c, nil
 	}
 	if strings.HasPrefix(name, ".") {
 		name = pkg + name
 	}
-	return adb.Component{Package: pkg, Activity: name}, nil
+	return parse.Component{Package: pkg, Activity: name}, nil
 }
 
 // ResolveLauncherActivity finds pkg's MAIN/LAUNCHER activity with `cmd package
@@ -480,41 +482,41 @@ func launchActivity(ctx context.Context, dev device.Device, pkg, name string) (a
 // the command is missing (capture:
 // fixtures/captures/dumpsys-package/api34-emulator-adb-installed.txt).
 // Errors: activity_not_found when the package has no launcher activity.
-func ResolveLauncherActivity(ctx context.Context, dev device.Device, pkg string) (adb.Component, error) {
+func ResolveLauncherActivity(ctx context.Context, dev device.Device, pkg string) (parse.Component, error) {
 	r, err := dev.Shell(ctx, "cmd package resolve-activity --brief -c android.intent.category.LAUNCHER "+pkg)
 	if err != nil {
-		return adb.Component{}, err
+		return parse.Component{}, err
 	}
 	if r.ExitCode == 0 {
 		if c, ok := ParseResolveActivity(r.Stdout); ok && c.Package == pkg {
 			return c, nil
 		}
 		if strings.Contains(r.Stdout, "No activity found") {
-			return adb.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity (not installed, or no MAIN/LAUNCHER filter)", pkg)
+			return parse.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity (not installed, or no MAIN/LAUNCHER filter)", pkg)
 		}
 	}
 	out, err := shellOut(ctx, dev, "dumpsys package "+pkg)
 	if err != nil {
-		return adb.Component{}, err
+		return parse.Component{}, err
 	}
 	if c, ok := ParseLauncherActivity(out, pkg); ok {
 		return c, nil
 	}
-	return adb.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity in dumpsys package", pkg)
+	return parse.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity in dumpsys package", pkg)
 }
 
 // ParseResolveActivity reads `cmd package resolve-activity --brief` output: a
 // match line ("priority=0 preferredOrder=0 match=0x108000 …") then the
 // component ("com.example.app/.HomeActivity"); the last component line wins.
-func ParseResolveActivity(out string) (adb.Component, bool) {
-	var c adb.Component
+func ParseResolveActivity(out string) (parse.Component, bool) {
+	var c parse.Component
 	found := false
 	for _, l := range strings.Split(out, "\n") {
 		t := strings.TrimSpace(l)
 		if strings.Contains(t, "=") || t == "" {
 			continue
 		}
-		if x, ok := adb.ParseComponent(t); ok {
+		if x, ok := parse.ParseComponent(t); ok {
 			c, found = x, true
 		}
 	}
@@ -528,14 +530,14 @@ var resolverEntryRe = regexp.MustCompile(`^\s+[0-9a-f]+ (\S+/\S+) filter [0-9a-f
 // in the Activity Resolver Table of `dumpsys package PKG` ("      797c103
 // com.example.foodies/.MainActivity filter 3be4880" then its Action:/Category:
 // lines).
-func ParseLauncherActivity(out, pkg string) (adb.Component, bool) {
-	var cur adb.Component
+func ParseLauncherActivity(out, pkg string) (parse.Component, bool) {
+	var cur parse.Component
 	var main, launcher bool
-	flush := func() (adb.Component, bool) {
+	flush := func() (parse.Component, bool) {
 		if !cur.IsZero() && cur.Package == pkg && main && launcher {
 			return cur, true
 		}
-		return adb.Component{}, false
+		return parse.Component{}, false
 	}
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimRight(l, "\r")
@@ -543,14 +545,14 @@ func ParseLauncherActivity(out, pkg string) (adb.Component, bool) {
 			if c, ok := flush(); ok {
 				return c, true
 			}
-			cur, main, launcher = adb.Component{}, false, false
+			cur, main, launcher = parse.Component{}, false, false
 			continue
 		}
 		if m := resolverEntryRe.FindStringSubmatch(l); m != nil {
 			if c, ok := flush(); ok {
 				return c, true
 			}
-			cur, _ = adb.ParseComponent(m[1])
+			cur, _ = parse.ParseComponent(m[1])
 			main, launcher = false, false
 			continue
 		}

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 )
@@ -211,7 +211,7 @@ func TestForegroundFallbackChain(t *testing.T) {
 
 func TestParseLauncher(t *testing.T) {
 	c, ok := ParseLauncherActivity(capture(t, "dumpsys-package/api34-emulator-adb-installed.txt"), "com.example.foodies")
-	if !ok || c != (adb.Component{Package: "com.example.foodies", Activity: "com.example.foodies.MainActivity"}) {
+	if !ok || c != (parse.Component{Package: "com.example.foodies", Activity: "com.example.foodies.MainActivity"}) {
 		t.Errorf("got %v %v", c, ok)
 	}
 	if _, ok := ParseLauncherActivity(capture(t, "dumpsys-package/api34-emulator-adb-installed.txt"), "com.other"); ok {

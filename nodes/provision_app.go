@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/device/artifacts/apk"
@@ -523,11 +523,11 @@ func (r *provisioner) pullSigners(ctx context.Context) ([]string, error) {
 	if r.deps.Artifacts == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "no artifact inspector")
 	}
-	out, err := pmShell(ctx, r.p.Device, "pm path "+r.pkg)
+	out, err := shellOut(ctx, r.p.Device, "pm path "+r.pkg)
 	if err != nil {
 		return nil, err
 	}
-	paths := adb.ParsePmPath(out)
+	paths := parse.ParsePmPath(out)
 	if len(paths) == 0 {
 		return nil, agent.Errorf(agent.ErrProcess, "`pm path %s` listed no APK", r.pkg)
 	}
@@ -665,11 +665,11 @@ func CompareInstalled(a InstalledApp, artifactVersionCode int64) InstallState {
 
 // APILevel reads ro.build.version.sdk.
 func APILevel(ctx context.Context, dev device.Device) (int, error) {
-	out, err := pmShell(ctx, dev, "getprop ro.build.version.sdk")
+	out, err := shellOut(ctx, dev, "getprop ro.build.version.sdk")
 	if err != nil {
 		return 0, err
 	}
-	v := adb.ParseGetpropValue(out)
+	v := parse.ParseGetpropValue(out)
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
 		return 0, agent.Errorf(agent.ErrProcess, "ro.build.version.sdk is %q", v)
@@ -680,16 +680,16 @@ func APILevel(ctx context.Context, dev device.Device) (int, error) {
 // ReadInstalledApp reads whether pkg is installed and its versions:
 // `cmd package list packages --show-versioncode PKG` on API >= 28 (older:
 // `pm path PKG`), then `dumpsys package PKG` (versionCode, versionName,
-// lastUpdateTime, codePath; formats: adb.ParsePackageList, adb.ParsePmPath,
-// adb.ParseDumpsysPackage).
+// lastUpdateTime, codePath; formats: parse.ParsePackageList, parse.ParsePmPath,
+// parse.ParseDumpsysPackage).
 func ReadInstalledApp(ctx context.Context, dev device.Device, pkg string, apiLevel int) (InstalledApp, error) {
 	var a InstalledApp
 	if apiLevel >= 28 {
-		out, err := pmShell(ctx, dev, "cmd package list packages --show-versioncode "+pkg)
+		out, err := shellOut(ctx, dev, "cmd package list packages --show-versioncode "+pkg)
 		if err != nil {
 			return a, err
 		}
-		for _, e := range adb.ParsePackageList(out) {
+		for _, e := range parse.ParsePackageList(out) {
 			if e.Package == pkg {
 				a.Present, a.VersionCode = true, e.VersionCode
 			}
@@ -700,34 +700,22 @@ func ReadInstalledApp(ctx context.Context, dev device.Device, pkg string, apiLev
 		if err != nil {
 			return a, err
 		}
-		a.Present = len(adb.ParsePmPath(res.Stdout)) > 0
+		a.Present = len(parse.ParsePmPath(res.Stdout)) > 0
 	}
 	if !a.Present {
 		return a, nil
 	}
-	out, err := pmShell(ctx, dev, "dumpsys package "+pkg)
+	out, err := shellOut(ctx, dev, "dumpsys package "+pkg)
 	if err != nil {
 		return a, err
 	}
-	info, ok := adb.ParseDumpsysPackage(out, pkg)
+	info, ok := parse.ParseDumpsysPackage(out, pkg)
 	if !ok {
 		// Removed between the two commands.
 		return InstalledApp{}, nil
 	}
 	a.VersionCode, a.VersionName, a.LastUpdateTime, a.CodePath = info.VersionCode, info.VersionName, info.LastUpdateTime, info.CodePath
 	return a, nil
-}
-
-// pmShell runs cmd and returns stdout; a non-zero exit is process_error.
-func pmShell(ctx context.Context, dev device.Device, cmd string) (string, error) {
-	res, err := dev.Shell(ctx, cmd)
-	if err != nil {
-		return "", err
-	}
-	if res.ExitCode != 0 {
-		return res.Stdout, agent.Errorf(agent.ErrProcess, "`%s` exited %d: %s", cmd, res.ExitCode, strings.TrimSpace(res.Stderr+" "+res.Stdout))
-	}
-	return res.Stdout, nil
 }
 
 func isSignerConflict(code string) bool {

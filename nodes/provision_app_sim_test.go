@@ -20,6 +20,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
@@ -104,7 +105,7 @@ func (e *simEnv) launch(t *testing.T, edit func(*android.Profile)) *countingDevi
 	}
 	t.Cleanup(func() { em.Close() })
 	e.srv.WaitState(t, em.Serial(), "device", 10*time.Second)
-	return &countingDevice{Device: device.NewADBDevice(adb.New(e.srv.Addr()), em.Serial())}
+	return &countingDevice{Device: adbdevice.NewADBDevice(adb.New(e.srv.Addr()), em.Serial())}
 }
 
 func (e *simEnv) provision(t *testing.T, dev device.Device, cache nodes.VerificationCache, policy nodes.InstallationPolicy, pkg, ref, expected string) (nodes.ProvisionAppOutput, error, []string) {

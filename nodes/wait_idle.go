@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 )
 
@@ -97,11 +97,11 @@ const ConfirmGap = 17 * time.Millisecond
 //   - the UI hierarchy: SHA-256 of Driver.PageSource of the session (skipped
 //     when there is no session id);
 //   - frames: `dumpsys gfxinfo PKG framestats`: "Total frames rendered"
-//     (adb.ParseGfxinfo) and the newest frame's FrameCompleted
-//     (adb.ParseFramestats) unchanged (skipped while the package has no
+//     (parse.ParseGfxinfo) and the newest frame's FrameCompleted
+//     (parse.ParseFramestats) unchanged (skipped while the package has no
 //     process);
 //   - focus: the focused window and focused app of `dumpsys window displays`
-//     (adb.ParseWindowFocus) unchanged.
+//     (parse.ParseWindowFocus) unchanged.
 //
 // The quiet window starts at the first of a run of unchanged samples, or
 // earlier, at the app's last frame: framestats timestamps and the dump's
@@ -376,7 +376,7 @@ func deadlineAware(ctx, sctx context.Context, err error) error {
 // (SPLIT = sampleSplit; without a package the gfxinfo part is left out).
 // With readUID (the first sample) the same shell also reads the app's uid:
 // `; echo SPLIT; dumpsys package PKG` is appended and its userId=/appId= is
-// the uid (adb.ParseDumpsysPackage); when that part names none (or the shell
+// the uid (parse.ParseDumpsysPackage); when that part names none (or the shell
 // failed), `pm list packages -U PKG` ("package:PKG uid:N") is asked. The
 // sample's network status is measured with that uid, returned in s.uid.
 // With readUID, a nil error means the uid lookup is done (s.uid may be -1).
@@ -442,10 +442,10 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 		return s, nil
 	}
 	if pkg != "" {
-		if fs, ok := adb.ParseGfxinfo(parts[0]); ok {
+		if fs, ok := parse.ParseGfxinfo(parts[0]); ok {
 			s.sig.frames = fs.TotalFrames
 		}
-		if ft, ok := adb.ParseFramestats(parts[0]); ok {
+		if ft, ok := parse.ParseFramestats(parts[0]); ok {
 			s.sig.newestFrame = ft.NewestFrameCompletedNanos
 			if d, ok := ft.SinceLastFrame(); ok {
 				s.sinceFrame = d
@@ -458,7 +458,7 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 		parts = parts[2:]
 	}
 	s.window = parts[0]
-	for _, d := range adb.ParseWindowFocus(parts[0]) {
+	for _, d := range parse.ParseWindowFocus(parts[0]) {
 		s.sig.focus += fmt.Sprintf("%d:%s|%s|%v;", d.DisplayID, d.CurrentFocusWindow, d.FocusedApp, d.CurrentFocusNull)
 	}
 	s.net = NetworkStatus(parts[1], s.uid)
@@ -501,9 +501,9 @@ func watchSample(ctx context.Context, p Ports, w *appWatch, sessionID string, s 
 }
 
 // dumpsysUID returns pkg's uid from `dumpsys package PKG` output (userId=,
-// or appId= on older releases; adb.ParseDumpsysPackage), -1 when it names none.
+// or appId= on older releases; parse.ParseDumpsysPackage), -1 when it names none.
 func dumpsysUID(out, pkg string) int {
-	if info, ok := adb.ParseDumpsysPackage(out, pkg); ok && info.UserID > 0 {
+	if info, ok := parse.ParseDumpsysPackage(out, pkg); ok && info.UserID > 0 {
 		return int(info.UserID)
 	}
 	return -1

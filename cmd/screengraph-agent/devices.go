@@ -11,6 +11,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 )
 
 type devicesCmd struct {
@@ -81,7 +82,7 @@ func (d *devicesCmd) Run(ctx context.Context) error {
 		return d.viaDaemon(ctx, cl)
 	}
 	c := adb.New(adbAddr(d.ADBServer))
-	list, err := device.Describe(ctx, c, d.Timeout)
+	list, err := adbdevice.Describe(ctx, c, d.Timeout)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
 	"github.com/screengraph/screengraph-agent/device/evidence"
 	"github.com/screengraph/screengraph-agent/nodes"
@@ -298,14 +299,14 @@ func (h *host) open(ctx context.Context) (err error) {
 	h.graph, err = nodes.NewSetupGraph(nodes.SetupDeps{
 		Ports: nodes.Ports{
 			Driver:        h.driver,
-			Resolve:       device.Resolver(h.adb, device.ReconnectGrace),
+			Resolve:       adbdevice.Resolver(h.adb, adbdevice.ReconnectGrace),
 			Emulators:     hostEmulators(cfg.DataDir, cfg.ADBServer),
 			ADBServerPort: port,
 			Capabilities: func(serial string, adbPort int) (map[string]any, error) {
 				return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: adbPort})
 			},
 		},
-		DeviceFor: func(serial string) device.Device { return device.NewADBDevice(h.adb, serial) },
+		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.adb, serial) },
 		Sessions:  kvSessions{st: h.store, server: url},
 		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: kvVerifications{h.store},
 			TempDir: filepath.Join(cfg.DataDir, "tmp")},
@@ -319,7 +320,7 @@ func (h *host) open(ctx context.Context) (err error) {
 	}
 	h.engine = &agent.Engine{Store: h.store, Policies: h.policies, Evidence: &evidence.Capturer{
 		Blobs:     h.blobs,
-		DeviceFor: func(serial string) device.Device { return device.NewADBDevice(h.adb, serial) },
+		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.adb, serial) },
 		Driver:    h.driver,
 		Kinds:     policy.EvidenceKinds,
 		Logf:      func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },

@@ -30,7 +30,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/agent/retention"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
@@ -420,7 +420,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// runs, and a run none of them matches is left to the daemons that can
 	// serve it; one host: such a run starts on its name as given, so
 	// EnsureDevice tells what is wrong (device_not_found, offline).
-	reach := device.NewReachable(h.adb, func(ctx context.Context) ([]string, error) {
+	reach := adbdevice.NewReachable(h.adb, func(ctx context.Context) ([]string, error) {
 		m, err := newEmulators(cfg.DataDir, cfg.ADBServer, "")
 		if err != nil {
 			return nil, err
@@ -467,7 +467,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		DefaultTenant: cfg.Tenant,
 		Holder:        holder, HolderPrefix: predecessor, HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
-		Probe: device.BootCompletedProbe(h.adb), Reachable: reach, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
+		Probe: adbdevice.BootCompletedProbe(h.adb), Reachable: reach, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
 		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
 		Artifacts: h.store, Blobs: h.blobs,
 	})
@@ -572,7 +572,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 type adbDevices struct{ h *host }
 
 func (a adbDevices) Devices(ctx context.Context) ([]service.Device, error) {
-	list, err := device.Describe(ctx, a.h.adb, 5*time.Second)
+	list, err := adbdevice.Describe(ctx, a.h.adb, 5*time.Second)
 	if err != nil {
 		return nil, agent.Wrap(agent.ErrNetwork, err, "adb server")
 	}

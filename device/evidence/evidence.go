@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 )
@@ -256,7 +256,7 @@ func anrTraces(ctx context.Context, dev device.Device, tg target) ([]byte, error
 		return nil, err
 	}
 	var b bytes.Buffer
-	for _, e := range adb.ParseDropbox(r.Stdout) {
+	for _, e := range parse.ParseDropbox(r.Stdout) {
 		if tg.pkg != "" && e.Process() != tg.pkg {
 			continue
 		}

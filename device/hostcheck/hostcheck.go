@@ -22,7 +22,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/appium"
-	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/emulator"
 )
 
@@ -120,7 +120,7 @@ func checkADB(ctx context.Context, cfg Config) []Check {
 	out := []Check{{Name: "adb server", Status: OK, Detail: fmt.Sprintf("%s, protocol version %d", cfg.ADBServer, v)}}
 	dctx, cancel2 := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel2()
-	devs, err := device.Describe(dctx, c, 5*time.Second)
+	devs, err := adbdevice.Describe(dctx, c, 5*time.Second)
 	switch {
 	case err != nil:
 		out = append(out, Check{Name: "devices", Status: Fail, Detail: err.Error(), Fix: "adb devices -l; restart the adb server"})

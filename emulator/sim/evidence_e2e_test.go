@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
@@ -85,11 +85,11 @@ func TestAppiumADBReadsSimulatorLogcatAndScreenshot(t *testing.T) {
 		}
 	}
 	for _, l := range got.Lines {
-		if _, ok := adb.ParseThreadtimeLine(l); !ok && !strings.HasPrefix(l, "--------- ") {
+		if _, ok := parse.ParseThreadtimeLine(l); !ok && !strings.HasPrefix(l, "--------- ") {
 			t.Errorf("appium-adb got a non-threadtime line %q", l)
 		}
 	}
-	if cs := adb.ParseFatalExceptions(all, "com.example.app"); len(cs) != 1 || cs[0].Message != "sim boom" || cs[0].TopFrame == "" {
+	if cs := parse.ParseFatalExceptions(all, "com.example.app"); len(cs) != 1 || cs[0].Message != "sim boom" || cs[0].TopFrame == "" {
 		t.Errorf("crash read from appium-adb's lines: %+v", cs)
 	}
 	b, err := base64.StdEncoding.DecodeString(got.PNG)
@@ -177,7 +177,7 @@ func TestAppiumUiAutomator2ScreenshotAndSystemUIANR(t *testing.T) {
 	if pkg, _, _ := dev.Foreground(); pkg == "android" {
 		t.Fatal("Wait clicked through Appium left the dialog up")
 	}
-	if ds := adb.ParseErrorDialogs(shellOut(t, dev, "dumpsys window")); len(ds) != 0 {
+	if ds := parse.ParseErrorDialogs(shellOut(t, dev, "dumpsys window")); len(ds) != 0 {
 		t.Errorf("dialogs after Wait: %+v", ds)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 )
 
 // hwuiRing is the 120 frames HWUI keeps per window (RingBuffer<FrameInfo, 120>
@@ -230,7 +230,7 @@ func TestFramestatsRowsAfterStart(t *testing.T) {
 
 	// No new frame: rows stay, and the time since the newest frame grows
 	// with the clock (the daemon's "already quiet for" reading).
-	tl1, ok := adb.ParseFramestats(f.out)
+	tl1, ok := parse.ParseFramestats(f.out)
 	since1, ok1 := tl1.SinceLastFrame()
 	age1 := f.uptimeMs - newestCompleted(t, w)/1_000_000
 	clk.Advance(5 * time.Second)
@@ -242,10 +242,10 @@ func TestFramestatsRowsAfterStart(t *testing.T) {
 	if age2 := f2.uptimeMs - newestCompleted(t, w2)/1_000_000; age2-age1 != 5000 {
 		t.Errorf("age since the newest frame: %d ms then %d ms, want +5000", age1, age2)
 	}
-	tl2, ok2 := adb.ParseFramestats(f2.out)
+	tl2, ok2 := parse.ParseFramestats(f2.out)
 	since2, ok3 := tl2.SinceLastFrame()
 	if !ok || !ok1 || !ok2 || !ok3 || tl2.Frames != 3 || tl2.Windows != 1 || since2-since1 != 5*time.Second {
-		t.Errorf("adb.ParseFramestats: %+v %v -> %+v %v", tl1, since1, tl2, since2)
+		t.Errorf("parse.ParseFramestats: %+v %v -> %+v %v", tl1, since1, tl2, since2)
 	}
 }
 

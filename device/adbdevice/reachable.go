@@ -1,4 +1,4 @@
-package device
+package adbdevice
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent/service"
 )
 
@@ -63,7 +64,7 @@ func (r *Reachable) Candidates(ctx context.Context) ([]service.Candidate, error)
 	running := map[string]bool{}
 	seen := map[string]bool{}
 	for _, d := range infos {
-		if d.State != adb.StateDevice {
+		if d.State != parse.StateDevice {
 			continue
 		}
 		key := d.Serial + "#" + strconv.FormatInt(d.TransportID, 10)

@@ -1,4 +1,4 @@
-package adb
+package parse
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 // there for where each file comes from).
 func capture(t testing.TB, rel string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "fixtures", "captures", rel))
+	b, err := os.ReadFile(filepath.Join("..", "..", "fixtures", "captures", rel))
 	if err != nil {
 		t.Fatalf("capture %s: %v", rel, err)
 	}
@@ -27,7 +27,11 @@ func capture(t testing.TB, rel string) string {
 // generic property checks automatically).
 func captures(t testing.TB, dir string) []string {
 	t.Helper()
-	m, _ := filepath.Glob(filepath.Join("..", "fixtures", "captures", dir, "*.txt"))
+	m, _ := filepath.Glob(filepath.Join("..", "..", "fixtures", "captures", dir, "*.txt"))
+	if len(m) == 0 {
+		// A wrong path must fail, not make every property check pass on nothing.
+		t.Fatalf("no captures in fixtures/captures/%s", dir)
+	}
 	var rel []string
 	for _, p := range m {
 		rel = append(rel, filepath.Join(dir, filepath.Base(p)))
@@ -285,26 +289,6 @@ func TestParseDevicesLong(t *testing.T) {
 	}
 }
 
-func TestDecodeShellV2Framing(t *testing.T) {
-	var b []byte
-	b = append(b, shellPacket(shellStdout, []byte("out1 "))...)
-	b = append(b, shellPacket(shellStderr, []byte("err"))...)
-	b = append(b, shellPacket(shellStdout, []byte("out2"))...)
-	b = append(b, shellPacket(shellExit, []byte{42})...)
-	r, err := DecodeShellV2(strings.NewReader(string(b)))
-	if err != nil || string(r.Stdout) != "out1 out2" || string(r.Stderr) != "err" || r.ExitCode != 42 {
-		t.Fatalf("%+v %v", r, err)
-	}
-	// A stream cut before the exit packet is an error, never a 0 exit code.
-	if _, err := DecodeShellV2(strings.NewReader(string(b[:len(b)-6]))); err == nil {
-		t.Fatal("truncated stream accepted")
-	}
-	out, code, ok := splitExitMarker([]byte("hello\n" + exitMarker + "3\r\n"))
-	if !ok || code != 3 || string(out) != "hello\n" {
-		t.Fatalf("%q %d %v", out, code, ok)
-	}
-}
-
 func TestParseWmSizeAndGfxinfoForms(t *testing.T) {
 	// `wm size` forms from appium-adb device-settings.js / README examples cited in
 	// fixtures/captures/SOURCES.md.
@@ -546,4 +530,16 @@ func TestParseFramestats(t *testing.T) {
 			t.Fatalf("parsed %+v", f)
 		}
 	}
+}
+
+func wantID(t *testing.T, err error, id string) *Error {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not *parse.Error", err, err)
+	}
+	if e.ID != id {
+		t.Fatalf("error id = %q, want %q (%v)", e.ID, id, err)
+	}
+	return e
 }

@@ -1,4 +1,4 @@
-package device_test
+package adbdevice_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
@@ -31,7 +32,7 @@ func TestDescribeBootingAndOffline(t *testing.T) {
 	srv.WaitState(t, ready.Serial(), "device", 10*time.Second)
 	srv.WaitState(t, offline.Serial(), "offline", 10*time.Second)
 
-	list, err := device.Describe(context.Background(), adb.New(srv.Addr()), 10*time.Second)
+	list, err := adbdevice.Describe(context.Background(), adb.New(srv.Addr()), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package device_test
+package adbdevice_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 )
@@ -32,7 +32,7 @@ func TestReachableCandidates(t *testing.T) {
 	avds := []string{"Pixel_A", "Pixel_B"}
 	var fail atomic.Bool
 	c := adb.New(srv.Addr())
-	r := device.NewReachable(c, func(ctx context.Context) ([]string, error) {
+	r := adbdevice.NewReachable(c, func(ctx context.Context) ([]string, error) {
 		listings.Add(1)
 		if fail.Load() {
 			return nil, errors.New("emulator -list-avds: exit status 1")
@@ -40,7 +40,7 @@ func TestReachableCandidates(t *testing.T) {
 		return avds, nil
 	})
 	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
-	device.SetReachableClock(r, func() time.Time { return now })
+	adbdevice.SetReachableClock(r, func() time.Time { return now })
 
 	ctx := context.Background()
 	got, err := r.Candidates(ctx)
@@ -73,13 +73,13 @@ func TestReachableCandidates(t *testing.T) {
 	if _, err := r.Candidates(ctx); err != nil || listings.Load() != 1 {
 		t.Fatalf("second round: %v, %d listings, want 1", err, listings.Load())
 	}
-	now = now.Add(device.AVDsEvery)
+	now = now.Add(adbdevice.AVDsEvery)
 	got, err = r.Candidates(ctx)
 	if err != nil || listings.Load() != 2 || len(got) != 2 {
 		t.Fatalf("after AVDsEvery: %+v, %v, %d listings", got, err, listings.Load())
 	}
 
-	probe := device.BootCompletedProbe(c)
+	probe := adbdevice.BootCompletedProbe(c)
 	if err := probe(ctx, ready.Serial()); err != nil {
 		t.Errorf("probe of a booted device: %v", err)
 	}
@@ -88,7 +88,7 @@ func TestReachableCandidates(t *testing.T) {
 	}
 
 	// Without an SDK (no lister): the adb devices only.
-	if got, err := device.NewReachable(c, nil).Candidates(ctx); err != nil || len(got) != 2 {
+	if got, err := adbdevice.NewReachable(c, nil).Candidates(ctx); err != nil || len(got) != 2 {
 		t.Errorf("no AVD lister: %+v, %v", got, err)
 	}
 	// No adb server answering: its error, named.
@@ -97,7 +97,7 @@ func TestReachableCandidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	if _, err := device.NewReachable(adb.New(l.Addr().String()), nil).Candidates(ctx); err == nil || !strings.HasPrefix(err.Error(), "adb server: ") {
+	if _, err := adbdevice.NewReachable(adb.New(l.Addr().String()), nil).Candidates(ctx); err == nil || !strings.HasPrefix(err.Error(), "adb server: ") {
 		t.Errorf("adb server down: %v", err)
 	}
 }

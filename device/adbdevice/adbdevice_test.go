@@ -1,4 +1,4 @@
-package device_test
+package adbdevice_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/fixtures"
 )
@@ -35,13 +36,13 @@ func TestAgentErrorMapping(t *testing.T) {
 		{&adb.Error{ID: adb.IDProcessError}, agent.ErrProcess, false},
 		{&adb.Error{ID: "something_new"}, agent.ErrInternal, false},
 	} {
-		err := device.AgentError(c.in)
+		err := adbdevice.AgentError(c.in)
 		var e *agent.Error
 		if !errors.As(err, &e) || e.ID != c.id || e.Retryable != c.retryable || e.Code != c.in.Code {
 			t.Errorf("%s/%s -> %v, want %s retryable %v", c.in.ID, c.in.Code, err, c.id, c.retryable)
 		}
 	}
-	if device.AgentError(nil) != nil {
+	if adbdevice.AgentError(nil) != nil {
 		t.Error("nil became an error")
 	}
 }
@@ -54,7 +55,7 @@ func TestADBDeviceOnSimulator(t *testing.T) {
 	emu, _ := simtest.Launch(t, srv, simtest.Profile(t, "default"))
 	srv.WaitState(t, emu.Serial(), "device", 10*time.Second)
 	c := adb.New(srv.Addr())
-	d := device.NewADBDevice(c, emu.Serial())
+	d := adbdevice.NewADBDevice(c, emu.Serial())
 
 	if st, err := d.State(ctx); err != nil || st != "device" {
 		t.Errorf("State = %q, %v", st, err)
@@ -104,7 +105,7 @@ func TestADBDeviceOnSimulator(t *testing.T) {
 	}
 
 	// Unknown serial.
-	ghost := device.NewADBDevice(c, "emulator-5998").WithReconnectGrace(0)
+	ghost := adbdevice.NewADBDevice(c, "emulator-5998").WithReconnectGrace(0)
 	if _, err := ghost.State(ctx); agent.Classify(err).ID != agent.ErrDeviceNotFound {
 		t.Errorf("unknown serial State: %v", err)
 	}
@@ -117,7 +118,7 @@ func TestADBDeviceOnSimulator(t *testing.T) {
 	}
 
 	// Resolver: by serial and by model (host:devices-l), unknown name.
-	res := device.Resolver(c, 300*time.Millisecond)
+	res := adbdevice.Resolver(c, 300*time.Millisecond)
 	if got, err := res(ctx, emu.Serial()); err != nil || got.Serial() != emu.Serial() {
 		t.Errorf("resolve serial: %v %v", got, err)
 	}
@@ -134,7 +135,7 @@ func TestADBDeviceOnSimulator(t *testing.T) {
 	if got, err := res(ctx, model); err != nil || got.Serial() != emu.Serial() {
 		t.Errorf("resolve model %q: %v %v", model, got, err)
 	}
-	if _, err := res(ctx, "Pixel_7_Emu"); agent.Classify(err).ID != agent.ErrDeviceNotFound || agent.Classify(err).Code != device.CodeNotAttached {
+	if _, err := res(ctx, "Pixel_7_Emu"); agent.Classify(err).ID != agent.ErrDeviceNotFound || agent.Classify(err).Code != adbdevice.CodeNotAttached {
 		t.Errorf("resolve unknown: %v", err)
 	}
 }
@@ -158,9 +159,9 @@ func TestADBDeviceRidesThroughAnADBServerRestart(t *testing.T) {
 	}
 
 	restart()
-	d := device.NewADBDevice(c, emu.Serial())
+	d := adbdevice.NewADBDevice(c, emu.Serial())
 	waiting := make(chan struct{})
-	device.OnAbsent(d, func() { close(waiting) })
+	adbdevice.OnAbsent(d, func() { close(waiting) })
 	type result struct {
 		r   device.ShellResult
 		err error
@@ -183,7 +184,7 @@ func TestADBDeviceRidesThroughAnADBServerRestart(t *testing.T) {
 	restart()
 	resolved := make(chan error, 1)
 	go func() {
-		_, err := device.Resolver(c, device.ReconnectGrace)(ctx, emu.Serial())
+		_, err := adbdevice.Resolver(c, adbdevice.ReconnectGrace)(ctx, emu.Serial())
 		resolved <- err
 	}()
 	// The resolver polls; the device registers while it waits or before its

@@ -1,4 +1,4 @@
-package device
+package adbdevice
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
 )
 
 // ReconnectGrace bounds how long an ADBDevice operation, and Resolver, wait
@@ -23,7 +24,7 @@ const ReconnectGrace = 10 * time.Second
 // absentPoll is how often the wait asks host:devices-l again.
 const absentPoll = 200 * time.Millisecond
 
-// ADBDevice is Device over an adb server (host protocol, package adb) for one
+// ADBDevice is device.Device over an adb server (host protocol, package adb) for one
 // serial. Every error it returns is an *agent.Error (see AgentError).
 type ADBDevice struct {
 	client *adb.Client
@@ -33,7 +34,7 @@ type ADBDevice struct {
 	onAbsent func()
 }
 
-var _ Device = (*ADBDevice)(nil)
+var _ device.Device = (*ADBDevice)(nil)
 
 // NewADBDevice returns the device serial on the adb server c talks to. Its
 // operations wait up to ReconnectGrace for a serial the server does not list.
@@ -125,23 +126,23 @@ func (d *ADBDevice) State(ctx context.Context) (string, error) {
 
 // Shell runs cmd through the adb shell v2 protocol (separate stderr, exit code;
 // shell: with an exit marker on devices without shell_v2).
-func (d *ADBDevice) Shell(ctx context.Context, cmd string) (ShellResult, error) {
+func (d *ADBDevice) Shell(ctx context.Context, cmd string) (device.ShellResult, error) {
 	var r adb.ShellResult
 	err := d.rideAbsence(ctx, func() (err error) {
 		r, err = d.client.Shell(ctx, d.serial, cmd)
 		return err
 	})
 	if err != nil {
-		return ShellResult{}, AgentError(err)
+		return device.ShellResult{}, AgentError(err)
 	}
-	return ShellResult{Stdout: string(r.Stdout), Stderr: string(r.Stderr), ExitCode: r.ExitCode}, nil
+	return device.ShellResult{Stdout: string(r.Stdout), Stderr: string(r.Stderr), ExitCode: r.ExitCode}, nil
 }
 
 // Install installs the local APK (streamed install with feature cmd, else push
 // + pm install), reporting bytes sent through opt.Progress. Errors:
 // install_failed with Code INSTALL_FAILED_*/INSTALL_PARSE_FAILED_*,
 // version_downgrade for INSTALL_FAILED_VERSION_DOWNGRADE, and the transport ids.
-func (d *ADBDevice) Install(ctx context.Context, localAPK string, opt InstallOptions) error {
+func (d *ADBDevice) Install(ctx context.Context, localAPK string, opt device.InstallOptions) error {
 	o := adb.InstallOptions{Replace: opt.Replace, AllowDowngrade: opt.AllowDowngrade,
 		AllowTestOnly: opt.AllowTestOnly, GrantAll: opt.GrantAll}
 	if opt.Progress != nil {
@@ -225,8 +226,8 @@ func AgentError(err error) error {
 // device's ReconnectGrace too), as after an adb server restart. Errors:
 // device_not_found with Code CodeNotAttached (none) or CodeAmbiguous (more
 // than one: name a serial).
-func Resolver(c *adb.Client, grace time.Duration) func(ctx context.Context, name string) (Device, error) {
-	return func(ctx context.Context, name string) (Device, error) {
+func Resolver(c *adb.Client, grace time.Duration) func(ctx context.Context, name string) (device.Device, error) {
+	return func(ctx context.Context, name string) (device.Device, error) {
 		serial, err := ResolveSerial(ctx, c, name)
 		var e *agent.Error
 		if errors.As(err, &e) && e.Code == CodeNotAttached && grace > 0 {
@@ -302,14 +303,7 @@ func ResolveSerial(ctx context.Context, c *adb.Client, name string) (string, err
 		Msg: fmt.Sprintf("%q names %d devices (%s): use a serial", name, len(hits), strings.Join(hits, ", "))}
 }
 
-// ExecOuter is the optional part of a Device that runs a command with
-// binary-clean output (`adb exec-out`); ADBDevice implements it.
-type ExecOuter interface {
-	// ExecOut returns cmd's stdout, at most max bytes (more is an error).
-	ExecOut(ctx context.Context, cmd string, max int64) ([]byte, error)
-}
-
-var _ ExecOuter = (*ADBDevice)(nil)
+var _ device.ExecOuter = (*ADBDevice)(nil)
 
 // ExecOut runs cmd through the exec: service (see adb.Client.ExecOut).
 func (d *ADBDevice) ExecOut(ctx context.Context, cmd string, max int64) ([]byte, error) {

@@ -1,7 +1,6 @@
-package adb
+package parse
 
 import (
-	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -193,21 +192,6 @@ func FuzzParseDevices(f *testing.F) {
 			if !strings.Contains(s, k) {
 				t.Fatalf("feature %q", k)
 			}
-		}
-	})
-}
-
-func FuzzDecodeShellV2(f *testing.F) {
-	f.Add(append(append(shellPacket(shellStdout, []byte("hi")), shellPacket(shellStderr, []byte("e"))...),
-		shellPacket(shellExit, []byte{3})...))
-	f.Add([]byte{1, 255, 255, 255, 255})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeShellV2(bytes.NewReader(b))
-		if err == nil && (len(r.Stdout)+len(r.Stderr) > len(b) || r.ExitCode < 0 || r.ExitCode > 255) {
-			t.Fatalf("%+v from %d bytes", r, len(b))
-		}
-		if out, code, ok := splitExitMarker(b); ok && (len(out) > len(b) || code < 0 && !bytes.Contains(b, []byte("-"))) {
-			t.Fatalf("marker split %q %d", out, code)
 		}
 	})
 }
