@@ -101,6 +101,42 @@ type Leases interface {
 	// refused (ErrNoScope).
 	ActiveLeases(ctx context.Context, sc Scope) ([]Lease, error)
 	LeaseHistory(ctx context.Context, sc Scope, device string) ([]Lease, error)
+	// LeasePage lists one page of the lease history sc sees, newest first
+	// (fencing token descending), as q selects; q must pass Check.
+	LeasePage(ctx context.Context, sc Scope, q LeaseQuery) ([]Lease, error)
+}
+
+// MaxLeasePage bounds LeaseQuery.Limit.
+const MaxLeasePage = 1000
+
+// LeaseQuery selects a page of lease history (Leases.LeasePage).
+type LeaseQuery struct {
+	// Device keeps the leases of one device (its DeviceKey); "" = all.
+	Device string
+	// RunID keeps the leases of one run; "" = all.
+	RunID string
+	// Before keeps the leases whose fencing token is smaller (the next
+	// page after one that ended at that token: keyset pagination); 0 =
+	// from the newest.
+	Before int64
+	// Limit caps the page: 1..MaxLeasePage.
+	Limit int
+}
+
+// Check reports a query LeasePage refuses: a Limit outside 1..MaxLeasePage,
+// a negative Before, a Device or RunID over 255 bytes (ErrInvalidRequest).
+func (q LeaseQuery) Check() error {
+	switch {
+	case q.Limit < 1 || q.Limit > MaxLeasePage:
+		return Errorf(ErrInvalidRequest, "limit: %d is not a count from 1 to %d", q.Limit, MaxLeasePage)
+	case q.Before < 0:
+		return Errorf(ErrInvalidRequest, "before: %d is not a fencing token (1, 2, …)", q.Before)
+	case len(q.Device) > 255:
+		return Errorf(ErrInvalidRequest, "device: over 255 bytes")
+	case len(q.RunID) > 255:
+		return Errorf(ErrInvalidRequest, "runId: over 255 bytes")
+	}
+	return nil
 }
 
 // Fence names the device lease a commit is made under. A store commits a

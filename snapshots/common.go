@@ -75,6 +75,34 @@ func scopeCond(sc agent.Scope, runCol string, ph func(n int) string, next int) (
 		[]any{sc.TenantID()}, nil
 }
 
+// leasePageQuery is LeasePage's query in a store's placeholders.
+func leasePageQuery(sc agent.Scope, q agent.LeaseQuery, ph func(n int) string) (string, []any, error) {
+	if err := q.Check(); err != nil {
+		return "", nil, err
+	}
+	where, args := "true", []any{}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where += " AND " + cond + " " + ph(len(args))
+	}
+	if q.Device != "" {
+		add("device =", q.Device)
+	}
+	if q.RunID != "" {
+		add("run_id =", q.RunID)
+	}
+	if q.Before > 0 {
+		add("fencing_token <", q.Before)
+	}
+	cond, sargs, err := scopeCond(sc, "device_leases.run_id", ph, len(args)+1)
+	if err != nil {
+		return "", nil, err
+	}
+	args = append(args, sargs...)
+	args = append(args, q.Limit)
+	return `SELECT ` + leaseCols + ` FROM device_leases WHERE ` + where + cond + ` ORDER BY fencing_token DESC LIMIT ` + ph(len(args)), args, nil
+}
+
 // sqlitePH and pgPH write placeholders: "?" and "$n".
 func sqlitePH(int) string { return "?" }
 func pgPH(n int) string   { return fmt.Sprintf("$%d", n) }

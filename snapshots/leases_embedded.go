@@ -344,6 +344,15 @@ func (s *Embedded) LeaseHistory(ctx context.Context, sc agent.Scope, device stri
 	return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = ?`+cond+` ORDER BY fencing_token`, append([]any{device}, args...)...)
 }
 
+// LeasePage implements agent.Leases.
+func (s *Embedded) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQuery) ([]agent.Lease, error) {
+	query, args, err := leasePageQuery(sc, q, sqlitePH)
+	if err != nil {
+		return nil, err
+	}
+	return s.queryLeases(ctx, query, args...)
+}
+
 func (s *Embedded) queryLeases(ctx context.Context, q string, args ...any) ([]agent.Lease, error) {
 	return collectLeases(s.r.QueryContext(ctx, q, args...))
 }

@@ -264,3 +264,12 @@ func (s *Postgres) LeaseHistory(ctx context.Context, sc agent.Scope, device stri
 	}
 	return pgLeases(s.pool.Query(ctx, `SELECT `+leaseCols+` FROM device_leases WHERE device = $1`+cond+` ORDER BY fencing_token`, append([]any{device}, args...)...))
 }
+
+// LeasePage implements agent.Leases.
+func (s *Postgres) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQuery) ([]agent.Lease, error) {
+	query, args, err := leasePageQuery(sc, q, pgPH)
+	if err != nil {
+		return nil, err
+	}
+	return pgLeases(s.pool.Query(ctx, query, args...))
+}

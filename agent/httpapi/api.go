@@ -50,6 +50,9 @@ type Config struct {
 	Ready map[string]func(ctx context.Context) error
 	// Gatherer serves /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
+	// Registerer, when set, takes the API's own metrics (metrics.go:
+	// requests by route, open event streams).
+	Registerer prometheus.Registerer
 	// Logf reports handler failures; may be nil.
 	Logf func(format string, args ...any)
 	// Limits bound connections and event streams (zero fields:
@@ -78,7 +81,7 @@ func Routes() []Route {
 		{"POST", "/v1/runs/{id}/policy"},
 		{"GET", "/v1/devices"}, {"GET", "/v1/leases"}, {"GET", "/v1/outbox/parked"},
 		{"GET", "/healthz"}, {"GET", "/readyz"}, {"GET", "/metrics"}, {"GET", "/v1/openapi.json"},
-	}, artifactRoutes...)
+	}, append(artifactRoutes, deviceRoutes...)...)
 }
 
 type api struct {
@@ -87,35 +90,38 @@ type api struct {
 	// followers counts the open event streams per tenant.
 	followersMu sync.Mutex
 	followers   map[string]int
+	metrics     *apiMetrics
 }
 
 // New returns the API's handler.
 func New(cfg Config) http.Handler {
 	cfg.Limits = cfg.Limits.withDefaults()
 	a := &api{cfg: cfg, auth: &auth{tokens: cfg.Tokens}, followers: map[string]int{}}
+	a.registerMetrics(cfg.Registerer)
 	mux := http.NewServeMux()
 	h := map[string]http.HandlerFunc{
-		"POST /v1/runs":               a.submit,
-		"GET /v1/runs":                a.list,
-		"GET /v1/runs/{id}":           a.get,
-		"GET /v1/runs/{id}/events":    a.events,
-		"GET /v1/runs/{id}/steps/{n}": a.step,
-		"POST /v1/runs/{id}/cancel":   a.control(agent.KindCancelRequested),
-		"POST /v1/runs/{id}/pause":    a.control(agent.KindPauseRequested),
-		"POST /v1/runs/{id}/resume":   a.control(agent.KindResumeRequested),
-		"POST /v1/runs/{id}/policy":   a.control(agent.KindPolicySwitchRequested),
-		"GET /v1/devices":             a.devices,
-		"GET /v1/leases":              a.leases,
-		"GET /v1/outbox/parked":       a.parked,
-		"GET /healthz":                func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]any{"status": "ok"}) },
-		"GET /readyz":                 a.ready,
+		"POST /v1/runs":                       a.submit,
+		"GET /v1/runs":                        a.list,
+		"GET /v1/runs/{id}":                   a.get,
+		"GET /v1/runs/{id}/events":            a.events,
+		"GET /v1/runs/{id}/steps/{n}":         a.step,
+		"POST /v1/runs/{id}/cancel":           a.control(agent.KindCancelRequested),
+		"POST /v1/runs/{id}/pause":            a.control(agent.KindPauseRequested),
+		"POST /v1/runs/{id}/resume":           a.control(agent.KindResumeRequested),
+		"POST /v1/runs/{id}/policy":           a.control(agent.KindPolicySwitchRequested),
+		"GET /v1/devices":                     a.devices,
+		"GET /v1/leases":                      a.leases,
+		"GET /v1/devices/{serial}/screenshot": a.screenshot,
+		"GET /v1/outbox/parked":               a.parked,
+		"GET /healthz":                        func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]any{"status": "ok"}) },
+		"GET /readyz":                         a.ready,
 		"GET /v1/openapi.json": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(openAPI)
 		},
 	}
 	if cfg.Gatherer != nil {
-		mux.Handle("GET /metrics", a.guard("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP))
+		mux.Handle("GET /metrics", a.counted("GET /metrics", a.guard("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP)))
 	} else {
 		h["GET /metrics"] = func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }
 	}
@@ -123,7 +129,7 @@ func New(cfg Config) http.Handler {
 		h[p] = f
 	}
 	for p, f := range h {
-		mux.HandleFunc(p, a.guard(p, f))
+		mux.HandleFunc(p, a.counted(p, a.guard(p, f)))
 	}
 	// The inspector (ui): public assets, no token needed to load the page;
 	// its data calls go to the routes above with the tab's bearer.
@@ -141,14 +147,14 @@ func New(cfg Config) http.Handler {
 		}
 		allow[rt.Pattern] = append(allow[rt.Pattern], rt.Method)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/", a.counted("unmatched", func(w http.ResponseWriter, r *http.Request) {
 		if _, p := paths.Handler(r); p != "" {
 			w.Header().Set("Allow", strings.Join(allow[p], ", "))
 			writeError(w, http.StatusMethodNotAllowed, agent.Errorf(agent.ErrInvalidRequest, "%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow[p], ", ")))
 			return
 		}
 		writeError(w, http.StatusNotFound, agent.Errorf(agent.ErrInvalidRequest, "no route %s %s", r.Method, r.URL.Path))
-	})
+	}))
 	return browserGuard(mux, cfg.AllowedHosts)
 }
 
@@ -482,6 +488,9 @@ type RunDetail struct {
 	Steps      int                        `json:"steps"`
 	// Error is the agent error format of a FAILED run.
 	Error *agent.ErrorReport `json:"error,omitempty"`
+	// Lease is the run's newest device lease (the one it holds, or the
+	// last it held); absent when it never held one.
+	Lease *RunLease `json:"lease,omitempty"`
 }
 
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
@@ -554,6 +563,13 @@ func Detail(ctx context.Context, svc *service.Service, sc agent.Scope, g *agent.
 				d.Error = &rep
 			}
 		}
+	}
+	l, ok, err := svc.RunLease(ctx, sc, runID)
+	if err != nil {
+		return RunDetail{}, err
+	}
+	if ok {
+		d.Lease = runLease(l, time.Now())
 	}
 	return d, nil
 }
@@ -693,19 +709,6 @@ func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, map[string]any{"devices": devs})
-}
-
-func (a *api) leases(w http.ResponseWriter, r *http.Request) {
-	all := r.URL.Query().Get("all") == "1" || r.URL.Query().Get("all") == "true"
-	ls, err := a.cfg.Service.Leases(r.Context(), scope(r), all)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	if ls == nil {
-		ls = []agent.Lease{}
-	}
-	writeJSON(w, 200, map[string]any{"leases": ls})
 }
 
 // MaxParkedListed bounds GET /v1/outbox/parked's limit.

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -41,4 +42,63 @@ func (s *Service) OpenArtifact(ctx context.Context, sc agent.Scope, runID, artif
 		return agent.Artifact{}, nil, agent.Wrap(agent.ErrInternal, err, "run %s artifact %s: blob %s", runID, artifactID, a.SHA256)
 	}
 	return a, rc, nil
+}
+
+// ScreenshotRuns bounds how many of a device's latest leases
+// LatestScreenshot looks through for a run with a screenshot.
+const ScreenshotRuns = 20
+
+// LatestScreenshot returns the newest screenshot artifact kept by a run sc
+// sees on this daemon's device with that serial, and its bytes (the
+// caller closes them): the runs of the device's ScreenshotRuns newest
+// leases (of runs sc sees: a tenant never gets another tenant's screen),
+// newest first. agent.ErrNotFound when none of them kept one.
+func (s *Service) LatestScreenshot(ctx context.Context, sc agent.Scope, serial string) (agent.Artifact, io.ReadCloser, error) {
+	if err := sc.Valid(); err != nil {
+		return agent.Artifact{}, nil, err
+	}
+	if serial == "" || len(serial) > 255 {
+		return agent.Artifact{}, nil, agent.Errorf(agent.ErrInvalidRequest, "serial: must be 1-255 bytes")
+	}
+	notFound := fmt.Errorf("device %s: no screenshot of a run you can see: %w", serial, agent.ErrNotFound)
+	if s.cfg.Artifacts == nil || s.cfg.Blobs == nil {
+		return agent.Artifact{}, nil, notFound
+	}
+	ls, err := s.cfg.Leases.LeasePage(ctx, sc, agent.LeaseQuery{Device: agent.DeviceKey(s.cfg.HostID, serial), Limit: ScreenshotRuns})
+	if err != nil {
+		return agent.Artifact{}, nil, err
+	}
+	seen := map[string]bool{}
+	for _, l := range ls {
+		if seen[l.RunID] {
+			continue
+		}
+		seen[l.RunID] = true
+		arts, err := s.cfg.Artifacts.Artifacts(ctx, sc, l.RunID)
+		if errors.Is(err, agent.ErrNotFound) {
+			continue // pruned meanwhile
+		}
+		if err != nil {
+			return agent.Artifact{}, nil, err
+		}
+		var best *agent.Artifact
+		for i := range arts {
+			a := &arts[i]
+			if a.Kind != agent.ArtifactScreenshot || a.ContentType != "image/png" {
+				continue
+			}
+			if best == nil || a.StepOrdinal > best.StepOrdinal || a.StepOrdinal == best.StepOrdinal && a.ArtifactID > best.ArtifactID {
+				best = a
+			}
+		}
+		if best == nil {
+			continue
+		}
+		rc, err := s.cfg.Blobs.Open(ctx, best.SHA256)
+		if err != nil {
+			return agent.Artifact{}, nil, agent.Wrap(agent.ErrInternal, err, "run %s artifact %s: blob %s", l.RunID, best.ArtifactID, best.SHA256)
+		}
+		return *best, rc, nil
+	}
+	return agent.Artifact{}, nil, notFound
 }

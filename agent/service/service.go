@@ -931,6 +931,34 @@ func (s *Service) Leases(ctx context.Context, sc agent.Scope, all bool) ([]agent
 	return s.cfg.Leases.ActiveLeases(ctx, sc)
 }
 
+// DeviceKey is the lease key of this daemon's device with that serial
+// (agent.DeviceKey of Config.HostID).
+func (s *Service) DeviceKey(serial string) string { return agent.DeviceKey(s.cfg.HostID, serial) }
+
+// LeasePage returns one page of the lease history sc sees, newest first
+// (agent.Leases.LeasePage; invalid_request_error for a query outside
+// agent.LeaseQuery.Check).
+func (s *Service) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQuery) ([]agent.Lease, error) {
+	if err := sc.Valid(); err != nil {
+		return nil, err
+	}
+	return s.cfg.Leases.LeasePage(ctx, sc, q)
+}
+
+// RunLease returns the run's newest device lease (active, or the last one
+// it held), false when it never held one. agent.ErrNotFound for a run sc
+// does not see.
+func (s *Service) RunLease(ctx context.Context, sc agent.Scope, runID string) (agent.Lease, bool, error) {
+	if _, err := s.store.GetRun(ctx, sc, runID); err != nil {
+		return agent.Lease{}, false, err
+	}
+	ls, err := s.cfg.Leases.LeasePage(ctx, sc, agent.LeaseQuery{RunID: runID, Limit: 1})
+	if err != nil || len(ls) == 0 {
+		return agent.Lease{}, false, err
+	}
+	return ls[0], true, nil
+}
+
 // ActiveRuns is how many runs this daemon drives now.
 func (s *Service) ActiveRuns() int {
 	s.mu.Lock()

@@ -491,7 +491,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	}); err != nil {
 		return c.fail(err)
 	}
-	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Tokens: storeTokens(h.store), AllowedHosts: cfg.AllowedHosts,
+	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Registerer: reg, Tokens: storeTokens(h.store), AllowedHosts: cfg.AllowedHosts,
 		Logf: func(format string, args ...any) { log.Error().Msgf(format, args...) },
 		Ready: map[string]func(context.Context) error{
 			"store": func(ctx context.Context) error {

@@ -64,6 +64,7 @@ func RunLeases(t *testing.T, newLeases func(t *testing.T, clock agent.Clock) age
 		{"StaleFencingToken", testLeaseStaleToken},
 		{"ReleaseHolderLeases", testLeaseReleaseHolder},
 		{"ActiveAndHistoryOrder", testLeaseHistoryOrder},
+		{"PageNewestFirst", testLeasePage},
 		{"FencingTokensIncrease", testLeaseTokensIncrease},
 		{"ConcurrentAcquireFree", testLeaseConcurrentFree},
 		{"ConcurrentTakeoverExpired", testLeaseConcurrentExpired},
@@ -540,6 +541,41 @@ func testLeaseHistoryOrder(t *testing.T, s agent.Leases, c *Clock) {
 	sameLeases(t, "LeaseHistory(s3)", history(t, s, s3), l4r, l6)
 	sameLeases(t, "LeaseHistory(unknown)", history(t, s, "emulator-9999"))
 	sameLeases(t, "ActiveLeases", active(t, s), l3, l5, l6)
+}
+
+// LeasePage pages the history newest first by fencing token, filtered by
+// device and run, and refuses a query outside its limits.
+func testLeasePage(t *testing.T, s agent.Leases, c *Clock) {
+	s1, s2 := "emulator-5554", "emulator-5556"
+	run := newRunID()
+	l1 := mustAcquire(t, s, s1, "daemon-1", run, leaseTTL)
+	c.Advance(time.Second)
+	mustRelease(t, s, l1, agent.LeaseFinished)
+	l1r := released(l1, c.Now(), agent.LeaseFinished)
+	l2 := mustAcquire(t, s, s2, "daemon-1", newRunID(), leaseTTL)
+	c.Advance(time.Second)
+	l3 := mustAcquire(t, s, s1, "daemon-1", run, leaseTTL) // the run again
+	c.Advance(time.Second)
+	l4 := mustAcquire(t, s, "192.168.1.20:5555", "daemon-2", newRunID(), leaseTTL)
+	page := func(q agent.LeaseQuery) []agent.Lease {
+		t.Helper()
+		ls, err := s.LeasePage(ctx(t), agent.Admin(), q)
+		if err != nil {
+			t.Fatalf("LeasePage(%+v): %v", q, err)
+		}
+		return ls
+	}
+	sameLeases(t, "LeasePage(limit 2)", page(agent.LeaseQuery{Limit: 2}), l4, l3)
+	sameLeases(t, "LeasePage(limit 2, before l3)", page(agent.LeaseQuery{Limit: 2, Before: l3.FencingToken}), l2, l1r)
+	sameLeases(t, "LeasePage(limit 2, before l1)", page(agent.LeaseQuery{Limit: 2, Before: l1.FencingToken}))
+	sameLeases(t, "LeasePage(device s1)", page(agent.LeaseQuery{Device: s1, Limit: 10}), l3, l1r)
+	sameLeases(t, "LeasePage(run)", page(agent.LeaseQuery{RunID: run, Limit: 1}), l3)
+	sameLeases(t, "LeasePage(run, device s2)", page(agent.LeaseQuery{RunID: run, Device: s2, Limit: 10}))
+	for _, q := range []agent.LeaseQuery{{Limit: 0}, {Limit: agent.MaxLeasePage + 1}, {Limit: 1, Before: -1}, {Limit: 1, Device: strings.Repeat("x", 256)}} {
+		if _, err := s.LeasePage(ctx(t), agent.Admin(), q); err == nil || agent.Classify(err).ID != agent.ErrInvalidRequest {
+			t.Errorf("LeasePage(limit %d, before %d, device of %d bytes) = %v, want invalid_request_error", q.Limit, q.Before, len(q.Device), err)
+		}
+	}
 }
 
 // Fencing tokens grow with every acquisition, store-wide, whatever ended the

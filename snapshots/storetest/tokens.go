@@ -331,6 +331,15 @@ func testReadsByScope(t *testing.T, s TokenStore, c *Clock) {
 	if got := leaseRuns(ls.LeaseHistory(ctx(t), acme, b.Serial)); len(got) != 0 {
 		t.Errorf("LeaseHistory(acme, beta's device) = %v, want none", got)
 	}
+	if got := leaseRuns(ls.LeasePage(ctx(t), acme, agent.LeaseQuery{Limit: 10})); !slices.Equal(got, []string{a.RunID}) {
+		t.Errorf("LeasePage(acme) = %v, want only %s", got, a.RunID)
+	}
+	if got := leaseRuns(ls.LeasePage(ctx(t), acme, agent.LeaseQuery{RunID: b.RunID, Limit: 10})); len(got) != 0 {
+		t.Errorf("LeasePage(acme, beta's run) = %v, want none", got)
+	}
+	if got := leaseRuns(ls.LeasePage(ctx(t), admin, agent.LeaseQuery{Limit: 10})); !slices.Equal(got, []string{b.RunID, a.RunID}) {
+		t.Errorf("LeasePage(admin) = %v, want %s, %s (newest first)", got, b.RunID, a.RunID)
+	}
 	if got := leaseRuns(ls.ActiveLeases(ctx(t), admin)); len(got) != 2 {
 		t.Errorf("ActiveLeases(admin) = %v, want both", got)
 	}
@@ -342,6 +351,7 @@ func testReadsByScope(t *testing.T, s TokenStore, c *Clock) {
 		"LatestSnapshot": func() error { _, err := s.LatestSnapshot(ctx(t), zero, a.RunID); return err }(),
 		"ActiveLeases":   func() error { _, err := ls.ActiveLeases(ctx(t), zero); return err }(),
 		"LeaseHistory":   func() error { _, err := ls.LeaseHistory(ctx(t), zero, ""); return err }(),
+		"LeasePage":      func() error { _, err := ls.LeasePage(ctx(t), zero, agent.LeaseQuery{Limit: 1}); return err }(),
 	} {
 		if !errors.Is(err, agent.ErrNoScope) {
 			t.Errorf("%s(zero scope) = %v, want ErrNoScope", what, err)

@@ -1,0 +1,147 @@
+package httpapi
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// deviceRoutes are the routes of devices and leases beyond GET /v1/devices
+// (issue 15: the inspector's devices and leases pages).
+var deviceRoutes = []Route{{"GET", "/v1/devices/{serial}/screenshot"}}
+
+// RunLease is the lease block of GET /v1/runs/{id}: the run's newest
+// device lease. HeartbeatAgeMillis is how long ago its holder last renewed
+// it (milliseconds, at response time; only while the lease is active): a
+// holder that stopped renewing shows a growing age until ExpiresAt.
+type RunLease struct {
+	agent.Lease
+	Active             bool   `json:"active"`
+	HeartbeatAgeMillis *int64 `json:"heartbeatAgeMillis,omitempty"`
+}
+
+func runLease(l agent.Lease, now time.Time) *RunLease {
+	rl := &RunLease{Lease: l, Active: l.ReleasedAt == nil}
+	if rl.Active {
+		age := max(now.Sub(l.RenewedAt).Milliseconds(), 0)
+		rl.HeartbeatAgeMillis = &age
+	}
+	return rl
+}
+
+// DefaultLeasesListed is GET /v1/leases' page when ?limit is absent and a
+// page is asked for (?before=).
+const DefaultLeasesListed = 50
+
+// LeaseList is GET /v1/leases. Paged (?limit= or ?before=): newest first,
+// NextCursor (the ?before= of the next page) set when older leases follow.
+type LeaseList struct {
+	Leases     []agent.Lease `json:"leases"`
+	NextCursor string        `json:"nextCursor,omitempty"`
+}
+
+// leases answers GET /v1/leases: the active leases; with all=1 the whole
+// history in acquisition order (the CLI's view, kept); with ?limit= or
+// ?before= one page of the history, newest first, optionally of one
+// ?serial= of this daemon's host or one ?runId=.
+func (a *api) leases(w http.ResponseWriter, r *http.Request) {
+	qv := r.URL.Query()
+	all := qv.Get("all") == "1" || qv.Get("all") == "true"
+	if !qv.Has("limit") && !qv.Has("before") && !qv.Has("serial") && !qv.Has("runId") {
+		ls, err := a.cfg.Service.Leases(r.Context(), scope(r), all)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		if ls == nil {
+			ls = []agent.Lease{}
+		}
+		writeJSON(w, 200, LeaseList{Leases: ls})
+		return
+	}
+	q := agent.LeaseQuery{Limit: DefaultLeasesListed, RunID: qv.Get("runId")}
+	if l := qv.Get("limit"); qv.Has("limit") {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > agent.MaxLeasePage {
+			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "limit: %q is not a count from 1 to %d", cutID(l), agent.MaxLeasePage))
+			return
+		}
+		q.Limit = n
+	}
+	if b := qv.Get("before"); qv.Has("before") {
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n < 1 {
+			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "before: %q is not a fencing token (1, 2, …)", cutID(b)))
+			return
+		}
+		q.Before = n
+	}
+	if s := qv.Get("serial"); qv.Has("serial") {
+		if s == "" || len(s) > 255 {
+			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "serial: must be 1-255 bytes"))
+			return
+		}
+		q.Device = a.cfg.Service.DeviceKey(s)
+	}
+	if len(q.RunID) > 255 {
+		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "runId: over 255 bytes"))
+		return
+	}
+	// One more than the page: whether an older page exists, without a count.
+	want := q.Limit
+	q.Limit++
+	if q.Limit > agent.MaxLeasePage {
+		q.Limit = agent.MaxLeasePage
+	}
+	ls, err := a.cfg.Service.LeasePage(r.Context(), scope(r), q)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out := LeaseList{Leases: ls}
+	if len(ls) > want {
+		out.Leases = ls[:want]
+		out.NextCursor = strconv.FormatInt(ls[want-1].FencingToken, 10)
+	}
+	if out.Leases == nil {
+		out.Leases = []agent.Lease{}
+	}
+	writeJSON(w, 200, out)
+}
+
+// screenshot answers GET /v1/devices/{serial}/screenshot: the PNG of the
+// newest screenshot kept by a run the caller sees on this daemon's device
+// (service.LatestScreenshot), with the run and artifact it came from in
+// ScreenGraph-Run-Id and ScreenGraph-Artifact-Id. 404 when none.
+func (a *api) screenshot(w http.ResponseWriter, r *http.Request) {
+	art, rc, err := a.cfg.Service.LatestScreenshot(r.Context(), scope(r), r.PathValue("serial"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	defer rc.Close()
+	h := w.Header()
+	h.Set("Content-Type", art.ContentType)
+	h.Set("Content-Length", strconv.FormatInt(art.Bytes, 10))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	// The newest screenshot changes with the next run: revalidate (the
+	// ETag is the content's digest), and keep it out of shared caches.
+	h.Set("Cache-Control", "private, no-cache")
+	h.Set("ETag", `"`+art.SHA256+`"`)
+	h.Set("ScreenGraph-Run-Id", art.RunID)
+	h.Set("ScreenGraph-Artifact-Id", art.ArtifactID)
+	h.Set("Content-Disposition", `inline; filename="`+ArtifactFileName(art.ArtifactID, art.Kind, art.ContentType)+`"`)
+	if r.Header.Get("If-None-Match") == `"`+art.SHA256+`"` {
+		h.Del("Content-Length")
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, io.LimitReader(rc, art.Bytes)); err != nil && a.cfg.Logf != nil {
+		a.cfg.Logf("GET %s: streaming artifact %s: %v", r.URL.Path, art.ArtifactID, err)
+	}
+}
