@@ -133,7 +133,7 @@ func New(cfg Config) http.Handler {
 	}
 	// The inspector (ui): public assets, no token needed to load the page;
 	// its data calls go to the routes above with the tab's bearer.
-	mux.Handle("GET /ui/", ui.Handler())
+	mux.Handle("GET /ui/", a.counted("GET /ui/", ui.Handler().ServeHTTP))
 	toUI := func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) }
 	mux.HandleFunc("GET /{$}", toUI)
 	mux.HandleFunc("GET /ui", toUI)
