@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -307,8 +305,8 @@ func (h *host) open(ctx context.Context) (err error) {
 			},
 		},
 		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.adb, serial) },
-		Sessions:  kvSessions{st: h.store, server: url},
-		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: kvVerifications{h.store},
+		Sessions:  nodes.StoreSessions{KV: h.store, Server: url},
+		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: nodes.StoreVerifications{KV: h.store},
 			TempDir: filepath.Join(cfg.DataDir, "tmp")},
 		Progress: cfg.Progress,
 	})
@@ -396,63 +394,4 @@ func (h *host) Close(ctx context.Context) {
 	if h.store != nil {
 		h.store.Close()
 	}
-}
-
-// kvSessions keeps the Appium session id per Appium server and device serial
-// in the store, so a restarted daemon reuses the session (EnsureDevice's
-// REUSE_OR_CREATE). The key names the server by a hash of its URL: in a
-// fleet the store is shared, and another daemon's Appium does not know the
-// session; the URL may carry credentials.
-type kvSessions struct {
-	st     agent.Store
-	server string
-}
-
-func (k kvSessions) sessionKey(serial string) string {
-	sum := sha256.Sum256([]byte(k.server))
-	return "appium/session/" + hex.EncodeToString(sum[:6]) + "/" + serial
-}
-
-func (k kvSessions) Get(ctx context.Context, serial string) (string, error) {
-	b, err := k.st.GetKV(ctx, k.sessionKey(serial))
-	if errors.Is(err, agent.ErrNotFound) {
-		return "", nil
-	}
-	return string(b), err
-}
-
-func (k kvSessions) Put(ctx context.Context, serial, id string) error {
-	return k.st.PutKV(ctx, k.sessionKey(serial), []byte(id))
-}
-
-func (k kvSessions) Forget(ctx context.Context, serial string) error {
-	return k.st.PutKV(ctx, k.sessionKey(serial), nil)
-}
-
-// kvVerifications keeps the verified signer digests of installed builds.
-type kvVerifications struct{ st agent.Store }
-
-func verificationKey(k nodes.VerificationKey) string {
-	b, _ := json.Marshal(k)
-	return "provision/verified/" + string(b)
-}
-
-func (k kvVerifications) Get(ctx context.Context, key nodes.VerificationKey) ([]string, bool, error) {
-	b, err := k.st.GetKV(ctx, verificationKey(key))
-	if errors.Is(err, agent.ErrNotFound) || (err == nil && len(b) == 0) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	var signers []string
-	if err := json.Unmarshal(b, &signers); err != nil {
-		return nil, false, nil
-	}
-	return signers, true, nil
-}
-
-func (k kvVerifications) Put(ctx context.Context, key nodes.VerificationKey, signers []string) error {
-	b, _ := json.Marshal(signers)
-	return k.st.PutKV(ctx, verificationKey(key), b)
 }
