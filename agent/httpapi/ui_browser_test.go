@@ -25,7 +25,7 @@ func TestUIBrowserRunsTenantsEscaping(t *testing.T) {
 	e := newTenancyEnv(t)
 	ctx := uitest.Browser(t)
 	const wait = 20 * time.Second
-	uitest.Run(t, ctx, wait, "sign-in form", chromedp.Navigate(e.url+"/ui/"), chromedp.WaitVisible("#signin"))
+	uitest.Run(t, ctx, wait, "sign-in form", uitest.CountFetches(), chromedp.Navigate(e.url+"/ui/"), chromedp.WaitVisible("#signin"))
 	uitest.SavePNG(t, ctx, "signin")
 	uitest.Run(t, ctx, wait, "sign in", chromedp.SendKeys("#token", e.tokens["acme"]), chromedp.Click(`#signin button[type="submit"]`),
 		chromedp.WaitVisible("#runs"))
@@ -39,6 +39,27 @@ func TestUIBrowserRunsTenantsEscaping(t *testing.T) {
 		chromedp.WaitVisible(`tr[data-run="`+a+`"][data-status="FINISHED"]`))
 	close(e.node.gate(b))
 	e.waitStatus(b, "FINISHED")
+	// Bounded cost: while runs come and go, the page reads the list once
+	// and holds one stream; it does not poll.
+	var more []string
+	for i := range 8 {
+		id := e.submitAs("acme", `{"serial": "emulator-5554", "apk": "more"}`)
+		more = append(more, id)
+		if i == 0 {
+			close(e.node.gate(id))
+		}
+	}
+	for _, id := range more[1:] {
+		close(e.node.gate(id))
+	}
+	for _, id := range more {
+		uitest.Run(t, ctx, wait, "run "+id+" FINISHED live", chromedp.WaitVisible(`tr[data-run="`+id+`"][data-status="FINISHED"]`))
+	}
+	fetches := uitest.Eval[[]string](t, ctx, `window.__sgFetches.filter((f) => f.includes("/v1/"))`)
+	// The first list answered 401 (sign-in), then one list and one stream.
+	if want := []string{"GET /v1/runs?limit=50", "GET /v1/runs?limit=50", "GET /v1/runs?follow=1"}; strings.Join(fetches, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the runs page's API calls:\n%s\nwant:\n%s", strings.Join(fetches, "\n"), strings.Join(want, "\n"))
+	}
 	// b was submitted first and finished: a leaking stream would have sent it by now.
 	if uitest.Eval[bool](t, ctx, `document.body.innerText.includes("`+b+`") || document.body.innerText.includes("beta")`) {
 		t.Errorf("tenant acme's runs page shows tenant beta's run %s", b)

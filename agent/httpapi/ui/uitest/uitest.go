@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -111,4 +113,24 @@ func SavePNG(t testing.TB, ctx context.Context, name string) string {
 	}
 	t.Logf("page screenshot: %s", p)
 	return p
+}
+
+// CountFetches makes each document the tab loads from now on record its
+// fetch() calls in window.__sgFetches (each "METHOD path?query"), so a
+// test can check what the page asks of the API (one stream, no polling).
+// The recorder is installed through DevTools, before the page's own
+// scripts; the page's CSP does not apply to it.
+func CountFetches() chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `(() => {
+			window.__sgFetches = [];
+			const f = window.fetch;
+			window.fetch = function (input, init) {
+				const u = new URL(typeof input === "string" ? input : input.url, location.href);
+				window.__sgFetches.push(((init && init.method) || "GET") + " " + u.pathname + u.search);
+				return f.apply(this, arguments);
+			};
+		})();`})
+		return chromedp.Void{}, err
+	}
 }
