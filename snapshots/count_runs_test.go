@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -18,13 +19,13 @@ func TestCountRunsByStatus(t *testing.T) {
 			agent.Store
 			agent.RunCounter
 		} {
-			return newEmbedded(t)
+			return testenv.Embedded(t)
 		},
 		"postgres": func(t *testing.T) interface {
 			agent.Store
 			agent.RunCounter
 		} {
-			return newPostgres(t)
+			return testenv.Postgres(t)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

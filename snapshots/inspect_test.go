@@ -10,12 +10,13 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
 func TestInspectAndReplay(t *testing.T) {
 	ctx := t.Context()
-	s := newEmbedded(t)
+	s := testenv.Embedded(t)
 	r := storetest.NewRun("T", "emulator-5554")
 	if err := s.CreateRun(ctx, r); err != nil {
 		t.Fatal(err)

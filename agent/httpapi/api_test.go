@@ -23,7 +23,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // apkNode is the graph's only node: it waits for its run's gate, then
@@ -80,7 +80,7 @@ func prepare(_ context.Context, runID string, body []byte) (agent.Run, error) {
 
 type env struct {
 	t     *testing.T
-	store *snapshots.Embedded
+	store *sqlite.Embedded
 	node  *apkNode
 	url   string
 }
@@ -90,13 +90,13 @@ func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, httpapi.Limits
 // newEnvWith serves the API as serve does (httpapi.NewServer) under limits l.
 func newEnvWith(t *testing.T, l httpapi.Limits) *env {
 	t.Helper()
-	return newEnvConfig(t, func(c *httpapi.Config, _ *snapshots.Embedded) { c.Limits = l })
+	return newEnvConfig(t, func(c *httpapi.Config, _ *sqlite.Embedded) { c.Limits = l })
 }
 
 // newEnvConfig serves the API as serve does, its Config changed by set.
-func newEnvConfig(t *testing.T, set func(*httpapi.Config, *snapshots.Embedded)) *env {
+func newEnvConfig(t *testing.T, set func(*httpapi.Config, *sqlite.Embedded)) *env {
 	t.Helper()
-	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/blobs"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -26,7 +26,7 @@ import (
 // as a page; another tenant's run or artifact is a 404 like an unknown run.
 func TestArtifactsAPI(t *testing.T) {
 	ctx := context.Background()
-	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -59,7 +59,7 @@ func newTenancyEnv(t *testing.T) *tenancyEnv { t.Helper(); return newTenancyEnvW
 // newTenancyEnvWith is newTenancyEnv validating run requests with prepare.
 func newTenancyEnvWith(t *testing.T, prepare service.Preparer) *tenancyEnv {
 	t.Helper()
-	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

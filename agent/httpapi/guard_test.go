@@ -8,7 +8,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 func (e *env) port() string { return e.url[strings.LastIndex(e.url, ":")+1:] }
@@ -103,7 +103,7 @@ func TestBrowserGuardAccepts(t *testing.T) {
 // A name configured with --allowed-host is served (any port when none is
 // given; that port only when one is); others are not.
 func TestAllowedHost(t *testing.T) {
-	e := newEnvConfig(t, func(c *httpapi.Config, _ *snapshots.Embedded) {
+	e := newEnvConfig(t, func(c *httpapi.Config, _ *sqlite.Embedded) {
 		c.AllowedHosts = []string{"agent.lan", "proxy.lan:8443"}
 	})
 	for _, c := range []struct {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -19,8 +19,8 @@ import (
 // tokens the user on the machine (a loopback connection) does.
 func TestReadyzAnonymousVsAdmin(t *testing.T) {
 	var natsDown atomic.Bool
-	var st *snapshots.Embedded
-	e := newEnvConfig(t, func(c *httpapi.Config, s *snapshots.Embedded) {
+	var st *sqlite.Embedded
+	e := newEnvConfig(t, func(c *httpapi.Config, s *sqlite.Embedded) {
 		st = s
 		c.Tokens = s
 		c.Ready = map[string]func(context.Context) error{

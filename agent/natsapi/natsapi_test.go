@@ -18,6 +18,8 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -36,7 +38,7 @@ func (c *committed) Control(ctx context.Context, sc agent.Scope, runID, kind str
 
 type env struct {
 	t     *testing.T
-	store *snapshots.Embedded
+	store *sqlite.Embedded
 	ctl   *committed
 	nc    *nats.Conn // the test's client (the daemon has its own)
 }
@@ -46,7 +48,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(dir, "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, url, err := snapshots.StartEmbeddedNATS(filepath.Join(dir, "nats"))
+	ns, url, err := natsbus.StartEmbeddedNATS(filepath.Join(dir, "nats"))
 	if err != nil {
 		t.Fatal(err)
 	}

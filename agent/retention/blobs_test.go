@@ -10,8 +10,8 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/retention"
-	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/blobs"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -20,7 +20,7 @@ import (
 // names, and a young unnamed one (its step may be about to commit), stay.
 func TestPassSweepsEvidenceBlobs(t *testing.T) {
 	ctx := context.Background()
-	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/pgtest"
+	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 )
 
 var pg struct {
@@ -47,9 +47,9 @@ func newPostgresURL(t *testing.T) string {
 	return url
 }
 
-func openPostgres(t *testing.T, url string) *snapshots.Postgres {
+func openPostgres(t *testing.T, url string) *postgres.Postgres {
 	t.Helper()
-	s, err := snapshots.OpenPostgres(context.Background(), url, snapshots.PostgresOptions{NoListen: true})
+	s, err := postgres.OpenPostgres(context.Background(), url, postgres.PostgresOptions{NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // gateNode is the graph's only node: each attempt tells started its run id
@@ -104,14 +104,14 @@ func (g *gateNode) noStart(t *testing.T, d time.Duration) {
 
 type fixture struct {
 	t     *testing.T
-	store *snapshots.Embedded
+	store *sqlite.Embedded
 	node  *gateNode
 	graph *agent.Graph
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/nodes"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // tenantKeys are spellings of the key "tenantId": exact, escaped (the same
@@ -57,7 +57,7 @@ func FuzzSubmitTenant(f *testing.F) {
 		}
 		f.Add([]byte(b), "", true)
 	}
-	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(f.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(f.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/policy"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // BenchmarkEngineOverheadPerNode: the engine on the real embedded store
@@ -24,7 +24,7 @@ import (
 // node steps with their events + snapshot, finish).
 func BenchmarkEngineOverheadPerNode(b *testing.B) {
 	ctx := context.Background()
-	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(b.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(b.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

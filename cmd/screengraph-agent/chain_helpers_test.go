@@ -27,7 +27,7 @@ import (
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/fixtures"
 	"github.com/screengraph/screengraph-agent/nodes"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 const appPkg = "com.example.app"
@@ -137,9 +137,9 @@ func runCLI(t testing.TB, c runCmd) cliResult {
 }
 
 // openStore opens the data dir's embedded store (no host may be open on it).
-func (e *chainEnv) openStore(t testing.TB) *snapshots.Embedded {
+func (e *chainEnv) openStore(t testing.TB) *sqlite.Embedded {
 	t.Helper()
-	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(e.dataDir, "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(e.dataDir, "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
 )
 
 var setupOrder = []string{nodes.NodeEnsureDevice, nodes.NodeProvisionApp, nodes.NodeLaunchOrAttach, nodes.NodeWaitIdle}
@@ -110,7 +111,7 @@ func checkJetStream(t *testing.T, js jetstream.JetStream, evs []agent.Event) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := snapshots.StreamConfig(); !slices.Equal(info.Config.Subjects, want.Subjects) || info.Config.Duplicates != want.Duplicates {
+	if want := natsbus.StreamConfig(); !slices.Equal(info.Config.Subjects, want.Subjects) || info.Config.Duplicates != want.Duplicates {
 		t.Errorf("stream config %v dup %v, want %v %v", info.Config.Subjects, info.Config.Duplicates, want.Subjects, want.Duplicates)
 	}
 	runID := evs[0].RunID

@@ -22,6 +22,7 @@ import (
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/policy"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // apiEnv is the real HTTP API over a real run service on the embedded store
@@ -30,7 +31,7 @@ import (
 // the test closes gate.
 type apiEnv struct {
 	svc  *service.Service
-	st   *snapshots.Embedded
+	st   *sqlite.Embedded
 	url  string
 	gate chan struct{}
 }
@@ -38,7 +39,7 @@ type apiEnv struct {
 func newAPIEnv(t *testing.T, opts ...func(*service.Config)) *apiEnv {
 	t.Helper()
 	ctx := context.Background()
-	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +427,7 @@ func TestRunsResumeRefusedBesideDaemon(t *testing.T) {
 func TestRunsResumeUnknownOrEndedRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +463,7 @@ func TestRunsResumeUnknownOrEndedRun(t *testing.T) {
 func TestRunsResumeFinishesPausedRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +523,7 @@ func TestRunsResumeFinishesPausedRun(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || !rep.Success || rep.Status != agent.RunFinished || len(rep.Outputs) != 4 {
 		t.Fatalf("runs resume: %v\n%s", err, out)
 	}
-	st, err = snapshots.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), snapshots.EmbeddedOptions{})
+	st, err = sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,10 @@ import (
 	"github.com/screengraph/screengraph-agent/policy"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/blobs"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/postgres"
+	"github.com/screengraph/screengraph-agent/snapshots/relay"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // hostConfig is what a single host runs with: the embedded default store, a
@@ -40,7 +44,7 @@ type hostConfig struct {
 	// embedded server; 3 on a three-node cluster).
 	NATSReplicas int
 	// StreamMaxAge and StreamMaxBytes limit the AGENT_EVENTS stream (0:
-	// snapshots.DefaultStreamMaxAge and DefaultStreamMaxBytes).
+	// natsbus.DefaultStreamMaxAge and DefaultStreamMaxBytes).
 	StreamMaxAge   time.Duration
 	StreamMaxBytes int64
 	ADBServer      string // host:port
@@ -77,16 +81,16 @@ type hostConfig struct {
 func (c hostConfig) streamLimits() (time.Duration, int64) {
 	maxAge, maxBytes := c.StreamMaxAge, c.StreamMaxBytes
 	if maxAge <= 0 {
-		maxAge = snapshots.DefaultStreamMaxAge
+		maxAge = natsbus.DefaultStreamMaxAge
 	}
 	if maxBytes <= 0 {
-		maxBytes = snapshots.DefaultStreamMaxBytes
+		maxBytes = natsbus.DefaultStreamMaxBytes
 	}
 	return maxAge, maxBytes
 }
 
 // hostStore is what the host needs of a store: runs, events, outbox and
-// device leases (snapshots.Embedded on one host, snapshots.Postgres in a
+// device leases (sqlite.Embedded on one host, postgres.Postgres in a
 // fleet).
 type hostStore interface {
 	agent.Store
@@ -106,7 +110,7 @@ type host struct {
 	nats     *server.Server
 	nc       *nats.Conn
 	pub      agent.Publisher
-	relay    *snapshots.Relay
+	relay    *relay.Relay
 	relayErr chan error
 	stopRly  context.CancelFunc
 	adb      *adb.Client
@@ -169,13 +173,13 @@ func (h *host) open(ctx context.Context) (err error) {
 	if cfg.DatabaseURL != "" {
 		// Migrates under goose's advisory lock: daemons starting together
 		// migrate once.
-		pg, err := snapshots.OpenPostgres(ctx, cfg.DatabaseURL, snapshots.PostgresOptions{Log: cfg.Log})
+		pg, err := postgres.OpenPostgres(ctx, cfg.DatabaseURL, postgres.PostgresOptions{Log: cfg.Log})
 		if err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "Postgres %s", agent.RedactString(cfg.DatabaseURL))
 		}
 		h.store = pg
 	} else {
-		emb, err := snapshots.OpenEmbedded(ctx, filepath.Join(cfg.DataDir, "agent.db"), snapshots.EmbeddedOptions{})
+		emb, err := sqlite.OpenEmbedded(ctx, filepath.Join(cfg.DataDir, "agent.db"), sqlite.EmbeddedOptions{})
 		if err != nil {
 			return agent.Wrap(agent.ErrProcess, err, "embedded store")
 		}
@@ -212,7 +216,7 @@ func (h *host) open(ctx context.Context) (err error) {
 		// The in-process NATS server keeps its JetStream files in the data
 		// dir, so events published survive a restart (the outbox holds the
 		// unpublished ones anyway).
-		o := snapshots.EmbeddedNATSOptions{Dir: filepath.Join(cfg.DataDir, "nats")}
+		o := natsbus.EmbeddedNATSOptions{Dir: filepath.Join(cfg.DataDir, "nats")}
 		if cfg.NATSListen != "" {
 			host, port, err := net.SplitHostPort(cfg.NATSListen)
 			if err != nil {
@@ -226,26 +230,26 @@ func (h *host) open(ctx context.Context) (err error) {
 		if cfg.NATSAuth != nil {
 			o.Auth, natsAuth = cfg.NATSAuth(h.store)
 		}
-		if h.nats, h.NATSClientURL, err = snapshots.StartEmbeddedNATSWith(o); err != nil {
+		if h.nats, h.NATSClientURL, err = natsbus.StartEmbeddedNATSWith(o); err != nil {
 			return agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.NATSListen)
 		}
 	}
 	if cfg.NATSURL == "" {
-		if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL, natsAuth...); err != nil {
+		if h.nc, err = natsbus.ConnectNATS(h.NATSClientURL, natsAuth...); err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
 		}
-		if h.pub, err = snapshots.NewJetStreamPublisher(ctx, h.nc, snapshots.WithStreamLimits(cfg.streamLimits())); err != nil {
+		if h.pub, err = natsbus.NewJetStreamPublisher(ctx, h.nc, natsbus.WithStreamLimits(cfg.streamLimits())); err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "NATS JetStream")
 		}
 	} else {
 		// An external NATS (a fleet's cluster) may be down while the daemon
 		// starts: runs go on, their events wait in the outbox, and the relay
 		// publishes once the cluster answers.
-		if h.nc, err = snapshots.ConnectNATS(h.NATSClientURL, nats.RetryOnFailedConnect(true)); err != nil {
+		if h.nc, err = natsbus.ConnectNATS(h.NATSClientURL, nats.RetryOnFailedConnect(true)); err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
 		}
 		maxAge, maxBytes := cfg.streamLimits()
-		lp := snapshots.NewLazyPublisher(h.nc, snapshots.StreamConfigLimited(max(cfg.NATSReplicas, 1), maxAge, maxBytes))
+		lp := natsbus.NewLazyPublisher(h.nc, natsbus.StreamConfigLimited(max(cfg.NATSReplicas, 1), maxAge, maxBytes))
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := lp.Ready(rctx); err != nil {
 			cfg.Log.Warn().Err(err).Str("nats", agent.RedactString(h.NATSClientURL)).Msg("NATS JetStream not ready; events wait in the outbox until it is")
@@ -255,7 +259,7 @@ func (h *host) open(ctx context.Context) (err error) {
 	}
 	// Runs publish side by side (each strictly in order): a daemon drives
 	// up to one run per device, and 4 at a time left 32 devices queueing.
-	h.relay = &snapshots.Relay{Store: h.store, Publisher: h.pub, Log: cfg.Log, Concurrency: 64}
+	h.relay = &relay.Relay{Store: h.store, Publisher: h.pub, Log: cfg.Log, Concurrency: 64}
 	rctx, cancel := context.WithCancel(context.Background())
 	h.stopRly = cancel
 	h.relayErr = make(chan error, 1)

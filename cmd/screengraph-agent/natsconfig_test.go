@@ -19,6 +19,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
 )
 
 // The configuration `nats-config` prints, loaded by Debian's nats-server
@@ -89,11 +90,11 @@ func TestNATSConfigOnNATSServer(t *testing.T) {
 	}
 
 	// The daemon's user: the stream and two runs' events.
-	dc, err := dialNATS(t, url, nats.UserInfo(snapshots.DaemonNATSUser, "daemon-secret"))
+	dc, err := dialNATS(t, url, nats.UserInfo(natsbus.DaemonNATSUser, "daemon-secret"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := snapshots.NewJetStreamPublisher(context.Background(), dc.nc)
+	pub, err := natsbus.NewJetStreamPublisher(context.Background(), dc.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,12 +104,12 @@ func TestNATSConfigOnNATSServer(t *testing.T) {
 		}
 	}
 	for name, opts := range map[string][]nats.Option{"no": nil, "revoked": {nats.UserInfo(gone.ID, gone.Token)},
-		"another id": {nats.UserInfo(beta.ID, acme.Token)}, "daemon, wrong password": {nats.UserInfo(snapshots.DaemonNATSUser, acme.Token)}} {
+		"another id": {nats.UserInfo(beta.ID, acme.Token)}, "daemon, wrong password": {nats.UserInfo(natsbus.DaemonNATSUser, acme.Token)}} {
 		if _, err := dialNATS(t, url, opts...); !errors.Is(err, nats.ErrAuthorization) {
 			t.Errorf("connect with %s credentials: %v, want an authorization violation", name, err)
 		}
 	}
-	ac, err := dialNATS(t, url, nats.UserInfo(acme.ID, acme.Token), nats.CustomInboxPrefix(snapshots.TenantInboxPrefix("acme")))
+	ac, err := dialNATS(t, url, nats.UserInfo(acme.ID, acme.Token), nats.CustomInboxPrefix(natsbus.TenantInboxPrefix("acme")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -19,7 +19,7 @@ func TestRunsPrune(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := storetest.NewClock(time.Now().Add(-48 * time.Hour))
-	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), snapshots.EmbeddedOptions{Clock: clock})
+	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/retention"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // storeFlags locate the embedded store.
@@ -25,15 +26,15 @@ func (f storeFlags) dir() (string, error) {
 	if f.DataDir != "" {
 		return f.DataDir, nil
 	}
-	return snapshots.DataDir()
+	return sqlite.DataDir()
 }
 
-func (f storeFlags) open(ctx context.Context) (*snapshots.Embedded, error) {
+func (f storeFlags) open(ctx context.Context) (*sqlite.Embedded, error) {
 	dir, err := f.dir()
 	if err != nil {
 		return nil, err
 	}
-	return snapshots.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), snapshots.EmbeddedOptions{})
+	return sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
 }
 
 type runsCmd struct {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -58,7 +58,7 @@ func TestRunsListCursor(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(dir, "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

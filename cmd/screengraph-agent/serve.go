@@ -34,6 +34,9 @@ import (
 	"github.com/screengraph/screengraph-agent/device/artifacts"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/relay"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // DefaultListen is where the daemon's HTTP API listens, and where the CLI's
@@ -128,20 +131,20 @@ type serveCmd struct {
 }
 
 // relayMetrics are the outbox relay's counters since the daemon started.
-func relayMetrics(r *snapshots.Relay) []prometheus.Collector {
-	counter := func(name, help string, v func(snapshots.RelayStats) int64) prometheus.Collector {
+func relayMetrics(r *relay.Relay) []prometheus.Collector {
+	counter := func(name, help string, v func(relay.RelayStats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(v(r.Stats())) })
 	}
 	return []prometheus.Collector{
 		counter("screengraph_relay_published_total", "Outbox rows the relay published (acknowledged by JetStream) and marked published.",
-			func(s snapshots.RelayStats) int64 { return s.Published }),
+			func(s relay.RelayStats) int64 { return s.Published }),
 		counter("screengraph_relay_failures_total", "Relay publishing attempts that stopped on an error (each followed by a back-off).",
-			func(s snapshots.RelayStats) int64 { return s.Failures }),
+			func(s relay.RelayStats) int64 { return s.Failures }),
 		counter("screengraph_relay_parked_total", "Outbox rows the relay parked instead of publishing: their message can never be published (over the NATS server's max_payload); listed by GET /v1/outbox/parked.",
-			func(s snapshots.RelayStats) int64 { return s.Parked }),
+			func(s relay.RelayStats) int64 { return s.Parked }),
 		counter("screengraph_relay_pass_by_pass_total", "Times the streaming relay found other publishers on the stream and published pass by pass for 30 s.",
-			func(s snapshots.RelayStats) int64 { return s.PassByPass }),
+			func(s relay.RelayStats) int64 { return s.PassByPass }),
 	}
 }
 
@@ -165,7 +168,7 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	k := koanf.New(".")
 	defaults := map[string]any{
 		"listen": DefaultListen, "nats-listen": "127.0.0.1:4222", "tenant": "local", "lease-ttl": "30s", "nats-replicas": 1,
-		"retention": retention.DefaultRetention.String(), "stream-max-bytes": snapshots.DefaultStreamMaxBytes,
+		"retention": retention.DefaultRetention.String(), "stream-max-bytes": natsbus.DefaultStreamMaxBytes,
 		"adb-server": adbAddr(""),
 	}
 	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
@@ -206,7 +209,7 @@ func (c *serveCmd) load() (daemonConfig, error) {
 		return daemonConfig{}, agent.Wrap(agent.ErrInvalidRequest, err, "configuration")
 	}
 	if cfg.DataDir == "" {
-		d, err := snapshots.DataDir()
+		d, err := sqlite.DataDir()
 		if err != nil {
 			return cfg, err
 		}
@@ -502,7 +505,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 				_, err := h.adb.ServerVersion(ctx)
 				return err
 			},
-			"outbox": (&snapshots.OutboxWatch{Counter: h.store, Relay: h.relay}).Check,
+			"outbox": (&relay.OutboxWatch{Counter: h.store, Relay: h.relay}).Check,
 			"nats": func(ctx context.Context) error {
 				if !h.nc.IsConnected() {
 					return errors.New("not connected to " + agent.RedactString(h.NATSClientURL))

@@ -23,6 +23,8 @@ import (
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // tenantConn is a NATS connection that records the server's permissions
@@ -119,7 +121,7 @@ func TestServeTenantIsolation(t *testing.T) {
 	}
 
 	// Both runs wait PENDING: their devices are leased to another holder.
-	st, err := snapshots.OpenEmbedded(context.Background(), filepath.Join(d.dataDir, "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(d.dataDir, "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +250,7 @@ func TestServeTenantIsolation(t *testing.T) {
 		}
 	}
 	tenant := func(tok, name string) *tenantConn {
-		c, err := dialNATS(t, d.NATSURL(), nats.Token(tok), nats.CustomInboxPrefix(snapshots.TenantInboxPrefix(name)))
+		c, err := dialNATS(t, d.NATSURL(), nats.Token(tok), nats.CustomInboxPrefix(natsbus.TenantInboxPrefix(name)))
 		if err != nil {
 			t.Fatalf("NATS connect as %s: %v", name, err)
 		}
@@ -355,7 +357,7 @@ func TestServeTenantIsolation(t *testing.T) {
 	}
 	// acme's own JetStream consumer replays acme's run only.
 	pc, err := ajs.CreateOrUpdatePushConsumer(context.Background(), snapshots.StreamName, jetstream.ConsumerConfig{Name: "mine",
-		FilterSubject: "agent.events.acme.>", DeliverSubject: snapshots.TenantInboxPrefix("acme") + ".mine"})
+		FilterSubject: "agent.events.acme.>", DeliverSubject: natsbus.TenantInboxPrefix("acme") + ".mine"})
 	if err != nil {
 		t.Fatalf("acme's own consumer: %v", err)
 	}

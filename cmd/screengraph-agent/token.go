@@ -23,7 +23,9 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/postgres"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 type tokenCmd struct {
@@ -49,7 +51,7 @@ type tokenStore interface {
 
 func (f tokenStoreFlags) open(ctx context.Context) (tokenStore, error) {
 	if f.DatabaseURL != "" {
-		s, err := snapshots.OpenPostgres(ctx, f.DatabaseURL, snapshots.PostgresOptions{NoListen: true})
+		s, err := postgres.OpenPostgres(ctx, f.DatabaseURL, postgres.PostgresOptions{NoListen: true})
 		if err != nil {
 			return nil, agent.Wrap(agent.ErrNetwork, err, "Postgres %s", agent.RedactString(f.DatabaseURL))
 		}
@@ -57,13 +59,13 @@ func (f tokenStoreFlags) open(ctx context.Context) (tokenStore, error) {
 	}
 	dir := f.DataDir
 	if dir == "" {
-		d, err := snapshots.DataDir()
+		d, err := sqlite.DataDir()
 		if err != nil {
 			return nil, err
 		}
 		dir = d
 	}
-	s, err := snapshots.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), snapshots.EmbeddedOptions{})
+	s, err := sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		return nil, agent.Wrap(agent.ErrProcess, err, "embedded store in %s", dir)
 	}
@@ -215,14 +217,14 @@ func (c *natsConfigCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
 	}
-	return snapshots.WriteNATSAuthConfig(os.Stdout, string(dh), ts)
+	return natsbus.WriteNATSAuthConfig(os.Stdout, string(dh), ts)
 }
 
 // serveTenancy wires API tokens into serve: the store's tokens for the HTTP
 // API (nil when the store has none of its own), and for the embedded NATS
 // server the authenticator with the daemon's own secret (random per start)
 // and the option its own connection needs. Enforced only once the store holds
-// a token (see httpapi and snapshots.NATSTokenAuth).
+// a token (see httpapi and natsbus.NATSTokenAuth).
 func serveTenancy(logf func(format string, args ...any)) func(st agent.Store) (server.Authentication, []nats.Option) {
 	return func(st agent.Store) (server.Authentication, []nats.Option) {
 		ts, ok := st.(agent.Tokens)
@@ -234,7 +236,7 @@ func serveTenancy(logf func(format string, args ...any)) func(st agent.Store) (s
 			// crypto/rand failing: leave the server closed to tokens rather than open.
 			panic(err)
 		}
-		return &snapshots.NATSTokenAuth{Tokens: ts, Internal: internal, Logf: logf}, []nats.Option{nats.Token(internal)}
+		return &natsbus.NATSTokenAuth{Tokens: ts, Internal: internal, Logf: logf}, []nats.Option{nats.Token(internal)}
 	}
 }
 

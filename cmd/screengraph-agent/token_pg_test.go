@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/pgtest"
+	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 )
 
 // token create|list|revoke against a fleet's Postgres (--database-url):
@@ -43,7 +43,7 @@ func TestTokenCommandsOnPostgres(t *testing.T) {
 	if !strings.Contains(list, ct.ID) || strings.Contains(list, ct.Token) || strings.Contains(list, agent.HashToken(ct.Token)) {
 		t.Errorf("token list:\n%s", list)
 	}
-	st, err := snapshots.OpenPostgres(context.Background(), url, snapshots.PostgresOptions{NoListen: true})
+	st, err := postgres.OpenPostgres(context.Background(), url, postgres.PostgresOptions{NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

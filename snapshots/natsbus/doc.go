@@ -1,0 +1,8 @@
+// Package natsbus is the NATS side of the agent: the embedded NATS server
+// of the single-host default (StartEmbeddedNATS), the AGENT_EVENTS stream's
+// config and limits (StreamConfig, EnsureStream), the JetStream publisher
+// (JetStreamPublisher: one event at a time, ordered pipelined windows,
+// chains kept across calls; LazyPublisher until the server is reachable),
+// and NATS auth from the daemon's API tokens (NATSTokenAuth, per-tenant
+// permissions).
+package natsbus

@@ -1,0 +1,146 @@
+package snapshots
+
+import (
+	"context"
+	"errors"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// OutboxParker is implemented by stores whose outbox rows can be parked:
+// ParkOutbox takes the unpublished row (run, sequence) out of the queue
+// (published_at set, so the relay goes on with the rows behind it) and
+// records parked_at and reason (migration 00005). A row already published
+// or parked is left as is.
+type OutboxParker interface {
+	ParkOutbox(ctx context.Context, runID string, sequence int64, reason string) error
+}
+
+// ClaimParker is implemented by OutboxClaims that park a claimed row inside
+// the claim's transaction (the claim holds the row's lock).
+type ClaimParker interface {
+	Park(ctx context.Context, runID string, sequence int64, reason string) error
+}
+
+// OutboxCounter is implemented by stores that count their outbox rows with
+// one grouped query: rows waiting to be published, and rows parked.
+type OutboxCounter interface {
+	OutboxCounts(ctx context.Context) (unpublished, parked int64, err error)
+}
+
+// Notifier is implemented by stores that signal their commits: the channel
+// receives (without blocking the writer, coalesced) after every CommitStep
+// that wrote events, so the relay drains at once instead of waiting for its
+// poll interval. One consumer per store.
+type Notifier interface {
+	Commits() <-chan struct{}
+}
+
+// StepEventer is implemented by stores that know which events were committed
+// with which snapshot (run_events.step_ordinal): Replay uses it.
+type StepEventer interface {
+	StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error)
+}
+
+// UpToMarker is implemented by stores that mark a run's outbox prefix in one
+// statement: every unpublished row of the run with sequence <= upTo. The
+// relay uses it to mark acked rows in groups instead of one write each.
+type UpToMarker interface {
+	MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error)
+}
+
+// OutboxCursor is implemented by stores whose outbox has a single relay and
+// whose row ids grow in commit order (the embedded store: one writer, ids
+// from AUTOINCREMENT). UnpublishedAfter returns up to limit unpublished rows
+// with an outbox id above after, in id order (each run's in sequence order),
+// and the id of the last one returned (after itself when none).
+type OutboxCursor interface {
+	UnpublishedAfter(ctx context.Context, after int64, limit int) (rows []agent.OutboxRow, last int64, err error)
+}
+
+// MultiUpToMarker is implemented by stores that mark several runs' outbox
+// prefixes in one transaction: for each entry of upTo (run id -> sequence),
+// what MarkPublishedUpTo does. The relay marks a whole pipelined window with
+// one write instead of one per run. It returns how many rows it marked; on
+// an error nothing is marked.
+type MultiUpToMarker interface {
+	MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64) (int, error)
+}
+
+// Requeuer is implemented by stores that can enqueue published events again
+// (operator recovery after a stream was lost; tests of deduplication). It
+// clears published_at of the run's outbox rows with sequence >= from and
+// returns how many rows it reset.
+type Requeuer interface {
+	Requeue(ctx context.Context, runID string, fromSequence int64) (int, error)
+}
+
+// OutboxClaimer is implemented by stores that several relays drain at once
+// (Postgres, one outbox for a fleet of daemons). ClaimOutbox locks the head
+// row (lowest unpublished sequence) of up to maxRuns runs whose head no other
+// claim holds and returns up to rowsPerRun unpublished rows of each, in
+// sequence order; the claim holds those runs until Finish or Release. Two
+// open claims never share a run, so each run is published by one relay at a
+// time and strictly in order.
+type OutboxClaimer interface {
+	ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (OutboxClaim, error)
+}
+
+// OutboxClaim is one open claim of ClaimOutbox.
+type OutboxClaim interface {
+	// Runs are the claimed runs' rows: one slice per run, in sequence order,
+	// starting at the run's first unpublished row. Empty: nothing to claim.
+	Runs() [][]agent.OutboxRow
+	// Finish marks each run's rows with sequence <= ackedUpTo[runID]
+	// published and ends the claim (commits), returning how many rows it
+	// marked. If it fails nothing is marked and the runs are free again.
+	Finish(ctx context.Context, ackedUpTo map[string]int64) (int, error)
+	// Release ends the claim without marking anything.
+	Release()
+}
+
+// OrderedPublisher is implemented by publishers that pipeline many rows at
+// once and still keep each run strictly in order (JetStreamPublisher, with
+// JetStream's expected-sequence headers). rows hold several runs' rows, each
+// run's in sequence order starting at its next unpublished row; ok[i] tells
+// whether rows[i] was acknowledged (stored, or a duplicate of a stored
+// event). The promise: a row of a run is stored only directly after the
+// run's previous row, so after a failure of row n no later row of the run is
+// in the stream. err reports the first failure.
+type OrderedPublisher interface {
+	PublishOrdered(ctx context.Context, rows []agent.OutboxRow) (ok []bool, err error)
+}
+
+// PayloadLimiter is implemented by publishers that know the largest message
+// their server accepts (NATS: the server's max_payload, from its INFO).
+type PayloadLimiter interface {
+	MaxPayload() int64
+}
+
+// ChainPublisher publishes outbox rows as one chain kept across calls, for a
+// relay that is the stream's only writer (the embedded store's): rows go out
+// as they are committed, without waiting for the acks of the rows before.
+type ChainPublisher interface {
+	// SendChain sends row without waiting for its ack. Unless row is the
+	// chain's first (after ResetChain), it carries
+	// Nats-Expected-Last-Msg-Id = the previous row sent, so JetStream stores
+	// the rows sent as a prefix of them, back to back: after a row is lost
+	// or rejected, every later one is rejected too. The caller sends a
+	// chain's first row only when every earlier row of its run is stored.
+	SendChain(ctx context.Context, row agent.OutboxRow) (ChainAck, error)
+	// ResetChain makes the next row sent the first of a new chain.
+	ResetChain()
+}
+
+// ChainAck is a sent row's acknowledgement.
+type ChainAck interface {
+	// Wait returns when the stream answered or ctx ended: nil when the row
+	// is stored; duplicate when the stream had it already (it stored
+	// nothing: the stream's last message is another one).
+	Wait(ctx context.Context) (duplicate bool, err error)
+}
+
+// ErrNotConnected: SendChain while the NATS connection is down. Rows are not
+// queued in the client's reconnect buffer (they would be sent again anyway
+// after the relay's back-off).
+var ErrNotConnected = errors.New("snapshots: NATS connection is down")

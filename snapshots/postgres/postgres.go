@@ -1,0 +1,657 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/rs/zerolog"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/migrations"
+	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
+)
+
+// OutboxChannel is the Postgres NOTIFY channel a CommitStep signals (payload:
+// the run id), so relays on other hosts wake at once.
+const OutboxChannel = "screengraph_outbox"
+
+// Postgres is the fleet store (pgx v5 pool). CommitStep locks the run's row
+// (SELECT … FOR UPDATE), so commits of one run serialize while runs proceed in
+// parallel; the unique constraints stay the last line of defense.
+type Postgres struct {
+	pool  *pgxpool.Pool
+	clock agent.Clock
+	// leaseClock: nil = the database's clock (PostgresOptions.LeaseClock).
+	leaseClock agent.Clock
+	log        zerolog.Logger
+	commits    chan struct{}
+	stop       context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+var (
+	_ agent.Store           = (*Postgres)(nil)
+	_ snapshots.Notifier    = (*Postgres)(nil)
+	_ snapshots.StepEventer = (*Postgres)(nil)
+	_ snapshots.Requeuer    = (*Postgres)(nil)
+	_ snapshots.UpToMarker  = (*Postgres)(nil)
+)
+
+// PostgresOptions tune OpenPostgres; the zero value is the default.
+type PostgresOptions struct {
+	// Clock stamps runs, events and control rows (default the system clock).
+	Clock agent.Clock
+	// LeaseClock, when set, replaces the database's clock for device lease
+	// times (acquired, renewed, expires, released) and the fence check: for
+	// tests that move time. Unset (production), those times are read from
+	// the Postgres server (clock_timestamp()), so every daemon of a fleet
+	// sees one clock, whatever its own says.
+	LeaseClock agent.Clock
+	// SkipMigrate leaves the schema alone (a read-only role, `runs inspect`).
+	SkipMigrate bool
+	// NoListen skips the LISTEN connection: Commits() then only reports this
+	// process's commits.
+	NoListen bool
+	Log      zerolog.Logger
+}
+
+// OpenPostgres connects to url (postgres://…), applies pending migrations
+// (under goose's advisory lock, so daemons starting together migrate once)
+// and LISTENs on OutboxChannel.
+func OpenPostgres(ctx context.Context, url string, o PostgresOptions) (*Postgres, error) {
+	if o.Clock == nil {
+		o.Clock = agent.SystemClock{}
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("snapshots: postgres: %w", err)
+	}
+	if !o.SkipMigrate {
+		db := stdlib.OpenDBFromPool(pool)
+		_, err := migrations.Up(ctx, db, migrations.Postgres)
+		db.Close()
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	s := &Postgres{pool: pool, clock: o.Clock, leaseClock: o.LeaseClock, log: o.Log, commits: make(chan struct{}, 1), stop: cancel}
+	if !o.NoListen {
+		s.wg.Add(1)
+		go s.listen(lctx)
+	}
+	return s, nil
+}
+
+// Pool is the underlying pool.
+func (s *Postgres) Pool() *pgxpool.Pool { return s.pool }
+
+// Commits implements Notifier: this process's commits and, through LISTEN,
+// every other writer's.
+func (s *Postgres) Commits() <-chan struct{} { return s.commits }
+
+func (s *Postgres) wake() {
+	select {
+	case s.commits <- struct{}{}:
+	default:
+	}
+}
+
+// listen keeps one connection LISTENing; after a lost connection it
+// reconnects, re-LISTENs and wakes the relay once (it may have missed
+// notifications meanwhile).
+func (s *Postgres) listen(ctx context.Context) {
+	defer s.wg.Done()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := s.pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "LISTEN "+OutboxChannel); err != nil {
+				conn.Conn().Close(context.Background())
+				return err
+			}
+			s.wake()
+			backoff = 100 * time.Millisecond
+			for {
+				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+					// The connection is in an unknown state: do not return it to the pool.
+					conn.Conn().Close(context.Background())
+					return err
+				}
+				s.wake()
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn().Err(err).Msg("postgres outbox LISTEN lost; reconnecting")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// Close stops the listener and closes the pool.
+func (s *Postgres) Close() error {
+	s.stop()
+	s.wg.Wait()
+	s.pool.Close()
+	return nil
+}
+
+func pgConstraint(err error, code, constraint string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code && (constraint == "" || pe.ConstraintName == constraint)
+}
+
+const (
+	pgUniqueViolation     = "23505"
+	pgForeignKeyViolation = "23503"
+)
+
+func jsonArg(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// CreateRun: see Embedded.CreateRun.
+func (s *Postgres) CreateRun(ctx context.Context, r agent.Run) error {
+	r, err := storekit.NormalizeRun(r, s.clock)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)`,
+		r.RunID, r.TenantID, r.ProjectID, string(r.Status), r.Serial, r.Graph, jsonArg(r.Input), r.PolicyVersion, r.CreatedAt, r.UpdatedAt)
+	if pgConstraint(err, pgUniqueViolation, "runs_pkey") {
+		return fmt.Errorf("run %s: %w", r.RunID, snapshots.ErrRunExists)
+	}
+	return err
+}
+
+const pgRunColumns = `run_id, tenant_id, project_id, status, serial, graph, input::text, policy_version, created_at, updated_at`
+
+func pgScanRun(row pgx.Row) (agent.Run, error) {
+	var (
+		r      agent.Run
+		status string
+		input  *string
+	)
+	err := row.Scan(&r.RunID, &r.TenantID, &r.ProjectID, &status, &r.Serial, &r.Graph, &input, &r.PolicyVersion, &r.CreatedAt, &r.UpdatedAt)
+	r.Status = agent.RunStatus(status)
+	if input != nil {
+		r.Input = []byte(*input)
+	}
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return r, err
+}
+
+// GetRun: see Embedded.GetRun.
+func (s *Postgres) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
+	if err := sc.Valid(); err != nil {
+		return agent.Run{}, err
+	}
+	r, err := pgScanRun(s.pool.QueryRow(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE run_id = $1`, runID))
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !sc.Sees(r.TenantID)) {
+		return agent.Run{}, storekit.RunNotSeen(runID)
+	}
+	return r, err
+}
+
+// ListRuns: see Embedded.ListRuns.
+func (s *Postgres) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
+	if err := sc.Valid(); err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + pgRunColumns + ` FROM runs WHERE true`
+	var args []any
+	if !sc.IsAdmin() {
+		args = append(args, sc.TenantID())
+		q += fmt.Sprintf(` AND tenant_id = $%d`, len(args))
+	}
+	if len(f.Status) > 0 {
+		ss := make([]string, len(f.Status))
+		for i, st := range f.Status {
+			ss[i] = string(st)
+		}
+		args = append(args, ss)
+		q += fmt.Sprintf(` AND status = ANY($%d)`, len(args))
+	}
+	if f.Serial != "" {
+		args = append(args, f.Serial)
+		q += fmt.Sprintf(` AND serial = $%d`, len(args))
+	}
+	if f.After != nil {
+		args = append(args, storekit.StoreTime(f.After.CreatedAt), f.After.RunID)
+		q += fmt.Sprintf(` AND (created_at, run_id) < ($%d, $%d)`, len(args)-1, len(args))
+	}
+	q += ` ORDER BY created_at DESC, run_id DESC`
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(` LIMIT $%d`, len(args))
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Run
+	for rows.Next() {
+		r, err := pgScanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// CommitStep: see Embedded.CommitStep. The run's row is locked first, so the
+// CAS and the sequence check see every earlier commit of the run; a
+// NOTIFY on OutboxChannel is sent at commit.
+func (s *Postgres) CommitStep(ctx context.Context, st agent.Step) error {
+	evs, err := storekit.PrepareStep(st)
+	if err != nil {
+		return err
+	}
+	now := storekit.StoreTime(s.clock.Now())
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+
+	var tenant, status string
+	err = tx.QueryRow(ctx, `SELECT tenant_id, status FROM runs WHERE run_id = $1 FOR UPDATE`, st.RunID).Scan(&tenant, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	var last int64
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = $1`, st.RunID).Scan(&last); err != nil {
+		return err
+	}
+	if err := storekit.CheckStepAgainstRun(st, evs, tenant, agent.RunStatus(status), last); err != nil {
+		return err
+	}
+	if f := st.Fence; f != nil {
+		// FOR SHARE: a takeover (which updates the row) waits for this commit,
+		// so no step commits after its lease was released.
+		var leaseNow time.Time
+		l, err := pgScanLease(withExtra(tx.QueryRow(ctx, `SELECT `+storekit.LeaseCols+`, `+pgNow(3)+` FROM device_leases WHERE serial = $1 AND fencing_token = $2 FOR SHARE`,
+			f.Serial, f.Token, s.leaseClockArg()), &leaseNow))
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if err := storekit.CheckFence(f, l, err == nil, leaseNow.UTC()); err != nil {
+			return err
+		}
+	}
+	if err := s.takeControl(ctx, tx, st, now); err != nil {
+		return err
+	}
+	if st.StatusTo != "" {
+		if _, err := tx.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3 AND status = $4`,
+			string(st.StatusTo), now, st.RunID, status); err != nil {
+			return err
+		}
+	}
+	var step *int
+	if st.Snapshot != nil {
+		step = &st.Snapshot.StepOrdinal
+	}
+	if len(evs) > 0 {
+		b := &pgx.Batch{}
+		for _, e := range evs {
+			b.Queue(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9)`,
+				e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.PayloadJSON, e.Checksum, e.Envelope, step)
+			b.Queue(`INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES ($1, $2, $3, $4, $5)`,
+				e.RunID, e.Sequence, e.EventID, e.Subject, e.Envelope)
+		}
+		b.Queue(`SELECT pg_notify($1, $2)`, OutboxChannel, st.RunID)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			switch {
+			case pgConstraint(err, pgUniqueViolation, "run_events_run_sequence_key"), pgConstraint(err, pgUniqueViolation, "run_outbox_unpublished_key"):
+				return fmt.Errorf("run %s: %v: %w", st.RunID, err, agent.ErrSequenceTaken)
+			case pgConstraint(err, pgUniqueViolation, "run_events_event_id_key"):
+				return fmt.Errorf("%w: event id already recorded: %v", snapshots.ErrInvalid, err)
+			}
+			return err
+		}
+	}
+	if sn := st.Snapshot; sn != nil {
+		created := now
+		if !sn.CreatedAt.IsZero() {
+			created = storekit.StoreTime(sn.CreatedAt)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6)`,
+			st.RunID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, jsonArg(sn.State), created)
+		if pgConstraint(err, pgUniqueViolation, "agent_state_snapshot_pkey") {
+			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := s.insertArtifacts(ctx, tx, st, tenant, now); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if len(evs) > 0 {
+		s.wake()
+	}
+	return nil
+}
+
+// LastSequence: see Embedded.LastSequence.
+func (s *Postgres) LastSequence(ctx context.Context, runID string) (int64, error) {
+	var last int64
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = $1`, runID).Scan(&last)
+	return last, err
+}
+
+func pgEvents(rows pgx.Rows, err error) ([]agent.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Event
+	for rows.Next() {
+		var env []byte
+		if err := rows.Scan(&env); err != nil {
+			return nil, err
+		}
+		e, err := storekit.DecodeEvent(env)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Events: see Embedded.Events.
+func (s *Postgres) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
+	cond, args, err := storekit.ScopeCond(sc, "run_events.run_id", storekit.PgPH, 3)
+	if err != nil {
+		return nil, err
+	}
+	return pgEvents(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND sequence > $2`+cond+` ORDER BY sequence`,
+		append([]any{runID, after}, args...)...))
+}
+
+// StepEvents: see Embedded.StepEvents.
+func (s *Postgres) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
+	var one int
+	err := s.pool.QueryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`, runID, stepOrdinal).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("run %s step %d: %w", runID, stepOrdinal, agent.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return pgEvents(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND step_ordinal = $2 ORDER BY sequence`, runID, stepOrdinal))
+}
+
+const pgSnapshotColumns = `run_id, step_ordinal, node_name, resume_token, state::text, created_at`
+
+func pgScanSnapshot(row pgx.Row, runID, what string) (agent.Snapshot, error) {
+	var (
+		sn    agent.Snapshot
+		state *string
+	)
+	err := row.Scan(&sn.RunID, &sn.StepOrdinal, &sn.NodeName, &sn.ResumeToken, &state, &sn.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sn, fmt.Errorf("run %s %s snapshot: %w", runID, what, agent.ErrNotFound)
+	}
+	if state != nil {
+		sn.State = []byte(*state)
+	}
+	sn.CreatedAt = sn.CreatedAt.UTC()
+	return sn, err
+}
+
+// Snapshot: see Embedded.Snapshot.
+func (s *Postgres) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
+	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.PgPH, 3)
+	if err != nil {
+		return agent.Snapshot{}, err
+	}
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`+cond,
+		append([]any{runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
+}
+
+// LatestSnapshot: see Embedded.LatestSnapshot.
+func (s *Postgres) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
+	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.PgPH, 2)
+	if err != nil {
+		return agent.Snapshot{}, err
+	}
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1`+cond+` ORDER BY step_ordinal DESC LIMIT 1`,
+		append([]any{runID}, args...)...), runID, "latest")
+}
+
+// SetStatus: see Embedded.SetStatus.
+func (s *Postgres) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
+	if len(from) == 0 || to == "" {
+		return fmt.Errorf("%w: SetStatus needs from and to", snapshots.ErrInvalid)
+	}
+	ss := make([]string, len(from))
+	for i, f := range from {
+		ss[i] = string(f)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3 AND status = ANY($4)`,
+		string(to), storekit.StoreTime(s.clock.Now()), runID, ss)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	r, err := s.GetRun(ctx, agent.Admin(), runID)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("run %s is %s, not one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
+}
+
+// RequestControl: see Embedded.RequestControl. The run's row is locked (FOR
+// UPDATE, as CommitStep locks it), so a request and a terminal commit of the
+// run are ordered: the request is taken by that commit or refused after it.
+func (s *Postgres) RequestControl(ctx context.Context, c agent.Control) (agent.Control, error) {
+	c, err := storekit.NewControl(c, s.clock)
+	if err != nil {
+		return c, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return c, err
+	}
+	defer tx.Rollback(context.Background())
+	var status string
+	err = tx.QueryRow(ctx, `SELECT status FROM runs WHERE run_id = $1 FOR UPDATE`, c.RunID).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
+	}
+	if err != nil {
+		return c, err
+	}
+	var pending int
+	if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM run_control WHERE run_id = $1 AND taken_at IS NULL`, c.RunID).Scan(&pending); err != nil {
+		return c, err
+	}
+	if err := storekit.CheckControlStatus(c, agent.RunStatus(status), pending); err != nil {
+		return c, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO run_control (id, run_id, kind, policy_version, requested_at) VALUES ($1, $2, $3, $4, $5)`,
+		c.ID, c.RunID, c.Kind, c.PolicyVersion, c.RequestedAt); err != nil {
+		return c, err
+	}
+	if c.Kind == agent.KindCancelRequested && agent.RunStatus(status) != agent.RunCancelRequested {
+		if _, err := tx.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3`,
+			string(agent.RunCancelRequested), storekit.StoreTime(s.clock.Now()), c.RunID); err != nil {
+			return c, err
+		}
+	}
+	return c, tx.Commit(ctx)
+}
+
+// PendingControl: see Embedded.PendingControl.
+func (s *Postgres) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = $1 AND taken_at IS NULL ORDER BY id`, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Control
+	for rows.Next() {
+		c := agent.Control{RunID: runID}
+		if err := rows.Scan(&c.ID, &c.Kind, &c.PolicyVersion, &c.RequestedAt); err != nil {
+			return nil, err
+		}
+		c.RequestedAt = c.RequestedAt.UTC()
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// takeControl: see Embedded.takeControl. The run's row is locked, so no
+// request of the run is recorded while the step commits.
+func (s *Postgres) takeControl(ctx context.Context, tx pgx.Tx, st agent.Step, now time.Time) error {
+	if len(st.Controls) > 0 {
+		tag, err := tx.Exec(ctx, `UPDATE run_control SET taken_at = $1 WHERE run_id = $2 AND taken_at IS NULL AND id = ANY($3)`, now, st.RunID, st.Controls)
+		if err != nil {
+			return err
+		}
+		if n := tag.RowsAffected(); n != int64(len(st.Controls)) {
+			return fmt.Errorf("run %s: %d of %d control requests not pending: %w", st.RunID, int64(len(st.Controls))-n, len(st.Controls), agent.ErrControlTaken)
+		}
+	}
+	if st.NoOtherControl {
+		var other int
+		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM run_control WHERE run_id = $1 AND taken_at IS NULL`, st.RunID).Scan(&other); err != nil {
+			return err
+		}
+		if other > 0 {
+			return fmt.Errorf("run %s: %d control requests pending: %w", st.RunID, other, agent.ErrControlPending)
+		}
+	}
+	return nil
+}
+
+// Unpublished: see Embedded.Unpublished.
+func (s *Postgres) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT $1`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.OutboxRow
+	for rows.Next() {
+		var o agent.OutboxRow
+		if err := rows.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// MarkPublished: see Embedded.MarkPublished.
+func (s *Postgres) MarkPublished(ctx context.Context, runID string, sequence int64) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence = $3 AND published_at IS NULL`,
+		storekit.StoreTime(s.clock.Now()), runID, sequence)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	var one int
+	err = s.pool.QueryRow(ctx, `SELECT 1 FROM run_outbox WHERE run_id = $1 AND sequence = $2 LIMIT 1`, runID, sequence).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("outbox row run %s sequence %d: %w", runID, sequence, agent.ErrNotFound)
+	}
+	return err
+}
+
+// MarkPublishedUpTo implements UpToMarker.
+func (s *Postgres) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence <= $3 AND published_at IS NULL`,
+		storekit.StoreTime(s.clock.Now()), runID, upTo)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Requeue: see Embedded.Requeue.
+func (s *Postgres) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox o SET published_at = NULL
+		WHERE o.run_id = $1 AND o.sequence >= $2 AND o.published_at IS NOT NULL
+		AND o.id = (SELECT MAX(o2.id) FROM run_outbox o2 WHERE o2.run_id = o.run_id AND o2.sequence = o.sequence)
+		AND NOT EXISTS (SELECT 1 FROM run_outbox o3 WHERE o3.run_id = o.run_id AND o3.sequence = o.sequence AND o3.published_at IS NULL)`,
+		runID, fromSequence)
+	if err != nil {
+		return 0, err
+	}
+	if tag.RowsAffected() > 0 {
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, OutboxChannel, runID); err != nil {
+			return int(tag.RowsAffected()), err
+		}
+		s.wake()
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// GetKV: see Embedded.GetKV.
+func (s *Postgres) GetKV(ctx context.Context, key string) ([]byte, error) {
+	var v []byte
+	err := s.pool.QueryRow(ctx, `SELECT value FROM agent_kv WHERE key = $1`, key).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("kv %q: %w", key, agent.ErrNotFound)
+	}
+	if err == nil && v == nil {
+		v = []byte{}
+	}
+	return v, err
+}
+
+// PutKV: see Embedded.PutKV.
+func (s *Postgres) PutKV(ctx context.Context, key string, value []byte) error {
+	if value == nil {
+		value = []byte{}
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES ($1, $2, $3)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, storekit.StoreTime(s.clock.Now()))
+	return err
+}

@@ -1,0 +1,84 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
+)
+
+var _ agent.Tokens = (*Postgres)(nil)
+
+func pgScanToken(row pgx.Row) (agent.APIToken, error) {
+	var t agent.APIToken
+	err := row.Scan(&t.ID, &t.TenantID, &t.Admin, &t.Hash, &t.NATSPasswordHash, &t.CreatedAt, &t.RevokedAt)
+	t.CreatedAt = t.CreatedAt.UTC()
+	if t.RevokedAt != nil {
+		r := t.RevokedAt.UTC()
+		t.RevokedAt = &r
+	}
+	return t, err
+}
+
+// CreateToken: see Embedded.CreateToken.
+func (s *Postgres) CreateToken(ctx context.Context, t agent.APIToken) error {
+	t, err := storekit.CheckToken(t, s.clock)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO api_tokens (`+storekit.TokenCols+`) VALUES ($1, $2, $3, $4, $5, $6, NULL)`,
+		t.ID, t.TenantID, t.Admin, t.Hash, t.NATSPasswordHash, t.CreatedAt)
+	if pgConstraint(err, pgUniqueViolation, "") {
+		return fmt.Errorf("api token %s: %w", t.ID, agent.ErrTokenExists)
+	}
+	return err
+}
+
+// LookupToken: see Embedded.LookupToken.
+func (s *Postgres) LookupToken(ctx context.Context, hash string) (agent.APIToken, error) {
+	t, err := pgScanToken(s.pool.QueryRow(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens WHERE token_hash = $1`, hash))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, fmt.Errorf("api token: %w", agent.ErrNotFound)
+	}
+	return t, err
+}
+
+// ListTokens: see Embedded.ListTokens.
+func (s *Postgres) ListTokens(ctx context.Context) ([]agent.APIToken, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens ORDER BY created_at, token_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.APIToken
+	for rows.Next() {
+		t, err := pgScanToken(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// RevokeToken: see Embedded.RevokeToken. One statement: the first revoke's
+// time is kept.
+func (s *Postgres) RevokeToken(ctx context.Context, id string) (agent.APIToken, error) {
+	t, err := pgScanToken(s.pool.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $1)
+		WHERE token_id = $2 RETURNING `+storekit.TokenCols, storekit.StoreTime(s.clock.Now()), id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, fmt.Errorf("api token %s: %w", id, agent.ErrNotFound)
+	}
+	return t, err
+}
+
+// HasTokens: see Embedded.HasTokens.
+func (s *Postgres) HasTokens(ctx context.Context) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens)`).Scan(&ok)
+	return ok, err
+}

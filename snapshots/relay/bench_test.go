@@ -1,0 +1,179 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/relay"
+	"github.com/screengraph/screengraph-agent/snapshots/storetest"
+)
+
+// BenchmarkCommitStep: one node's step per op (started, token_delta,
+// finished + 3 outbox rows + the snapshot) in one transaction, on the
+// embedded store (WAL, synchronous=NORMAL) in a temp dir.
+func BenchmarkCommitStep(b *testing.B) {
+	b.Run("embedded", func(b *testing.B) { benchCommitStep(b, testenv.Embedded(b)) })
+	// Postgres from Debian's package, fsync=off (a test server): the cost of
+	// the round trips and locks, not of the disk.
+	b.Run("postgres", func(b *testing.B) { benchCommitStep(b, testenv.Postgres(b)) })
+}
+
+func benchCommitStep(b *testing.B, s agent.Store) {
+	r := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
+	if err := s.CreateRun(context.Background(), r); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	step := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.CommitStep(ctx, storetest.NodeStep(r, int64(1+3*step), step, "EnsureDevice")); err != nil {
+			b.Fatal(err)
+		}
+		step++
+	}
+	b.ReportMetric(float64(step)/b.Elapsed().Seconds(), "commits/s")
+}
+
+// BenchmarkRelay: the relay's Drain of b.N events (committed beforehand, in
+// node steps) to the embedded JetStream: each batch read is one pipelined
+// window (PublishOrdered, Nats-Expected-Last-Msg-Id chain), its acked
+// prefixes marked in one write. runs=1 is one run's events; runs=8 has 8
+// runs' events interleaved in each window.
+func BenchmarkRelay(b *testing.B) {
+	for _, runs := range []int{1, 8} {
+		b.Run(fmt.Sprintf("runs=%d", runs), func(b *testing.B) {
+			s := testenv.Embedded(b)
+			_, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
+			_, pub := testenv.ConnectPublisher(b, url)
+			perRun := (b.N/runs/3 + 1) * 3
+			commitRuns(b, s, runs, perRun)
+			rl := &relay.Relay{Store: s, Publisher: pub, Concurrency: runs}
+			b.ResetTimer()
+			n, err := rl.Drain(context.Background())
+			b.StopTimer()
+			if err != nil || n != runs*perRun {
+				b.Fatalf("drained %d of %d: %v", n, runs*perRun, err)
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
+		})
+	}
+}
+
+// BenchmarkRawJetStreamPublish: the same envelopes published straight to
+// JetStream (Nats-Msg-Id, wait for the ack), no store: the relay's ceiling.
+func BenchmarkRawJetStreamPublish(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("runs=%d", workers), func(b *testing.B) {
+			_, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
+			_, pub := testenv.ConnectPublisher(b, url)
+			r := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
+			body := []byte(fmt.Sprintf(`{"eventId":"%s","runId":"%s","tenantId":"%s","sequence":1,"kind":"%s","version":"1","payload":{"nodeName":"EnsureDevice","stepOrdinal":0},"checksum":"0000000000000000000000000000000000000000000000000000000000000000"}`,
+				ulid.Make(), r.RunID, r.TenantID, agent.KindNodeStarted))
+			subject := snapshots.Subject(r.TenantID, r.RunID, agent.KindNodeStarted)
+			ids := make([]string, b.N)
+			for i := range ids {
+				ids[i] = ulid.Make().String()
+			}
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; i < b.N; i += workers {
+						if err := pub.Publish(context.Background(), subject, ids[i], body); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/event")
+		})
+	}
+}
+
+// BenchmarkEmbeddedRelayVsRawJetStream: the embedded relay (BenchmarkRelay) and raw JetStream
+// publishing (BenchmarkRawJetStreamPublish) side by side in ONE run at 8 runs,
+// so both see the same machine load: each op is one event on each side. The
+// two alternate in rounds of relayVsRawRound events (the relay's events are
+// committed before its round, outside the timing; the raw side publishes the
+// same number, 8 workers each on a run of its own, waiting for each ack);
+// the last relay round drains what is left of b.N. Reported: each side's
+// events/s and relay/raw (x-relay-of-raw, the issue's target >= 0.8).
+func BenchmarkEmbeddedRelayVsRawJetStream(b *testing.B) {
+	const runs = 8
+	const relayVsRawRound = 3 * runs * 40 // 960 events: 40 node steps per run
+	ctx := context.Background()
+	s := newEmbedded(b)
+	_, url := startNATS(b, snapshots.EmbeddedNATSOptions{})
+	_, pub := connectPublisher(b, url)
+	relay := &snapshots.Relay{Store: s, Publisher: pub, Concurrency: runs}
+	body := func(r agent.Run, id string) []byte {
+		return fmt.Appendf(nil, `{"eventId":"%s","runId":"%s","tenantId":"%s","sequence":1,"kind":"%s","version":"1","payload":{"nodeName":"EnsureDevice","stepOrdinal":0},"checksum":"0000000000000000000000000000000000000000000000000000000000000000"}`,
+			id, r.RunID, r.TenantID, agent.KindNodeStarted)
+	}
+	var relayT, rawT time.Duration
+	relayN, rawN := 0, 0
+	b.ResetTimer()
+	b.StopTimer()
+	for left := b.N; left > 0; {
+		perRun := (min(left, relayVsRawRound)/runs/3 + 1) * 3
+		commitRuns(b, s, runs, perRun)
+		n := runs * perRun
+		left -= n
+		t0 := time.Now()
+		b.StartTimer()
+		got, err := relay.Drain(ctx)
+		b.StopTimer()
+		relayT += time.Since(t0)
+		if err != nil || got != n {
+			b.Fatalf("relay drained %d of %d: %v", got, n, err)
+		}
+		relayN += n
+		// Raw: the same number of envelopes, 8 workers, each ack awaited.
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = ulid.Make().String()
+		}
+		var wg sync.WaitGroup
+		t0 = time.Now()
+		b.StartTimer()
+		for w := range runs {
+			r := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
+			subject := snapshots.Subject(r.TenantID, r.RunID, agent.KindNodeStarted)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += runs {
+					if err := pub.Publish(ctx, subject, ids[i], body(r, ids[i])); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		rawT += time.Since(t0)
+		rawN += n
+	}
+	relayRate, rawRate := float64(relayN)/relayT.Seconds(), float64(rawN)/rawT.Seconds()
+	b.ReportMetric(relayRate, "relay-events/s")
+	b.ReportMetric(rawRate, "raw-events/s")
+	b.ReportMetric(relayRate/rawRate, "x-relay-of-raw")
+}

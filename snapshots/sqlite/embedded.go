@@ -1,0 +1,919 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	sqlitedrv "modernc.org/sqlite"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/migrations"
+	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
+)
+
+// Embedded is the single-host default store: one SQLite file in WAL mode.
+// Writes go through one connection (SQLite has one writer anyway; one
+// connection turns lock contention inside the process into a Go queue) and
+// begin IMMEDIATE, so a transaction holds the write lock from its first
+// statement and its reads cannot go stale. Reads use a small pool of
+// query_only connections that WAL lets run beside the writer. Another process
+// (the CLI's `runs cancel`) writes to the same file under busy_timeout.
+type Embedded struct {
+	path    string
+	w       *sql.DB // nil when read-only
+	r       *sql.DB
+	clock   agent.Clock
+	commits chan struct{}
+	ws, rs  *stmtCache // prepared statements of w and r (stmts.go)
+	group   *groupCommitter
+}
+
+var (
+	_ agent.Store               = (*Embedded)(nil)
+	_ snapshots.Notifier        = (*Embedded)(nil)
+	_ snapshots.StepEventer     = (*Embedded)(nil)
+	_ snapshots.Requeuer        = (*Embedded)(nil)
+	_ snapshots.UpToMarker      = (*Embedded)(nil)
+	_ snapshots.OutboxCursor    = (*Embedded)(nil)
+	_ snapshots.MultiUpToMarker = (*Embedded)(nil)
+)
+
+// EmbeddedOptions tune OpenEmbedded. The zero value is the default.
+type EmbeddedOptions struct {
+	// Clock stamps created_at/updated_at/published_at; default agent.SystemClock.
+	Clock agent.Clock
+	// ReadOnly opens an existing file for the read-only views (`runs inspect`):
+	// no migration, every write returns ErrReadOnly.
+	ReadOnly bool
+	// BusyTimeout is how long a statement waits for another process's write
+	// lock; default 5 s.
+	BusyTimeout time.Duration
+	// Readers is the read pool size; default 4.
+	Readers int
+}
+
+// DataDir is the per-user data directory of the agent:
+// $XDG_DATA_HOME/screengraph-agent or ~/.local/share/screengraph-agent on
+// Linux and BSDs, ~/Library/Application Support/screengraph-agent on macOS,
+// %LocalAppData%\screengraph-agent on Windows. (Go has os.UserConfigDir and
+// os.UserCacheDir but no data-dir helper, hence this one.)
+func DataDir() (string, error) {
+	var base string
+	switch runtime.GOOS {
+	case "windows":
+		base = os.Getenv("LocalAppData")
+		if base == "" {
+			return "", errors.New("snapshots: %LocalAppData% is not set")
+		}
+	case "darwin", "ios":
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		base = filepath.Join(home, "Library", "Application Support")
+	default:
+		base = os.Getenv("XDG_DATA_HOME")
+		if base == "" || !filepath.IsAbs(base) {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", err
+			}
+			base = filepath.Join(home, ".local", "share")
+		}
+	}
+	return filepath.Join(base, "screengraph-agent"), nil
+}
+
+// DefaultEmbeddedPath is DataDir()/agent.db.
+func DefaultEmbeddedPath() (string, error) {
+	dir, err := DataDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "agent.db"), nil
+}
+
+func sqliteDSN(path string, busy time.Duration, write bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	q.Add("_pragma", "foreign_keys(1)")
+	if write {
+		q.Add("_pragma", "journal_mode(WAL)")
+		// NORMAL in WAL: a commit survives a process crash; an OS crash may lose
+		// the last commits but never corrupts the file.
+		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Set("_txlock", "immediate")
+	} else {
+		q.Add("_pragma", "query_only(1)")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// OpenEmbedded opens (creating the file and its directory, mode 0700, when
+// needed) the SQLite store at path and applies pending migrations. path ""
+// means DefaultEmbeddedPath().
+func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedded, error) {
+	if path == "" {
+		p, err := DefaultEmbeddedPath()
+		if err != nil {
+			return nil, err
+		}
+		path = p
+	}
+	if o.Clock == nil {
+		o.Clock = agent.SystemClock{}
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.Readers <= 0 {
+		o.Readers = 4
+	}
+	s := &Embedded{path: path, clock: o.Clock, commits: make(chan struct{}, 1)}
+	s.group = newGroupCommitter(s)
+	if o.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("snapshots: open %s read-only: %w", path, err)
+		}
+	} else {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("snapshots: data dir: %w", err)
+		}
+		if err := ownerOnly(path); err != nil {
+			return nil, err
+		}
+		w, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, true))
+		if err != nil {
+			return nil, err
+		}
+		w.SetMaxOpenConns(1)
+		w.SetMaxIdleConns(1)
+		w.SetConnMaxIdleTime(0)
+		w.SetConnMaxLifetime(0)
+		if _, err := migrations.Up(ctx, w, migrations.SQLite); err != nil {
+			w.Close()
+			return nil, err
+		}
+		s.w = w
+		s.ws = newStmtCache(w)
+		if err := s.ws.prepare(ctx, writerTxStatements...); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("snapshots: prepare: %w", err)
+		}
+	}
+	r, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, false))
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	r.SetMaxOpenConns(o.Readers)
+	r.SetMaxIdleConns(o.Readers)
+	s.r = r
+	s.rs = newStmtCache(r)
+	if err := r.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("snapshots: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Path is the SQLite file.
+func (s *Embedded) Path() string { return s.path }
+
+// Commits implements Notifier.
+func (s *Embedded) Commits() <-chan struct{} { return s.commits }
+
+// Close closes both pools.
+func (s *Embedded) Close() error {
+	var errs []error
+	for _, c := range []*stmtCache{s.ws, s.rs} {
+		if c != nil {
+			errs = append(errs, c.close())
+		}
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Embedded) writer() (*sql.DB, error) {
+	if s.w == nil {
+		return nil, snapshots.ErrReadOnly
+	}
+	return s.w, nil
+}
+
+// Statements of the writer's hot transactions, prepared once at open (see
+// stmtCache).
+const (
+	sqlStepRun        = `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?), 0) FROM runs WHERE run_id = ?`
+	sqlFenceLease     = `SELECT ` + storekit.LeaseCols + ` FROM device_leases WHERE serial = ? AND fencing_token = ?`
+	sqlStepStatus     = `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`
+	sqlInsertEvent    = `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertOutbox   = `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES (?, ?, ?, ?, ?)`
+	sqlInsertSnapshot = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
+	sqlMarkUpTo       = `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
+	sqlInsertRun      = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+)
+
+var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertOutbox, sqlInsertSnapshot, sqlInsertArtifact, sqlMarkUpTo,
+	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRunElsewhere, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease,
+	sqlSavepoint, sqlRollbackTo, sqlRelease}
+
+// sqliteConstraint reports whether err is a SQLite constraint violation whose
+// message names target (e.g. "run_events.run_id, run_events.sequence").
+func sqliteConstraint(err error, target string) bool {
+	var se *sqlitedrv.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	// SQLITE_CONSTRAINT is 19; extended codes keep it in the low byte.
+	return se.Code()&0xff == 19 && strings.Contains(se.Error(), target)
+}
+
+// CreateRun inserts r. Status defaults to PENDING, CreatedAt to now, UpdatedAt
+// to CreatedAt. Errors: ErrInvalid (run id not a ULID, no tenant),
+// ErrRunExists.
+func (s *Embedded) CreateRun(ctx context.Context, r agent.Run) error {
+	if _, err := s.writer(); err != nil {
+		return err
+	}
+	r, err := storekit.NormalizeRun(r, s.clock)
+	if err != nil {
+		return err
+	}
+	var input any
+	if r.Input != nil {
+		input = string(r.Input)
+	}
+	err = s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		q, err := s.ws.tx(ctx, tx, sqlInsertRun)
+		if err != nil {
+			return err
+		}
+		_, err = q.ExecContext(ctx, r.RunID, r.TenantID, r.ProjectID, string(r.Status), r.Serial, r.Graph, input, r.PolicyVersion,
+			storekit.FmtTime(r.CreatedAt), storekit.FmtTime(r.UpdatedAt))
+		return err
+	})
+	if sqliteConstraint(err, "runs.run_id") {
+		return fmt.Errorf("run %s: %w", r.RunID, snapshots.ErrRunExists)
+	}
+	return err
+}
+
+const runColumns = `run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at`
+
+func scanRun(sc interface{ Scan(...any) error }) (agent.Run, error) {
+	var (
+		r                agent.Run
+		status           string
+		input            sql.NullString
+		created, updated string
+	)
+	if err := sc.Scan(&r.RunID, &r.TenantID, &r.ProjectID, &status, &r.Serial, &r.Graph, &input, &r.PolicyVersion, &created, &updated); err != nil {
+		return r, err
+	}
+	r.Status = agent.RunStatus(status)
+	if input.Valid {
+		r.Input = []byte(input.String)
+	}
+	var err error
+	if r.CreatedAt, err = storekit.ParseTime(created); err != nil {
+		return r, err
+	}
+	r.UpdatedAt, err = storekit.ParseTime(updated)
+	return r, err
+}
+
+// GetRun returns the run or an error wrapping agent.ErrNotFound (also for a
+// run of a tenant sc does not see); agent.ErrNoScope for the zero Scope.
+func (s *Embedded) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
+	if err := sc.Valid(); err != nil {
+		return agent.Run{}, err
+	}
+	q, err := s.rs.get(ctx, `SELECT `+runColumns+` FROM runs WHERE run_id = ?`)
+	if err != nil {
+		return agent.Run{}, err
+	}
+	r, err := scanRun(q.QueryRowContext(ctx, runID))
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !sc.Sees(r.TenantID)) {
+		return agent.Run{}, storekit.RunNotSeen(runID)
+	}
+	return r, err
+}
+
+// ListRuns returns runs newest first (created_at, then run id, descending).
+// Limit <= 0 means no limit; After continues after a page's last run. A
+// tenant scope lists its tenant's runs only.
+func (s *Embedded) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
+	if err := sc.Valid(); err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + runColumns + ` FROM runs WHERE 1=1`
+	var args []any
+	if !sc.IsAdmin() {
+		q += ` AND tenant_id = ?`
+		args = append(args, sc.TenantID())
+	}
+	if len(f.Status) > 0 {
+		q += ` AND status IN (?` + strings.Repeat(`, ?`, len(f.Status)-1) + `)`
+		args = append(args, storekit.StatusStrings(f.Status)...)
+	}
+	if f.Serial != "" {
+		q += ` AND serial = ?`
+		args = append(args, f.Serial)
+	}
+	if f.After != nil {
+		// created_at is fixed-width text (storekit.FmtTime): text order is time order.
+		at := storekit.FmtTime(f.After.CreatedAt)
+		q += ` AND (created_at < ? OR (created_at = ? AND run_id < ?))`
+		args = append(args, at, at, f.After.RunID)
+	}
+	q += ` ORDER BY created_at DESC, run_id DESC`
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	rows, err := s.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// CommitStep writes the step atomically: the CAS on runs.status (when
+// StatusTo is set), the events with their outbox rows, the snapshot; any
+// failure writes none of it. Errors wrap agent.ErrNotFound (no such run),
+// agent.ErrStatusConflict, agent.ErrSequenceTaken, agent.ErrLeaseLost (stale
+// Fence), ErrSequenceGap, ErrSnapshotTaken or ErrInvalid.
+//
+// Steps committed at the same time by several runs share one IMMEDIATE
+// transaction (group commit, groupcommit.go), each under a SAVEPOINT of its
+// own, so one step's failure rolls back only that step.
+func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
+	if _, err := s.writer(); err != nil {
+		return err
+	}
+	evs, err := storekit.PrepareStep(st)
+	if err != nil {
+		return err
+	}
+	return s.group.do(ctx, len(evs) > 0, func(ctx context.Context, tx *sql.Tx) error {
+		return s.commitStepTx(ctx, tx, st, evs, storekit.FmtTime(s.clock.Now()))
+	})
+}
+
+// commitStepTx writes one step in tx (see CommitStep); now is the
+// transaction's time.
+func (s *Embedded) commitStepTx(ctx context.Context, tx *sql.Tx, st agent.Step, evs []storekit.PreparedEvent, now string) error {
+	var tenant, status string
+	var last int64
+	q, err := s.ws.tx(ctx, tx, sqlStepRun)
+	if err != nil {
+		return err
+	}
+	err = q.QueryRowContext(ctx, st.RunID, st.RunID).Scan(&tenant, &status, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	if err := storekit.CheckStepAgainstRun(st, evs, tenant, agent.RunStatus(status), last); err != nil {
+		return err
+	}
+	if f := st.Fence; f != nil {
+		// The write lock is held: no takeover can interleave.
+		q, err := s.ws.tx(ctx, tx, sqlFenceLease)
+		if err != nil {
+			return err
+		}
+		l, err := scanLease(q.QueryRowContext(ctx, f.Serial, f.Token))
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		nowT, _ := storekit.ParseTime(now)
+		if err := storekit.CheckFence(f, l, err == nil, nowT); err != nil {
+			return err
+		}
+	}
+	if err := s.takeControl(ctx, tx, st, now); err != nil {
+		return err
+	}
+	if st.StatusTo != "" {
+		// The write lock is held since BEGIN IMMEDIATE, so the status read above
+		// is current; the WHERE repeats it to keep the statement a CAS on its own.
+		q, err := s.ws.tx(ctx, tx, sqlStepStatus)
+		if err != nil {
+			return err
+		}
+		if _, err := q.ExecContext(ctx, string(st.StatusTo), now, st.RunID, status); err != nil {
+			return err
+		}
+	}
+	var step any
+	if st.Snapshot != nil {
+		step = st.Snapshot.StepOrdinal
+	}
+	if len(evs) > 0 {
+		insEv, err := s.ws.tx(ctx, tx, sqlInsertEvent)
+		if err != nil {
+			return err
+		}
+		insOb, err := s.ws.tx(ctx, tx, sqlInsertOutbox)
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			if _, err := insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.PayloadJSON, e.Checksum, string(e.Envelope), step); err != nil {
+				switch {
+				case sqliteConstraint(err, "run_events.sequence"):
+					return fmt.Errorf("run %s sequence %d: %w", e.RunID, e.Sequence, agent.ErrSequenceTaken)
+				case sqliteConstraint(err, "run_events.event_id"):
+					return fmt.Errorf("%w: event id %s already recorded", snapshots.ErrInvalid, e.EventID)
+				}
+				return err
+			}
+			if _, err := insOb.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Subject, e.Envelope); err != nil {
+				if sqliteConstraint(err, "run_outbox") {
+					return fmt.Errorf("run %s sequence %d still unpublished in the outbox: %w", e.RunID, e.Sequence, agent.ErrSequenceTaken)
+				}
+				return err
+			}
+		}
+	}
+	if sn := st.Snapshot; sn != nil {
+		var state any
+		if sn.State != nil {
+			state = string(sn.State)
+		}
+		created := now
+		if !sn.CreatedAt.IsZero() {
+			created = storekit.FmtTime(sn.CreatedAt)
+		}
+		q, err := s.ws.tx(ctx, tx, sqlInsertSnapshot)
+		if err != nil {
+			return err
+		}
+		_, err = q.ExecContext(ctx, st.RunID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, state, created)
+		if sqliteConstraint(err, "agent_state_snapshot") {
+			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return s.insertArtifacts(ctx, tx, st, tenant, now)
+}
+
+// LastSequence is the run's highest event sequence, 0 when it has none.
+func (s *Embedded) LastSequence(ctx context.Context, runID string) (int64, error) {
+	var last int64
+	err := s.queryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = ?`, runID).Scan(&last)
+	return last, err
+}
+
+func collectEvents(rows *sql.Rows, err error) ([]agent.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Event
+	for rows.Next() {
+		var env []byte
+		if err := rows.Scan(&env); err != nil {
+			return nil, err
+		}
+		e, err := storekit.DecodeEvent(env)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Events returns the run's events with sequence > after, in sequence order,
+// decoded from the stored envelopes (byte-for-byte the committed payloads).
+// None for a run sc does not see.
+func (s *Embedded) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
+	cond, args, err := storekit.ScopeCond(sc, "run_events.run_id", storekit.SQLitePH, 3)
+	if err != nil {
+		return nil, err
+	}
+	return collectEvents(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND sequence > ?`+cond+` ORDER BY sequence`,
+		append([]any{runID, after}, args...)...))
+}
+
+// StepEvents returns the events committed together with step N's snapshot,
+// in sequence order (empty when the step has none; ErrNotFound when the run
+// has no such snapshot).
+func (s *Embedded) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
+	var one int
+	err := s.queryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("run %s step %d: %w", runID, stepOrdinal, agent.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return collectEvents(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND step_ordinal = ? ORDER BY sequence`, runID, stepOrdinal))
+}
+
+func scanSnapshot(row storekit.RowScanner, runID string, what string) (agent.Snapshot, error) {
+	var (
+		sn      agent.Snapshot
+		state   sql.NullString
+		created string
+	)
+	err := row.Scan(&sn.RunID, &sn.StepOrdinal, &sn.NodeName, &sn.ResumeToken, &state, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sn, fmt.Errorf("run %s %s snapshot: %w", runID, what, agent.ErrNotFound)
+	}
+	if err != nil {
+		return sn, err
+	}
+	if state.Valid {
+		sn.State = []byte(state.String)
+	}
+	sn.CreatedAt, err = storekit.ParseTime(created)
+	return sn, err
+}
+
+const snapshotColumns = `run_id, step_ordinal, node_name, resume_token, state, created_at`
+
+// Snapshot returns step N's snapshot or an error wrapping agent.ErrNotFound
+// (also for a run sc does not see).
+func (s *Embedded) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
+	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.SQLitePH, 3)
+	if err != nil {
+		return agent.Snapshot{}, err
+	}
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`+cond,
+		append([]any{runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
+}
+
+// LatestSnapshot returns the snapshot with the highest step ordinal.
+func (s *Embedded) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
+	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.SQLitePH, 2)
+	if err != nil {
+		return agent.Snapshot{}, err
+	}
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ?`+cond+` ORDER BY step_ordinal DESC LIMIT 1`,
+		append([]any{runID}, args...)...), runID, "latest")
+}
+
+// SetStatus is the compare-and-set UPDATE runs SET status = to WHERE status
+// IN (from). Errors wrap agent.ErrStatusConflict or agent.ErrNotFound.
+func (s *Embedded) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
+	if _, err := s.writer(); err != nil {
+		return err
+	}
+	if len(from) == 0 || to == "" {
+		return fmt.Errorf("%w: SetStatus needs from and to", snapshots.ErrInvalid)
+	}
+	var n int64
+	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		args := append([]any{string(to), storekit.FmtTime(s.clock.Now()), runID}, storekit.StatusStrings(from)...)
+		res, err := tx.ExecContext(ctx, `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status IN (?`+strings.Repeat(`, ?`, len(from)-1)+`)`, args...)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n == 1 {
+		return nil
+	}
+	r, err := s.GetRun(ctx, agent.Admin(), runID)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("run %s is %s, not one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
+}
+
+// RequestControl records a control request (kind: one of the incoming
+// control kinds) in one committed transaction, after checking the run has not
+// ended; a cancel also moves runs.status to CANCELED_REQUESTED there. The
+// write lock orders it with every CommitStep: a request recorded before a
+// terminal commit is taken by it (Step.NoOtherControl), one after it is
+// refused. ID is assigned (a ULID, monotonic within the process, so ids sort
+// in request order); RequestedAt defaults to now. Errors wrap ErrInvalid,
+// agent.ErrNotFound or agent.ErrRunTerminal.
+func (s *Embedded) RequestControl(ctx context.Context, c agent.Control) (agent.Control, error) {
+	if _, err := s.writer(); err != nil {
+		return c, err
+	}
+	c, err := storekit.NewControl(c, s.clock)
+	if err != nil {
+		return c, err
+	}
+	err = s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		var (
+			status  string
+			pending int
+		)
+		err := tx.QueryRowContext(ctx, `SELECT status, (SELECT COUNT(*) FROM run_control WHERE run_id = ? AND taken_at IS NULL) FROM runs WHERE run_id = ?`,
+			c.RunID, c.RunID).Scan(&status, &pending)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("run %s: %w", c.RunID, agent.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if err := storekit.CheckControlStatus(c, agent.RunStatus(status), pending); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO run_control (id, run_id, kind, policy_version, requested_at) VALUES (?, ?, ?, ?, ?)`,
+			c.ID, c.RunID, c.Kind, c.PolicyVersion, storekit.FmtTime(c.RequestedAt)); err != nil {
+			return err
+		}
+		if c.Kind == agent.KindCancelRequested && agent.RunStatus(status) != agent.RunCancelRequested {
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?`,
+				string(agent.RunCancelRequested), storekit.FmtTime(s.clock.Now()), c.RunID)
+		}
+		return err
+	})
+	return c, err
+}
+
+// PendingControl returns the run's requests not yet taken, in request order.
+func (s *Embedded) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
+	q, err := s.rs.get(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = ? AND taken_at IS NULL ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.Control
+	for rows.Next() {
+		var (
+			at string
+			c  = agent.Control{RunID: runID}
+		)
+		if err := rows.Scan(&c.ID, &c.Kind, &c.PolicyVersion, &at); err != nil {
+			return nil, err
+		}
+		if c.RequestedAt, err = storekit.ParseTime(at); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// takeControl marks the step's requests taken (Step.Controls) and checks
+// Step.NoOtherControl, in the step's transaction.
+func (s *Embedded) takeControl(ctx context.Context, tx *sql.Tx, st agent.Step, now string) error {
+	if len(st.Controls) > 0 {
+		args := append([]any{now, st.RunID}, storekit.AnySlice(st.Controls)...)
+		res, err := tx.ExecContext(ctx, `UPDATE run_control SET taken_at = ? WHERE run_id = ? AND taken_at IS NULL AND id IN (?`+strings.Repeat(`, ?`, len(st.Controls)-1)+`)`, args...)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != int64(len(st.Controls)) {
+			return fmt.Errorf("run %s: %d of %d control requests not pending: %w", st.RunID, int64(len(st.Controls))-n, len(st.Controls), agent.ErrControlTaken)
+		}
+	}
+	if st.NoOtherControl {
+		var other int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM run_control WHERE run_id = ? AND taken_at IS NULL`, st.RunID).Scan(&other); err != nil {
+			return err
+		}
+		if other > 0 {
+			return fmt.Errorf("run %s: %d control requests pending: %w", st.RunID, other, agent.ErrControlPending)
+		}
+	}
+	return nil
+}
+
+// Unpublished returns up to limit (default 100) unpublished outbox rows
+// ordered by run id, then sequence.
+func (s *Embedded) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	q, err := s.rs.get(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT ?`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []agent.OutboxRow
+	for rows.Next() {
+		var o agent.OutboxRow
+		if err := rows.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// UnpublishedAfter implements OutboxCursor.
+func (s *Embedded) UnpublishedAfter(ctx context.Context, after int64, limit int) ([]agent.OutboxRow, int64, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	// From the start, the partial index of unpublished rows (published rows
+	// are never deleted, so the id range would be the whole table); after a
+	// point, the id range (only rows committed since).
+	q := `SELECT id, run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`
+	if after <= 0 {
+		q = `SELECT id, run_id, sequence, event_id, subject, body FROM run_outbox INDEXED BY run_outbox_unpublished_key WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`
+	}
+	rows, err := s.query(ctx, q, after, limit)
+	if err != nil {
+		return nil, after, err
+	}
+	defer rows.Close()
+	var out []agent.OutboxRow
+	last := after
+	for rows.Next() {
+		var o agent.OutboxRow
+		if err := rows.Scan(&last, &o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
+			return nil, after, err
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, after, err
+	}
+	return out, last, nil
+}
+
+// MarkPublished sets published_at on the unpublished row (run, sequence). A
+// row already published is not an error (two relays raced); no row at all
+// wraps agent.ErrNotFound.
+func (s *Embedded) MarkPublished(ctx context.Context, runID string, sequence int64) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	res, err := w.ExecContext(ctx, `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence = ? AND published_at IS NULL`,
+		storekit.FmtTime(s.clock.Now()), runID, sequence)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return nil
+	}
+	var one int
+	err = w.QueryRowContext(ctx, `SELECT 1 FROM run_outbox WHERE run_id = ? AND sequence = ? LIMIT 1`, runID, sequence).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("outbox row run %s sequence %d: %w", runID, sequence, agent.ErrNotFound)
+	}
+	return err
+}
+
+// MarkPublishedUpTo implements UpToMarker.
+func (s *Embedded) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
+	if _, err := s.writer(); err != nil {
+		return 0, err
+	}
+	q, err := s.ws.get(ctx, sqlMarkUpTo)
+	if err != nil {
+		return 0, err
+	}
+	res, err := q.ExecContext(ctx, storekit.FmtTime(s.clock.Now()), runID, upTo)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// MarkPublishedUpToMany implements MultiUpToMarker.
+func (s *Embedded) MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64) (int, error) {
+	if _, err := s.writer(); err != nil {
+		return 0, err
+	}
+	total := 0
+	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		total = 0
+		now := storekit.FmtTime(s.clock.Now())
+		q, err := s.ws.tx(ctx, tx, sqlMarkUpTo)
+		if err != nil {
+			return err
+		}
+		for runID, seq := range upTo {
+			res, err := q.ExecContext(ctx, now, runID, seq)
+			if err != nil {
+				return err
+			}
+			n, _ := res.RowsAffected()
+			total += int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return total, nil
+}
+
+// Requeue implements Requeuer: it clears published_at of the run's published
+// outbox rows with sequence >= fromSequence (skipping any sequence that
+// already has an unpublished row) and wakes the relay.
+func (s *Embedded) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
+	w, err := s.writer()
+	if err != nil {
+		return 0, err
+	}
+	res, err := w.ExecContext(ctx, `UPDATE run_outbox SET published_at = NULL
+		WHERE run_id = ? AND sequence >= ? AND published_at IS NOT NULL
+		AND id = (SELECT MAX(o2.id) FROM run_outbox o2 WHERE o2.run_id = run_outbox.run_id AND o2.sequence = run_outbox.sequence)
+		AND NOT EXISTS (SELECT 1 FROM run_outbox o3 WHERE o3.run_id = run_outbox.run_id AND o3.sequence = run_outbox.sequence AND o3.published_at IS NULL)`,
+		runID, fromSequence)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	if n > 0 {
+		select {
+		case s.commits <- struct{}{}:
+		default:
+		}
+	}
+	return int(n), nil
+}
+
+// GetKV returns the value of key or an error wrapping agent.ErrNotFound.
+func (s *Embedded) GetKV(ctx context.Context, key string) ([]byte, error) {
+	var v []byte
+	q, err := s.rs.get(ctx, `SELECT value FROM agent_kv WHERE key = ?`)
+	if err != nil {
+		return nil, err
+	}
+	err = q.QueryRowContext(ctx, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("kv %q: %w", key, agent.ErrNotFound)
+	}
+	if v == nil && err == nil {
+		v = []byte{}
+	}
+	return v, err
+}
+
+// PutKV inserts or replaces key.
+func (s *Embedded) PutKV(ctx context.Context, key string, value []byte) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	_, err = w.ExecContext(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, storekit.FmtTime(s.clock.Now()))
+	return err
+}
+
+// ownerOnly creates the database file mode 0600 (SQLite gives its -wal and
+// -shm files the database file's mode) and takes group and other access
+// from an existing one and its companions: the store holds run requests,
+// their artifact references and token hashes.
+func ownerOnly(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("snapshots: %w", err)
+		}
+	}
+	return nil
+}

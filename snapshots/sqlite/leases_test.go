@@ -1,0 +1,34 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
+	"github.com/screengraph/screengraph-agent/snapshots/storetest"
+)
+
+func TestEmbeddedLeases(t *testing.T) {
+	storetest.RunLeases(t, func(t *testing.T, clock agent.Clock) agent.Leases {
+		return newEmbeddedClock(t, clock)
+	})
+}
+
+func TestEmbeddedFencing(t *testing.T) {
+	storetest.RunFencing(t, func(t *testing.T, clock agent.Clock) storetest.LeaseStore {
+		return newEmbeddedClock(t, clock)
+	})
+}
+
+// newEmbeddedClock opens a fresh embedded store whose times come from clock.
+func newEmbeddedClock(t *testing.T, clock agent.Clock) *sqlite.Embedded {
+	t.Helper()
+	s, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
