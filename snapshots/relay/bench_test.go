@@ -119,10 +119,10 @@ func BenchmarkEmbeddedRelayVsRawJetStream(b *testing.B) {
 	const runs = 8
 	const relayVsRawRound = 3 * runs * 40 // 960 events: 40 node steps per run
 	ctx := context.Background()
-	s := newEmbedded(b)
-	_, url := startNATS(b, snapshots.EmbeddedNATSOptions{})
-	_, pub := connectPublisher(b, url)
-	relay := &snapshots.Relay{Store: s, Publisher: pub, Concurrency: runs}
+	s := testenv.Embedded(b)
+	_, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
+	_, pub := testenv.ConnectPublisher(b, url)
+	relay := &relay.Relay{Store: s, Publisher: pub, Concurrency: runs}
 	body := func(r agent.Run, id string) []byte {
 		return fmt.Appendf(nil, `{"eventId":"%s","runId":"%s","tenantId":"%s","sequence":1,"kind":"%s","version":"1","payload":{"nodeName":"EnsureDevice","stepOrdinal":0},"checksum":"0000000000000000000000000000000000000000000000000000000000000000"}`,
 			id, r.RunID, r.TenantID, agent.KindNodeStarted)
