@@ -21,8 +21,8 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/blobs"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -30,7 +30,7 @@ import (
 // evidence kept in a blob dir, and a store the test fills directly.
 type tenantEnv struct {
 	t      *testing.T
-	st     *snapshots.Embedded
+	st     *sqlite.Embedded
 	blobs  *blobs.Dir
 	url    string
 	tokens map[string]string
@@ -39,7 +39,7 @@ type tenantEnv struct {
 func newTenantEnv(t *testing.T) *tenantEnv {
 	t.Helper()
 	ctx := context.Background()
-	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
