@@ -104,3 +104,31 @@ func TestUIBrowserRunsTenantsEscaping(t *testing.T) {
 	}
 	uitest.SavePNG(t, ctx, "other-tenant")
 }
+
+// Keyboard and refusals on a live run: the run's link opens with Enter,
+// Pause is enabled on a RUNNING run and Resume is not, a policy switch to
+// submitted with Enter is accepted (this service does not check versions;
+// TestUIBrowserRunsTenantsEscaping shows a refusal), and Cancel pressed with
+// the space bar is accepted and the run's end shows live.
+func TestUIBrowserKeyboardControls(t *testing.T) {
+	e := newTenancyEnv(t)
+	ctx := uitest.Browser(t)
+	const wait = 20 * time.Second
+	id := e.submitAs("acme", `{"serial": "emulator-5554", "apk": "k"}`)
+	e.waitStatus(id, "RUNNING")
+	uitest.Run(t, ctx, wait, "sign in", chromedp.Navigate(e.url+"/ui/"), chromedp.WaitVisible("#signin"),
+		chromedp.SendKeys("#token", e.tokens["acme"]+"\r"), chromedp.WaitVisible(`tr[data-run="`+id+`"] a`))
+	uitest.Run(t, ctx, wait, "open the run with Enter", chromedp.Focus(`tr[data-run="`+id+`"] a`), chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(`#run-status[data-status="RUNNING"]`))
+	if !uitest.Eval[bool](t, ctx, `!document.getElementById("pause").disabled && document.getElementById("resume").disabled && !document.getElementById("cancel").disabled`) {
+		t.Errorf("on a RUNNING run: want Pause and Cancel enabled, Resume disabled")
+	}
+	uitest.Run(t, ctx, wait, "policy switch with Enter", chromedp.SendKeys("#policy-version", "2\r"),
+		chromedp.Poll[chromedp.Void](`(document.querySelector("#control-result .notice") || {}).textContent?.includes("agent.policy.switch_requested")`))
+	uitest.SavePNG(t, ctx, "policy-requested")
+	uitest.Run(t, ctx, wait, "cancel with the space bar", chromedp.Focus("#cancel"), chromedp.KeyEvent(" "),
+		chromedp.Poll[chromedp.Void](`(document.querySelector("#control-result .notice") || {}).textContent?.includes("cancel")`))
+	close(e.node.gate(id))
+	uitest.Run(t, ctx, wait, "the run ends, shown live", chromedp.WaitVisible(`#run-status[data-status="CANCELED"]`))
+	uitest.SavePNG(t, ctx, "ended")
+}

@@ -252,7 +252,16 @@ export async function render(main, params, ctx) {
   // First paint, then the live stream (it replays the run's events first).
   renderRun(await api(base, { signal: abort.signal }));
   await Promise.all([loadLease(), loadEvidence()]);
-  const heartbeat = setInterval(() => { if (leaseRow && !leaseRow.releasedAt) { const h = document.getElementById("lease-heartbeat"); if (h) h.textContent = ageOf(leaseRow.renewedAt); } }, 1000);
+  // The heartbeat's age ticks locally each second; the lease itself is
+  // re-read every 5 s while the run holds it (slower than the API's own 1 s
+  // event poll), so the age restarts at each renewal.
+  let tick = 0;
+  const heartbeat = setInterval(() => {
+    if (!leaseRow || leaseRow.releasedAt) return;
+    if (++tick % 5 === 0 && run && !TERMINAL.has(run.status)) loadLease().catch(() => {});
+    const h = document.getElementById("lease-heartbeat");
+    if (h) h.textContent = ageOf(leaseRow.renewedAt);
+  }, 1000);
 
   (async () => {
     let last = "";
