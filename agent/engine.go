@@ -68,6 +68,18 @@ type Engine struct {
 	Logf func(format string, args ...any)
 }
 
+// GraphRunner is an Engine bound to one graph: Run(ctx, runID) is
+// Engine.Run(ctx, runID, Graph), the daemon's service.Runner.
+type GraphRunner struct {
+	Engine *Engine
+	Graph  *Graph
+}
+
+// Run drives runID through r.Graph; see Engine.Run for its errors.
+func (r GraphRunner) Run(ctx context.Context, runID string) (RunStatus, error) {
+	return r.Engine.Run(ctx, runID, r.Graph)
+}
+
 // Run executes or resumes run runID with graph g until the run reaches a
 // terminal status, and returns that status. A run already terminal returns
 // its status at once. Errors: ctx done (daemon stop; the run stays

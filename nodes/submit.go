@@ -1,12 +1,14 @@
 package nodes
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/strictjson"
+	"github.com/screengraph/screengraph-agent/policy"
 )
 
 // SubmitRequest is the body of POST /v1/runs: the run request of
@@ -115,4 +117,34 @@ func ArtifactRef(run agent.Run) string {
 		return ""
 	}
 	return strings.TrimSpace(in.ProvisionApp.ApplicationUnderTestDescriptor.APKStorageObjectReference)
+}
+
+// SetupPreparer is the daemon's service.Preparer for the setup graph: it
+// decodes a run request with NewSetupRun (current policy version as the
+// default), checks the artifact reference against the daemon's artifact
+// rules before anything is stored (Artifacts.CheckRef), and refuses a
+// policy version the daemon does not hold (invalid_request_error naming
+// $.policyVersion). The tenant is left "" so that Submit sets the caller's.
+type SetupPreparer struct {
+	Policies interface {
+		Current() *policy.Policy
+		Get(version int) (*policy.Policy, error)
+	}
+	// Artifacts checks an apkStorageObjectReference (artifacts.Fetcher).
+	Artifacts interface{ CheckRef(ref string) error }
+}
+
+// Prepare builds the PENDING run row of the request body; see SetupPreparer.
+func (p SetupPreparer) Prepare(_ context.Context, runID string, body []byte) (agent.Run, error) {
+	run, err := NewSetupRun(runID, body, "", p.Policies.Current().PolicyVersion)
+	if err != nil {
+		return run, err
+	}
+	if err := p.Artifacts.CheckRef(ArtifactRef(run)); err != nil {
+		return run, err
+	}
+	if _, err := p.Policies.Get(run.PolicyVersion); err != nil {
+		return run, agent.Wrap(agent.ErrInvalidRequest, err, "$.policyVersion: %d", run.PolicyVersion)
+	}
+	return run, nil
 }

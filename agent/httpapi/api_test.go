@@ -23,6 +23,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
@@ -106,7 +107,7 @@ func newEnvConfig(t *testing.T, set func(*httpapi.Config, *sqlite.Embedded)) *en
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: prepare, NewID: func() string { return ulid.Make().String() },
+	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: servicetest.Prepare(prepare), NewID: func() string { return ulid.Make().String() },
 		Holder: "serve:test", HolderPrefix: "serve:", Tick: 20 * time.Millisecond, LeaseTTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/blobs"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
@@ -35,7 +36,7 @@ func TestArtifactsAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: prepare, NewID: func() string { return ulid.Make().String() },
+	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: servicetest.Prepare(prepare), NewID: func() string { return ulid.Make().String() },
 		Holder: "serve:test", Artifacts: st, Blobs: dir})
 	if err != nil {
 		t.Fatal(err)

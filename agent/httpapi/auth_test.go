@@ -19,6 +19,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
@@ -54,7 +55,10 @@ type tenancyEnv struct {
 
 // newTenancyEnv is the API over a real service and embedded store with
 // tokens for tenants acme and beta, an admin token and a revoked acme token.
-func newTenancyEnv(t *testing.T) *tenancyEnv { t.Helper(); return newTenancyEnvWith(t, tenantPrepare) }
+func newTenancyEnv(t *testing.T) *tenancyEnv {
+	t.Helper()
+	return newTenancyEnvWith(t, servicetest.Prepare(tenantPrepare))
+}
 
 // newTenancyEnvWith is newTenancyEnv validating run requests with prepare.
 func newTenancyEnvWith(t *testing.T, prepare service.Preparer) *tenancyEnv {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/nodes"
 )
 
@@ -24,7 +25,7 @@ const setupNodes = `"ensureDevice":{"deviceConfiguration":{"deviceName":"emulato
 // run of tenant beta. Bodies a map lookup and a struct decode read
 // differently are 400 naming the key; beta sees no run.
 func TestSubmitStrictKeys(t *testing.T) {
-	e := newTenancyEnvWith(t, setupPrepare)
+	e := newTenancyEnvWith(t, servicetest.Prepare(setupPrepare))
 	for _, tc := range []struct{ body, want string }{
 		{`{"tenantId":"acme","TenantID":"beta",` + setupNodes + `}`, `keys \"tenantId\" and \"TenantID\" at $ differ only by case`},
 		{`{"TenantID":"beta",` + setupNodes + `}`, `key \"TenantID\" at $ matches field \"tenantId\" only by case`},
@@ -57,7 +58,7 @@ func TestSubmitStrictKeys(t *testing.T) {
 
 // The policy switch body goes through the same decoder.
 func TestPolicyBodyStrict(t *testing.T) {
-	e := newTenancyEnvWith(t, setupPrepare)
+	e := newTenancyEnvWith(t, servicetest.Prepare(setupPrepare))
 	id := e.submitAs("acme", `{`+setupNodes+`}`)
 	for _, tc := range []struct{ body, want string }{
 		{`{"version":1,"version":2}`, `duplicate key \"version\" at $`},

@@ -17,6 +17,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
@@ -54,9 +55,9 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	svc, err := service.New(service.Config{Store: st, Leases: st, NewID: func() string { return ulid.Make().String() }, Holder: "serve:test",
-		Prepare: func(context.Context, string, []byte) (agent.Run, error) {
+		Prepare: servicetest.Prepare(func(context.Context, string, []byte) (agent.Run, error) {
 			return agent.Run{}, errors.New("no submits here")
-		}})
+		})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 )
 
 // Two daemons on one store, each reaching one device: a run submitted to
@@ -19,13 +20,13 @@ func TestRunGoesToTheDaemonThatReachesItsDevice(t *testing.T) {
 	reach := func(serials ...string) func(*service.Config) {
 		return func(c *service.Config) {
 			c.HolderPrefix = ""
-			c.Reachable = func(context.Context) ([]service.Candidate, error) {
+			c.Reachable = servicetest.Reach(func(context.Context) ([]service.Candidate, error) {
 				var out []service.Candidate
 				for _, s := range serials {
 					out = append(out, service.Candidate{Serial: s})
 				}
 				return out, nil
-			}
+			})
 		}
 	}
 	a := f.newService("serve:host-a:1", reach("dev-a"))
@@ -109,7 +110,7 @@ func TestRepeatedlyFailingDeviceIsQuarantined(t *testing.T) {
 	svc := f.newService("serve:test:1", func(c *service.Config) {
 		c.ProbeEvery = 50 * time.Millisecond
 		c.Devices = oneDevice("dev-a")
-		c.Probe = func(ctx context.Context, serial string) error {
+		c.Probe = servicetest.Probe(func(ctx context.Context, serial string) error {
 			probes.Add(1)
 			if serial != "dev-a" {
 				t.Errorf("probed %s", serial)
@@ -118,7 +119,7 @@ func TestRepeatedlyFailingDeviceIsQuarantined(t *testing.T) {
 				return errors.New("adb shell echo: device offline")
 			}
 			return nil
-		}
+		})
 	})
 	start(t, svc)
 	var ids []string

@@ -14,6 +14,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/pgtest"
 	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 )
@@ -192,9 +193,9 @@ func TestTwoHostsRunOnTheirOwnEmulator5554AtOnce(t *testing.T) {
 			c.HolderPrefix = ""
 			c.HostID = hostID
 			c.Tick = 20 * time.Millisecond
-			c.Reachable = func(context.Context) ([]service.Candidate, error) {
+			c.Reachable = servicetest.Reach(func(context.Context) ([]service.Candidate, error) {
 				return []service.Candidate{{Serial: "emulator-5554"}}, nil
-			}
+			})
 		}
 	}
 	a := f.newService("serve:a", reach("0a0a0a0a0a0a"))

@@ -10,8 +10,12 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 )
 
-// OutboxLag reports how many committed events wait for the relay.
-type OutboxLag func(ctx context.Context) (int, error)
+// OutboxCounter counts the outbox rows the relay has not published yet
+// (unpublished) and those it parked; the stores implement it
+// (snapshots.OutboxCounter is the same method, asserted on each store).
+type OutboxCounter interface {
+	OutboxCounts(ctx context.Context) (unpublished, parked int64, err error)
+}
 
 // Metrics are the daemon's Prometheus metrics, measured here:
 //
@@ -23,7 +27,7 @@ type OutboxLag func(ctx context.Context) (int, error)
 //	screengraph_leases_held                         gauge, active device leases (at scrape)
 type Metrics struct {
 	s         *Service
-	lag       OutboxLag
+	lag       OutboxCounter
 	nodeDur   *prometheus.HistogramVec
 	runsDesc  *prometheus.Desc
 	activeDsc *prometheus.Desc
@@ -33,7 +37,7 @@ type Metrics struct {
 }
 
 // RegisterMetrics registers the service's metrics on reg. lag may be nil.
-func (s *Service) RegisterMetrics(reg prometheus.Registerer, lag OutboxLag) error {
+func (s *Service) RegisterMetrics(reg prometheus.Registerer, lag OutboxCounter) error {
 	m := &Metrics{
 		s: s, lag: lag,
 		nodeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -101,7 +105,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(m.activeDsc, prometheus.GaugeValue, float64(m.s.ActiveRuns()))
 	if m.lag != nil {
-		if n, err := m.lag(ctx); err == nil {
+		if n, _, err := m.lag.OutboxCounts(ctx); err == nil {
 			ch <- prometheus.MustNewConstMetric(m.lagDesc, prometheus.GaugeValue, float64(n))
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 )
 
 const hostA, hostB = "0a0a0a0a0a0a", "0b0b0b0b0b0b"
@@ -19,10 +20,10 @@ const hostA, hostB = "0a0a0a0a0a0a", "0b0b0b0b0b0b"
 func reachDevices(hostID string, rounds *atomic.Int64, cands ...service.Candidate) func(*service.Config) {
 	return func(c *service.Config) {
 		c.HostID = hostID
-		c.Reachable = func(context.Context) ([]service.Candidate, error) {
+		c.Reachable = servicetest.Reach(func(context.Context) ([]service.Candidate, error) {
 			rounds.Add(1)
 			return cands, nil
-		}
+		})
 	}
 }
 

@@ -26,21 +26,39 @@ type Runner interface {
 	Run(ctx context.Context, runID string) (agent.RunStatus, error)
 }
 
-// RunnerFunc adapts a function to Runner.
-type RunnerFunc func(ctx context.Context, runID string) (agent.RunStatus, error)
-
-// Run calls f.
-func (f RunnerFunc) Run(ctx context.Context, runID string) (agent.RunStatus, error) {
-	return f(ctx, runID)
-}
+var _ Runner = agent.GraphRunner{}
 
 // Preparer validates a run request (the JSON body of POST /v1/runs) and
 // builds the run row to store: RunID as given, Status PENDING, Serial, Graph,
 // Input, ProjectID and PolicyVersion filled, TenantID as the request names it
 // ("" when it names none: Submit then sets the caller's). A request it
 // refuses is an *agent.Error (invalid_request_error) whose message names the
-// JSON path.
-type Preparer func(ctx context.Context, runID string, body []byte) (agent.Run, error)
+// JSON path. nodes.SetupPreparer is the daemon's.
+type Preparer interface {
+	Prepare(ctx context.Context, runID string, body []byte) (agent.Run, error)
+}
+
+// Reachability lists the devices this daemon can drive, for the scheduler
+// (see Config.Reachable). adbdevice.Reachable is the daemon's.
+type Reachability interface {
+	Candidates(ctx context.Context) ([]Candidate, error)
+}
+
+// Prober checks that a quarantined device answers again (nil: healthy), for
+// the scheduler (see Config.QuarantineAfter). adbdevice.BootCompletedProbe
+// is the daemon's.
+type Prober interface {
+	Probe(ctx context.Context, serial string) error
+}
+
+// RunnerFunc adapts a function to Runner, as http.HandlerFunc does: tests and
+// small programs drive runs with a closure; the daemon uses agent.GraphRunner.
+type RunnerFunc func(ctx context.Context, runID string) (agent.RunStatus, error)
+
+// Run calls f.
+func (f RunnerFunc) Run(ctx context.Context, runID string) (agent.RunStatus, error) {
+	return f(ctx, runID)
+}
 
 // Device is one device the adb server knows, as GET /v1/devices shows it.
 type Device struct {
@@ -69,10 +87,6 @@ type DeviceLister interface {
 	Devices(ctx context.Context) ([]Device, error)
 }
 
-// PolicyChecker reports whether a policy version exists (nil) or not
-// (an error wrapping agent.ErrNotFound).
-type PolicyChecker func(ctx context.Context, version int) error
-
 // Errors of the service besides agent.ErrNotFound (unknown run).
 var (
 	// ErrRunTerminal: control of a run that already ended (HTTP 409).
@@ -88,7 +102,9 @@ type Config struct {
 	Runner  Runner
 	Prepare Preparer
 	Devices DeviceLister // may be nil
-	Policy  PolicyChecker
+	// Policy resolves the versions a policy switch may name (an unknown one
+	// is an error wrapping agent.ErrNotFound); nil accepts any version.
+	Policy agent.PolicySource
 	// DefaultTenant is the tenant of a run submitted in the Admin scope
 	// without a tenantId (default "local").
 	DefaultTenant string
@@ -116,9 +132,11 @@ type Config struct {
 	// run ends wake it at once.
 	Tick  time.Duration
 	Clock agent.Clock
-	// NewID makes run ids (ULIDs).
+	// NewID makes run ids (ULIDs). A func, like a clock: one call, no state
+	// worth a type (ulid.Make().String in the daemon).
 	NewID func() string
-	// Logf reports what the daemon does in the background; nil drops it.
+	// Logf reports what the daemon does in the background, as log.Printf
+	// does; nil drops it.
 	Logf func(format string, args ...any)
 	// RetryAfter is how long a run whose engine stopped on an error (not a
 	// terminal status) waits before it is scheduled again (default 2 s).
@@ -132,7 +150,7 @@ type Config struct {
 	// is left to the daemons of the fleet that can serve it, unless
 	// StartUnmatched. nil: every run's device name is taken as this host's
 	// device as named (the lease is keyed by the name).
-	Reachable func(ctx context.Context) ([]Candidate, error)
+	Reachable Reachability
 	// StartUnmatched (one host) starts a run whose device name matches no
 	// reachable device here on its name as given, so EnsureDevice fails it
 	// clearly (device_not_found) or waits for the device to come online,
@@ -144,7 +162,7 @@ type Config struct {
 	// offered to no run until Probe passes on it, tried every ProbeEvery
 	// (default 5 s). Without a Probe the quarantine lasts ProbeEvery.
 	QuarantineAfter int
-	Probe           func(ctx context.Context, serial string) error
+	Probe           Prober
 	ProbeEvery      time.Duration
 	// Artifacts and Blobs serve the runs' evidence (artifacts.go); nil
 	// serves none.
@@ -358,7 +376,7 @@ func (s *Service) schedule(ctx context.Context) error {
 	if s.cfg.Reachable != nil {
 		// A failed listing starts nothing this round (the adb server is
 		// down, or serve holds runs back while its Appium is replaced).
-		if cands, err = s.cfg.Reachable(ctx); err != nil {
+		if cands, err = s.cfg.Reachable.Candidates(ctx); err != nil {
 			return fmt.Errorf("reachable devices: %w", err)
 		}
 	}
@@ -629,7 +647,7 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 	if err := strictjson.Check("$", body, nil, strictjson.Options{}); err != nil {
 		return agent.Run{}, err
 	}
-	run, err := s.cfg.Prepare(ctx, s.cfg.NewID(), body)
+	run, err := s.cfg.Prepare.Prepare(ctx, s.cfg.NewID(), body)
 	if err != nil {
 		return agent.Run{}, err
 	}
@@ -682,7 +700,7 @@ func (s *Service) Control(ctx context.Context, sc agent.Scope, runID, kind strin
 			return agent.Control{}, agent.Errorf(agent.ErrInvalidRequest, "$.version: a policy switch needs a policy version >= 1")
 		}
 		if s.cfg.Policy != nil {
-			if err := s.cfg.Policy(ctx, policyVersion); err != nil {
+			if _, err := s.cfg.Policy.Policy(ctx, policyVersion); err != nil {
 				return agent.Control{}, agent.Wrap(agent.ErrInvalidRequest, err, "$.version: policy version %d", policyVersion)
 			}
 		}
@@ -1017,7 +1035,7 @@ func (s *Service) quarantined(ctx context.Context, serial string) bool {
 	var err error
 	if s.cfg.Probe != nil {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = s.cfg.Probe(pctx, serial)
+		err = s.cfg.Probe.Probe(pctx, serial)
 		cancel()
 	}
 	if err != nil {

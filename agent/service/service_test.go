@@ -17,6 +17,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
@@ -143,7 +144,7 @@ func prepare(_ context.Context, runID string, body []byte) (agent.Run, error) {
 func (f *fixture) newService(holder string, mod func(*service.Config)) *service.Service {
 	f.t.Helper()
 	cfg := service.Config{
-		Store: f.store, Leases: f.store, Prepare: prepare, NewID: func() string { return ulid.Make().String() },
+		Store: f.store, Leases: f.store, Prepare: servicetest.Prepare(prepare), NewID: func() string { return ulid.Make().String() },
 		Holder: holder, HolderPrefix: "serve:", LeaseTTL: 2 * time.Second, Tick: 20 * time.Millisecond,
 		RetryAfter: 50 * time.Millisecond, Logf: f.t.Logf,
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
@@ -63,9 +64,9 @@ func FuzzSubmitTenant(f *testing.F) {
 	}
 	f.Cleanup(func() { st.Close() })
 	svc, err := service.New(service.Config{Store: st, Leases: st, Holder: "serve:fuzz", NewID: func() string { return ulid.Make().String() },
-		Prepare: func(_ context.Context, runID string, body []byte) (agent.Run, error) {
+		Prepare: servicetest.Prepare(func(_ context.Context, runID string, body []byte) (agent.Run, error) {
 			return nodes.NewSetupRun(runID, body, "", 1)
-		}})
+		})})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/policy"
 	"github.com/screengraph/screengraph-agent/snapshots"
@@ -62,7 +63,7 @@ func newAPIEnv(t *testing.T, opts ...func(*service.Config)) *apiEnv {
 	newID := func() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
 	cfg := service.Config{
 		Store: st, Leases: st, NewID: newID, Holder: "test:" + newID(), Tick: 50 * time.Millisecond, LeaseTTL: 5 * time.Second,
-		Prepare: func(ctx context.Context, runID string, body []byte) (agent.Run, error) {
+		Prepare: servicetest.Prepare(func(ctx context.Context, runID string, body []byte) (agent.Run, error) {
 			var req struct {
 				Serial string `json:"serial"`
 			}
@@ -71,11 +72,8 @@ func newAPIEnv(t *testing.T, opts ...func(*service.Config)) *apiEnv {
 			}
 			return agent.Run{RunID: runID, TenantID: "local", Status: agent.RunPending, Serial: req.Serial, Graph: "test",
 				Input: body, PolicyVersion: 1}, nil
-		},
-		Policy: func(ctx context.Context, v int) error {
-			_, err := pols.Policy(ctx, v)
-			return err
-		},
+		}),
+		Policy: pols,
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -429,7 +429,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 			return nil, err
 		}
 		return m.ListAVDs(ctx)
-	}).Candidates
+	})
 	tick := time.Second
 	if cfg.DatabaseURL != "" {
 		// Other daemons' commits and lease releases wake no one here: poll
@@ -439,38 +439,15 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// While the daemon's own Appium server is being replaced, no run starts:
 	// each would fail at once with appium_unreachable and use up its retries.
 	var appiumDown atomic.Bool
-	devices := reach
-	reach = func(ctx context.Context) ([]service.Candidate, error) {
-		if appiumDown.Load() {
-			return nil, agent.Errorf(agent.ErrAppiumUnreachable, "the local Appium server is being restarted")
-		}
-		return devices(ctx)
-	}
 	svc, err := service.New(service.Config{
 		Store: h.store, Leases: h.store,
-		Prepare: func(ctx context.Context, runID string, body []byte) (agent.Run, error) {
-			// No default tenant here: Submit sets the caller's scope's.
-			run, err := nodes.NewSetupRun(runID, body, "", h.policies.Current().PolicyVersion)
-			if err != nil {
-				return run, err
-			}
-			if err := h.artifacts.CheckRef(nodes.ArtifactRef(run)); err != nil {
-				return run, err
-			}
-			if _, err := h.policies.Get(run.PolicyVersion); err != nil {
-				return run, agent.Wrap(agent.ErrInvalidRequest, err, "$.policyVersion: %d", run.PolicyVersion)
-			}
-			return run, nil
-		},
-		Devices: adbDevices{h},
-		Policy: func(ctx context.Context, v int) error {
-			_, err := h.policies.Get(v)
-			return err
-		},
+		Prepare:       nodes.SetupPreparer{Policies: h.policies, Artifacts: h.artifacts},
+		Devices:       adbDevices{h},
+		Policy:        h.policies,
 		DefaultTenant: cfg.Tenant,
 		Holder:        holder, HolderPrefix: predecessor, HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
-		Probe: adbdevice.BootCompletedProbe(h.adb), Reachable: reach, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
+		Probe: adbdevice.NewBootCompletedProbe(h.adb), Reachable: appiumGate{reach, &appiumDown}, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
 		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
 		Artifacts: h.store, Blobs: h.blobs,
 	})
@@ -480,18 +457,13 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// The engine commits through the service's store, so followers wake.
 	h.engine.Store = svc.Store()
 	h.engine.Logf = func(format string, args ...any) { log.Warn().Msgf(format, args...) }
-	svc.SetRunner(service.RunnerFunc(func(ctx context.Context, runID string) (agent.RunStatus, error) {
-		return h.engine.Run(ctx, runID, h.graph)
-	}))
+	svc.SetRunner(agent.GraphRunner{Engine: h.engine, Graph: h.graph})
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(relayMetrics(h.relay)...)
 	reg.MustRegister(outboxMetrics(h.store)...)
-	if err := svc.RegisterMetrics(reg, func(ctx context.Context) (int, error) {
-		n, _, err := h.store.OutboxCounts(ctx)
-		return int(n), err
-	}); err != nil {
+	if err := svc.RegisterMetrics(reg, h.store); err != nil {
 		return c.fail(err)
 	}
 	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Registerer: reg, Tokens: storeTokens(h.store), AllowedHosts: cfg.AllowedHosts,
@@ -584,4 +556,19 @@ func (a adbDevices) Devices(ctx context.Context) ([]service.Device, error) {
 		out = append(out, service.Device{Serial: d.Serial, State: d.State, Model: d.Model, APILevel: d.APILevel, BootReady: d.BootReady})
 	}
 	return out, nil
+}
+
+// appiumGate lists no device while the daemon's own Appium server is being
+// replaced (down): each run would fail at once with appium_unreachable and
+// use up its retries.
+type appiumGate struct {
+	service.Reachability
+	down *atomic.Bool
+}
+
+func (g appiumGate) Candidates(ctx context.Context) ([]service.Candidate, error) {
+	if g.down.Load() {
+		return nil, agent.Errorf(agent.ErrAppiumUnreachable, "the local Appium server is being restarted")
+	}
+	return g.Reachability.Candidates(ctx)
 }

@@ -40,6 +40,8 @@ type deviceProps struct {
 	apiLevel int
 }
 
+var _ service.Reachability = (*Reachable)(nil)
+
 // AVDsEvery is how long a listing of the host's AVDs is reused (30 s).
 const AVDsEvery = 30 * time.Second
 
@@ -149,15 +151,24 @@ func (r *Reachable) avdNames(ctx context.Context) []string {
 // BootCompletedProbe is the quarantine's health probe
 // (service.Config.Probe): the device answers a shell command and reports
 // sys.boot_completed=1. Errors: the adb client's, or one naming the value.
-func BootCompletedProbe(c *adb.Client) func(ctx context.Context, serial string) error {
-	return func(ctx context.Context, serial string) error {
-		out, err := c.ShellOutput(ctx, serial, "getprop sys.boot_completed")
-		if err != nil {
-			return err
-		}
-		if strings.TrimSpace(out) != "1" {
-			return fmt.Errorf("sys.boot_completed is %q, not 1", strings.TrimSpace(out))
-		}
-		return nil
+type BootCompletedProbe struct {
+	adb *adb.Client
+}
+
+var _ service.Prober = (*BootCompletedProbe)(nil)
+
+// NewBootCompletedProbe probes the devices of the adb server c.
+func NewBootCompletedProbe(c *adb.Client) *BootCompletedProbe { return &BootCompletedProbe{adb: c} }
+
+// Probe returns nil when getprop sys.boot_completed on serial is 1; else an
+// adb error (device_offline, ...) or one naming the value it read.
+func (p *BootCompletedProbe) Probe(ctx context.Context, serial string) error {
+	out, err := p.adb.ShellOutput(ctx, serial, "getprop sys.boot_completed")
+	if err != nil {
+		return err
 	}
+	if strings.TrimSpace(out) != "1" {
+		return fmt.Errorf("sys.boot_completed is %q, not 1", strings.TrimSpace(out))
+	}
+	return nil
 }

@@ -79,7 +79,7 @@ func TestReachableCandidates(t *testing.T) {
 		t.Fatalf("after AVDsEvery: %+v, %v, %d listings", got, err, listings.Load())
 	}
 
-	probe := adbdevice.BootCompletedProbe(c)
+	probe := adbdevice.NewBootCompletedProbe(c).Probe
 	if err := probe(ctx, ready.Serial()); err != nil {
 		t.Errorf("probe of a booted device: %v", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/blobs"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
@@ -103,7 +104,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: prepare, NewID: func() string { return ulid.Make().String() },
+	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: servicetest.Prepare(prepare), NewID: func() string { return ulid.Make().String() },
 		Holder: "serve:test", HolderPrefix: "serve:", Tick: 20 * time.Millisecond, LeaseTTL: 5 * time.Second, Artifacts: st, Blobs: dir})
 	if err != nil {
 		t.Fatal(err)

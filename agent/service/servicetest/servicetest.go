@@ -1,0 +1,38 @@
+// Package servicetest adapts test closures to the service's ports, the way
+// http.HandlerFunc adapts a function to http.Handler. The daemon wires named
+// implementations (nodes.SetupPreparer, adbdevice.Reachable,
+// adbdevice.BootCompletedProbe); tests script a port with a closure.
+package servicetest
+
+import (
+	"context"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/service"
+)
+
+// Prepare is a service.Preparer calling the function.
+type Prepare func(ctx context.Context, runID string, body []byte) (agent.Run, error)
+
+var _ service.Preparer = Prepare(nil)
+
+// Prepare calls f.
+func (f Prepare) Prepare(ctx context.Context, runID string, body []byte) (agent.Run, error) {
+	return f(ctx, runID, body)
+}
+
+// Reach is a service.Reachability calling the function.
+type Reach func(ctx context.Context) ([]service.Candidate, error)
+
+var _ service.Reachability = Reach(nil)
+
+// Candidates calls f.
+func (f Reach) Candidates(ctx context.Context) ([]service.Candidate, error) { return f(ctx) }
+
+// Probe is a service.Prober calling the function.
+type Probe func(ctx context.Context, serial string) error
+
+var _ service.Prober = Probe(nil)
+
+// Probe calls f.
+func (f Probe) Probe(ctx context.Context, serial string) error { return f(ctx, serial) }
