@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 )
 
 // readLocalAppium reads the data dir's appium.json (zero value when absent).
-func readLocalAppium(t testing.TB, dataDir string) localAppiumState {
+func readLocalAppium(t testing.TB, dataDir string) appium.LocalState {
 	t.Helper()
-	var st localAppiumState
-	if b, err := os.ReadFile(localAppiumFile(dataDir)); err == nil {
+	var st appium.LocalState
+	if b, err := os.ReadFile(appium.LocalStateFile(dataDir)); err == nil {
 		json.Unmarshal(b, &st)
 	}
 	return st
@@ -47,13 +48,13 @@ func TestServeAppiumRestart(t *testing.T) {
 	}
 	old := readLocalAppium(t, d.dataDir)
 	if old.PID <= 0 {
-		t.Fatalf("no local Appium recorded in %s", localAppiumFile(d.dataDir))
+		t.Fatalf("no local Appium recorded in %s", appium.LocalStateFile(d.dataDir))
 	}
 	if err := syscall.Kill(-old.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	var now localAppiumState
+	var now appium.LocalState
 	for {
 		now = readLocalAppium(t, d.dataDir)
 		if now.PID > 0 && now.PID != old.PID {

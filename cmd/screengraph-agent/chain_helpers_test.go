@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
@@ -50,7 +51,7 @@ func newChainEnv(t testing.TB) *chainEnv {
 	e := &chainEnv{srv: srv, emu: emu, dev: dev, serial: emu.Serial(), dataDir: t.TempDir()}
 	// Cleanups run last-in first-out: Appium stops before the adb server dies.
 	t.Cleanup(func() {
-		if _, err := stopLocalAppium(e.dataDir); err != nil {
+		if _, err := appium.StopLocal(e.dataDir); err != nil {
 			t.Errorf("stop local Appium: %v", err)
 		}
 	})

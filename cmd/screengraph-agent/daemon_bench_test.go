@@ -350,11 +350,11 @@ func adbServerPid(port int) int {
 
 // appiumPid is the pid of the data dir's local Appium server (0 if none).
 func appiumPid(dataDir string) int {
-	b, err := os.ReadFile(localAppiumFile(dataDir))
+	b, err := os.ReadFile(appium.LocalStateFile(dataDir))
 	if err != nil {
 		return 0
 	}
-	var st localAppiumState
+	var st appium.LocalState
 	json.Unmarshal(b, &st)
 	return st.PID
 }
@@ -706,9 +706,9 @@ type aloneSample struct {
 // among runs.
 func warmAppiumAlone(b *testing.B, d *daemon, serials, runs []string, apid int) aloneSample {
 	b.Helper()
-	var st localAppiumState
-	if raw, err := os.ReadFile(localAppiumFile(d.dataDir)); err != nil || json.Unmarshal(raw, &st) != nil || st.URL == "" {
-		b.Fatalf("local Appium state %s: %v", localAppiumFile(d.dataDir), err)
+	var st appium.LocalState
+	if raw, err := os.ReadFile(appium.LocalStateFile(d.dataDir)); err != nil || json.Unmarshal(raw, &st) != nil || st.URL == "" {
+		b.Fatalf("local Appium state %s: %v", appium.LocalStateFile(d.dataDir), err)
 	}
 	cl, err := appium.New(st.URL, appium.Options{}) // as the daemon's (host.go)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/nodes"
@@ -85,7 +86,7 @@ func startDaemonEnv(t testing.TB, srv *simtest.ADBServer, env []string, extra ..
 		httpPort: simtest.FreePort(t), natsPort: simtest.FreePort(t), extra: extra, env: env}
 	t.Cleanup(func() {
 		d.stop()
-		stopLocalAppium(d.dataDir)
+		appium.StopLocal(d.dataDir)
 	})
 	d.start()
 	return d

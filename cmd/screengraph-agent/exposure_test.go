@@ -16,6 +16,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 )
 
@@ -76,7 +77,7 @@ func TestServeOpenListenInsecureOrTokens(t *testing.T) {
 	d := &daemon{t: t, bin: buildAgent(t), srv: srv, dataDir: t.TempDir(), httpPort: simtest.FreePort(t), natsPort: simtest.FreePort(t)}
 	t.Cleanup(func() {
 		d.stop()
-		stopLocalAppium(d.dataDir)
+		appium.StopLocal(d.dataDir)
 	})
 	open := "0.0.0.0:" + strconv.Itoa(d.httpPort)
 	d.extra = []string{"--listen", open, "--insecure-no-auth"}

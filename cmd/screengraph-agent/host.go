@@ -269,7 +269,7 @@ func (h *host) open(ctx context.Context) (err error) {
 	if url == "" {
 		// A local Appium that outlives the run, so the next run reuses it and
 		// its session (`screengraph-agent appium stop` ends it).
-		if url, h.AppiumStart, err = localAppium(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer)); err != nil {
+		if url, h.AppiumStart, err = appium.Local(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer)); err != nil {
 			// The error names the places searched and the fix (appium.Locate).
 			return agent.Wrap(agent.ErrAppiumUnreachable, err, "starting a local Appium server")
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/agent/retention"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
 	"github.com/screengraph/screengraph-agent/nodes"
@@ -506,7 +507,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	defer func() { stopCleaner(); <-cleanerDone }()
 	if cfg.Appium == "" {
 		// The daemon owns its local Appium: a crashed one is restarted.
-		go superviseLocalAppium(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer), h.AppiumURL, &appiumDown,
+		go appium.SuperviseLocal(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer), h.AppiumURL, &appiumDown,
 			func(format string, args ...any) { log.Warn().Msgf(format, args...) })
 	}
 	srv := httpapi.NewServer(api, httpapi.DefaultLimits)

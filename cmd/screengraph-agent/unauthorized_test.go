@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/nodes"
 )
@@ -24,7 +25,7 @@ func TestChainUnauthorizedDevice(t *testing.T) {
 	emu, _ := simtest.Launch(t, srv, p)
 	srv.WaitState(t, emu.Serial(), "unauthorized", 10*time.Second)
 	e := &chainEnv{srv: srv, emu: emu, serial: emu.Serial(), dataDir: t.TempDir()}
-	t.Cleanup(func() { stopLocalAppium(e.dataDir) })
+	t.Cleanup(func() { appium.StopLocal(e.dataDir) })
 
 	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
 	res := runCLI(t, e.runCmd(apk, signerDigest(t, apk)))
