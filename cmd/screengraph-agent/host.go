@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -337,32 +336,6 @@ func openBlobs(ctx context.Context, cfg hostConfig) (agent.BlobStore, error) {
 		return blobs.NewDir(filepath.Join(cfg.DataDir, "evidence"))
 	}
 	return blobs.NewS3(ctx, cfg.ArtifactStore, blobs.S3Options{Endpoint: cfg.ArtifactStoreEndpoint})
-}
-
-// waitPublished waits (bounded by ctx) until the relay has published every
-// event of the run, so NATS has them when the process exits. It only reads
-// the outbox: Relay.Drain must not run beside Relay.Run.
-func (h *host) waitPublished(ctx context.Context, runID string) error {
-	for {
-		rows, err := h.store.Unpublished(ctx, 1<<16)
-		if err != nil {
-			return err
-		}
-		left := 0
-		for _, r := range rows {
-			if r.RunID == runID {
-				left++
-			}
-		}
-		if left == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("run %s: %d events not yet published: %w", runID, left, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 func samePolicy(a, b *policy.Policy) bool {

@@ -109,7 +109,7 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 		return c.fail(fmt.Errorf("run %s: %w (the run stays resumable)", run.RunID, err))
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := h.waitPublished(dctx, run.RunID); err != nil {
+	if err := service.WaitPublished(dctx, h.store, run.RunID, 0); err != nil {
 		log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
 	}
 	cancel()

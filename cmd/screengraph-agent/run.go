@@ -184,7 +184,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	// Publish the run's events before reporting, so NATS has them when we
 	// exit: wait for the running relay (Drain must not run beside it).
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := h.waitPublished(dctx, run.RunID); err != nil {
+	if err := service.WaitPublished(dctx, h.store, run.RunID, 0); err != nil {
 		log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
 	}
 	cancel()

@@ -1,0 +1,44 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+// WaitPublished polls st's outbox every poll (5 ms when 0) until no
+// unpublished row of runID is left, so NATS has every event of the run
+// when a one-shot process (`run`, `runs resume`) exits. It only reads the
+// outbox: the relay running beside it publishes (a relay's Drain must not
+// run beside its Run). It reads at most 65536 unpublished rows a poll.
+// Errors: the store's, or ctx's wrapped with how many events were left
+// ("run ID: N events not yet published: context deadline exceeded").
+func WaitPublished(ctx context.Context, st agent.Store, runID string, poll time.Duration) error {
+	if poll <= 0 {
+		poll = 5 * time.Millisecond
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		rows, err := st.Unpublished(ctx, 1<<16)
+		if err != nil {
+			return err
+		}
+		left := 0
+		for _, r := range rows {
+			if r.RunID == runID {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("run %s: %d events not yet published: %w", runID, left, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
