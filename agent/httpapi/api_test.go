@@ -62,8 +62,21 @@ func (n *apkNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult 
 	case <-ctx.Done():
 		return agent.NodeResult{Output: out, Err: ctx.Err()}
 	}
+	if msg, ok := strings.CutPrefix(req.APK, "crash:"); ok {
+		// A failure with tenant-controlled text and an appFailure block,
+		// as LaunchOrAttach reports a crash (the inspector's tests).
+		return agent.NodeResult{Output: &crashOutput{Output: *out, AppFailure: map[string]any{"kind": "crash", "package": "com.example.app",
+			"exception": "java.lang.IllegalStateException", "message": msg, "source": "crash_buffer"}},
+			Err: agent.Errorf(agent.ErrAppCrashed, "com.example.app crashed: java.lang.IllegalStateException: %s", msg)}
+	}
 	return agent.NodeResult{Output: out, Next: agent.End,
 		Deltas: []agent.TokenDelta{{Kind: "log", Text: "downloading " + req.APK}}}
+}
+
+// crashOutput is apkNode's output for a crash: appFailure beside the common fields.
+type crashOutput struct {
+	agenttest.Output
+	AppFailure map[string]any `json:"appFailure"`
 }
 
 func prepare(_ context.Context, runID string, body []byte) (agent.Run, error) {

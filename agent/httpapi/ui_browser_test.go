@@ -132,3 +132,34 @@ func TestUIBrowserKeyboardControls(t *testing.T) {
 	uitest.Run(t, ctx, wait, "the run ends, shown live", chromedp.WaitVisible(`#run-status[data-status="CANCELED"]`))
 	uitest.SavePNG(t, ctx, "ended")
 }
+
+// A failed run's page says why: the failed node's humanReadableFailureSummary,
+// errorId and appFailure block, and the run's error report — with the
+// tenant-controlled text of the crash message shown as text, not run.
+func TestUIBrowserFailureReport(t *testing.T) {
+	e := newTenancyEnv(t)
+	ctx := uitest.Browser(t)
+	const wait = 20 * time.Second
+	id := e.submitAs("acme", `{"serial": "emulator-5554", "apk": "crash:<script>window.__xss=3</script>"}`)
+	close(e.node.gate(id))
+	e.waitStatus(id, "FAILED")
+	uitest.Run(t, ctx, wait, "sign in on the run's page", chromedp.Navigate(e.url+"/ui/runs/"+id), chromedp.WaitVisible("#signin"),
+		chromedp.SendKeys("#token", e.tokens["acme"]+"\r"), chromedp.WaitVisible(`#run-status[data-status="FAILED"]`),
+		chromedp.WaitVisible(`#failure .error[data-node="Fetch"]`), chromedp.WaitVisible("#failure-summary"))
+	node := uitest.Eval[string](t, ctx, `document.querySelector('#failure .error[data-node="Fetch"]').textContent`)
+	for _, want := range []string{"com.example.app crashed: java.lang.IllegalStateException: <script>window.__xss=3</script>", "app_crashed", `"exception": "java.lang.IllegalStateException"`} {
+		if !strings.Contains(node, want) {
+			t.Errorf("the failed node's report %q lacks %q", node, want)
+		}
+	}
+	if s := uitest.Eval[string](t, ctx, `document.getElementById("failure-summary").textContent`); !strings.Contains(s, "<script>window.__xss=3</script>") {
+		t.Errorf("the run's error summary %q lacks the crash text", s)
+	}
+	if v := uitest.Eval[string](t, ctx, `String(window.__xss)`); v != "undefined" {
+		t.Errorf("the crash message's <script> ran: window.__xss = %s", v)
+	}
+	if !uitest.Eval[bool](t, ctx, `document.querySelector('#timeline .tl-row[data-node="Fetch"]').dataset.outcome === "FAILURE"`) {
+		t.Errorf("the timeline does not show Fetch as FAILURE")
+	}
+	uitest.SavePNG(t, ctx, "failed")
+}

@@ -45,6 +45,9 @@ export async function render(main, params, ctx) {
     el("section", { "aria-labelledby": "h-log" }, el("h2", { id: "h-log" }, "Events"), eventsNote, events));
 
   let run = null, leaseRow = null, artifactsShown = "";
+  // failed: the last agent.node.finished payload of each node that failed
+  // (the state snapshot keeps only the outputs of nodes that succeeded).
+  const failed = new Map();
 
   function setControls() {
     const s = run ? run.status : "";
@@ -124,10 +127,23 @@ export async function render(main, params, ctx) {
     }));
   }
 
+  // outputsOf is every node's last output: the snapshot's, and the failed
+  // attempts' from their events.
+  function outputsOf(d) {
+    const all = { ...(d.outputs || {}) };
+    for (const [node, p] of failed) {
+      if (!all[node] || all[node].nodeExecutionOutcomeStatus !== "SUCCESS") {
+        all[node] = { ...(p.output || {}), nodeExecutionOutcomeStatus: p.nodeExecutionOutcomeStatus,
+          errorId: p.errorId, humanReadableFailureSummary: p.humanReadableFailureSummary };
+      }
+    }
+    return all;
+  }
+
   function renderFailure(d) {
     const rep = d.error;
     const parts = [];
-    for (const [node, out] of Object.entries(d.outputs || {})) {
+    for (const [node, out] of Object.entries(outputsOf(d))) {
       if (!out || out.nodeExecutionOutcomeStatus !== "FAILURE") continue;
       parts.push(el("div", { class: "error", "data-node": node },
         el("strong", {}, node + ": "), out.humanReadableFailureSummary || "failed",
@@ -143,7 +159,7 @@ export async function render(main, params, ctx) {
   }
 
   function renderOutputs(d) {
-    const entries = Object.entries(d.outputs || {});
+    const entries = Object.entries(outputsOf(d));
     if (!entries.length) { replace(outputs, el("p", { class: "muted" }, "No output yet.")); return; }
     replace(outputs, entries.map(([node, out]) => el("details", { "data-node": node },
       el("summary", {}, node + (out && out.nodeExecutionOutcomeStatus ? " — " + out.nodeExecutionOutcomeStatus : "")),
@@ -273,6 +289,11 @@ export async function render(main, params, ctx) {
           if (event === "end") return;
           if (!data || typeof data !== "object") return;
           events.append(eventLine(data));
+          const p = data.payload || {};
+          if (data.kind === "agent.node.finished" && p.nodeName) {
+            if (p.nodeExecutionOutcomeStatus === "FAILURE") failed.set(p.nodeName, p); else failed.delete(p.nodeName);
+            if (run) { renderFailure(run); renderOutputs(run); }
+          }
           if (data.kind !== "agent.node.token_delta" && data.kind !== "agent.node.started") refreshSoon();
         }, { signal: abort.signal, lastEventId: last });
         eventsNote.textContent = "The run has ended; every event is shown.";
