@@ -32,20 +32,7 @@ func (s *Postgres) Artifacts(ctx context.Context, sc agent.Scope, runID string) 
 	if _, err := s.GetRun(ctx, sc, runID); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+storekit.ArtifactColumns+` FROM artifacts WHERE run_id = $1`+storekit.ArtifactOrder, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Artifact
-	for rows.Next() {
-		a, err := pgScanArtifact(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return collect(pgScanArtifact)(s.pool.Query(ctx, `SELECT `+storekit.ArtifactColumns+` FROM artifacts WHERE run_id = $1`+storekit.ArtifactOrder, runID))
 }
 
 // Artifact: see Embedded.Artifact.

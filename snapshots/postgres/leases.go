@@ -48,7 +48,7 @@ func (r extraRow) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.ext
 
 func withExtra(row pgx.Row, extra ...any) pgx.Row { return extraRow{row, extra} }
 
-func pgScanLease(row pgx.Row) (agent.Lease, error) {
+func pgScanLease(row storekit.RowScanner) (agent.Lease, error) {
 	var (
 		l        agent.Lease
 		released *time.Time
@@ -66,22 +66,6 @@ func pgScanLease(row pgx.Row) (agent.Lease, error) {
 		}
 	}
 	return l, nil
-}
-
-func pgLeases(rows pgx.Rows, err error) ([]agent.Lease, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Lease
-	for rows.Next() {
-		l, err := pgScanLease(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
 }
 
 // AcquireLease implements agent.Leases (see there; same semantics as
@@ -231,7 +215,7 @@ func (s *Postgres) ReleaseHolderLeases(ctx context.Context, match func(string) b
 	if len(tokens) == 0 {
 		return nil, nil
 	}
-	out, err := pgLeases(s.pool.Query(ctx, `UPDATE device_leases SET released_at = `+pgNow(1)+`, release_reason = $2
+	out, err := collect(pgScanLease)(s.pool.Query(ctx, `UPDATE device_leases SET released_at = `+pgNow(1)+`, release_reason = $2
 		WHERE fencing_token = ANY($3) AND released_at IS NULL RETURNING `+storekit.LeaseCols,
 		s.leaseClockArg(), string(reason), tokens))
 	if err != nil {
@@ -248,7 +232,7 @@ func (s *Postgres) ActiveLeases(ctx context.Context, sc agent.Scope) ([]agent.Le
 	if err != nil {
 		return nil, err
 	}
-	return pgLeases(s.pool.Query(ctx, `SELECT `+storekit.LeaseCols+` FROM device_leases WHERE released_at IS NULL`+cond+` ORDER BY fencing_token`, args...))
+	return collect(pgScanLease)(s.pool.Query(ctx, `SELECT `+storekit.LeaseCols+` FROM device_leases WHERE released_at IS NULL`+cond+` ORDER BY fencing_token`, args...))
 }
 
 // LeaseHistory implements agent.Leases.
@@ -258,13 +242,13 @@ func (s *Postgres) LeaseHistory(ctx context.Context, sc agent.Scope, device stri
 		if err != nil {
 			return nil, err
 		}
-		return pgLeases(s.pool.Query(ctx, `SELECT `+storekit.LeaseCols+` FROM device_leases WHERE true`+cond+` ORDER BY fencing_token`, args...))
+		return collect(pgScanLease)(s.pool.Query(ctx, `SELECT `+storekit.LeaseCols+` FROM device_leases WHERE true`+cond+` ORDER BY fencing_token`, args...))
 	}
 	cond, args, err := storekit.ScopeCond(sc, "device_leases.run_id", storekit.PgPH, 2)
 	if err != nil {
 		return nil, err
 	}
-	return pgLeases(s.pool.Query(ctx, `SELECT `+storekit.LeaseCols+` FROM device_leases WHERE device = $1`+cond+` ORDER BY fencing_token`, append([]any{device}, args...)...))
+	return collect(pgScanLease)(s.pool.Query(ctx, `SELECT `+storekit.LeaseCols+` FROM device_leases WHERE device = $1`+cond+` ORDER BY fencing_token`, append([]any{device}, args...)...))
 }
 
 // LeasePage implements agent.Leases.
@@ -273,5 +257,5 @@ func (s *Postgres) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQ
 	if err != nil {
 		return nil, err
 	}
-	return pgLeases(s.pool.Query(ctx, query, args...))
+	return collect(pgScanLease)(s.pool.Query(ctx, query, args...))
 }

@@ -193,7 +193,7 @@ func (s *Postgres) CreateRun(ctx context.Context, r agent.Run) error {
 
 const pgRunColumns = `run_id, tenant_id, project_id, status, serial, graph, input::text, policy_version, created_at, updated_at`
 
-func pgScanRun(row pgx.Row) (agent.Run, error) {
+func pgScanRun(row storekit.RowScanner) (agent.Run, error) {
 	var (
 		r      agent.Run
 		status string
@@ -252,20 +252,7 @@ func (s *Postgres) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilt
 		args = append(args, f.Limit)
 		q += fmt.Sprintf(` LIMIT $%d`, len(args))
 	}
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Run
-	for rows.Next() {
-		r, err := pgScanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return collect(pgScanRun)(s.pool.Query(ctx, q, args...))
 }
 
 // CommitStep: see Embedded.CommitStep. The run's row is locked first, so the
@@ -376,33 +363,13 @@ func (s *Postgres) LastSequence(ctx context.Context, runID string) (int64, error
 	return last, err
 }
 
-func pgEvents(rows pgx.Rows, err error) ([]agent.Event, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Event
-	for rows.Next() {
-		var env []byte
-		if err := rows.Scan(&env); err != nil {
-			return nil, err
-		}
-		e, err := storekit.DecodeEvent(env)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
 // Events: see Embedded.Events.
 func (s *Postgres) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
 	cond, args, err := storekit.ScopeCond(sc, "run_events.run_id", storekit.PgPH, 3)
 	if err != nil {
 		return nil, err
 	}
-	return pgEvents(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND sequence > $2`+cond+` ORDER BY sequence`,
+	return collect(storekit.ScanEvent)(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND sequence > $2`+cond+` ORDER BY sequence`,
 		append([]any{runID, after}, args...)...))
 }
 
@@ -416,7 +383,7 @@ func (s *Postgres) StepEvents(ctx context.Context, runID string, stepOrdinal int
 	if err != nil {
 		return nil, err
 	}
-	return pgEvents(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND step_ordinal = $2 ORDER BY sequence`, runID, stepOrdinal))
+	return collect(storekit.ScanEvent)(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND step_ordinal = $2 ORDER BY sequence`, runID, stepOrdinal))
 }
 
 const pgSnapshotColumns = `run_id, step_ordinal, node_name, resume_token, state::text, created_at`
@@ -524,21 +491,12 @@ func (s *Postgres) RequestControl(ctx context.Context, c agent.Control) (agent.C
 
 // PendingControl: see Embedded.PendingControl.
 func (s *Postgres) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = $1 AND taken_at IS NULL ORDER BY id`, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Control
-	for rows.Next() {
+	return collect(func(r storekit.RowScanner) (agent.Control, error) {
 		c := agent.Control{RunID: runID}
-		if err := rows.Scan(&c.ID, &c.Kind, &c.PolicyVersion, &c.RequestedAt); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&c.ID, &c.Kind, &c.PolicyVersion, &c.RequestedAt)
 		c.RequestedAt = c.RequestedAt.UTC()
-		out = append(out, c)
-	}
-	return out, rows.Err()
+		return c, err
+	})(s.pool.Query(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = $1 AND taken_at IS NULL ORDER BY id`, runID))
 }
 
 // takeControl: see Embedded.takeControl. The run's row is locked, so no
@@ -570,20 +528,7 @@ func (s *Postgres) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRo
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := s.pool.Query(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT $1`, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.OutboxRow
-	for rows.Next() {
-		var o agent.OutboxRow
-		if err := rows.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
-			return nil, err
-		}
-		out = append(out, o)
-	}
-	return out, rows.Err()
+	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT $1`, limit))
 }
 
 // MarkPublished: see Embedded.MarkPublished.
@@ -654,4 +599,18 @@ func (s *Postgres) PutKV(ctx context.Context, key string, value []byte) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES ($1, $2, $3)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, storekit.StoreTime(s.clock.Now()))
 	return err
+}
+
+// collect(scan)(rows, err) is pgx.AppendRows from a nil slice with scan for
+// each row (rows closed on return); err is the query's own error, returned
+// as is, so a query call is its argument: collect(pgScanRun)(s.pool.Query(...)).
+// No rows: nil, as the loops it replaced returned (pgx.CollectRows would
+// return an empty slice).
+func collect[T any](scan func(storekit.RowScanner) (T, error)) func(pgx.Rows, error) ([]T, error) {
+	return func(rows pgx.Rows, err error) ([]T, error) {
+		if err != nil {
+			return nil, err
+		}
+		return pgx.AppendRows([]T(nil), rows, func(r pgx.CollectableRow) (T, error) { return scan(r) })
+	}
 }

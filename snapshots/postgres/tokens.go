@@ -13,7 +13,7 @@ import (
 
 var _ agent.Tokens = (*Postgres)(nil)
 
-func pgScanToken(row pgx.Row) (agent.APIToken, error) {
+func pgScanToken(row storekit.RowScanner) (agent.APIToken, error) {
 	var t agent.APIToken
 	err := row.Scan(&t.ID, &t.TenantID, &t.Admin, &t.Hash, &t.NATSPasswordHash, &t.CreatedAt, &t.RevokedAt)
 	t.CreatedAt = t.CreatedAt.UTC()
@@ -49,20 +49,7 @@ func (s *Postgres) LookupToken(ctx context.Context, hash string) (agent.APIToken
 
 // ListTokens: see Embedded.ListTokens.
 func (s *Postgres) ListTokens(ctx context.Context) ([]agent.APIToken, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens ORDER BY created_at, token_id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.APIToken
-	for rows.Next() {
-		t, err := pgScanToken(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return collect(pgScanToken)(s.pool.Query(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens ORDER BY created_at, token_id`))
 }
 
 // RevokeToken: see Embedded.RevokeToken. One statement: the first revoke's

@@ -46,20 +46,7 @@ func (s *Embedded) Artifacts(ctx context.Context, sc agent.Scope, runID string) 
 	if _, err := s.GetRun(ctx, sc, runID); err != nil {
 		return nil, err
 	}
-	rows, err := s.query(ctx, `SELECT `+storekit.ArtifactColumns+` FROM artifacts WHERE run_id = ?`+storekit.ArtifactOrder, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Artifact
-	for rows.Next() {
-		a, err := scanArtifact(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return collect(scanArtifact)(s.query(ctx, `SELECT `+storekit.ArtifactColumns+` FROM artifacts WHERE run_id = ?`+storekit.ArtifactOrder, runID))
 }
 
 // Artifact implements agent.ArtifactIndex.

@@ -276,7 +276,7 @@ func (s *Embedded) CreateRun(ctx context.Context, r agent.Run) error {
 
 const runColumns = `run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at`
 
-func scanRun(sc interface{ Scan(...any) error }) (agent.Run, error) {
+func scanRun(sc storekit.RowScanner) (agent.Run, error) {
 	var (
 		r                agent.Run
 		status           string
@@ -347,20 +347,7 @@ func (s *Embedded) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilt
 		q += ` LIMIT ?`
 		args = append(args, f.Limit)
 	}
-	rows, err := s.query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return collect(scanRun)(s.query(ctx, q, args...))
 }
 
 // CommitStep writes the step atomically: the CAS on runs.status (when
@@ -495,26 +482,6 @@ func (s *Embedded) LastSequence(ctx context.Context, runID string) (int64, error
 	return last, err
 }
 
-func collectEvents(rows *sql.Rows, err error) ([]agent.Event, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Event
-	for rows.Next() {
-		var env []byte
-		if err := rows.Scan(&env); err != nil {
-			return nil, err
-		}
-		e, err := storekit.DecodeEvent(env)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
 // Events returns the run's events with sequence > after, in sequence order,
 // decoded from the stored envelopes (byte-for-byte the committed payloads).
 // None for a run sc does not see.
@@ -523,7 +490,7 @@ func (s *Embedded) Events(ctx context.Context, sc agent.Scope, runID string, aft
 	if err != nil {
 		return nil, err
 	}
-	return collectEvents(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND sequence > ?`+cond+` ORDER BY sequence`,
+	return collect(storekit.ScanEvent)(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND sequence > ?`+cond+` ORDER BY sequence`,
 		append([]any{runID, after}, args...)...))
 }
 
@@ -539,7 +506,7 @@ func (s *Embedded) StepEvents(ctx context.Context, runID string, stepOrdinal int
 	if err != nil {
 		return nil, err
 	}
-	return collectEvents(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND step_ordinal = ? ORDER BY sequence`, runID, stepOrdinal))
+	return collect(storekit.ScanEvent)(s.query(ctx, `SELECT envelope FROM run_events WHERE run_id = ? AND step_ordinal = ? ORDER BY sequence`, runID, stepOrdinal))
 }
 
 func scanSnapshot(row storekit.RowScanner, runID string, what string) (agent.Snapshot, error) {
@@ -668,26 +635,18 @@ func (s *Embedded) PendingControl(ctx context.Context, runID string) ([]agent.Co
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Control
-	for rows.Next() {
+	return collect(func(r storekit.RowScanner) (agent.Control, error) {
 		var (
 			at string
 			c  = agent.Control{RunID: runID}
 		)
-		if err := rows.Scan(&c.ID, &c.Kind, &c.PolicyVersion, &at); err != nil {
-			return nil, err
+		if err := r.Scan(&c.ID, &c.Kind, &c.PolicyVersion, &at); err != nil {
+			return c, err
 		}
-		if c.RequestedAt, err = storekit.ParseTime(at); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+		var err error
+		c.RequestedAt, err = storekit.ParseTime(at)
+		return c, err
+	})(q.QueryContext(ctx, runID))
 }
 
 // takeControl marks the step's requests taken (Step.Controls) and checks
@@ -725,20 +684,7 @@ func (s *Embedded) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRo
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.OutboxRow
-	for rows.Next() {
-		var o agent.OutboxRow
-		if err := rows.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
-			return nil, err
-		}
-		out = append(out, o)
-	}
-	return out, rows.Err()
+	return collect(storekit.ScanOutboxRow)(q.QueryContext(ctx, limit))
 }
 
 // UnpublishedAfter implements OutboxCursor.

@@ -14,7 +14,7 @@ import (
 
 var _ agent.Leases = (*Embedded)(nil)
 
-func scanLease(sc interface{ Scan(...any) error }) (agent.Lease, error) {
+func scanLease(sc storekit.RowScanner) (agent.Lease, error) {
 	var (
 		l                     agent.Lease
 		acq, ren, exp         string
@@ -236,7 +236,7 @@ func (s *Embedded) ReleaseHolderLeases(ctx context.Context, match func(string) b
 	}
 	defer tx.Rollback()
 	now := storekit.StoreTime(s.clock.Now())
-	active, err := collectLeases(tx.QueryContext(ctx, `SELECT `+storekit.LeaseCols+` FROM device_leases WHERE released_at IS NULL ORDER BY fencing_token`))
+	active, err := collect(scanLease)(tx.QueryContext(ctx, `SELECT `+storekit.LeaseCols+` FROM device_leases WHERE released_at IS NULL ORDER BY fencing_token`))
 	if err != nil {
 		return nil, err
 	}
@@ -289,21 +289,5 @@ func (s *Embedded) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQ
 }
 
 func (s *Embedded) queryLeases(ctx context.Context, q string, args ...any) ([]agent.Lease, error) {
-	return collectLeases(s.r.QueryContext(ctx, q, args...))
-}
-
-func collectLeases(rows *sql.Rows, err error) ([]agent.Lease, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.Lease
-	for rows.Next() {
-		l, err := scanLease(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return collect(scanLease)(s.r.QueryContext(ctx, q, args...))
 }

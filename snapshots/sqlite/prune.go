@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -40,7 +39,7 @@ func (s *Embedded) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (
 	defer tx.Rollback()
 	at := storekit.FmtTime(cutoff)
 	var res agent.PruneResult
-	ids, err := sqliteStrings(tx.QueryContext(ctx, `SELECT r.run_id `+sqlPruneEligible+` AND NOT `+sqlPruneBlocked+
+	ids, err := collect(storekit.ScanString)(tx.QueryContext(ctx, `SELECT r.run_id `+sqlPruneEligible+` AND NOT `+sqlPruneBlocked+
 		` ORDER BY r.updated_at, r.run_id LIMIT ?`, at, limit))
 	if err != nil {
 		return res, fmt.Errorf("prune: select runs: %w", err)
@@ -73,7 +72,7 @@ func (s *Embedded) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (
 		return agent.PruneResult{}, fmt.Errorf("prune: count held runs: %w", err)
 	}
 	if res.Held > 0 {
-		if res.HeldRuns, err = sqliteStrings(tx.QueryContext(ctx, `SELECT r.run_id `+sqlPruneEligible+` AND `+sqlPruneBlocked+
+		if res.HeldRuns, err = collect(storekit.ScanString)(tx.QueryContext(ctx, `SELECT r.run_id `+sqlPruneEligible+` AND `+sqlPruneBlocked+
 			` ORDER BY r.updated_at, r.run_id LIMIT ?`, at, storekit.PruneHeldNames)); err != nil {
 			return agent.PruneResult{}, fmt.Errorf("prune: held runs: %w", err)
 		}
@@ -82,20 +81,4 @@ func (s *Embedded) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (
 		return agent.PruneResult{}, err
 	}
 	return res, nil
-}
-
-func sqliteStrings(rows *sql.Rows, err error) ([]string, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
 }

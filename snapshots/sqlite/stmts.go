@@ -104,3 +104,26 @@ func (s *Embedded) query(ctx context.Context, q string, args ...any) (*sql.Rows,
 	}
 	return st.QueryContext(ctx, args...)
 }
+
+// collect(scan)(rows, err) scans every row of a query with scan, in order,
+// and closes rows; err is the query's own error, returned as is, so a query
+// call is its argument: collect(scanRun)(s.query(...)). No rows: nil, as the
+// loops it replaced returned. The store's one row loop (the Postgres store's
+// is pgx.AppendRows).
+func collect[T any](scan func(storekit.RowScanner) (T, error)) func(*sql.Rows, error) ([]T, error) {
+	return func(rows *sql.Rows, err error) ([]T, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []T
+		for rows.Next() {
+			v, err := scan(rows)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, rows.Err()
+	}
+}

@@ -12,7 +12,7 @@ import (
 
 var _ agent.Tokens = (*Embedded)(nil)
 
-func scanToken(sc interface{ Scan(...any) error }) (agent.APIToken, error) {
+func scanToken(sc storekit.RowScanner) (agent.APIToken, error) {
 	var (
 		t       agent.APIToken
 		admin   int
@@ -69,20 +69,7 @@ func (s *Embedded) LookupToken(ctx context.Context, hash string) (agent.APIToken
 
 // ListTokens implements agent.Tokens.
 func (s *Embedded) ListTokens(ctx context.Context) ([]agent.APIToken, error) {
-	rows, err := s.query(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens ORDER BY created_at, token_id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []agent.APIToken
-	for rows.Next() {
-		t, err := scanToken(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return collect(scanToken)(s.query(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens ORDER BY created_at, token_id`))
 }
 
 // RevokeToken implements agent.Tokens.

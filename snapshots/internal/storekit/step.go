@@ -270,3 +270,28 @@ func LeasePageQuery(sc agent.Scope, q agent.LeaseQuery, ph func(n int) string) (
 	args = append(args, q.Limit)
 	return `SELECT ` + LeaseCols + ` FROM device_leases WHERE ` + where + cond + ` ORDER BY fencing_token DESC LIMIT ` + ph(len(args)), args, nil
 }
+
+// ScanEvent decodes a row holding one stored event envelope (column
+// envelope), the rows of Events and StepEvents on both stores.
+func ScanEvent(r RowScanner) (agent.Event, error) {
+	var env []byte
+	if err := r.Scan(&env); err != nil {
+		return agent.Event{}, err
+	}
+	return DecodeEvent(env)
+}
+
+// ScanOutboxRow scans run_id, sequence, event_id, subject, body of a
+// run_outbox row.
+func ScanOutboxRow(r RowScanner) (agent.OutboxRow, error) {
+	var o agent.OutboxRow
+	err := r.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body)
+	return o, err
+}
+
+// ScanString scans a row of one text column.
+func ScanString(r RowScanner) (string, error) {
+	var v string
+	err := r.Scan(&v)
+	return v, err
+}
