@@ -34,6 +34,14 @@ type Device interface {
 	Pull(ctx context.Context, remote string, w io.Writer) (int64, error)
 }
 
+// Resolver finds the device a run's deviceConfiguration.deviceName names (a
+// serial, a model, an AVD name, ...), EnsureDevice's port
+// (nodes.Ports.Resolve); adbdevice.Resolver is the adb server's. Errors are
+// *agent.Error (device_not_found, ...).
+type Resolver interface {
+	Resolve(ctx context.Context, name string) (Device, error)
+}
+
 // Session is a W3C WebDriver session on the Appium server.
 type Session struct {
 	ID           string         `json:"sessionId"`

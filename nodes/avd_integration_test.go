@@ -61,7 +61,7 @@ func newAVDHost(t *testing.T) *avdHost {
 	}
 	ac := adb.New(h.srv.Addr())
 	h.graph, err = nodes.NewSetupGraph(nodes.SetupDeps{
-		Ports: nodes.Ports{Driver: drv, Resolve: adbdevice.Resolver(ac, adbdevice.ReconnectGrace), Emulators: h.mgr, ADBServerPort: h.srv.Port,
+		Ports: nodes.Ports{Driver: drv, Resolve: adbdevice.NewResolver(ac, adbdevice.ReconnectGrace), Emulators: h.mgr, ADBServerPort: h.srv.Port,
 			Capabilities: func(serial string, port int) (map[string]any, error) {
 				return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: port})
 			}},
@@ -288,7 +288,7 @@ func BenchmarkEnsureDeviceBootWait(b *testing.B) {
 		for _, cold := range []bool{false, true} {
 			drv := &stampDriver{}
 			var launched time.Time
-			p := nodes.Ports{Driver: drv, Resolve: adbdevice.Resolver(ac, adbdevice.ReconnectGrace), Emulators: mgr, ADBServerPort: srv.Port,
+			p := nodes.Ports{Driver: drv, Resolve: adbdevice.NewResolver(ac, adbdevice.ReconnectGrace), Emulators: mgr, ADBServerPort: srv.Port,
 				Progress: func(l string) {
 					if strings.HasPrefix(l, "booting AVD") {
 						launched = time.Now()

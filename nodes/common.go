@@ -144,7 +144,7 @@ type Ports struct {
 	// Resolve finds the device a deviceConfiguration.deviceName names (a
 	// serial, or an AVD/model name); errors device_not_found. nil means
 	// EnsureDevice uses Device as it is.
-	Resolve func(ctx context.Context, deviceName string) (device.Device, error)
+	Resolve device.Resolver
 	// Emulators boots and finds emulators by AVD name (the emulator
 	// package over the SDK's emulator binary and console). nil means
 	// deviceName never names an AVD.

@@ -74,7 +74,7 @@ func TestSetupChainCrashAndANR(t *testing.T) {
 			before(dev)
 		}
 		g, err := nodes.NewSetupGraph(nodes.SetupDeps{
-			Ports: nodes.Ports{Driver: drv, Resolve: adbdevice.Resolver(ac, adbdevice.ReconnectGrace), ADBServerPort: srv.Port,
+			Ports: nodes.Ports{Driver: drv, Resolve: adbdevice.NewResolver(ac, adbdevice.ReconnectGrace), ADBServerPort: srv.Port,
 				Capabilities: func(serial string, port int) (map[string]any, error) {
 					return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: port})
 				}},

@@ -71,7 +71,7 @@ func TestEnsureDeviceAVD(t *testing.T) {
 		return dev, nil
 	}
 	ports := func(e *fakeEmulators) Ports {
-		return Ports{Driver: &fakeDriver{}, Resolve: resolve, Emulators: e}
+		return Ports{Driver: &fakeDriver{}, Resolve: resolveFunc(resolve), Emulators: e}
 	}
 
 	// Not running -> booted (quick), output says so; the schema accepts it.

@@ -389,7 +389,7 @@ func resolveDevice(ctx context.Context, name string, p Ports) (device.Device, er
 		if name == "" {
 			return nil, agent.Errorf(agent.ErrInvalidRequest, "deviceConfiguration.deviceName is empty")
 		}
-		return p.Resolve(ctx, name)
+		return p.Resolve.Resolve(ctx, name)
 	}
 	if p.Device == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "EnsureDevice needs a Device or a Resolve port")

@@ -61,7 +61,7 @@ func TestEnsureDeviceNeverBootsIsBootTimeoutOnce(t *testing.T) {
 	}
 	ac := adb.New(srv.Addr())
 	g, err := nodes.NewSetupGraph(nodes.SetupDeps{
-		Ports:     nodes.Ports{Driver: noDriver{t: t}, Resolve: adbdevice.Resolver(ac, adbdevice.ReconnectGrace), ADBServerPort: srv.Port},
+		Ports:     nodes.Ports{Driver: noDriver{t: t}, Resolve: adbdevice.NewResolver(ac, adbdevice.ReconnectGrace), ADBServerPort: srv.Port},
 		DeviceFor: func(s string) device.Device { return adbdevice.NewADBDevice(ac, s) },
 		Sessions:  &nodes.MemorySessions{},
 	})

@@ -209,9 +209,9 @@ func TestEnsureDeviceDeviceErrors(t *testing.T) {
 		checkFailureCommon(t, out.Common, agent.ErrDeviceNotFound)
 	})
 	t.Run("resolve fails", func(t *testing.T) {
-		p := Ports{Driver: &fakeDriver{}, Resolve: func(context.Context, string) (device.Device, error) {
+		p := Ports{Driver: &fakeDriver{}, Resolve: resolveFunc(func(context.Context, string) (device.Device, error) {
 			return nil, agent.Errorf(agent.ErrDeviceNotFound, "no device named Pixel_7_Emu")
-		}}
+		})}
 		_, err := EnsureDevice(ctx, ensureIn(""), p, &MemorySessions{})
 		wantID(t, err, agent.ErrDeviceNotFound, false)
 	})
@@ -398,13 +398,13 @@ func TestEnsureDeviceDrivesTheLeasedDevice(t *testing.T) {
 		dev := bootedDevice(t, 0)
 		dev.serial = "emulator-5556"
 		var asked []string
-		p := Ports{Driver: &fakeDriver{}, Resolve: func(_ context.Context, name string) (device.Device, error) {
+		p := Ports{Driver: &fakeDriver{}, Resolve: resolveFunc(func(_ context.Context, name string) (device.Device, error) {
 			asked = append(asked, name)
 			if name != "emulator-5556" {
 				return nil, agent.Errorf(agent.ErrDeviceNotFound, "%q names 2 devices (emulator-5554, emulator-5556): use a serial", name)
 			}
 			return dev, nil
-		}}
+		})}
 		in := ensureIn("")
 		in.DeviceConfiguration.DeviceName = "Pixel_7"
 		ctx := agent.WithFence(context.Background(), agent.Fence{Serial: "emulator-5556", Token: 7})

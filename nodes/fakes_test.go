@@ -224,3 +224,10 @@ func checkSuccessCommon(t *testing.T, c Common, node string) {
 		t.Errorf("common block of a success: %+v", c)
 	}
 }
+
+// resolveFunc adapts a closure to device.Resolver (Ports.Resolve).
+type resolveFunc func(ctx context.Context, name string) (device.Device, error)
+
+func (f resolveFunc) Resolve(ctx context.Context, name string) (device.Device, error) {
+	return f(ctx, name)
+}

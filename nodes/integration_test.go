@@ -43,7 +43,7 @@ func TestSetupChainOnSimulator(t *testing.T) {
 	var progress []string
 	p := nodes.Ports{
 		Driver:   drv,
-		Resolve:  adbdevice.Resolver(ac, adbdevice.ReconnectGrace),
+		Resolve:  adbdevice.NewResolver(ac, adbdevice.ReconnectGrace),
 		Progress: func(l string) { progress = append(progress, l); t.Log(l) },
 		Capabilities: func(serial string, port int) (map[string]any, error) {
 			return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: port})

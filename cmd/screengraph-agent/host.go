@@ -300,7 +300,7 @@ func (h *host) open(ctx context.Context) (err error) {
 	h.graph, err = nodes.NewSetupGraph(nodes.SetupDeps{
 		Ports: nodes.Ports{
 			Driver:        h.driver,
-			Resolve:       adbdevice.Resolver(h.adb, adbdevice.ReconnectGrace),
+			Resolve:       adbdevice.NewResolver(h.adb, adbdevice.ReconnectGrace),
 			Emulators:     hostEmulators(cfg.DataDir, cfg.ADBServer),
 			ADBServerPort: port,
 			Capabilities: func(serial string, adbPort int) (map[string]any, error) {

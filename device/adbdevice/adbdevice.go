@@ -217,30 +217,41 @@ func AgentError(err error) error {
 	return &agent.Error{ID: id, Code: e.Code, Retryable: agent.DefaultRetryable(id), Msg: e.Msg, Err: e.Err}
 }
 
-// Resolver returns a function that finds the device a name designates on the
-// adb server c talks to (for nodes.Ports.Resolve): the device whose serial is
+// Resolver finds the device a name designates on the adb server it talks to
+// (device.Resolver, for nodes.Ports.Resolve): the device whose serial is
 // name; else the one whose model, product or device (host:devices-l) equals
 // name ignoring case and with blanks as '_'; else the emulator whose AVD name
 // (getprop ro.boot.qemu.avd_name, ro.kernel.qemu.avd_name on older images)
-// is name. A name that designates no device is waited for up to grace (the
-// device's ReconnectGrace too), as after an adb server restart. Errors:
+// is name. A name that designates no device is waited for up to its grace
+// (the device's ReconnectGrace too), as after an adb server restart. Errors:
 // device_not_found with Code CodeNotAttached (none) or CodeAmbiguous (more
 // than one: name a serial).
-func Resolver(c *adb.Client, grace time.Duration) func(ctx context.Context, name string) (device.Device, error) {
-	return func(ctx context.Context, name string) (device.Device, error) {
-		serial, err := ResolveSerial(ctx, c, name)
-		var e *agent.Error
-		if errors.As(err, &e) && e.Code == CodeNotAttached && grace > 0 {
-			waitListed(ctx, grace, func() bool {
-				serial, err = ResolveSerial(ctx, c, name)
-				return err == nil || !errors.As(err, &e) || e.Code != CodeNotAttached
-			})
-		}
-		if err != nil {
-			return nil, err
-		}
-		return NewADBDevice(c, serial).WithReconnectGrace(grace), nil
+type Resolver struct {
+	c     *adb.Client
+	grace time.Duration
+}
+
+var _ device.Resolver = (*Resolver)(nil)
+
+// NewResolver resolves names on the adb server c, waiting up to grace.
+func NewResolver(c *adb.Client, grace time.Duration) *Resolver {
+	return &Resolver{c: c, grace: grace}
+}
+
+// Resolve returns the device name designates; see Resolver.
+func (r *Resolver) Resolve(ctx context.Context, name string) (device.Device, error) {
+	serial, err := ResolveSerial(ctx, r.c, name)
+	var e *agent.Error
+	if errors.As(err, &e) && e.Code == CodeNotAttached && r.grace > 0 {
+		waitListed(ctx, r.grace, func() bool {
+			serial, err = ResolveSerial(ctx, r.c, name)
+			return err == nil || !errors.As(err, &e) || e.Code != CodeNotAttached
+		})
 	}
+	if err != nil {
+		return nil, err
+	}
+	return NewADBDevice(r.c, serial).WithReconnectGrace(r.grace), nil
 }
 
 // Codes of ResolveSerial's device_not_found.

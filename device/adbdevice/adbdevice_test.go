@@ -118,7 +118,7 @@ func TestADBDeviceOnSimulator(t *testing.T) {
 	}
 
 	// Resolver: by serial and by model (host:devices-l), unknown name.
-	res := adbdevice.Resolver(c, 300*time.Millisecond)
+	res := adbdevice.NewResolver(c, 300*time.Millisecond).Resolve
 	if got, err := res(ctx, emu.Serial()); err != nil || got.Serial() != emu.Serial() {
 		t.Errorf("resolve serial: %v %v", got, err)
 	}
@@ -184,7 +184,7 @@ func TestADBDeviceRidesThroughAnADBServerRestart(t *testing.T) {
 	restart()
 	resolved := make(chan error, 1)
 	go func() {
-		_, err := adbdevice.Resolver(c, adbdevice.ReconnectGrace)(ctx, emu.Serial())
+		_, err := adbdevice.NewResolver(c, adbdevice.ReconnectGrace).Resolve(ctx, emu.Serial())
 		resolved <- err
 	}()
 	// The resolver polls; the device registers while it waits or before its
