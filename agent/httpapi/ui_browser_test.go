@@ -123,6 +123,8 @@ func TestUIBrowserKeyboardControls(t *testing.T) {
 	if !uitest.Eval[bool](t, ctx, `!document.getElementById("pause").disabled && document.getElementById("resume").disabled && !document.getElementById("cancel").disabled`) {
 		t.Errorf("on a RUNNING run: want Pause and Cancel enabled, Resume disabled")
 	}
+	uitest.Run(t, ctx, wait, "the lease it holds", chromedp.Poll[chromedp.Void](`document.getElementById("lease-holder")?.textContent === "serve:test" &&
+		document.getElementById("lease-fencing")?.textContent === "1" && / ago$/.test(document.getElementById("lease-heartbeat")?.textContent)`))
 	uitest.Run(t, ctx, wait, "policy switch with Enter", chromedp.SendKeys("#policy-version", "2\r"),
 		chromedp.Poll[chromedp.Void](`(document.querySelector("#control-result .notice") || {}).textContent?.includes("agent.policy.switch_requested")`))
 	uitest.SavePNG(t, ctx, "policy-requested")

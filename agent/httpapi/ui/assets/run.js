@@ -82,6 +82,7 @@ export async function render(main, params, ctx) {
 
   function renderRun(d) {
     run = d;
+    setLease(d.lease || null);
     replace(status, statusBadge(d.status));
     status.setAttribute("data-status", d.status);
     replace(facts);
@@ -172,21 +173,26 @@ export async function render(main, params, ctx) {
     fact(lease, "Holder", leaseRow.holder, "lease-holder");
     fact(lease, "Device", leaseRow.device || leaseRow.serial);
     fact(lease, "Fencing token", String(leaseRow.fencingToken), "lease-fencing");
-    fact(lease, "Heartbeat", leaseRow.releasedAt ? "released " + fmtTime(leaseRow.releasedAt) + (leaseRow.releaseReason ? " (" + leaseRow.releaseReason + ")" : "") : ageOf(leaseRow.renewedAt), "lease-heartbeat");
+    fact(lease, "Heartbeat", heartbeatText(leaseRow), "lease-heartbeat");
     fact(lease, "Expires", fmtTime(leaseRow.expiresAt));
   }
 
-  async function loadLease() {
-    try {
-      const ls = await api("/v1/leases?all=1", { signal: abort.signal });
-      const mine = (ls.leases || []).filter((l) => l.runId === id);
-      mine.sort((a, b) => Date.parse(b.acquiredAt) - Date.parse(a.acquiredAt));
-      leaseRow = mine[0] || null;
-    } catch (e) {
-      if (e instanceof AuthError) throw e;
-      leaseRow = null;
-    }
+  // setLease takes the run's lease from the run's detail (lease, with the
+  // daemon's heartbeatAgeMillis) or from GET /v1/leases?runId= (renewedAt).
+  function setLease(l) {
+    leaseRow = l ? { ...l, fetchedAt: Date.now() } : null;
     renderLease();
+  }
+  function heartbeatText(l) {
+    if (l.releasedAt) return "released " + fmtTime(l.releasedAt) + (l.releaseReason ? " (" + l.releaseReason + ")" : "");
+    if (typeof l.heartbeatAgeMillis === "number") return fmtMillis(l.heartbeatAgeMillis + (Date.now() - l.fetchedAt)) + " ago";
+    return ageOf(l.renewedAt);
+  }
+
+  async function loadLease() {
+    const ls = await api("/v1/leases?limit=1&runId=" + encodeURIComponent(id), { signal: abort.signal });
+    const l = (ls.leases || [])[0];
+    if (l) setLease(l);
   }
 
   async function loadEvidence() {
@@ -240,7 +246,7 @@ export async function render(main, params, ctx) {
   async function refresh() {
     try {
       renderRun(await api(base, { signal: abort.signal }));
-      await Promise.all([loadLease(), loadEvidence()]);
+      await loadEvidence();
     } catch (e) {
       if (abort.signal.aborted) return;
       if (e instanceof AuthError) { ctx.signIn(e); return; }
@@ -267,7 +273,7 @@ export async function render(main, params, ctx) {
 
   // First paint, then the live stream (it replays the run's events first).
   renderRun(await api(base, { signal: abort.signal }));
-  await Promise.all([loadLease(), loadEvidence()]);
+  await loadEvidence();
   // The heartbeat's age ticks locally each second; the lease itself is
   // re-read every 5 s while the run holds it (slower than the API's own 1 s
   // event poll), so the age restarts at each renewal.
@@ -276,7 +282,7 @@ export async function render(main, params, ctx) {
     if (!leaseRow || leaseRow.releasedAt) return;
     if (++tick % 5 === 0 && run && !TERMINAL.has(run.status)) loadLease().catch(() => {});
     const h = document.getElementById("lease-heartbeat");
-    if (h) h.textContent = ageOf(leaseRow.renewedAt);
+    if (h) h.textContent = heartbeatText(leaseRow);
   }, 1000);
 
   (async () => {
