@@ -84,12 +84,13 @@ func (e *tenantEnv) get(who, path string, headers ...string) (*http.Response, []
 	return resp, b
 }
 
-// runOn stores a run of tenant that held serial's lease (released unless
+// runOn stores a FINISHED run of tenant that held serial's lease (released unless
 // active) and, when png is not nil, kept it as a screenshot.
 func (e *tenantEnv) runOn(tenant, serial string, png []byte, active bool) (agent.Run, agent.Lease) {
 	e.t.Helper()
 	ctx := context.Background()
 	r := storetest.NewRun(tenant, serial)
+	r.Status = agent.RunFinished // ended: no scheduler picks it up
 	if err := e.st.CreateRun(ctx, r); err != nil {
 		e.t.Fatal(err)
 	}
