@@ -277,8 +277,14 @@ func TestRunDetailLease(t *testing.T) {
 // route pattern.
 func TestEventStreamGauge(t *testing.T) {
 	e := newTenantEnv(t)
-	r, _ := e.runOn("acme", "emulator-5554", nil, true)
-	ctx, cancel := context.WithCancel(context.Background())
+	r := storetest.NewRun("acme", "emulator-5554") // not ended: its stream stays open
+	if err := e.st.CreateRun(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.CommitStep(context.Background(), storetest.NodeStep(r, 1, 0, "EnsureDevice")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/runs/"+r.RunID+"/events?follow=1", nil)
 	req.Header.Set("Authorization", "Bearer "+e.tokens["acme"])
