@@ -23,8 +23,9 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/ui/uitest"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/blobs"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -53,7 +54,7 @@ func (n *failNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult
 func newFleetEnv(t *testing.T) (*tenantEnv, *failNode) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := snapshots.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), snapshots.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func newFleetEnv(t *testing.T) (*tenantEnv, *failNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: tenantPrepare, NewID: func() string { return ulid.Make().String() },
+	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: servicetest.Prepare(tenantPrepare), NewID: func() string { return ulid.Make().String() },
 		Devices: serials, HostID: "host-1", Holder: "serve:test", HolderPrefix: "serve:", Tick: 20 * time.Millisecond, LeaseTTL: 5 * time.Second,
 		QuarantineAfter: 1, ProbeEvery: time.Hour, Artifacts: st, Blobs: dir})
 	if err != nil {
