@@ -61,10 +61,11 @@ type hostConfig struct {
 	Log        zerolog.Logger
 	// Progress sees node progress lines live; may be nil.
 	Progress func(node, line string)
-	// NATSAuth, when set, authenticates the embedded NATS server's clients
-	// against the store's API tokens and gives the options of the daemon's
-	// own connection (serve; token.go).
-	NATSAuth func(st agent.Store) (server.Authentication, []nats.Option)
+	// NATSTokens (serve) makes the embedded NATS server authenticate its
+	// clients against the store's API tokens (natsbus.TokenAuth); NATSLog
+	// reports the connections it refuses (may be nil).
+	NATSTokens bool
+	NATSLog    func(format string, args ...any)
 	// Artifacts, when set (serve), confines artifact fetching on tenants'
 	// behalf; nil (run) fetches what the user's own process may.
 	Artifacts *artifacts.Config
@@ -226,8 +227,10 @@ func (h *host) open(ctx context.Context) (err error) {
 				return agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.NATSListen)
 			}
 		}
-		if cfg.NATSAuth != nil {
-			o.Auth, natsAuth = cfg.NATSAuth(h.store)
+		if cfg.NATSTokens {
+			if o.Auth, natsAuth, err = natsbus.TokenAuth(h.store, cfg.NATSLog); err != nil {
+				return err
+			}
 		}
 		if h.nats, h.NATSClientURL, err = natsbus.StartEmbeddedNATSWith(o); err != nil {
 			return agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.NATSListen)

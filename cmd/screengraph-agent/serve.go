@@ -408,7 +408,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	ac := cfg.artifacts()
 	hc.Artifacts = &ac
 	hc.ArtifactStore, hc.ArtifactStoreEndpoint = cfg.ArtifactStore, cfg.ArtifactStoreEndpoint
-	hc.NATSAuth = serveTenancy(func(format string, args ...any) { log.Warn().Msgf(format, args...) }) // tenancy (token.go)
+	hc.NATSTokens, hc.NATSLog = true, func(format string, args ...any) { log.Warn().Msgf(format, args...) } // tenancy: the embedded NATS checks API tokens
 	h, err := openHost(ctx, hc)
 	if err != nil {
 		return c.fail(err)

@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,9 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -99,24 +95,15 @@ type createdToken struct {
 }
 
 func (c *tokenCreateCmd) Run(ctx context.Context) error {
-	if !agent.ValidTenantID(c.Tenant) {
-		return c.fail("token create", agent.InvalidTenantID("--tenant", c.Tenant))
+	tok, rec, err := natsbus.IssueToken(c.Tenant, c.Admin, time.Now())
+	if err != nil {
+		return c.fail("token create", err)
 	}
 	st, err := c.open(ctx)
 	if err != nil {
 		return c.fail("token create", err)
 	}
 	defer st.Close()
-	tok, err := agent.NewToken()
-	if err != nil {
-		return c.fail("token create", err)
-	}
-	nh, err := bcrypt.GenerateFromPassword([]byte(tok), bcrypt.DefaultCost)
-	if err != nil {
-		return c.fail("token create", err)
-	}
-	rec := agent.APIToken{ID: ulid.MustNew(ulid.Now(), rand.Reader).String(), TenantID: c.Tenant, Admin: c.Admin,
-		Hash: agent.HashToken(tok), NATSPasswordHash: string(nh), CreatedAt: time.Now().UTC()}
 	if err := st.CreateToken(ctx, rec); err != nil {
 		return c.fail("token create", err)
 	}
@@ -218,26 +205,6 @@ func (c *natsConfigCmd) Run(ctx context.Context) error {
 		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
 	}
 	return natsbus.WriteNATSAuthConfig(os.Stdout, string(dh), ts)
-}
-
-// serveTenancy wires API tokens into serve: the store's tokens for the HTTP
-// API (nil when the store has none of its own), and for the embedded NATS
-// server the authenticator with the daemon's own secret (random per start)
-// and the option its own connection needs. Enforced only once the store holds
-// a token (see httpapi and natsbus.NATSTokenAuth).
-func serveTenancy(logf func(format string, args ...any)) func(st agent.Store) (server.Authentication, []nats.Option) {
-	return func(st agent.Store) (server.Authentication, []nats.Option) {
-		ts, ok := st.(agent.Tokens)
-		if !ok {
-			return nil, nil
-		}
-		internal, err := agent.NewToken()
-		if err != nil {
-			// crypto/rand failing: leave the server closed to tokens rather than open.
-			panic(err)
-		}
-		return &natsbus.NATSTokenAuth{Tokens: ts, Internal: internal, Logf: logf}, []nats.Option{nats.Token(internal)}
-	}
 }
 
 // storeTokens is the store's agent.Tokens for the HTTP API (nil: none).
