@@ -97,6 +97,9 @@ func TestUIBrowserRunsTenantsEscaping(t *testing.T) {
 	uitest.SavePNG(t, ctx, "run")
 	uitest.Run(t, ctx, wait, "phone width", chromedp.EmulateViewport(390, 844))
 	uitest.SavePNG(t, ctx, "run-390px")
+	if w := uitest.Eval[int](t, ctx, `document.documentElement.scrollWidth`); w > 390 {
+		t.Errorf("at 390 px wide the run page is %d px wide (scrolls sideways)", w)
+	}
 
 	uitest.Run(t, ctx, wait, "beta's run page as acme", chromedp.Navigate(e.url+"/ui/runs/"+b), chromedp.WaitVisible(`main .error`))
 	if txt := uitest.Eval[string](t, ctx, `document.querySelector("main").innerText`); !strings.Contains(txt, "not found") || strings.Contains(txt, "beta-secret") {
