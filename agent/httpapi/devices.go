@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -123,25 +122,9 @@ func (a *api) screenshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer rc.Close()
-	h := w.Header()
-	h.Set("Content-Type", art.ContentType)
-	h.Set("Content-Length", strconv.FormatInt(art.Bytes, 10))
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	w.Header().Set("ScreenGraph-Run-Id", art.RunID)
+	w.Header().Set("ScreenGraph-Artifact-Id", art.ArtifactID)
 	// The newest screenshot changes with the next run: revalidate (the
 	// ETag is the content's digest), and keep it out of shared caches.
-	h.Set("Cache-Control", "private, no-cache")
-	h.Set("ETag", `"`+art.SHA256+`"`)
-	h.Set("ScreenGraph-Run-Id", art.RunID)
-	h.Set("ScreenGraph-Artifact-Id", art.ArtifactID)
-	h.Set("Content-Disposition", `inline; filename="`+ArtifactFileName(art.ArtifactID, art.Kind, art.ContentType)+`"`)
-	if r.Header.Get("If-None-Match") == `"`+art.SHA256+`"` {
-		h.Del("Content-Length")
-		w.WriteHeader(http.StatusNotModified)
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-	if _, err := io.Copy(w, io.LimitReader(rc, art.Bytes)); err != nil && a.cfg.Logf != nil {
-		a.cfg.Logf("GET %s: streaming artifact %s: %v", r.URL.Path, art.ArtifactID, err)
-	}
+	a.serveArtifact(w, r, art, rc, "private, no-cache")
 }

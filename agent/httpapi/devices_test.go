@@ -37,10 +37,10 @@ type tenantEnv struct {
 	tokens map[string]string
 }
 
-func newTenantEnv(t *testing.T) *tenantEnv {
+// openEvidence opens a fresh embedded store and blob dir for a test.
+func openEvidence(t *testing.T) (*sqlite.Embedded, *blobs.Dir) {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +49,26 @@ func newTenantEnv(t *testing.T) *tenantEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st, dir
+}
+
+// withTokens gives e an API token for each tenant ("admin": an admin token).
+func (e *tenantEnv) withTokens(tenants ...string) *tenantEnv {
+	e.t.Helper()
+	e.tokens = map[string]string{}
+	for _, tenant := range tenants {
+		tok, rec := storetest.NewAPIToken(tenant, tenant == "admin")
+		if err := e.st.CreateToken(context.Background(), rec); err != nil {
+			e.t.Fatal(err)
+		}
+		e.tokens[tenant] = tok
+	}
+	return e
+}
+
+func newTenantEnv(t *testing.T) *tenantEnv {
+	t.Helper()
+	st, dir := openEvidence(t)
 	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: servicetest.Prepare(prepare), NewID: func() string { return ulid.Make().String() },
 		Holder: "serve:test", HostID: "host-1", Artifacts: st, Blobs: dir})
 	if err != nil {
@@ -57,15 +77,7 @@ func newTenantEnv(t *testing.T) *tenantEnv {
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Service: svc, Gatherer: reg, Registerer: reg, Tokens: st}))
 	t.Cleanup(srv.Close)
-	e := &tenantEnv{t: t, st: st, blobs: dir, url: srv.URL, tokens: map[string]string{}}
-	for _, tenant := range []string{"acme", "beta", "gamma", "admin"} {
-		tok, rec := storetest.NewAPIToken(tenant, tenant == "admin")
-		if err := st.CreateToken(ctx, rec); err != nil {
-			t.Fatal(err)
-		}
-		e.tokens[tenant] = tok
-	}
-	return e
+	return (&tenantEnv{t: t, st: st, blobs: dir, url: srv.URL}).withTokens("acme", "beta", "gamma", "admin")
 }
 
 func (e *tenantEnv) get(who, path string, headers ...string) (*http.Response, []byte) {

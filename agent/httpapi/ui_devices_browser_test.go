@@ -9,7 +9,6 @@ import (
 	"image/color"
 	"image/png"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,9 +23,6 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/httpapi/ui/uitest"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
-	"github.com/screengraph/screengraph-agent/snapshots/blobs"
-	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
-	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
 // fleetDevices is how many devices the daemon of the devices-page tests
@@ -54,15 +50,7 @@ func (n *failNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult
 func newFleetEnv(t *testing.T) (*tenantEnv, *failNode) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	dir, err := blobs.NewDir(filepath.Join(t.TempDir(), "evidence"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, dir := openEvidence(t)
 	var serials hostDevices
 	for i := range fleetDevices {
 		serials = append(serials, fmt.Sprintf("emulator-%d", 5554+2*i))
@@ -91,14 +79,7 @@ func newFleetEnv(t *testing.T) (*tenantEnv, *failNode) {
 		defer cancel()
 		svc.Shutdown(c)
 	})
-	e := &tenantEnv{t: t, st: st, blobs: dir, url: srv.URL, tokens: map[string]string{}}
-	for _, tenant := range []string{"acme", "beta", "admin"} {
-		tok, rec := storetest.NewAPIToken(tenant, tenant == "admin")
-		if err := st.CreateToken(ctx, rec); err != nil {
-			t.Fatal(err)
-		}
-		e.tokens[tenant] = tok
-	}
+	e := (&tenantEnv{t: t, st: st, blobs: dir, url: srv.URL}).withTokens("acme", "beta", "admin")
 	return e, node
 }
 
