@@ -136,9 +136,20 @@ type ChainPublisher interface {
 type ChainAck interface {
 	// Wait returns when the stream answered or ctx ended: nil when the row
 	// is stored; duplicate when the stream had it already (it stored
-	// nothing: the stream's last message is another one).
+	// nothing: the stream's last message is another one). An error wrapping
+	// ErrChainBroken: the stream refused the row because the row before it
+	// is not its last message; every later row of the chain is refused too.
 	Wait(ctx context.Context) (duplicate bool, err error)
 }
+
+// ErrChainBroken is what a ChainAck's error wraps when the stream refused
+// the row for its expected-last-message condition (JetStream's wrong last
+// message id or sequence): the chain broke, not the connection.
+var ErrChainBroken = errors.New("snapshots: chain broken: the row before is not the stream's last message")
+
+// ChainInFlight is how many sent rows a chain or an ordered window keeps
+// waiting for their acks (nats.go stalls async publishes at 4,000).
+const ChainInFlight = 1024
 
 // ErrNotConnected: SendChain while the NATS connection is down. Rows are not
 // queued in the client's reconnect buffer (they would be sent again anyway

@@ -67,6 +67,9 @@ func (a *chainAck) Wait(ctx context.Context) (bool, error) {
 		}
 		return ack.Duplicate, nil
 	case err := <-a.f.Err():
+		if wrongLast(err) {
+			err = chainBroken{err}
+		}
 		return false, fmt.Errorf("snapshots: publish %s (%s): %w", a.row.Subject, a.row.EventID, err)
 	case <-ctx.Done():
 		return false, fmt.Errorf("snapshots: publish %s (%s): no ack: %w", a.row.Subject, a.row.EventID, ctx.Err())
@@ -91,3 +94,10 @@ func (p *LazyPublisher) ResetChain() {
 		pub.ResetChain()
 	}
 }
+
+// chainBroken is JetStream's wrong-last error, unchanged in its text, that
+// also is snapshots.ErrChainBroken (the relay asks that, not JetStream).
+type chainBroken struct{ error }
+
+func (e chainBroken) Unwrap() error        { return e.error }
+func (e chainBroken) Is(target error) bool { return target == snapshots.ErrChainBroken }

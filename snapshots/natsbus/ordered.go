@@ -118,9 +118,9 @@ func (p *JetStreamPublisher) PublishOrdered(ctx context.Context, rows []agent.Ou
 	return ok, err
 }
 
-// OrderedInFlight bounds the acks a window has outstanding (nats.go stalls
-// async publishes at 4,000): row i is sent once row i-1024's ack is in.
-const OrderedInFlight = 1024
+// OrderedInFlight bounds the acks a window has outstanding
+// (snapshots.ChainInFlight): row i is sent once row i-1024's ack is in.
+const OrderedInFlight = snapshots.ChainInFlight
 
 // sendChain publishes rows as one chain (rows[i] expects rows[i-1] as the
 // stream's last message), at most OrderedInFlight unacknowledged, and sets
@@ -141,7 +141,7 @@ func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxR
 				p.duplicates.Add(1)
 			}
 		case err := <-futs[i].Err():
-			guardOnly = guardOnly && WrongLast(err)
+			guardOnly = guardOnly && wrongLast(err)
 			if firstErr == nil {
 				firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", rows[i].Subject, rows[i].EventID, err)
 			}
@@ -183,9 +183,9 @@ func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxR
 	return guardOnly, firstErr
 }
 
-// WrongLast tells whether err is JetStream's rejection of an expected last message id
+// wrongLast: err is JetStream's rejection of an expected last message id
 // (or sequence) header.
-func WrongLast(err error) bool {
+func wrongLast(err error) bool {
 	var jerr jetstream.JetStreamError
 	if !errors.As(err, &jerr) || jerr.APIError() == nil {
 		return false

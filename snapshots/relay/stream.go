@@ -9,7 +9,6 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/snapshots"
-	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
 )
 
 // The streaming relay: Run's mode for a store with a single relay
@@ -131,7 +130,7 @@ type inFlight struct {
 // session streams from the first unpublished row until a row is not stored,
 // ctx ends or tick fires; every row it sent is settled when it returns.
 func (r *Relay) session(ctx context.Context, cur snapshots.OutboxCursor, cp snapshots.ChainPublisher, m *marker, tick <-chan time.Time) (sessionEnd, error) {
-	out := make(chan inFlight, natsbus.OrderedInFlight)
+	out := make(chan inFlight, snapshots.ChainInFlight)
 	broken := make(chan struct{}) // closed by the acker at the first row not stored
 	var (
 		ackEnd sessionEnd
@@ -241,7 +240,7 @@ func (r *Relay) settle(ctx context.Context, out <-chan inFlight, m *marker, brok
 				continue
 			}
 			err = fmt.Errorf("run %s sequence %d: %w", f.row.RunID, f.row.Sequence, err)
-			if natsbus.WrongLast(err) {
+			if errors.Is(err, snapshots.ErrChainBroken) {
 				stop(endBreak, nil)
 			} else {
 				stop(endError, err)

@@ -59,7 +59,7 @@ var allowed = map[string][]string{
 	"snapshots/sqlite":            {"snapshots", "snapshots/internal/storekit", "migrations"},
 	"snapshots/postgres":          {"snapshots", "snapshots/internal/storekit", "migrations"},
 	"snapshots/internal/storekit": {"snapshots"},
-	"snapshots/relay":             {"snapshots", "snapshots/natsbus"},
+	"snapshots/relay":             {"snapshots"},
 	"snapshots/natsbus":           {"snapshots"},
 	"snapshots/internal/testenv":  {"snapshots/sqlite", "snapshots/postgres", "snapshots/natsbus", "snapshots/pgtest"},
 	"snapshots/...":               {"snapshots"},
