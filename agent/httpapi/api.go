@@ -166,6 +166,10 @@ func ErrorBody(err error, node string) agent.ErrorReport {
 		// and the cause already ends in "not found" ("run X: not found"):
 		// said once, not "not found: run X: not found".
 		err = &agent.Error{ID: agent.ErrInvalidRequest, Msg: notFoundMessage(err)}
+	} else if errors.Is(err, agent.ErrRunTerminal) {
+		// Control of a run that already ended (409): the request does not
+		// apply to the run's state; nothing failed inside the daemon.
+		err = &agent.Error{ID: agent.ErrInvalidRequest, Err: err}
 	}
 	e := agent.Classify(err)
 	msg := agent.RedactString(err.Error())

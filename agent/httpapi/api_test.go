@@ -365,10 +365,12 @@ func TestControlStatuses(t *testing.T) {
 		if st != http.StatusConflict {
 			t.Errorf("%s of a finished run: %d, want 409", p, st)
 		}
-		agentError(t, b, "")
+		agentError(t, b, agent.ErrInvalidRequest)
 	}
-	if st, _ := e.do("POST", "/v1/runs/"+id+"/policy", `{"version": 1}`); st != http.StatusConflict {
+	if st, b := e.do("POST", "/v1/runs/"+id+"/policy", `{"version": 1}`); st != http.StatusConflict {
 		t.Errorf("policy switch of a finished run: %d, want 409", st)
+	} else {
+		agentError(t, b, agent.ErrInvalidRequest)
 	}
 }
 
