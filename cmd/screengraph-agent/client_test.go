@@ -410,7 +410,7 @@ func TestRunsEventsFollowEndsWithRun(t *testing.T) {
 
 func TestRunsResumeRefusedBesideDaemon(t *testing.T) {
 	dir := t.TempDir()
-	lock, err := lockDataDir(dir) // as serve holds it
+	lock, _, err := sqlite.LockDataDir(dir, "") // as serve holds it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func TestRunsResumeUnknownOrEndedRun(t *testing.T) {
 	})
 	wantExit2(t, err, "already ended (FAILED)")
 	// The lock was released: a daemon could start now.
-	lock, err := lockDataDir(dir)
+	lock, _, err := sqlite.LockDataDir(dir, "")
 	if err != nil {
 		t.Fatalf("runs resume left the data dir locked: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // runsResumeCmd is `runs resume RUN_ID`: it drives an unfinished run
@@ -39,7 +40,7 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "data dir"))
 	}
-	lock, err := lockDataDir(dir)
+	lock, _, err := sqlite.LockDataDir(dir, "")
 	if errors.Is(err, syscall.EWOULDBLOCK) {
 		return c.fail(agent.Errorf(agent.ErrInvalidRequest,
 			"a daemon serves data dir %s; it resumes runs itself (control run %s with `screengraph-agent resume|cancel`)", dir, c.RunID))

@@ -4,15 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/knadh/koanf/parsers/yaml"
@@ -129,40 +126,6 @@ type serveCmd struct {
 
 	AllowedHost    []string `help:"A Host name the HTTP API answers besides its listen address and localhost (NAME: any port; NAME:PORT; repeatable; SCREENGRAPH_ALLOWED_HOSTS comma-separated). Other Host headers are refused (421; DNS rebinding)." name:"allowed-host" placeholder:"NAME"`
 	InsecureNoAuth bool     `help:"Listen on a non-loopback --listen or --nats-listen although the store holds no API token (anyone reaching it may submit and read runs; logged as a warning)." name:"insecure-no-auth"`
-}
-
-// relayMetrics are the outbox relay's counters since the daemon started.
-func relayMetrics(r *relay.Relay) []prometheus.Collector {
-	counter := func(name, help string, v func(relay.RelayStats) int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(v(r.Stats())) })
-	}
-	return []prometheus.Collector{
-		counter("screengraph_relay_published_total", "Outbox rows the relay published (acknowledged by JetStream) and marked published.",
-			func(s relay.RelayStats) int64 { return s.Published }),
-		counter("screengraph_relay_failures_total", "Relay publishing attempts that stopped on an error (each followed by a back-off).",
-			func(s relay.RelayStats) int64 { return s.Failures }),
-		counter("screengraph_relay_parked_total", "Outbox rows the relay parked instead of publishing: their message can never be published (over the NATS server's max_payload); listed by GET /v1/outbox/parked.",
-			func(s relay.RelayStats) int64 { return s.Parked }),
-		counter("screengraph_relay_pass_by_pass_total", "Times the streaming relay found other publishers on the stream and published pass by pass for 30 s.",
-			func(s relay.RelayStats) int64 { return s.PassByPass }),
-	}
-}
-
-// outboxMetrics: parked outbox rows in the store, counted at scrape time
-// with one query (every daemon of a fleet reports the shared count).
-func outboxMetrics(s snapshots.OutboxCounter) []prometheus.Collector {
-	return []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "screengraph_outbox_parked_events",
-		Help: "Outbox rows parked because they can never be published (GET /v1/outbox/parked lists them)."},
-		func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, n, err := s.OutboxCounts(ctx)
-			if err != nil {
-				return -1
-			}
-			return float64(n)
-		})}
 }
 
 func (c *serveCmd) load() (daemonConfig, error) {
@@ -284,80 +247,6 @@ func (c *serveCmd) fail(err error) error {
 	return exitError{code: 2, err: err}
 }
 
-// lockDataDir takes the data dir's daemon lock (flock), so one daemon at a
-// time drives the embedded store and its data dir. The lock file records
-// the instance id (lease holder) of the daemon that holds it; lockDataDir
-// (`runs resume`, which holds no daemon leases) keeps that record.
-func lockDataDir(dir string) (*os.File, error) {
-	f, _, err := lockDataDirAs(dir, "")
-	return f, err
-}
-
-// lockDataDirAs is lockDataDir for a daemon whose lease holder is instance
-// (a per-process id, "serve:<ulid>"): the lock file then records it, and
-// lockDataDirAs returns the instance the previous daemon of the data dir
-// recorded ("" when none). That daemon is dead, since the lock is ours: its
-// leases are ours to take back. An instance "" keeps the previous record.
-// A lock held by a live process is an error wrapping syscall.EWOULDBLOCK.
-func lockDataDirAs(dir, instance string) (*os.File, string, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, "", err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "daemon.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		b, _ := os.ReadFile(filepath.Join(dir, "daemon.lock"))
-		return nil, "", fmt.Errorf("another daemon uses data dir %s (%s): %w", dir, strings.Join(strings.Fields(string(b)), " "), err)
-	}
-	prev, err := readLockInstance(f)
-	if err != nil {
-		f.Close()
-		return nil, "", err
-	}
-	if instance == "" {
-		instance = prev
-	}
-	rec := fmt.Sprintf("pid %d\n", os.Getpid())
-	if instance != "" {
-		rec += "instance " + instance + "\n"
-	}
-	// Rewritten in place: the file is the lock, it is not replaced.
-	if err := f.Truncate(0); err != nil {
-		f.Close()
-		return nil, "", err
-	}
-	if _, err := f.WriteAt([]byte(rec), 0); err != nil {
-		f.Close()
-		return nil, "", err
-	}
-	return f, prev, nil
-}
-
-// readLockInstance reads the "instance <id>" line of a lock file (at most
-// 4 KiB are read; "" when there is none). Only ids of the form serve:<ulid>
-// are taken: the record is taken back on its word, so nothing else may
-// widen what a successor releases.
-func readLockInstance(f *os.File) (string, error) {
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "instance "); ok {
-			v = strings.TrimSpace(v)
-			if id, ok := strings.CutPrefix(v, "serve:"); ok {
-				if _, err := ulid.ParseStrict(id); err == nil {
-					return v, nil
-				}
-			}
-		}
-	}
-	return "", nil
-}
-
 func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	cfg, err := c.load()
 	if err != nil {
@@ -381,7 +270,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// host nor the data dir (it shows in /v1/devices). The data dir's lock
 	// names the previous daemon's, whose leases Start takes back at once.
 	holder := "serve:" + newID()
-	lock, predecessor, err := lockDataDirAs(cfg.DataDir, holder)
+	lock, predecessor, err := sqlite.LockDataDir(cfg.DataDir, holder)
 	if err != nil {
 		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "data dir"))
 	}
@@ -462,8 +351,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(relayMetrics(h.relay)...)
-	reg.MustRegister(outboxMetrics(h.store)...)
+	reg.MustRegister(relay.Metrics(h.relay)...)
+	reg.MustRegister(relay.OutboxMetrics(h.store)...)
 	if err := svc.RegisterMetrics(reg, h.store); err != nil {
 		return c.fail(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
@@ -106,6 +108,31 @@ func checkParked(t *testing.T, s parkStore, r *relay.Relay, url string, parked, 
 	}
 	if n := r.Stats().Parked; n != int64(len(parked)) {
 		t.Errorf("relay counted %d parked rows, want %d", n, len(parked))
+	}
+	// What /metrics shows of it.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(relay.Metrics(r)...)
+	reg.MustRegister(relay.OutboxMetrics(s)...)
+	wantMetrics := fmt.Sprintf("screengraph_outbox_parked_events %d\nscreengraph_relay_parked_total %d\n", len(parked), len(parked))
+	shown := ""
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		switch n := mf.GetName(); n {
+		case "screengraph_outbox_parked_events":
+			shown += fmt.Sprintf("%s %d\n", n, int64(mf.GetMetric()[0].GetGauge().GetValue()))
+		case "screengraph_relay_parked_total":
+			shown += fmt.Sprintf("%s %d\n", n, int64(mf.GetMetric()[0].GetCounter().GetValue()))
+		case "screengraph_relay_published_total":
+			if v := mf.GetMetric()[0].GetCounter().GetValue(); v < float64(len(want)) {
+				t.Errorf("%s %v, want at least the %d events in the stream", n, v, len(want))
+			}
+		}
+	}
+	if shown != wantMetrics {
+		t.Errorf("metrics:\n%s\nwant:\n%s", shown, wantMetrics)
 	}
 }
 

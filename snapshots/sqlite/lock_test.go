@@ -1,10 +1,12 @@
-package main
+package sqlite_test
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 // The data dir's lock records the daemon instance (its lease holder); the
@@ -12,27 +14,27 @@ import (
 // leases it takes back; a second daemon beside a live one gets no lock.
 func TestLockDataDirNamesPredecessor(t *testing.T) {
 	dir := t.TempDir()
-	f, prev, err := lockDataDirAs(dir, "serve:01AAAAAAAAAAAAAAAAAAAAAAAA")
+	f, prev, err := sqlite.LockDataDir(dir, "serve:01AAAAAAAAAAAAAAAAAAAAAAAA")
 	if err != nil || prev != "" {
 		t.Fatalf("first lock: predecessor %q, %v; want none", prev, err)
 	}
-	if _, _, err := lockDataDirAs(dir, "serve:01BBBBBBBBBBBBBBBBBBBBBBBB"); err == nil {
+	if _, _, err := sqlite.LockDataDir(dir, "serve:01BBBBBBBBBBBBBBBBBBBBBBBB"); err == nil {
 		t.Fatal("a second daemon locked a data dir in use")
 	}
 	f.Close() // the first daemon dies
-	f, prev, err = lockDataDirAs(dir, "serve:01CCCCCCCCCCCCCCCCCCCCCCCC")
+	f, prev, err = sqlite.LockDataDir(dir, "serve:01CCCCCCCCCCCCCCCCCCCCCCCC")
 	if err != nil || prev != "serve:01AAAAAAAAAAAAAAAAAAAAAAAA" {
 		t.Fatalf("predecessor %q, %v; want serve:01AAAAAAAAAAAAAAAAAAAAAAAA", prev, err)
 	}
 	f.Close()
 	// `runs resume` locks without an instance: the daemon after it still
 	// finds the dead daemon's.
-	f, err = lockDataDir(dir)
+	f, _, err = sqlite.LockDataDir(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	if f, prev, err = lockDataDirAs(dir, "serve:01DDDDDDDDDDDDDDDDDDDDDDDD"); err != nil || prev != "serve:01CCCCCCCCCCCCCCCCCCCCCCCC" {
+	if f, prev, err = sqlite.LockDataDir(dir, "serve:01DDDDDDDDDDDDDDDDDDDDDDDD"); err != nil || prev != "serve:01CCCCCCCCCCCCCCCCCCCCCCCC" {
 		t.Fatalf("after resume: predecessor %q, %v; want serve:01CCCCCCCCCCCCCCCCCCCCCCCC", prev, err)
 	}
 	f.Close()
@@ -60,7 +62,7 @@ func TestLockDataDirIgnoresMalformedInstance(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "daemon.lock"), []byte("pid 1\n"+rec), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		f, prev, err := lockDataDirAs(dir, "serve:01CCCCCCCCCCCCCCCCCCCCCCCC")
+		f, prev, err := sqlite.LockDataDir(dir, "serve:01CCCCCCCCCCCCCCCCCCCCCCCC")
 		if err != nil {
 			t.Fatal(err)
 		}
