@@ -138,7 +138,8 @@ export async function stream(path, onEvent, { signal, lastEventId } = {}) {
 // errorBox is the page's view of a refused call: the API's message, as text.
 export function errorBox(err) {
   const msg = err instanceof ApiError ? err.message : String(err && err.message || err);
-  const id = err instanceof ApiError && err.errorId ? " (" + err.errorId + ")" : "";
+  // The API's message usually starts with its error id already: say it once.
+  const id = err instanceof ApiError && err.errorId && !msg.startsWith(err.errorId) ? " (" + err.errorId + ")" : "";
   return el("div", { class: "error", role: "alert" }, msg + id);
 }
 
