@@ -53,6 +53,7 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 curl -fsS "$api/readyz"; echo
+echo "demo: the run inspector (web page) is at $api/ui/ while the demo runs"
 "$bin" devices --adb-server "$adbs"
 
 # The expected signer: the demo APK's certificate SHA-256, as apksigner prints it.
