@@ -464,3 +464,13 @@ func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// ForDataDir is the emulator lifecycle of a host whose data dir is dataDir
+// and adb server adbServer (host:port): its state (the emulators this host
+// booted, their logs) in <dataDir>/emulators. command replaces the SDK's
+// emulator binary when not empty (ParseCommand's result); empty means
+// $SCREENGRAPH_EMULATOR, then $ANDROID_SDK_ROOT / $ANDROID_HOME's, looked up
+// at each use (a malformed $SCREENGRAPH_EMULATOR fails that use).
+func ForDataDir(dataDir, adbServer string, command []string) *Manager {
+	return New(Config{Command: command, ADBServer: adbServer, StateDir: filepath.Join(dataDir, "emulators")})
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,19 +12,6 @@ import (
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator"
 )
-
-// newEmulators is the emulator lifecycle of a host whose data dir is dataDir
-// and adb server adbServer: the SDK's emulator binary ($ANDROID_SDK_ROOT /
-// $ANDROID_HOME, or $SCREENGRAPH_EMULATOR), its state (emulators the host
-// booted, their logs) in <dataDir>/emulators. cmdline (EnvCommand syntax)
-// replaces the binary when not empty.
-func newEmulators(dataDir, adbServer, cmdline string) (*emulator.Manager, error) {
-	cmd, err := emulator.ParseCommand(cmdline)
-	if err != nil {
-		return nil, err
-	}
-	return emulator.New(emulator.Config{Command: cmd, ADBServer: adbServer, StateDir: filepath.Join(dataDir, "emulators")}), nil
-}
 
 // emulatorFlags are the flags of `emulator list|start|stop`.
 type emulatorFlags struct {
@@ -40,7 +26,11 @@ func (f emulatorFlags) manager() (*emulator.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newEmulators(dir, adbAddr(f.ADBServer), f.Command)
+	cmd, err := emulator.ParseCommand(f.Command)
+	if err != nil {
+		return nil, err
+	}
+	return emulator.ForDataDir(dir, adbAddr(f.ADBServer), cmd), nil
 }
 
 // fail prints err in the agent error format under --output json and returns
@@ -192,16 +182,4 @@ func (c *emulatorStopCmd) Run(ctx context.Context) error {
 	}
 	fmt.Printf("%s stopped\n", c.Serial)
 	return nil
-}
-
-// hostEmulators is the host's emulator lifecycle for the setup graph's
-// EnsureDevice (Ports.Emulators), beside the embedded store in dataDir.
-func hostEmulators(dataDir, adbServer string) device.Emulators {
-	m, err := newEmulators(dataDir, adbServer, "")
-	if err != nil {
-		// A malformed $SCREENGRAPH_EMULATOR: AVD names are then not looked up.
-		fmt.Fprintf(os.Stderr, "screengraph-agent: %s: %v (AVD names will not be booted)\n", emulator.EnvCommand, err)
-		return nil
-	}
-	return m
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
 	"github.com/screengraph/screengraph-agent/device/evidence"
+	"github.com/screengraph/screengraph-agent/emulator"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/policy"
 	"github.com/screengraph/screengraph-agent/snapshots"
@@ -304,7 +305,7 @@ func (h *host) open(ctx context.Context) (err error) {
 		Ports: nodes.Ports{
 			Driver:        h.driver,
 			Resolve:       adbdevice.NewResolver(h.adb, adbdevice.ReconnectGrace),
-			Emulators:     hostEmulators(cfg.DataDir, cfg.ADBServer),
+			Emulators:     emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil),
 			ADBServerPort: port,
 			Capabilities: func(serial string, adbPort int) (map[string]any, error) {
 				return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: adbPort})

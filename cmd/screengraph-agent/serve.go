@@ -30,6 +30,7 @@ import (
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
+	"github.com/screengraph/screengraph-agent/emulator"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
@@ -313,13 +314,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// runs, and a run none of them matches is left to the daemons that can
 	// serve it; one host: such a run starts on its name as given, so
 	// EnsureDevice tells what is wrong (device_not_found, offline).
-	reach := adbdevice.NewReachable(h.adb, func(ctx context.Context) ([]string, error) {
-		m, err := newEmulators(cfg.DataDir, cfg.ADBServer, "")
-		if err != nil {
-			return nil, err
-		}
-		return m.ListAVDs(ctx)
-	})
+	reach := adbdevice.NewReachable(h.adb, emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil).ListAVDs)
 	tick := time.Second
 	if cfg.DatabaseURL != "" {
 		// Other daemons' commits and lease releases wake no one here: poll
@@ -332,12 +327,12 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	svc, err := service.New(service.Config{
 		Store: h.store, Leases: h.store,
 		Prepare:       nodes.SetupPreparer{Policies: h.policies, Artifacts: h.artifacts},
-		Devices:       adbDevices{h},
+		Devices:       adbdevice.Inventory{ADB: h.adb},
 		Policy:        h.policies,
 		DefaultTenant: cfg.Tenant,
 		Holder:        holder, HolderPrefix: predecessor, HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
-		Probe: adbdevice.NewBootCompletedProbe(h.adb), Reachable: appiumGate{reach, &appiumDown}, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
+		Probe: adbdevice.NewBootCompletedProbe(h.adb), Reachable: appium.Gate{Reachability: reach, Down: &appiumDown}, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
 		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
 		Artifacts: h.store, Blobs: h.blobs,
 	})
@@ -431,34 +426,4 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		log.Warn().Err(err).Msg("runs did not stop in time")
 	}
 	return nil
-}
-
-// adbDevices lists the adb server's devices for the service.
-type adbDevices struct{ h *host }
-
-func (a adbDevices) Devices(ctx context.Context) ([]service.Device, error) {
-	list, err := adbdevice.Describe(ctx, a.h.adb, 5*time.Second)
-	if err != nil {
-		return nil, agent.Wrap(agent.ErrNetwork, err, "adb server")
-	}
-	out := make([]service.Device, 0, len(list))
-	for _, d := range list {
-		out = append(out, service.Device{Serial: d.Serial, State: d.State, Model: d.Model, APILevel: d.APILevel, BootReady: d.BootReady})
-	}
-	return out, nil
-}
-
-// appiumGate lists no device while the daemon's own Appium server is being
-// replaced (down): each run would fail at once with appium_unreachable and
-// use up its retries.
-type appiumGate struct {
-	service.Reachability
-	down *atomic.Bool
-}
-
-func (g appiumGate) Candidates(ctx context.Context) ([]service.Candidate, error) {
-	if g.down.Load() {
-		return nil, agent.Errorf(agent.ErrAppiumUnreachable, "the local Appium server is being restarted")
-	}
-	return g.Reachability.Candidates(ctx)
 }

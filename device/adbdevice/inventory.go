@@ -14,6 +14,8 @@ import (
 
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/adb/parse"
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/device"
 )
 
@@ -79,4 +81,24 @@ func probe(ctx context.Context, c *adb.Client, s *device.Summary) {
 	}
 	st := parse.ParseBootStatus(boot, services)
 	s.BootReady, s.BootDetail = st.Ready, st.Reason
+}
+
+// Inventory lists the adb server's devices for the daemon's service
+// (service.DeviceLister, GET /v1/devices): Describe, each device probed for
+// at most 5 s. Errors: the adb server's, as agent.ErrNetwork ("adb server: …").
+type Inventory struct{ ADB *adb.Client }
+
+var _ service.DeviceLister = Inventory{}
+
+// Devices returns every device the adb server knows, in any state.
+func (i Inventory) Devices(ctx context.Context) ([]service.Device, error) {
+	list, err := Describe(ctx, i.ADB, 5*time.Second)
+	if err != nil {
+		return nil, agent.Wrap(agent.ErrNetwork, err, "adb server")
+	}
+	out := make([]service.Device, 0, len(list))
+	for _, d := range list {
+		out = append(out, service.Device{Serial: d.Serial, State: d.State, Model: d.Model, APILevel: d.APILevel, BootReady: d.BootReady})
+	}
+	return out, nil
 }
