@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -376,54 +377,42 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		return c.fail(agent.Wrap(agent.ErrNetwork, err, "NATS control subscription"))
 	}
 	defer sub.Unsubscribe()
-	if err := svc.Start(ctx); err != nil {
-		return c.fail(err)
-	}
-	// Retention: every daemon of a fleet runs a cleaner; the store lets one
-	// prune at a time and the others find nothing left.
-	cleanCtx, stopCleaner := context.WithCancel(context.Background())
-	cleanerDone := make(chan struct{})
-	go func() {
-		defer close(cleanerDone)
-		(&retention.Cleaner{Store: h.store, Retention: cfg.Retention, Evidence: h.store, Blobs: h.blobs,
-			Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) }}).Run(cleanCtx)
-	}()
-	defer func() { stopCleaner(); <-cleanerDone }()
 	if cfg.Appium == "" {
 		// The daemon owns its local Appium: a crashed one is restarted.
 		go appium.SuperviseLocal(ctx, cfg.DataDir, cfg.AppiumBinary, adbPort(cfg.ADBServer), h.AppiumURL, &appiumDown,
 			func(format string, args ...any) { log.Warn().Msgf(format, args...) })
 	}
-	srv := httpapi.NewServer(api, httpapi.DefaultLimits)
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.Serve(ln) }()
-	// systemd (Type=notify): ready once the API listens and runs resume.
-	if err := notifySystemd("READY=1"); err != nil {
-		log.Warn().Err(err).Msg("sd_notify READY=1")
-	}
-	log.Info().Str("http", "http://"+ln.Addr().String()).Str("nats", agent.RedactString(h.NATSClientURL)).
-		Str("data_dir", cfg.DataDir).Str("holder", svc.Holder()).Msg("serving")
-	select {
-	case <-ctx.Done():
-	case err := <-srvErr:
-		log.Error().Err(err).Msg("HTTP server stopped")
-	}
-	// In order, each step with its own budget: stop taking work and end the
-	// event streams (an open SSE follower would hold the HTTP shutdown), shut
-	// the HTTP server, stop the runs (the node in flight is discarded and
-	// re-run on resume; the runs stay resumable) and release their leases;
-	// the deferred closes (cleaner, host and store) come after.
-	log.Info().Msg("stopping: runs in flight stay resumable")
-	svc.StopTaking()
-	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if err := srv.Shutdown(hctx); err != nil {
-		log.Warn().Err(err).Msg("HTTP requests did not end in time")
-	}
-	hcancel()
-	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := svc.Shutdown(sctx); err != nil {
-		log.Warn().Err(err).Msg("runs did not stop in time")
+	// Retention: every daemon of a fleet runs a cleaner; the store lets one
+	// prune at a time and the others find nothing left.
+	cleaner := &retention.Cleaner{Store: h.store, Retention: cfg.Retention, Evidence: h.store, Blobs: h.blobs,
+		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) }}
+	err = service.Daemon{Service: svc, Server: httpapi.NewServer(api, httpapi.DefaultLimits), Listener: ln,
+		Background: []func(context.Context){cleaner.Run},
+		Ready: func() {
+			// systemd (Type=notify): ready once the API listens and runs resume.
+			if err := notifySystemd("READY=1"); err != nil {
+				log.Warn().Err(err).Msg("sd_notify READY=1")
+			}
+			log.Info().Str("http", "http://"+ln.Addr().String()).Str("nats", agent.RedactString(h.NATSClientURL)).
+				Str("data_dir", cfg.DataDir).Str("holder", svc.Holder()).Msg("serving")
+		},
+		Log: func(level slog.Level, msg string, err error) { log.WithLevel(zerologLevel(level)).Err(err).Msg(msg) },
+	}.Run(ctx)
+	if err != nil {
+		return c.fail(err)
 	}
 	return nil
+}
+
+// zerologLevel is the zerolog level of a service.Daemon log line.
+func zerologLevel(l slog.Level) zerolog.Level {
+	switch {
+	case l >= slog.LevelError:
+		return zerolog.ErrorLevel
+	case l >= slog.LevelWarn:
+		return zerolog.WarnLevel
+	case l >= slog.LevelInfo:
+		return zerolog.InfoLevel
+	}
+	return zerolog.DebugLevel
 }
