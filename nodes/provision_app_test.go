@@ -79,31 +79,52 @@ func (d *provDevice) Shell(_ context.Context, cmd string) (device.ShellResult, e
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.shells = append(d.shells, cmd)
+	// A `;` list with "echo MARKER $?" between its commands (ReadDeviceApp's),
+	// run as sh would: each command's output, the marker with its status.
+	sep := "; echo " + provisionSplit + " $?; "
+	if strings.Contains(cmd, sep) {
+		var r device.ShellResult
+		for i, c := range strings.Split(cmd, sep) {
+			if i > 0 {
+				r.Stdout += fmt.Sprintf("%s %d\n", provisionSplit, r.ExitCode)
+			}
+			one := d.shellOne(c)
+			r.Stdout += one.Stdout
+			r.Stderr += one.Stderr
+			r.ExitCode = one.ExitCode
+		}
+		return r, nil
+	}
+	return d.shellOne(cmd), nil
+}
+
+// shellOne answers one command of Shell.
+func (d *provDevice) shellOne(cmd string) device.ShellResult {
 	switch cmd {
 	case "getprop ro.build.version.sdk":
-		return device.ShellResult{Stdout: fmt.Sprintf("%d\n", d.api)}, nil
+		return device.ShellResult{Stdout: fmt.Sprintf("%d\n", d.api)}
 	case "cmd package list packages --show-versioncode " + d.pkg:
 		if d.app == nil {
-			return device.ShellResult{}, nil
+			return device.ShellResult{}
 		}
-		return device.ShellResult{Stdout: fmt.Sprintf("package:%s versionCode:%d\n", d.pkg, d.app.vc)}, nil
+		return device.ShellResult{Stdout: fmt.Sprintf("package:%s versionCode:%d\n", d.pkg, d.app.vc)}
 	case "pm path " + d.pkg:
 		if d.app == nil {
-			return device.ShellResult{ExitCode: 1}, nil
+			return device.ShellResult{ExitCode: 1}
 		}
-		return device.ShellResult{Stdout: "package:" + d.app.codePath + "/base.apk\n"}, nil
+		return device.ShellResult{Stdout: "package:" + d.app.codePath + "/base.apk\n"}
 	case "dumpsys package " + d.pkg:
 		if d.app == nil {
-			return device.ShellResult{Stdout: "Dexopt state:\n  Unable to find package: " + d.pkg + "\n"}, nil
+			return device.ShellResult{Stdout: "Dexopt state:\n  Unable to find package: " + d.pkg + "\n"}
 		}
 		s := strings.ReplaceAll(provDumpsys, "com.example.foodies", d.pkg)
 		s = strings.Replace(s, "versionCode=1 minSdk", fmt.Sprintf("versionCode=%d minSdk", d.app.vc), 1)
 		s = strings.Replace(s, "versionName=1.0", "versionName="+d.app.vn, 1)
 		s = strings.Replace(s, "lastUpdateTime=2025-05-22 04:17:19", "lastUpdateTime="+d.app.updated.Format("2006-01-02 15:04:05"), 1)
 		s = regexp.MustCompile(`codePath=\S+`).ReplaceAllString(s, "codePath="+d.app.codePath)
-		return device.ShellResult{Stdout: s}, nil
+		return device.ShellResult{Stdout: s}
 	}
-	return device.ShellResult{Stderr: "/system/bin/sh: unexpected: not found", ExitCode: 127}, nil
+	return device.ShellResult{Stderr: "/system/bin/sh: unexpected: not found", ExitCode: 127}
 }
 
 func provInstallFailed(code string) error {
@@ -615,4 +636,85 @@ func TestProvisionAppSpecInputDecodes(t *testing.T) {
 	if e := agent.Classify(err); e == nil || e.ID != agent.ErrInvalidRequest || len(d.shells) != 0 {
 		t.Errorf("err %v shells %q", err, d.shells)
 	}
+}
+
+// TestReadDeviceAppOneShell: the API level and the installed state come from
+// one shell on API >= 28, each part judged as its own command would be; API
+// < 28 and output not of the asked shape fall back to one command each.
+func TestReadDeviceAppOneShell(t *testing.T) {
+	ctx := context.Background()
+	t.Run("present, api 34: one shell", func(t *testing.T) {
+		d := provDeviceWith(t, "demo-v1.apk", 0)
+		lvl, a, err := ReadDeviceApp(ctx, d, provPkg)
+		if err != nil || lvl != 34 || !a.Present || a.VersionCode != 1 || a.VersionName != "1.0" || a.CodePath != d.app.codePath || a.LastUpdateTime.IsZero() {
+			t.Fatalf("%d %+v %v", lvl, a, err)
+		}
+		if len(d.shells) != 1 {
+			t.Errorf("shells %q, want one", d.shells)
+		}
+		// The same as the three commands on their own.
+		lvl2, err := APILevel(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := ReadInstalledApp(ctx, d, provPkg, lvl2)
+		if err != nil || lvl2 != lvl || b != a {
+			t.Errorf("separate commands: %d %+v %v", lvl2, b, err)
+		}
+	})
+	t.Run("absent", func(t *testing.T) {
+		d := provDeviceWith(t, "", 0)
+		lvl, a, err := ReadDeviceApp(ctx, d, provPkg)
+		if err != nil || lvl != 34 || a != (InstalledApp{}) || len(d.shells) != 1 {
+			t.Fatalf("%d %+v %v %q", lvl, a, err, d.shells)
+		}
+	})
+	t.Run("api 27: pm path and dumpsys on their own", func(t *testing.T) {
+		d := provDeviceWith(t, "demo-v1.apk", 0)
+		d.api = 27
+		lvl, a, err := ReadDeviceApp(ctx, d, provPkg)
+		if err != nil || lvl != 27 || !a.Present || a.VersionCode != 1 {
+			t.Fatalf("%d %+v %v", lvl, a, err)
+		}
+		if len(d.shells) != 3 || d.shells[1] != "pm path "+provPkg || d.shells[2] != "dumpsys package "+provPkg {
+			t.Errorf("shells %q", d.shells)
+		}
+	})
+	t.Run("a failing part is process_error naming its command", func(t *testing.T) {
+		d := provDeviceWith(t, "demo-v1.apk", 0)
+		d.pkg = "com.example.other" // the list and dumpsys commands are "not found" (127)
+		_, _, err := ReadDeviceApp(ctx, d, provPkg)
+		e := agent.Classify(err)
+		if e == nil || e.ID != agent.ErrProcess || !strings.Contains(e.Msg, "`cmd package list packages --show-versioncode "+provPkg+"` exited 127") {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("output without the markers: one command each", func(t *testing.T) {
+		d := provDeviceWith(t, "demo-v1.apk", 0)
+		od := &overrideShell{provDevice: d, first: "34\n"}
+		lvl, a, err := ReadDeviceApp(ctx, od, provPkg)
+		if err != nil || lvl != 34 || !a.Present || a.VersionCode != 1 {
+			t.Fatalf("%d %+v %v", lvl, a, err)
+		}
+		if len(d.shells) != 4 {
+			t.Errorf("shells %q, want the combined one then 3", d.shells)
+		}
+	})
+}
+
+// overrideShell answers the first shell with first (and records it), then
+// lets provDevice answer.
+type overrideShell struct {
+	*provDevice
+	first string
+	done  bool
+}
+
+func (o *overrideShell) Shell(ctx context.Context, cmd string) (device.ShellResult, error) {
+	if !o.done {
+		o.done = true
+		o.provDevice.shells = append(o.provDevice.shells, cmd)
+		return device.ShellResult{Stdout: o.first}, nil
+	}
+	return o.provDevice.Shell(ctx, cmd)
 }

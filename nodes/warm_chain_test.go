@@ -15,7 +15,7 @@ import (
 // installed and its signer cached, Appium session reused, app in front and
 // settled) opens on the device: every shell is a new connection through the
 // adb server, so this count is the chain's adb cost.
-const warmChainShells = 7
+const warmChainShells = 5
 
 // TestWarmChainShellCount runs EnsureDevice -> ProvisionApp -> LaunchOrAttach
 // -> WaitIdle twice on the device model (real shell grammar and outputs) and
