@@ -35,6 +35,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -110,7 +111,30 @@ type Fetcher struct {
 	http map[bool]*http.Client
 	// evictMu serializes cache evictions.
 	evictMu sync.Mutex
+
+	// inspected holds Inspect's results for cached blobs (see Inspect);
+	// guarded by inspectMu, at most maxInspected entries.
+	inspectMu sync.Mutex
+	inspected map[inspectKey]apk.Info
 }
+
+// inspectKey names one inspection of a cached blob: the blob's path (its
+// SHA-256, checked when it was stored), the size and modification time its
+// file has, and the device API level the signers were chosen for.
+type inspectKey struct {
+	path        string
+	size, mtime int64
+	apiLevel    int
+}
+
+// maxInspected bounds Fetcher.inspected; when full it starts again empty
+// (a daemon's runs use a handful of builds at a time).
+const maxInspected = 256
+
+// touchEvery is how stale a cached blob's modification time (its last use,
+// for eviction) may get before a cache hit refreshes it: a write per hit
+// would also change the key of its cached inspection every time.
+const touchEvery = time.Minute
 
 // indexEntry is what index.json records for one ref.
 type indexEntry struct {
@@ -122,6 +146,8 @@ type indexEntry struct {
 	ETag         string    `json:"etag,omitempty"`
 	LastModified string    `json:"lastModified,omitempty"`
 	FetchedAt    time.Time `json:"fetchedAt"`
+	// used is the blob's modification time when lookup found it (not saved).
+	used time.Time
 }
 
 // New returns a Fetcher over opt.CacheDir, loading its index (a corrupt index
@@ -215,8 +241,45 @@ func (f *Fetcher) CheckRef(ref string) error {
 }
 
 // Inspect reads the APK at path for a device of apiLevel; see apk.Inspect.
+// A blob of this cache (a Fetch's Path) is parsed and its signature
+// verified once per (path, size, modification time, apiLevel): its name is
+// the SHA-256 its bytes had when stored, and a file changed since has
+// another size or modification time. Other paths, and failures, are
+// inspected every time. The result is the caller's own (slices copied).
 func (f *Fetcher) Inspect(path string, apiLevel int) (apk.Info, error) {
-	return apk.Inspect(path, apiLevel)
+	if filepath.Dir(path) != filepath.Join(f.opt.CacheDir, "sha256") {
+		return inspectAPK(path, apiLevel)
+	}
+	st, err := os.Stat(path)
+	if err != nil || !st.Mode().IsRegular() {
+		return inspectAPK(path, apiLevel) // which says what is wrong
+	}
+	k := inspectKey{path: path, size: st.Size(), mtime: st.ModTime().UnixNano(), apiLevel: apiLevel}
+	f.inspectMu.Lock()
+	info, ok := f.inspected[k]
+	f.inspectMu.Unlock()
+	if ok {
+		return cloneInfo(info), nil
+	}
+	info, err = inspectAPK(path, apiLevel)
+	if err != nil {
+		return info, err
+	}
+	f.inspectMu.Lock()
+	if f.inspected == nil || len(f.inspected) >= maxInspected {
+		f.inspected = map[inspectKey]apk.Info{}
+	}
+	f.inspected[k] = cloneInfo(info)
+	f.inspectMu.Unlock()
+	return info, nil
+}
+
+// inspectAPK is apk.Inspect (a test counts its calls).
+var inspectAPK = apk.Inspect
+
+func cloneInfo(i apk.Info) apk.Info {
+	i.SignerSHA256 = slices.Clone(i.SignerSHA256)
+	return i
 }
 
 // parseRef checks a reference and returns it as a URL (a bare absolute path
@@ -306,7 +369,7 @@ func (f *Fetcher) blobPath(sum string) string {
 }
 
 // lookup returns the index entry of ref when its cached file still exists
-// with the recorded size.
+// with the recorded size (e.used is the file's modification time).
 func (f *Fetcher) lookup(ref string) (indexEntry, bool) {
 	f.mu.Lock()
 	e, ok := f.index[ref]
@@ -318,12 +381,19 @@ func (f *Fetcher) lookup(ref string) (indexEntry, bool) {
 	if err != nil || st.Size() != e.Size {
 		return e, false
 	}
+	e.used = st.ModTime()
 	return e, true
 }
 
-func (f *Fetcher) touch(path string) {
+// touch marks the blob at path used now, unless it was marked within
+// touchEvery (used is its modification time): the modification time orders
+// evictions (LRU).
+func (f *Fetcher) touch(path string, used time.Time) {
 	now := time.Now()
-	_ = os.Chtimes(path, now, now) // the modification time orders evictions (LRU)
+	if d := now.Sub(used); d >= 0 && d < touchEvery {
+		return
+	}
+	_ = os.Chtimes(path, now, now)
 }
 
 // record stores ref's entry and rewrites index.json (temp file + rename).
@@ -359,7 +429,7 @@ func (f *Fetcher) saveIndexLocked() {
 }
 
 func (f *Fetcher) hit(ref string, e indexEntry) apk.Artifact {
-	f.touch(f.blobPath(e.SHA256))
+	f.touch(f.blobPath(e.SHA256), e.used)
 	return apk.Artifact{Ref: ref, Path: f.blobPath(e.SHA256), SHA256: e.SHA256, Size: e.Size, CacheHit: true}
 }
 
@@ -407,7 +477,7 @@ func (f *Fetcher) store(r io.Reader, want int64, progress func(done, total int64
 	if err = os.Rename(tmp.Name(), f.blobPath(sum)); err != nil {
 		return "", n, unavailable(false, err, "cache: rename")
 	}
-	f.touch(f.blobPath(sum))
+	f.touch(f.blobPath(sum), time.Time{})
 	return sum, n, nil
 }
 
