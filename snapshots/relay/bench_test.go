@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
 	"github.com/screengraph/screengraph-agent/snapshots/relay"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
@@ -176,4 +178,68 @@ func BenchmarkEmbeddedRelayVsRawJetStream(b *testing.B) {
 	b.ReportMetric(relayRate, "relay-events/s")
 	b.ReportMetric(rawRate, "raw-events/s")
 	b.ReportMetric(relayRate/rawRate, "x-relay-of-raw")
+}
+
+// BenchmarkGroupCommit32: 32 goroutines committing node steps
+// (storetest.NodeStep) at once on the embedded store, so the group committer
+// puts up to 32 steps in one transaction, each under a SAVEPOINT; side by
+// side in one run, the writer as SQLite leaves it (the savepoints'
+// sub-journal in a temporary file, the WAL checkpoint inside the commit that
+// crosses 1000 pages), with the sub-journal in memory, and the store's
+// default (also the checkpoints in the background, checkpoint.go).
+// Reported per side: steps/s and the process's CPU per step.
+func BenchmarkGroupCommit32(b *testing.B) {
+	const committers = 32
+	sides := []struct {
+		name string
+		o    sqlite.EmbeddedOptions
+	}{
+		{"sqlite-defaults", sqlite.EmbeddedOptions{DiskSubJournal: true, CheckpointInCommit: true}},
+		{"memory-subjournal", sqlite.EmbeddedOptions{CheckpointInCommit: true}},
+		{"store-default", sqlite.EmbeddedOptions{}},
+	}
+	stores := make([]*sqlite.Embedded, len(sides))
+	runs := make([][]agent.Run, len(sides))
+	for i, sd := range sides {
+		s, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(b.TempDir(), "agent.db"), sd.o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		stores[i] = s
+		runs[i] = createRuns(b, s, committers)
+	}
+	steps := make([]int, len(sides))
+	took := make([]time.Duration, len(sides))
+	cpu := make([]time.Duration, len(sides))
+	b.ResetTimer()
+	// Rounds of 20 steps per committer, alternating the sides.
+	for round := 0; round*20*committers < max(b.N, 1); round++ {
+		for i := range sides {
+			t0, c0 := time.Now(), processCPU()
+			var wg sync.WaitGroup
+			for _, r := range runs[i] {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for k := range 20 {
+						step := round*20 + k
+						if err := stores[i].CommitStep(context.Background(), storetest.NodeStep(r, int64(1+3*step), step, "EnsureDevice")); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			took[i] += time.Since(t0)
+			cpu[i] += processCPU() - c0
+			steps[i] += 20 * committers
+		}
+	}
+	b.StopTimer()
+	for i, sd := range sides {
+		b.ReportMetric(float64(steps[i])/took[i].Seconds(), sd.name+"-steps/s")
+		b.ReportMetric(float64(cpu[i].Microseconds())/float64(steps[i]), sd.name+"-cpu-us/step")
+	}
 }

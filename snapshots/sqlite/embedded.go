@@ -35,6 +35,7 @@ type Embedded struct {
 	commits chan struct{}
 	ws, rs  *stmtCache // prepared statements of w and r (stmts.go)
 	group   *groupCommitter
+	ckpt    *checkpointer // nil: read-only, or CheckpointInCommit
 }
 
 var (
@@ -59,6 +60,17 @@ type EmbeddedOptions struct {
 	BusyTimeout time.Duration
 	// Readers is the read pool size; default 4.
 	Readers int
+	// DiskSubJournal keeps the writer's sub-journal (the undo pages of each
+	// step's SAVEPOINT in a group commit) in a temporary file, as SQLite
+	// does by default (temp_store=DEFAULT, spilling past 64 KiB), instead of
+	// in memory. Only for side-by-side benchmarks (BenchmarkCommitToNATS):
+	// on disk it cost a third of a step's insert time at 32 devices.
+	DiskSubJournal bool
+	// CheckpointInCommit leaves SQLite's automatic WAL checkpoint in the
+	// commit that crosses 1000 WAL pages, as SQLite does by default, instead
+	// of the store's checkpointer (checkpoint.go). Only for side-by-side
+	// benchmarks (BenchmarkCommitToNATS).
+	CheckpointInCommit bool
 }
 
 // DataDir is the per-user data directory of the agent:
@@ -102,7 +114,7 @@ func DefaultEmbeddedPath() (string, error) {
 	return filepath.Join(dir, "agent.db"), nil
 }
 
-func sqliteDSN(path string, busy time.Duration, write bool) string {
+func sqliteDSN(path string, busy time.Duration, write bool, o EmbeddedOptions) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
@@ -112,6 +124,19 @@ func sqliteDSN(path string, busy time.Duration, write bool) string {
 		// the last commits but never corrupts the file.
 		q.Add("_pragma", "synchronous(NORMAL)")
 		q.Set("_txlock", "immediate")
+		if !o.CheckpointInCommit {
+			// Checkpoints off the commits (checkpoint.go).
+			q.Add("_pragma", "wal_autocheckpoint(0)")
+		}
+		if !o.DiskSubJournal {
+			// The sub-journal of a group commit's SAVEPOINTs (groupcommit.go)
+			// in memory: on disk (it spills past 64 KiB, then is never
+			// truncated within the transaction) every page a step first
+			// touched was written to a temporary file, a third of the
+			// step's insert time at 32 devices (docs/decisions.md). It holds
+			// at most a group's pages (64 steps, a few MB).
+			q.Add("_pragma", "temp_store(memory)")
+		}
 	} else {
 		q.Add("_pragma", "query_only(1)")
 	}
@@ -151,7 +176,7 @@ func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedde
 		if err := ownerOnly(path); err != nil {
 			return nil, err
 		}
-		w, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, true))
+		w, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, true, o))
 		if err != nil {
 			return nil, err
 		}
@@ -169,8 +194,14 @@ func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedde
 			s.Close()
 			return nil, fmt.Errorf("snapshots: prepare: %w", err)
 		}
+		if !o.CheckpointInCommit {
+			if s.ckpt, err = startCheckpointer(path, o.BusyTimeout, s.group, w); err != nil {
+				s.Close()
+				return nil, fmt.Errorf("snapshots: open %s: %w", path, err)
+			}
+		}
 	}
-	r, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, false))
+	r, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, false, o))
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -195,6 +226,9 @@ func (s *Embedded) Commits() <-chan struct{} { return s.commits }
 // Close closes both pools.
 func (s *Embedded) Close() error {
 	var errs []error
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.close())
+	}
 	for _, c := range []*stmtCache{s.ws, s.rs} {
 		if c != nil {
 			errs = append(errs, c.close())

@@ -104,6 +104,9 @@ func (g *groupCommitter) lead() {
 	errs, err := g.s.commitGroup(ctx, batch)
 	g.groups.Add(1)
 	g.steps.Add(int64(len(batch)))
+	if err == nil && g.s.ckpt != nil {
+		g.s.ckpt.commit()
+	}
 	wrote := false
 	for i, r := range batch {
 		e := err

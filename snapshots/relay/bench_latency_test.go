@@ -1,0 +1,279 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/relay"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
+	"github.com/screengraph/screengraph-agent/snapshots/storetest"
+)
+
+// latencyRig is one daemon's event path without devices: an embedded store,
+// an embedded NATS server, the streaming relay between them and an outside
+// subscriber (an ordered JetStream consumer on a connection of its own, as
+// BenchmarkDaemon32's NATS clock) stamping each message's arrival.
+type latencyRig struct {
+	store *sqlite.Embedded
+	relay *relay.Relay
+	mu    sync.Mutex
+	at    map[string]time.Time // eventId -> arrival
+	got   chan struct{}        // a message arrived (capacity 1)
+}
+
+func newLatencyRig(b *testing.B, so sqlite.EmbeddedOptions, configure func(*relay.Relay)) *latencyRig {
+	b.Helper()
+	store, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(b.TempDir(), "agent.db"), so)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	rig := &latencyRig{store: store, at: map[string]time.Time{}, got: make(chan struct{}, 1)}
+	_, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
+	_, pub := testenv.ConnectPublisher(b, url)
+	_, sub := testenv.ConnectPublisher(b, url)
+	rig.relay = &relay.Relay{Store: rig.store, Publisher: pub}
+	if configure != nil {
+		configure(rig.relay)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rig.relay.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	cons, err := sub.JetStream().OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		now := time.Now()
+		rig.mu.Lock()
+		rig.at[m.Headers().Get(jetstream.MsgIDHeader)] = now
+		rig.mu.Unlock()
+		select {
+		case rig.got <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cc.Stop)
+	return rig
+}
+
+// latencySample is one wave's figures.
+type latencySample struct {
+	commitNATS    []float64 // arrival - CommitStep called (the daemon's figure: ts is taken right before the commit), ms
+	committedNATS []float64 // arrival - CommitStep returned: the relay and NATS alone, ms
+	commitWait    []float64 // CommitStep's own duration (SQLite's writer queue), ms
+	events        int
+	cpu           time.Duration // process CPU (user+sys) over the wave
+}
+
+// wave starts devices chains at once, each committing the daemon's warm
+// chain shape: run.started, the 4 setup nodes' steps (node.started,
+// token_delta, node.finished + snapshot; storetest.NodeStep) and
+// run.finished, each commit after a random pause of up to 2*gap (the node's
+// work), then waits until every event arrived on NATS.
+func (rig *latencyRig) wave(b *testing.B, devices int, gap time.Duration) latencySample {
+	b.Helper()
+	type commit struct {
+		ids        []string
+		called, at time.Time
+	}
+	per := make([][]commit, devices)
+	runs := make([]agent.Run, devices)
+	for i := range runs {
+		runs[i] = storetest.NewRun("01HZX0TENANT1234567890", fmt.Sprintf("emulator-%d", 5554+2*i))
+		if err := rig.store.CreateRun(context.Background(), runs[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	nodes := []string{"EnsureDevice", "ProvisionApp", "LaunchOrAttach", "WaitIdle"}
+	cpu0 := processCPU()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for d := range devices {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r := runs[d]
+			var steps []agent.Step
+			seq := int64(1)
+			steps = append(steps, agent.Step{RunID: r.RunID, Events: []agent.Event{storetest.Event(r, seq, agent.KindRunStarted, `{}`)}})
+			seq++
+			for i, n := range nodes {
+				steps = append(steps, storetest.NodeStep(r, seq, i, n))
+				seq += 3
+			}
+			steps = append(steps, agent.Step{RunID: r.RunID, Events: []agent.Event{storetest.Event(r, seq, agent.KindRunFinished, `{}`)}})
+			for i, st := range steps {
+				if i > 0 && gap > 0 {
+					time.Sleep(rand.N(2 * gap))
+				}
+				c := commit{called: time.Now()}
+				if err := rig.store.CommitStep(context.Background(), st); err != nil {
+					b.Error(err)
+					return
+				}
+				c.at = time.Now()
+				for _, e := range st.Events {
+					c.ids = append(c.ids, e.EventID)
+				}
+				per[d] = append(per[d], c)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	var s latencySample
+	for _, cs := range per {
+		for _, c := range cs {
+			s.events += len(c.ids)
+		}
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		rig.mu.Lock()
+		n := 0
+		for _, cs := range per {
+			for _, c := range cs {
+				for _, id := range c.ids {
+					if _, ok := rig.at[id]; ok {
+						n++
+					}
+				}
+			}
+		}
+		rig.mu.Unlock()
+		if n == s.events {
+			break
+		}
+		select {
+		case <-rig.got:
+		case <-deadline:
+			b.Fatalf("%d of %d events arrived on NATS in 30 s", n, s.events)
+		}
+	}
+	s.cpu = processCPU() - cpu0
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	for _, cs := range per {
+		for _, c := range cs {
+			s.commitWait = append(s.commitWait, msOf(c.at.Sub(c.called)))
+			for _, id := range c.ids {
+				s.commitNATS = append(s.commitNATS, msOf(rig.at[id].Sub(c.called)))
+				s.committedNATS = append(s.committedNATS, msOf(rig.at[id].Sub(c.at)))
+			}
+		}
+	}
+	return s
+}
+
+func (s *latencySample) merge(o latencySample) {
+	s.commitNATS = append(s.commitNATS, o.commitNATS...)
+	s.committedNATS = append(s.committedNATS, o.committedNATS...)
+	s.commitWait = append(s.commitWait, o.commitWait...)
+	s.events += o.events
+	s.cpu += o.cpu
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// quantile is the nearest-rank quantile q (0-1) of xs.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(float64(len(s))*q+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// processCPU is this process's user+system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkCommitToNATS: issue 17's "commit -> NATS p99 <= 50 ms at 32
+// devices" without devices, side by side in one run. Each side is one
+// daemon's event path (latencyRig: embedded store, embedded NATS, streaming
+// relay, an outside ordered consumer); the sides alternate waves of
+// latencyDevices chains started at once (latencyRig.wave: 6 commits per
+// chain, up to 2*latencyGap apart), latencyWaves waves each, whatever b.N.
+// Reported per side: commit -> NATS p50/p99 (CommitStep called -> arrival,
+// BenchmarkDaemon32's figure), committed -> NATS p99 (CommitStep returned
+// -> arrival: the relay and NATS alone), CommitStep p99, and the process's
+// CPU per event (everything in it: committers, store, relay, NATS server,
+// subscriber). A last part runs the new side alone at 1, 8 and 32 devices:
+// latency against load on this machine's cores.
+func BenchmarkCommitToNATS(b *testing.B) {
+	const (
+		latencyDevices = 32
+		latencyWaves   = 6
+		latencyGap     = 50 * time.Millisecond
+	)
+	sides := []struct {
+		name      string
+		store     sqlite.EmbeddedOptions
+		configure func(*relay.Relay)
+	}{
+		{"before", sqlite.EmbeddedOptions{DiskSubJournal: true, CheckpointInCommit: true}, nil},
+		{"after", sqlite.EmbeddedOptions{}, nil},
+	}
+	rigs := make([]*latencyRig, len(sides))
+	for i, sd := range sides {
+		rigs[i] = newLatencyRig(b, sd.store, sd.configure)
+		rigs[i].wave(b, 2, 0) // warm-up: prepared statements, stream, consumer
+	}
+	samples := make([]latencySample, len(sides))
+	b.ResetTimer()
+	for w := range latencyWaves {
+		for i := range sides {
+			k := (i + w) % len(sides) // alternate which side goes first
+			samples[k].merge(rigs[k].wave(b, latencyDevices, latencyGap))
+		}
+	}
+	b.StopTimer()
+	for i, sd := range sides {
+		s := samples[i]
+		b.Logf("%-7s %d devices: commit->NATS p50 %6.2f ms p99 %6.2f ms | committed->NATS p99 %6.2f ms | CommitStep p99 %6.2f ms | CPU %5.1f us/event (%d events)",
+			sd.name, latencyDevices, quantile(s.commitNATS, 0.5), quantile(s.commitNATS, 0.99), quantile(s.committedNATS, 0.99),
+			quantile(s.commitWait, 0.99), float64(s.cpu.Microseconds())/float64(s.events), s.events)
+		b.ReportMetric(quantile(s.commitNATS, 0.5), sd.name+"-p50-ms")
+		b.ReportMetric(quantile(s.commitNATS, 0.99), sd.name+"-p99-ms")
+		b.ReportMetric(float64(s.cpu.Microseconds())/float64(s.events), sd.name+"-cpu-us/event")
+	}
+	last := rigs[len(rigs)-1]
+	for _, devices := range []int{1, 8, 32} {
+		var s latencySample
+		for range 3 {
+			s.merge(last.wave(b, devices, latencyGap))
+		}
+		b.Logf("%-7s %2d devices: commit->NATS p50 %6.2f ms p99 %6.2f ms | committed->NATS p99 %6.2f ms | CommitStep p99 %6.2f ms | CPU %5.1f us/event",
+			sides[len(sides)-1].name, devices, quantile(s.commitNATS, 0.5), quantile(s.commitNATS, 0.99), quantile(s.committedNATS, 0.99),
+			quantile(s.commitWait, 0.99), float64(s.cpu.Microseconds())/float64(s.events))
+	}
+}
