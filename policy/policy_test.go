@@ -274,3 +274,44 @@ func TestStoredDocumentGainsNewFieldsDefaults(t *testing.T) {
 		t.Fatalf("%+v", p.Idle)
 	}
 }
+
+// TestStoreAddFiles: serve's --policy files are added and the first becomes
+// current; run's --policy file becomes current wherever it is in the list;
+// the same files again change nothing; other content under a stored version
+// or a file that does not load is the user's error naming the file.
+func TestStoreAddFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	v3 := filepath.Join(dir, "v3.json")
+	if err := os.WriteFile(v3, []byte(`{"version": 3, "defaultTimeout": "90s"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := policy.NewStore(ctx, agenttest.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{"testdata/ci-slow-devices.yaml", v3}
+	if err := s.AddFiles(ctx, files, ""); err != nil {
+		t.Fatal(err)
+	}
+	if s.Current().Version() != 2 || !slices.Equal(s.Versions(), []int{1, 2, 3}) {
+		t.Fatalf("current %d, versions %v; want 2 of [1 2 3]", s.Current().Version(), s.Versions())
+	}
+	if err := s.AddFiles(ctx, files, v3); err != nil || s.Current().Version() != 3 {
+		t.Fatalf("again with %s current: %v, current %d", v3, err, s.Current().Version())
+	}
+
+	other := filepath.Join(dir, "other-v3.json")
+	if err := os.WriteFile(other, []byte(`{"version": 3, "defaultTimeout": "10s"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{other, filepath.Join(dir, "missing.yaml")} {
+		err := s.AddFiles(ctx, []string{f}, "")
+		if agent.Classify(err).ID != agent.ErrInvalidRequest || !strings.Contains(err.Error(), f) {
+			t.Errorf("%s: %v, want invalid_request_error naming it", f, err)
+		}
+	}
+	if s.Current().Version() != 3 {
+		t.Errorf("current %d after refusals, want 3", s.Current().Version())
+	}
+}

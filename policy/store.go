@@ -190,3 +190,30 @@ func (s *Store) Policy(_ context.Context, version int) (agent.RetryPolicy, error
 	}
 	return p, nil
 }
+
+// AddFiles loads each policy document in files (YAML or JSON, Load) and
+// adds it (the same content again is a no-op), then makes current the one
+// of the file named current ("": the first of files; none when files is
+// empty). Errors: invalid_request_error naming the file: a document that
+// does not load or validate, or other content under a version already
+// stored (ErrVersionExists).
+func (s *Store) AddFiles(ctx context.Context, files []string, current string) error {
+	if current == "" && len(files) > 0 {
+		current = files[0]
+	}
+	for _, f := range files {
+		p, err := Load(f)
+		if err != nil {
+			return agent.Wrap(agent.ErrInvalidRequest, err, "policy %s", f)
+		}
+		if err := s.Add(ctx, p); err != nil {
+			return agent.Wrap(agent.ErrInvalidRequest, err, "policy %s", f)
+		}
+		if f == current {
+			if err := s.Switch(ctx, p.PolicyVersion); err != nil {
+				return agent.Wrap(agent.ErrInvalidRequest, err, "policy %s", f)
+			}
+		}
+	}
+	return nil
+}

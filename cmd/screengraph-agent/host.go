@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -78,18 +75,6 @@ type hostConfig struct {
 	ArtifactStoreEndpoint string
 }
 
-// streamLimits are the AGENT_EVENTS stream's MaxAge and MaxBytes.
-func (c hostConfig) streamLimits() (time.Duration, int64) {
-	maxAge, maxBytes := c.StreamMaxAge, c.StreamMaxBytes
-	if maxAge <= 0 {
-		maxAge = natsbus.DefaultStreamMaxAge
-	}
-	if maxBytes <= 0 {
-		maxBytes = natsbus.DefaultStreamMaxBytes
-	}
-	return maxAge, maxBytes
-}
-
 // hostStore is what the host needs of a store: runs, events, outbox and
 // device leases (sqlite.Embedded on one host, postgres.Postgres in a
 // fleet).
@@ -108,13 +93,13 @@ type host struct {
 	cfg      hostConfig
 	store    hostStore
 	policies *policy.Store
-	nats     *server.Server
-	nc       *nats.Conn
-	pub      agent.Publisher
-	relay    *relay.Relay
-	relayErr chan error
-	stopRly  context.CancelFunc
-	adb      *adb.Client
+	// bus is the NATS side (in-process server, connection, publisher);
+	// nc its connection.
+	bus     *natsbus.Bus
+	nc      *nats.Conn
+	relay   *relay.Relay
+	relayBg *relay.Background
+	adb     *adb.Client
 	// hostID identifies the adb server's machine (device.HostID): device
 	// leases are keyed agent.DeviceKey(hostID, serial).
 	hostID string
@@ -159,14 +144,8 @@ func openHost(ctx context.Context, cfg hostConfig) (*host, error) {
 
 func (h *host) open(ctx context.Context) (err error) {
 	cfg := h.cfg
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "tmp"), 0o700); err != nil {
-		return agent.Wrap(agent.ErrInvalidRequest, err, "data dir %s", cfg.DataDir)
-	}
-	// The data dir holds the store (run requests with their references),
-	// tokens' hashes and tenants' artifacts: owner only, even when an older
-	// version created it 0755.
-	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
-		return agent.Wrap(agent.ErrInvalidRequest, err, "data dir %s", cfg.DataDir)
+	if err := sqlite.PrepareDataDir(cfg.DataDir); err != nil {
+		return err
 	}
 	if h.hostID, err = device.HostID(ctx, cfg.ADBServer); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "identifying the adb server's machine")
@@ -189,84 +168,30 @@ func (h *host) open(ctx context.Context) (err error) {
 	if h.policies, err = policy.NewStore(ctx, h.store); err != nil {
 		return agent.Wrap(agent.ErrProcess, err, "policies")
 	}
+	// run --policy runs under its policy; serve's first --policy becomes current.
 	files := cfg.PolicyFiles
 	if cfg.PolicyFile != "" {
 		files = append(files, cfg.PolicyFile)
 	}
-	for i, f := range files {
-		p, err := policy.Load(f)
-		if err != nil {
-			return agent.Wrap(agent.ErrInvalidRequest, err, "policy %s", f)
-		}
-		if old, err := h.policies.Get(p.PolicyVersion); err != nil || !samePolicy(old, p) {
-			if err := h.policies.Add(ctx, p); err != nil {
-				return agent.Wrap(agent.ErrInvalidRequest, err, "policy %s", f)
-			}
-		}
-		// run --policy runs under its policy; serve's first --policy becomes current.
-		if (cfg.PolicyFile != "" && f == cfg.PolicyFile) || (cfg.PolicyFile == "" && i == 0) {
-			if err := h.policies.Switch(ctx, p.PolicyVersion); err != nil {
-				return agent.Wrap(agent.ErrInvalidRequest, err, "policy %s", f)
-			}
-		}
+	if err := h.policies.AddFiles(ctx, files, cfg.PolicyFile); err != nil {
+		return err
 	}
-	var natsAuth []nats.Option // the daemon's own NATS credentials (tenancy)
-	if cfg.NATSURL != "" {
-		h.NATSClientURL = cfg.NATSURL
-	} else {
-		// The in-process NATS server keeps its JetStream files in the data
-		// dir, so events published survive a restart (the outbox holds the
-		// unpublished ones anyway).
-		o := natsbus.EmbeddedNATSOptions{Dir: filepath.Join(cfg.DataDir, "nats")}
-		if cfg.NATSListen != "" {
-			host, port, err := net.SplitHostPort(cfg.NATSListen)
-			if err != nil {
-				return agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.NATSListen)
-			}
-			o.Host = host
-			if o.Port, err = strconv.Atoi(port); err != nil {
-				return agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.NATSListen)
-			}
-		}
-		if cfg.NATSTokens {
-			if o.Auth, natsAuth, err = natsbus.TokenAuth(h.store, cfg.NATSLog); err != nil {
-				return err
-			}
-		}
-		if h.nats, h.NATSClientURL, err = natsbus.StartEmbeddedNATSWith(o); err != nil {
-			return agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.NATSListen)
-		}
+	bc := natsbus.BusConfig{URL: cfg.NATSURL, Listen: cfg.NATSListen, Dir: filepath.Join(cfg.DataDir, "nats"),
+		Replicas: cfg.NATSReplicas, MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes,
+		NotReady: func(err error) {
+			cfg.Log.Warn().Err(err).Str("nats", agent.RedactString(cfg.NATSURL)).Msg("NATS JetStream not ready; events wait in the outbox until it is")
+		}}
+	if cfg.NATSTokens {
+		bc.Tokens, bc.TokenLog = h.store, cfg.NATSLog
 	}
-	if cfg.NATSURL == "" {
-		if h.nc, err = natsbus.ConnectNATS(h.NATSClientURL, natsAuth...); err != nil {
-			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
-		}
-		if h.pub, err = natsbus.NewJetStreamPublisher(ctx, h.nc, natsbus.WithStreamLimits(cfg.streamLimits())); err != nil {
-			return agent.Wrap(agent.ErrNetwork, err, "NATS JetStream")
-		}
-	} else {
-		// An external NATS (a fleet's cluster) may be down while the daemon
-		// starts: runs go on, their events wait in the outbox, and the relay
-		// publishes once the cluster answers.
-		if h.nc, err = natsbus.ConnectNATS(h.NATSClientURL, nats.RetryOnFailedConnect(true)); err != nil {
-			return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(h.NATSClientURL))
-		}
-		maxAge, maxBytes := cfg.streamLimits()
-		lp := natsbus.NewLazyPublisher(h.nc, natsbus.StreamConfigLimited(max(cfg.NATSReplicas, 1), maxAge, maxBytes))
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := lp.Ready(rctx); err != nil {
-			cfg.Log.Warn().Err(err).Str("nats", agent.RedactString(h.NATSClientURL)).Msg("NATS JetStream not ready; events wait in the outbox until it is")
-		}
-		cancel()
-		h.pub = lp
+	if h.bus, err = natsbus.OpenBus(ctx, bc); err != nil {
+		return err
 	}
+	h.nc, h.NATSClientURL = h.bus.Conn, h.bus.ClientURL
 	// Runs publish side by side (each strictly in order): a daemon drives
 	// up to one run per device, and 4 at a time left 32 devices queueing.
-	h.relay = &relay.Relay{Store: h.store, Publisher: h.pub, Log: cfg.Log, Concurrency: 64}
-	rctx, cancel := context.WithCancel(context.Background())
-	h.stopRly = cancel
-	h.relayErr = make(chan error, 1)
-	go func() { h.relayErr <- h.relay.Run(rctx) }()
+	h.relay = &relay.Relay{Store: h.store, Publisher: h.bus.Publisher, Log: cfg.Log, Concurrency: 64}
+	h.relayBg = relay.Start(h.relay)
 
 	url := cfg.AppiumURL
 	if url == "" {
@@ -320,7 +245,7 @@ func (h *host) open(ctx context.Context) (err error) {
 	if err != nil {
 		return agent.Wrap(agent.ErrInternal, err, "setup graph")
 	}
-	if h.blobs, err = openBlobs(ctx, cfg); err != nil {
+	if h.blobs, err = blobs.Open(ctx, filepath.Join(cfg.DataDir, "evidence"), cfg.ArtifactStore, cfg.ArtifactStoreEndpoint); err != nil {
 		return err
 	}
 	h.engine = &agent.Engine{Store: h.store, Policies: h.policies, Evidence: &evidence.Capturer{
@@ -333,21 +258,6 @@ func (h *host) open(ctx context.Context) (err error) {
 	return nil
 }
 
-// openBlobs opens the evidence blob store of cfg: the data dir's, or the
-// bucket of --artifact-store.
-func openBlobs(ctx context.Context, cfg hostConfig) (agent.BlobStore, error) {
-	if cfg.ArtifactStore == "" {
-		return blobs.NewDir(filepath.Join(cfg.DataDir, "evidence"))
-	}
-	return blobs.NewS3(ctx, cfg.ArtifactStore, blobs.S3Options{Endpoint: cfg.ArtifactStoreEndpoint})
-}
-
-func samePolicy(a, b *policy.Policy) bool {
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	return string(ja) == string(jb)
-}
-
 // Close stops the relay, then publishes what is left in the outbox (bounded:
 // Drain runs only once Run has returned), then stops NATS and the store.
 // It is safe on a partly opened host.
@@ -355,23 +265,10 @@ func (h *host) Close(ctx context.Context) {
 	if h == nil {
 		return
 	}
-	if h.stopRly != nil {
-		h.stopRly()
-		<-h.relayErr
-		h.stopRly = nil
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if _, err := h.relay.Drain(dctx); err != nil {
-			h.cfg.Log.Warn().Err(err).Msg("outbox relay: events left unpublished; the next start publishes them")
-		}
-		cancel()
+	if err := h.relayBg.Stop(ctx, 10*time.Second); err != nil {
+		h.cfg.Log.Warn().Err(err).Msg("outbox relay: events left unpublished; the next start publishes them")
 	}
-	if h.nc != nil {
-		h.nc.Close()
-	}
-	if h.nats != nil {
-		h.nats.Shutdown()
-		h.nats.WaitForShutdown()
-	}
+	h.bus.Close()
 	if h.store != nil {
 		h.store.Close()
 	}

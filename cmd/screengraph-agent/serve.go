@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -277,12 +275,6 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "data dir"))
 	}
 	defer lock.Close()
-	if predecessor == "" {
-		// A daemon of before instance ids (its lock file names none) held
-		// leases as serve:<hostname>:<data dir>:<ulid>.
-		hostname, _ := os.Hostname()
-		predecessor = "serve:" + hostname + ":" + filepath.Clean(cfg.DataDir) + ":"
-	}
 	if err := checkExposure(ctx, cfg, log); err != nil {
 		return c.fail(err)
 	}
@@ -331,7 +323,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		Devices:       adbdevice.Inventory{ADB: h.adb},
 		Policy:        h.policies,
 		DefaultTenant: cfg.Tenant,
-		Holder:        holder, HolderPrefix: predecessor, HostID: h.hostID,
+		Holder:        holder, HolderPrefix: sqlite.PredecessorPrefix(cfg.DataDir, predecessor), HostID: h.hostID,
 		LeaseTTL: cfg.LeaseTTL, NewID: newID,
 		Probe: adbdevice.NewBootCompletedProbe(h.adb), Reachable: appium.Gate{Reachability: reach, Down: &appiumDown}, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
 		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
@@ -364,12 +356,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 				return err
 			},
 			"outbox": (&relay.OutboxWatch{Counter: h.store, Relay: h.relay}).Check,
-			"nats": func(ctx context.Context) error {
-				if !h.nc.IsConnected() {
-					return errors.New("not connected to " + agent.RedactString(h.NATSClientURL))
-				}
-				return h.nc.FlushWithContext(ctx)
-			},
+			"nats":   h.bus.Ready,
 		}})
 	sub, err := natsapi.Subscribe(natsapi.Config{Conn: h.nc, Service: svc, Prefix: snapshots.ControlSubjectPrefix,
 		Logf: func(format string, args ...any) { log.Warn().Msgf(format, args...) }})

@@ -168,3 +168,41 @@ func errID(err error) agent.ErrorID {
 	}
 	return agent.Classify(err).ID
 }
+
+// TestOpen: no --artifact-store keeps blobs under the data dir; an
+// s3:// one keeps them in the bucket, which another host opening the same
+// URL reads.
+func TestOpen(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "evidence")
+	d, err := blobs.Open(t.Context(), root, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("local")
+	if err := d.Put(t.Context(), blobs.Sum(data), data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "sha256", blobs.Sum(data)[:2], blobs.Sum(data))); err != nil {
+		t.Errorf("blob not under the dir: %v", err)
+	}
+
+	endpoint := fakeS3(t, "evidence")
+	a, err := blobs.Open(t.Context(), root, "s3://evidence/fleet", endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := []byte("shared")
+	if err := a.Put(t.Context(), blobs.Sum(shared), shared); err != nil {
+		t.Fatal(err)
+	}
+	b, err := blobs.NewS3(t.Context(), "s3://evidence/fleet", blobs.S3Options{Endpoint: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := blobs.ReadAll(t.Context(), b, blobs.Sum(shared)); err != nil || string(got) != "shared" {
+		t.Errorf("the bucket's blob: %q, %v", got, err)
+	}
+	if _, err := blobs.Open(t.Context(), root, "s3://", endpoint); err == nil {
+		t.Error("s3:// without a bucket opened")
+	}
+}

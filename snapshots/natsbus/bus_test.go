@@ -1,0 +1,96 @@
+package natsbus_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+)
+
+// TestOpenBusInProcess: the in-process server starts on the address given,
+// its AGENT_EVENTS stream has the limits given, Ready answers, and after
+// Close the server is gone and Ready says so.
+func TestOpenBusInProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	port := freeTCPPort(t)
+	b, err := natsbus.OpenBus(ctx, natsbus.BusConfig{Listen: fmt.Sprintf("127.0.0.1:%d", port), Dir: filepath.Join(t.TempDir(), "nats"),
+		MaxAge: 2 * time.Hour, MaxBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Server == nil || b.ClientURL != fmt.Sprintf("nats://127.0.0.1:%d", port) {
+		t.Fatalf("bus %+v", b)
+	}
+	if err := b.Ready(ctx); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	js, err := jetstream.New(b.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, snapshots.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.CachedInfo().Config; c.MaxAge != 2*time.Hour || c.MaxBytes != 4<<20 {
+		t.Errorf("stream limits %v, %d", c.MaxAge, c.MaxBytes)
+	}
+	b.Close()
+	if err := b.Ready(ctx); err == nil || !strings.Contains(err.Error(), "not connected to nats://127.0.0.1:") {
+		t.Errorf("Ready after Close: %v", err)
+	}
+	if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+		c.Close()
+		t.Error("the in-process server still listens after Close")
+	}
+}
+
+// TestOpenBusRefusals: a malformed listen address is the user's error and
+// nothing starts; an external cluster that does not answer is no refusal
+// (events wait in the outbox), it is reported, and neither the report nor
+// Ready shows the URL's password.
+func TestOpenBusRefusals(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, l := range []string{"4222", "127.0.0.1:http2"} {
+		b, err := natsbus.OpenBus(ctx, natsbus.BusConfig{Listen: l, Dir: t.TempDir()})
+		if b != nil || agent.Classify(err).ID != agent.ErrInvalidRequest || !strings.Contains(err.Error(), "--nats-listen") {
+			t.Errorf("listen %q: %v, %v", l, b, err)
+		}
+	}
+	url := fmt.Sprintf("nats://agent:s3cret@127.0.0.1:%d", freeTCPPort(t))
+	var notReady error
+	b, err := natsbus.OpenBus(ctx, natsbus.BusConfig{URL: url, NotReady: func(err error) { notReady = err }})
+	if err != nil {
+		t.Fatalf("external NATS down: %v", err)
+	}
+	defer b.Close()
+	if notReady == nil || b.Server != nil || b.Publisher == nil {
+		t.Errorf("external down: reported %v, bus %+v", notReady, b)
+	}
+	err = b.Ready(ctx)
+	if err == nil || strings.Contains(err.Error(), "s3cret") || strings.Contains(fmt.Sprint(notReady), "s3cret") {
+		t.Errorf("Ready = %v, reported %v: want an error without the password", err, notReady)
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
