@@ -51,29 +51,37 @@ func (p *JetStreamPublisher) OrderedStats() OrderedStats {
 const orderedFallbackWindows = 4
 
 // PublishOrdered implements OrderedPublisher: a window of rows is pipelined
-// (PublishAsync on one connection, no wait between rows) as one chain, each
-// row after the first carrying Nats-Expected-Last-Msg-Id: the previous row's
-// eventId. JetStream stores a row only if the stream's last message is the
-// previous row of the window, so the rows stored are a prefix of the window,
-// back to back: when a row is dropped or rejected (a leader election, a lost
-// connection, another publisher's message in between) every later row of the
-// window fails too, and n+1 of a run is never stored without n before it.
-// The window's first row is its run's next unpublished row (every earlier
-// one is stored), so it needs no condition. Measured on Debian's nats-server
-// 2.9.10 (3 nodes, R3): the chain costs nothing against plain async
-// publishing; Nats-Expected-Last-Subject-Sequence cannot be pipelined there
-// (a second in-flight row of a subject is rejected), and
-// Nats-Expected-Last-Sequence alone would let a row pass after a foreign
-// message took its predecessor's place.
+// (PublishAsync on one connection, no wait between rows), one run after the
+// other (rows are grouped by run, each run's in the order given). A run's
+// first row in the window is its next unpublished row (every earlier one is
+// stored), so it carries no condition; each later row carries
+// Nats-Expected-Last-Msg-Id = the previous row of the SAME run, so JetStream
+// stores it only directly after its own predecessor: a run's rows stored are
+// a prefix of its rows in the window, back to back, and n+1 of a run is never
+// stored without n before it, whatever else reaches the stream meanwhile.
 //
-// When the only failures are those rejections (nothing is down), each run
-// goes on from its first rejected row one row at a time, each after the
-// previous one's ack, within the call. After any failure the next
-// orderedFallbackWindows windows are published that way (runs side by side):
-// with several relays writing one stream chains break often, and pipelining
-// would only waste windows. Duplicates (eventId stored within the duplicate
-// window) are acknowledged as published; they store nothing, so they break
-// the chain too.
+// Why never a condition that names another run's row: such a condition says
+// "the stream's last message is that row", not "my predecessor is stored".
+// With runs interleaved in one chain, a row of run A sent in a window that
+// failed (its acks lost in a leader kill, delivered late from a reconnect
+// buffer or a slow proposal) was stored after the next window's first row,
+// an unconditioned row of run B that the old chain named, although A's
+// earlier rows were not in the stream: TestRelayFleetOrderUnderNATSFailures
+// found run sequences 24, 27…120, 25, 26 on Debian's nats-server 2.9.10.
+// A condition on the same run's predecessor holds however late it is
+// evaluated. Measured on 2.9.10 (3 nodes, R3): the chain costs nothing
+// against plain async publishing; Nats-Expected-Last-Subject-Sequence cannot
+// be pipelined there (a second in-flight row of a subject is rejected).
+//
+// When the only failures are rejections of those conditions (nothing is
+// down), each run goes on from its first rejected row one row at a time,
+// each after the previous one's ack, within the call. After any failure the
+// next orderedFallbackWindows windows are published that way (runs side by
+// side): with several relays writing one stream chains break often, and
+// pipelining would only waste windows. Duplicates (eventId stored within the
+// duplicate window) are acknowledged as published; they store nothing, so
+// the next row of their run is rejected unless the duplicate was the
+// stream's last message.
 func (p *JetStreamPublisher) PublishOrdered(ctx context.Context, rows []agent.OutboxRow) ([]bool, error) {
 	st := &p.ordered
 	st.mu.Lock()
@@ -84,6 +92,15 @@ func (p *JetStreamPublisher) PublishOrdered(ctx context.Context, rows []agent.Ou
 		return p.publishRunsOneByOne(ctx, rows)
 	}
 	st.stats.Pipelined++
+	grouped, back := groupByRun(rows)
+	ok, err := p.publishWindow(ctx, grouped)
+	return back(ok), err
+}
+
+// publishWindow is PublishOrdered's pipelined window over rows grouped by
+// run; ok is indexed like rows. p.ordered.mu is held.
+func (p *JetStreamPublisher) publishWindow(ctx context.Context, rows []agent.OutboxRow) ([]bool, error) {
+	st := &p.ordered
 	ok := make([]bool, len(rows))
 	guardOnly, firstErr := p.sendChain(ctx, rows, ok)
 	if firstErr == nil {
@@ -118,15 +135,46 @@ func (p *JetStreamPublisher) PublishOrdered(ctx context.Context, rows []agent.Ou
 	return ok, err
 }
 
+// groupByRun returns rows reordered so that each run's rows are contiguous
+// (runs in the order of their first row, each run's rows in the order
+// given), and back, which maps a result indexed like the reordered rows to
+// the caller's order.
+func groupByRun(rows []agent.OutboxRow) ([]agent.OutboxRow, func([]bool) []bool) {
+	byRun := make(map[string][]int, 8)
+	var order []string
+	for i, row := range rows {
+		if _, seen := byRun[row.RunID]; !seen {
+			order = append(order, row.RunID)
+		}
+		byRun[row.RunID] = append(byRun[row.RunID], i)
+	}
+	perm := make([]int, 0, len(rows)) // perm[j]: the caller's index of grouped row j
+	for _, run := range order {
+		perm = append(perm, byRun[run]...)
+	}
+	grouped := make([]agent.OutboxRow, len(rows))
+	for j, i := range perm {
+		grouped[j] = rows[i]
+	}
+	return grouped, func(ok []bool) []bool {
+		out := make([]bool, len(ok))
+		for j, i := range perm {
+			out[i] = ok[j]
+		}
+		return out
+	}
+}
+
 // OrderedInFlight bounds the acks a window has outstanding
 // (snapshots.ChainInFlight): row i is sent once row i-1024's ack is in.
 const OrderedInFlight = snapshots.ChainInFlight
 
-// sendChain publishes rows as one chain (rows[i] expects rows[i-1] as the
-// stream's last message), at most OrderedInFlight unacknowledged, and sets
-// ok. It stops sending at the first failure (every later row would be
-// rejected) and waits for the acks of what it sent. guardOnly: every failure
-// was a rejection of the chain's condition.
+// sendChain publishes rows (grouped by run) as one pipeline, at most
+// OrderedInFlight unacknowledged, and sets ok: a run's first row without a
+// condition, each later one expecting the run's previous row as the stream's
+// last message. It stops sending at the first failure it sees and waits for
+// the acks of what it sent. guardOnly: every failure was a rejection of a
+// row's condition.
 func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxRow, ok []bool) (guardOnly bool, firstErr error) {
 	futs := make([]jetstream.PubAckFuture, 0, len(rows))
 	guardOnly = true
@@ -163,11 +211,7 @@ func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxR
 		if firstErr != nil {
 			break
 		}
-		opts := []jetstream.PublishOpt{jetstream.WithMsgID(row.EventID), jetstream.WithExpectStream(snapshots.StreamName)}
-		if i > 0 {
-			opts = append(opts, jetstream.WithExpectLastMsgID(rows[i-1].EventID))
-		}
-		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: row.Subject, Data: row.Body}, opts...)
+		f, err := p.js.PublishMsgAsync(windowMsg(rows, i))
 		if err != nil {
 			guardOnly = false
 			firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", row.Subject, row.EventID, err)
@@ -181,6 +225,21 @@ func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxR
 		}
 	}
 	return guardOnly, firstErr
+}
+
+// windowMsg is the message of rows[i] in a window grouped by run:
+// Nats-Msg-Id = its eventId, Nats-Expected-Stream = AGENT_EVENTS and, unless
+// it is its run's first row in the window, Nats-Expected-Last-Msg-Id = the
+// run's previous row.
+func windowMsg(rows []agent.OutboxRow, i int) *nats.Msg {
+	row := rows[i]
+	m := &nats.Msg{Subject: row.Subject, Data: row.Body, Header: nats.Header{}}
+	m.Header.Set(jetstream.MsgIDHeader, row.EventID)
+	m.Header.Set(jetstream.ExpectedStreamHeader, snapshots.StreamName)
+	if i > 0 && rows[i-1].RunID == row.RunID {
+		m.Header.Set(jetstream.ExpectedLastMsgIDHeader, rows[i-1].EventID)
+	}
+	return m
 }
 
 // wrongLast: err is JetStream's rejection of an expected last message id

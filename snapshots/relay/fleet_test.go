@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -476,6 +477,9 @@ func orderUnderNATSFailures(t *testing.T, nRelays int) {
 	}
 	total := len(runs) * steps * 3
 	checkExactlyOnceInOrder(t, writer, runs, streamEvents(t, pub.JetStream(), total))
+	if t.Failed() {
+		dumpDisorder(t, pub.JetStream(), total)
+	}
 
 	// Worst first-attempt -> marked delay.
 	rows, err := writer.Pool().Query(t.Context(), `SELECT event_id, published_at FROM run_outbox`)
@@ -541,4 +545,68 @@ func streamLeader(t *testing.T, js jetstream.JetStream, c *natstest.Cluster) int
 		t.Fatalf("leader %q", info.Cluster.Leader)
 	}
 	return i
+}
+
+// dumpDisorder logs, around each message of the stream that breaks its
+// run's order, the stored messages with their stream sequence, Nats-Msg-Id
+// and Nats-Expected-Last-Msg-Id, so a failure shows whether the stream
+// stored a row whose condition named a message that was not its
+// predecessor.
+func dumpDisorder(t *testing.T, js jetstream.JetStream, total int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, snapshots.StreamName, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	type stored struct {
+		seq          uint64
+		id, expected string
+		run          string
+		runSeq       int64
+	}
+	var all []stored
+	for len(all) < total {
+		batch, err := cons.FetchNoWait(total - len(all))
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			var e agent.Event
+			_ = json.Unmarshal(m.Data(), &e)
+			md, _ := m.Metadata()
+			var seq uint64
+			if md != nil {
+				seq = md.Sequence.Stream
+			}
+			all = append(all, stored{seq, m.Headers().Get(jetstream.MsgIDHeader), m.Headers().Get(jetstream.ExpectedLastMsgIDHeader), e.RunID, e.Sequence})
+		}
+		if got == 0 {
+			break
+		}
+	}
+	next := map[string]int64{}
+	show := map[int]bool{}
+	for i, s := range all {
+		if s.runSeq != next[s.run]+1 {
+			for j := max(0, i-10); j < min(len(all), i+4); j++ {
+				show[j] = true
+			}
+		}
+		next[s.run] = s.runSeq
+	}
+	for i, s := range all {
+		if show[i] {
+			prev := ""
+			if i > 0 {
+				prev = all[i-1].id
+			}
+			t.Logf("stream seq %d: run %s seq %d id %s expected-last %q (previous stored %s)", s.seq, s.run[len(s.run)-4:], s.runSeq, s.id, s.expected, prev)
+		}
+	}
 }

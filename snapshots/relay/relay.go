@@ -532,21 +532,13 @@ func (r *Relay) publishSequential(ctx context.Context, rows []agent.OutboxRow) (
 }
 
 // publishPipelined publishes the claimed runs' rows in one window through
-// op, interleaved round-robin across runs, and records in acked each run's
-// last row of the acknowledged prefix.
+// op, one run after the other (op chains each run's rows on the run's own
+// predecessor), and records in acked each run's last row of the
+// acknowledged prefix.
 func (r *Relay) publishPipelined(ctx context.Context, op snapshots.OrderedPublisher, runs [][]agent.OutboxRow, acked map[string]int64) error {
 	var rows []agent.OutboxRow
-	for i := 0; ; i++ {
-		added := false
-		for _, run := range runs {
-			if i < len(run) {
-				rows = append(rows, run[i])
-				added = true
-			}
-		}
-		if !added {
-			break
-		}
+	for _, run := range runs {
+		rows = append(rows, run...)
 	}
 	// PublishTimeout per ack, plus the window's own length at 5,000 rows/s.
 	pctx, cancel := context.WithTimeout(ctx, r.PublishTimeout+time.Duration(len(rows))*200*time.Microsecond)
