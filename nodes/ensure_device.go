@@ -145,7 +145,9 @@ var _ SessionMemory = (*MemorySessions)(nil)
 //     serial it ends on is the device below.
 //  1. Device: Ports.Resolve(deviceName) when set (of the serial the run's
 //     device lease holds, agent.FenceFrom, when it has one), else
-//     Ports.Device. Its adb state must be "device": an unknown serial is
+//     Ports.Device. A first boot probe (step 2) that says Ready ends steps 1
+//     and 2 at once (only a device in state "device" runs the system
+//     services it asks for). Else its adb state must be "device": an unknown serial is
 //     device_not_found, an unauthorized one device_unauthorized (not retryable), a transient one
 //     (offline, authorizing, connecting) is waited for up to OfflineGrace and
 //     then device_offline (retryable); bootloader/recovery/sideload are
@@ -233,11 +235,21 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 		return nil, err
 	}
 	serial := dev.Serial()
-	if err := waitOnline(ctx, dev, p, min(bound, OfflineGrace)); err != nil {
-		return nil, err
-	}
-	if err := waitBooted(ctx, dev, p, deadline, bound); err != nil {
-		return nil, err
+	// A device whose first boot probe says Ready is online: a shell reaches
+	// only a device in adb state "device" or "recovery", and recovery runs
+	// no activity/package/window services. So the adb state is asked (one
+	// more connection through the adb server) only when it is not.
+	if st, err := bootStatus(ctx, dev); err != nil || !st.Ready {
+		if err := waitOnline(ctx, dev, p, min(bound, OfflineGrace)); err != nil {
+			return nil, err
+		}
+		var first *parse.BootStatus
+		if err == nil {
+			first = &st // the wait's first probe: it answered, not ready yet
+		}
+		if err := waitBooted(ctx, dev, p, deadline, bound, first); err != nil {
+			return nil, err
+		}
 	}
 
 	adbPort := in.DeviceConfiguration.ADBServerPort
@@ -447,11 +459,18 @@ func waitOnline(ctx context.Context, dev device.Device, p Ports, grace time.Dura
 	}
 }
 
-// waitBooted polls boot readiness until deadline.
-func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration) error {
+// waitBooted polls boot readiness until deadline; first, when set, is the
+// first probe's answer (taken already).
+func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, first *parse.BootStatus) error {
 	last := "no answer yet"
 	for attempt := 0; ; attempt++ {
-		st, err := bootStatus(ctx, dev)
+		var st parse.BootStatus
+		var err error
+		if attempt == 0 && first != nil {
+			st = *first
+		} else {
+			st, err = bootStatus(ctx, dev)
+		}
 		if err == nil && st.Ready {
 			if attempt > 0 {
 				p.Logf("%s boot-ready", dev.Serial())

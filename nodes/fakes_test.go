@@ -39,6 +39,18 @@ func (d *scriptDevice) Shell(ctx context.Context, cmd string) (device.ShellResul
 	if err := ctx.Err(); err != nil {
 		return device.ShellResult{}, err
 	}
+	if d.state != nil {
+		// As the adb server: a shell reaches a device in state "device" only.
+		st, err := d.state()
+		switch {
+		case err != nil:
+			return device.ShellResult{}, err
+		case st == "unauthorized":
+			return device.ShellResult{}, &agent.Error{ID: agent.ErrDeviceUnauthorized, Msg: "device unauthorized."}
+		case st != "device":
+			return device.ShellResult{}, &agent.Error{ID: agent.ErrDeviceOffline, Retryable: true, Msg: "device offline"}
+		}
+	}
 	return d.shell(cmd)
 }
 func (d *scriptDevice) Install(context.Context, string, device.InstallOptions) error { return nil }

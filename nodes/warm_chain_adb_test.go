@@ -64,7 +64,8 @@ func startCountingProxy(t *testing.T, target string) *countingProxy {
 // emulator through the real adb server and counts, per node of the second
 // (warm) chain, the connections the adb client opened to the server: every
 // adb service is a TCP connection of its own, the chain's adb cost on both
-// sides. Warm: EnsureDevice's get-state and boot probe (2), ProvisionApp's
+// sides. Warm: EnsureDevice's boot probe (1: a Ready answer needs no
+// get-state), ProvisionApp's
 // one shell reading API level and installed state (1), LaunchOrAttach's
 // foreground read (1), one shell per WaitIdle sample.
 func TestWarmChainADBConnections(t *testing.T) {
@@ -160,7 +161,7 @@ func TestWarmChainADBConnections(t *testing.T) {
 	if samples < 2 {
 		t.Fatalf("WaitIdle's sample count not found (%d) in %q", samples, lines)
 	}
-	want := map[string]int64{NodeEnsureDevice: 2, NodeProvisionApp: 1, NodeLaunchOrAttach: 1, NodeWaitIdle: int64(samples)}
+	want := map[string]int64{NodeEnsureDevice: 1, NodeProvisionApp: 1, NodeLaunchOrAttach: 1, NodeWaitIdle: int64(samples)}
 	for _, c := range warm {
 		if c.n != want[c.node] {
 			t.Errorf("warm %s opened %d adb connections, want %d", c.node, c.n, want[c.node])
