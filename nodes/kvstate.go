@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 
 	"github.com/screengraph/screengraph-agent/agent"
 )
@@ -61,9 +63,25 @@ func (k StoreSessions) Forget(ctx context.Context, serial string) error {
 // "provision/verified/<the VerificationKey as JSON>" as a JSON array. A
 // value that does not decode counts as no record (the build is verified
 // again).
-type StoreVerifications struct{ KV KV }
+//
+// Records read or put are also kept in memory (at most maxVerified), so a
+// warm ProvisionApp does not read the store: a VerificationKey names one
+// installed build (an install or update changes lastUpdateTime and
+// codePath), whose signers never change, so a remembered record cannot go
+// stale. A key without a record is read from the store every time
+// (another process may record it). Use a pointer; safe for concurrent use.
+type StoreVerifications struct {
+	KV KV
 
-var _ VerificationCache = StoreVerifications{}
+	mu    sync.Mutex
+	known map[VerificationKey][]string
+}
+
+// maxVerified bounds StoreVerifications' memory; when full it starts again
+// empty (the store keeps every record).
+const maxVerified = 1024
+
+var _ VerificationCache = (*StoreVerifications)(nil)
 
 func verificationKey(k VerificationKey) string {
 	b, _ := json.Marshal(k)
@@ -71,7 +89,13 @@ func verificationKey(k VerificationKey) string {
 }
 
 // Get returns the signers recorded for key; ok false when none.
-func (k StoreVerifications) Get(ctx context.Context, key VerificationKey) ([]string, bool, error) {
+func (k *StoreVerifications) Get(ctx context.Context, key VerificationKey) ([]string, bool, error) {
+	k.mu.Lock()
+	s, ok := k.known[key]
+	k.mu.Unlock()
+	if ok {
+		return slices.Clone(s), true, nil
+	}
 	b, err := k.KV.GetKV(ctx, verificationKey(key))
 	if errors.Is(err, agent.ErrNotFound) || (err == nil && len(b) == 0) {
 		return nil, false, nil
@@ -83,11 +107,25 @@ func (k StoreVerifications) Get(ctx context.Context, key VerificationKey) ([]str
 	if err := json.Unmarshal(b, &signers); err != nil {
 		return nil, false, nil
 	}
+	k.remember(key, signers)
 	return signers, true, nil
 }
 
 // Put records signers for key.
-func (k StoreVerifications) Put(ctx context.Context, key VerificationKey, signers []string) error {
+func (k *StoreVerifications) Put(ctx context.Context, key VerificationKey, signers []string) error {
 	b, _ := json.Marshal(signers)
-	return k.KV.PutKV(ctx, verificationKey(key), b)
+	if err := k.KV.PutKV(ctx, verificationKey(key), b); err != nil {
+		return err
+	}
+	k.remember(key, signers)
+	return nil
+}
+
+func (k *StoreVerifications) remember(key VerificationKey, signers []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.known == nil || len(k.known) >= maxVerified {
+		k.known = map[VerificationKey][]string{}
+	}
+	k.known[key] = slices.Clone(signers)
 }

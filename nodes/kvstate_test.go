@@ -45,7 +45,7 @@ func TestStoreSessions(t *testing.T) {
 func TestStoreVerifications(t *testing.T) {
 	ctx := context.Background()
 	st := agenttest.NewStore()
-	v := nodes.StoreVerifications{KV: st}
+	v := &nodes.StoreVerifications{KV: st}
 	key := nodes.VerificationKey{Serial: "emulator-5554", Package: "com.example.app", VersionCode: 42,
 		LastUpdateTime: "2024-05-01 10:11:12", CodePath: "/data/app/com.example.app-1"}
 	if s, ok, err := v.Get(ctx, key); err != nil || ok || s != nil {
@@ -66,12 +66,65 @@ func TestStoreVerifications(t *testing.T) {
 	if _, ok, err := v.Get(ctx, key); err != nil || ok {
 		t.Errorf("Get of another build = %v, %v", ok, err)
 	}
-	// A value that does not decode counts as none.
+	// A value that does not decode counts as none (read by a process that
+	// did not record it).
 	if err := st.PutKV(ctx, stored, []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
 	key.VersionCode = 42
-	if _, ok, err := v.Get(ctx, key); err != nil || ok {
+	if _, ok, err := (&nodes.StoreVerifications{KV: st}).Get(ctx, key); err != nil || ok {
 		t.Errorf("Get of a garbled record = %v, %v", ok, err)
+	}
+}
+
+// countingKV counts the store reads of a KV.
+type countingKV struct {
+	nodes.KV
+	reads int
+}
+
+func (c *countingKV) GetKV(ctx context.Context, key string) ([]byte, error) {
+	c.reads++
+	return c.KV.GetKV(ctx, key)
+}
+
+// A record read or put is answered from memory afterwards (a build's
+// signers never change); a key without one is read from the store each
+// time, so a record another process adds is found.
+func TestStoreVerificationsRemembers(t *testing.T) {
+	ctx := context.Background()
+	st := &countingKV{KV: agenttest.NewStore()}
+	key := nodes.VerificationKey{Serial: "emulator-5554", Package: "com.example.app", VersionCode: 42,
+		LastUpdateTime: "2024-05-01 10:11:12", CodePath: "/data/app/com.example.app-1"}
+	writer := &nodes.StoreVerifications{KV: st} // another process, sharing the store
+	v := &nodes.StoreVerifications{KV: st}
+	for range 2 {
+		if _, ok, err := v.Get(ctx, key); err != nil || ok {
+			t.Fatalf("Get before Put = %v, %v", ok, err)
+		}
+	}
+	if st.reads != 2 {
+		t.Errorf("%d store reads for a key without a record, want 2 (one per Get)", st.reads)
+	}
+	if err := writer.Put(ctx, key, []string{"ab12"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		s, ok, err := v.Get(ctx, key)
+		if err != nil || !ok || !slices.Equal(s, []string{"ab12"}) {
+			t.Fatalf("Get = %v, %v, %v", s, ok, err)
+		}
+		s[0] = "changed by the caller"
+	}
+	if st.reads != 3 {
+		t.Errorf("%d store reads, want 3: a record found is remembered", st.reads)
+	}
+	key2 := key
+	key2.CodePath = "/data/app/com.example.app-2"
+	if err := v.Put(ctx, key2, []string{"cd34"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok, err := v.Get(ctx, key2); err != nil || !ok || !slices.Equal(s, []string{"cd34"}) || st.reads != 3 {
+		t.Errorf("Get after Put = %v, %v, %v (%d reads, want 3)", s, ok, err, st.reads)
 	}
 }

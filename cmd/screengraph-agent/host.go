@@ -238,7 +238,7 @@ func (h *host) open(ctx context.Context) (err error) {
 		},
 		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.adb, serial) },
 		Sessions:  nodes.StoreSessions{KV: h.store, Server: url},
-		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: nodes.StoreVerifications{KV: h.store},
+		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: &nodes.StoreVerifications{KV: h.store},
 			TempDir: filepath.Join(cfg.DataDir, "tmp")},
 		Progress: cfg.Progress,
 	})
