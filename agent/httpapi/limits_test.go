@@ -83,7 +83,10 @@ func TestHeadersOverMaxHeaderBytes(t *testing.T) {
 // An event stream outlives the server's ReadTimeout and WriteTimeout, and
 // its EventWriteTimeout: the write deadline is set again before each event.
 func TestFollowOutlivesServerTimeouts(t *testing.T) {
-	l := httpapi.Limits{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, EventWriteTimeout: 300 * time.Millisecond}
+	// EventWriteTimeout bounds one event's write; 1 s leaves room for a
+	// write on a loaded 2-core machine under -race (300 ms once cut the
+	// stream there).
+	l := httpapi.Limits{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, EventWriteTimeout: time.Second}
 	e := newEnvWith(t, l)
 	id := e.submit(`{"serial":"dev-a"}`)
 	resp, err := e.follow(id)
@@ -91,8 +94,10 @@ func TestFollowOutlivesServerTimeouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	// The run ends (and its last events are written) well after both timeouts.
-	time.AfterFunc(5*l.ReadTimeout, func() { close(e.node.gate(id)) })
+	// The run ends (and its last events are written) well after the server's
+	// timeouts and after the first event's write deadline: each event must
+	// get its own.
+	time.AfterFunc(2*l.EventWriteTimeout+l.ReadTimeout, func() { close(e.node.gate(id)) })
 	frames := readSSE(t, resp.Body)
 	if len(frames) == 0 || frames[len(frames)-1].event != "end" {
 		t.Fatalf("stream cut before its end: %d frames %+v", len(frames), frames)
