@@ -149,3 +149,57 @@ func heartbeat(ctx context.Context, l agent.Leases, lease agent.Lease, since tim
 		}
 	}
 }
+
+// OneShot drives one run in this process, outside a daemon (the one-shot
+// `run` and `runs resume`), under its device's lease (Hold).
+type OneShot struct {
+	Leases agent.Leases
+	Runner Runner
+	// HostID is the adb server's machine (device.HostID): the lease is
+	// agent.DeviceKey(HostID, the run's local device name).
+	HostID string
+	// Holder names this process in the lease ("run:<pid>", "resume:<pid>").
+	Holder string
+	// LeaseTTL is the lease's TTL (0: 30 s).
+	LeaseTTL time.Duration
+	// Waiting is called once, with the reason, when another run holds the
+	// device; Started once the lease is held, before the first node. Either
+	// may be nil.
+	Waiting func(error)
+	Started func()
+}
+
+// Run runs run (its RunID, on its Serial) to its end or until ctx ends or
+// the lease is lost, then releases the lease with the reason that fits the
+// status. It returns the run's status and how long the runner ran (from
+// the lease taken). Errors: LocalName's (another host's device);
+// agent.ErrInterrupted "waiting for device S" when ctx ends before the
+// device is free; the runner's error, or agent.ErrLeaseLost when the lease
+// was lost under the node in flight (the run stays resumable).
+func (o OneShot) Run(ctx context.Context, run agent.Run) (agent.RunStatus, time.Duration, error) {
+	local, err := LocalName(run.Serial, o.HostID)
+	if err != nil {
+		return "", 0, err
+	}
+	ttl := o.LeaseTTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	_, runCtx, release, err := Hold(ctx, o.Leases, agent.DeviceKey(o.HostID, local), o.Holder, run.RunID, ttl, o.Waiting)
+	if err != nil {
+		return "", 0, agent.Wrap(agent.ErrInterrupted, err, "waiting for device %s", run.Serial)
+	}
+	if o.Started != nil {
+		o.Started()
+	}
+	start := time.Now()
+	// runCtx carries the lease's fencing token (every step commits under it)
+	// and ends the node in flight when the lease is lost.
+	status, err := o.Runner.Run(runCtx, run.RunID)
+	if cause := context.Cause(runCtx); err != nil && errors.Is(cause, agent.ErrLeaseLost) {
+		err = cause
+	}
+	took := time.Since(start)
+	release(status)
+	return status, took, err
+}

@@ -229,3 +229,87 @@ func TestTwoHostsRunOnTheirOwnEmulator5554AtOnce(t *testing.T) {
 		return ra.Status == agent.RunFinished && rb.Status == agent.RunFinished
 	})
 }
+
+// OneShot (`run`, `runs resume`) waits while a daemon holds the device,
+// then runs under its own lease (released as finished), and reports a lease
+// lost under the node in flight as ErrLeaseLost, not as the node's
+// cancellation.
+func TestOneShotWaitsRunsAndReportsLeaseLost(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	svc := f.newService("serve:test:1", func(c *service.Config) { c.HostID = "h1" })
+	eng := &agent.Engine{Store: f.store, Policies: agenttest.NewPolicies(&agenttest.Policy{V: 1}), PollInterval: 10 * time.Millisecond}
+	runner := service.RunnerFunc(func(ctx context.Context, id string) (agent.RunStatus, error) { return eng.Run(ctx, id, f.graph) })
+	get := func(id string) agent.Run {
+		r, err := f.store.GetRun(ctx, agent.Admin(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	daemon, err := f.store.AcquireLease(ctx, "h1/dev-a", "serve:other:1", ulid.Make().String(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := submit(t, svc, "h1/dev-a")
+	waited := make(chan error, 1)
+	started := make(chan struct{})
+	type result struct {
+		status agent.RunStatus
+		err    error
+	}
+	done := make(chan result, 1)
+	o := service.OneShot{Leases: f.store, Runner: runner, HostID: "h1", Holder: "run:1", LeaseTTL: 600 * time.Millisecond,
+		Waiting: func(err error) { waited <- err }, Started: func() { close(started) }}
+	go func() {
+		st, _, err := o.Run(ctx, get(r))
+		done <- result{st, err}
+	}()
+	if err := <-waited; !errors.Is(err, agent.ErrLeaseHeld) {
+		t.Fatalf("waiting for %v, want ErrLeaseHeld", err)
+	}
+	if err := f.store.ReleaseLease(ctx, daemon.Serial, daemon.FencingToken, agent.LeaseFinished); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	f.node.waitStarted(t, r)
+	f.node.open(r)
+	if res := <-done; res.err != nil || res.status != agent.RunFinished {
+		t.Fatalf("run: %s, %v", res.status, res.err)
+	}
+	if h := f.history("h1/dev-a"); len(h) != 2 || h[1].Holder != "run:1" || h[1].ReleaseReason != agent.LeaseFinished {
+		t.Fatalf("lease history %+v, want run:1's released as finished", h)
+	}
+
+	// The lease taken over under the node in flight.
+	o.Started = nil
+	r2 := submit(t, svc, "h1/dev-a")
+	go func() {
+		st, _, err := o.Run(ctx, get(r2))
+		done <- result{st, err}
+	}()
+	f.node.waitStarted(t, r2)
+	act, err := f.store.ActiveLeases(ctx, agent.Admin())
+	if err != nil || len(act) != 1 {
+		t.Fatalf("active leases %+v, %v", act, err)
+	}
+	if err := f.store.ReleaseLease(ctx, act[0].Serial, act[0].FencingToken, agent.LeaseExpired); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.AcquireLease(ctx, "h1/dev-a", "serve:other:1", ulid.Make().String(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if !errors.Is(res.err, agent.ErrLeaseLost) {
+			t.Errorf("run after the lease was lost: %s, %v; want ErrLeaseLost", res.status, res.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run went on after its lease was lost")
+	}
+
+	if _, _, err := (service.OneShot{Leases: f.store, Runner: runner, HostID: "h1"}).Run(ctx, agent.Run{RunID: r2, Serial: "h2/dev-a"}); agent.Classify(err).ID != agent.ErrInvalidRequest {
+		t.Errorf("another host's device: %v", err)
+	}
+}

@@ -81,31 +81,23 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 			return c.fail(agent.Wrap(agent.ErrProcess, err, "recording the resume of run %s", run.RunID))
 		}
 	}
-	local, err := service.LocalName(run.Serial, h.hostID)
-	if err != nil {
-		return c.fail(err)
-	}
-	_, runCtx, release, err := service.Hold(ctx, h.store, agent.DeviceKey(h.hostID, local), fmt.Sprintf("resume:%d", os.Getpid()), run.RunID, 30*time.Second,
-		func(err error) {
+	begun := false
+	status, took, err := service.OneShot{Leases: h.store, Runner: agent.GraphRunner{Engine: h.engine, Graph: h.graph},
+		HostID: h.hostID, Holder: fmt.Sprintf("resume:%d", os.Getpid()), LeaseTTL: 30 * time.Second,
+		Waiting: func(err error) {
 			if c.Output == "text" {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
 			}
-		})
-	if err != nil {
-		return c.fail(agent.Wrap(agent.ErrInterrupted, err, "waiting for device %s", run.Serial))
+		},
+		Started: func() {
+			begun = true
+			if c.Output == "text" {
+				fmt.Fprintf(os.Stderr, "resuming run %s (%s) on %s\n", run.RunID, run.Status, run.Serial)
+			}
+		}}.Run(ctx, run)
+	if err != nil && !begun {
+		return c.fail(err)
 	}
-	if c.Output == "text" {
-		fmt.Fprintf(os.Stderr, "resuming run %s (%s) on %s\n", run.RunID, run.Status, run.Serial)
-	}
-	runStart := time.Now()
-	// runCtx carries the lease's fencing token (every step commits under it)
-	// and ends the node in flight when the lease is lost.
-	status, err := h.engine.Run(runCtx, run.RunID, h.graph)
-	if cause := context.Cause(runCtx); err != nil && errors.Is(cause, agent.ErrLeaseLost) {
-		err = cause
-	}
-	took := time.Since(runStart)
-	release(status)
 	if err != nil {
 		return c.fail(fmt.Errorf("run %s: %w (the run stays resumable)", run.RunID, err))
 	}

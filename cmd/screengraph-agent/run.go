@@ -148,8 +148,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	run.PolicyVersion = h.policies.Current().PolicyVersion
 	// "<host id>/<serial>" names this host's device or is refused.
-	local, err := service.LocalName(run.Serial, h.hostID)
-	if err != nil {
+	if _, err := service.LocalName(run.Serial, h.hostID); err != nil {
 		return c.fail(nil, err)
 	}
 	if err := h.store.CreateRun(ctx, run); err != nil {
@@ -157,27 +156,23 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	// The device lease: a daemon (or another run) driving the device makes
 	// this run wait, never share it.
-	_, runCtx, stopLease, err := service.Hold(ctx, h.store, agent.DeviceKey(h.hostID, local), fmt.Sprintf("run:%d", os.Getpid()), run.RunID, 30*time.Second,
-		func(err error) {
+	begun := false
+	status, took, err := service.OneShot{Leases: h.store, Runner: agent.GraphRunner{Engine: h.engine, Graph: h.graph},
+		HostID: h.hostID, Holder: fmt.Sprintf("run:%d", os.Getpid()), LeaseTTL: 30 * time.Second,
+		Waiting: func(err error) {
 			if c.Output == "text" {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
 			}
-		})
-	if err != nil {
-		return c.fail(nil, agent.Wrap(agent.ErrInterrupted, err, "waiting for device %s", run.Serial))
+		},
+		Started: func() {
+			begun = true
+			if c.Output == "text" {
+				fmt.Fprintf(os.Stderr, "run %s on %s (policy v%d)\n", run.RunID, run.Serial, run.PolicyVersion)
+			}
+		}}.Run(ctx, run)
+	if err != nil && !begun {
+		return c.fail(nil, err)
 	}
-	if c.Output == "text" {
-		fmt.Fprintf(os.Stderr, "run %s on %s (policy v%d)\n", run.RunID, run.Serial, run.PolicyVersion)
-	}
-	runStart := time.Now()
-	// runCtx carries the lease's fencing token (every step commits under it)
-	// and ends the node in flight when the lease is lost.
-	status, err := h.engine.Run(runCtx, run.RunID, h.graph)
-	if cause := context.Cause(runCtx); err != nil && errors.Is(cause, agent.ErrLeaseLost) {
-		err = cause
-	}
-	took := time.Since(runStart)
-	stopLease(status)
 	if err != nil {
 		return fmt.Errorf("run %s: %w (the run stays resumable)", run.RunID, err)
 	}
