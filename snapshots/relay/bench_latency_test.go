@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -34,7 +38,7 @@ type latencyRig struct {
 	got   chan struct{}        // a message arrived (capacity 1)
 }
 
-func newLatencyRig(b *testing.B, so sqlite.EmbeddedOptions, configure func(*relay.Relay)) *latencyRig {
+func newLatencyRig(b *testing.B, so sqlite.EmbeddedOptions, inProcess bool) *latencyRig {
 	b.Helper()
 	store, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(b.TempDir(), "agent.db"), so)
 	if err != nil {
@@ -42,13 +46,22 @@ func newLatencyRig(b *testing.B, so sqlite.EmbeddedOptions, configure func(*rela
 	}
 	b.Cleanup(func() { store.Close() })
 	rig := &latencyRig{store: store, at: map[string]time.Time{}, got: make(chan struct{}, 1)}
-	_, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
-	_, pub := testenv.ConnectPublisher(b, url)
+	ns, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
+	var pub *natsbus.JetStreamPublisher
+	if inProcess {
+		nc, err := natsbus.ConnectNATS(url, nats.InProcessServer(ns))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(nc.Close)
+		if pub, err = natsbus.NewJetStreamPublisher(context.Background(), nc); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		_, pub = testenv.ConnectPublisher(b, url)
+	}
 	_, sub := testenv.ConnectPublisher(b, url)
 	rig.relay = &relay.Relay{Store: rig.store, Publisher: pub}
-	if configure != nil {
-		configure(rig.relay)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rig.relay.Run(ctx) }()
@@ -81,6 +94,7 @@ type latencySample struct {
 	commitWait    []float64 // CommitStep's own duration (SQLite's writer queue), ms
 	events        int
 	cpu           time.Duration // process CPU (user+sys) over the wave
+	wall          time.Duration // the wave's start to its last arrival
 }
 
 // wave starts devices chains at once, each committing the daemon's warm
@@ -103,7 +117,7 @@ func (rig *latencyRig) wave(b *testing.B, devices int, gap time.Duration) latenc
 		}
 	}
 	nodes := []string{"EnsureDevice", "ProvisionApp", "LaunchOrAttach", "WaitIdle"}
-	cpu0 := processCPU()
+	cpu0, t0 := processCPU(), time.Now()
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for d := range devices {
@@ -172,7 +186,7 @@ func (rig *latencyRig) wave(b *testing.B, devices int, gap time.Duration) latenc
 			b.Fatalf("%d of %d events arrived on NATS in 30 s", n, s.events)
 		}
 	}
-	s.cpu = processCPU() - cpu0
+	s.cpu, s.wall = processCPU()-cpu0, time.Since(t0)
 	rig.mu.Lock()
 	defer rig.mu.Unlock()
 	for _, cs := range per {
@@ -193,6 +207,16 @@ func (s *latencySample) merge(o latencySample) {
 	s.commitWait = append(s.commitWait, o.commitWait...)
 	s.events += o.events
 	s.cpu += o.cpu
+	s.wall += o.wall
+}
+
+// String is the sample's line: latencies, CPU per event and the share of
+// the cores the process used.
+func (s latencySample) String() string {
+	return fmt.Sprintf("commit->NATS p50 %6.2f ms p99 %6.2f ms | committed->NATS p99 %6.2f ms | CommitStep p99 %6.2f ms | CPU %5.1f us/event, %3.0f%% of %d cores | %d events, %.0f/s",
+		quantile(s.commitNATS, 0.5), quantile(s.commitNATS, 0.99), quantile(s.committedNATS, 0.99), quantile(s.commitWait, 0.99),
+		float64(s.cpu.Microseconds())/float64(s.events), 100*s.cpu.Seconds()/s.wall.Seconds()/float64(runtime.GOMAXPROCS(0)), runtime.GOMAXPROCS(0),
+		s.events, float64(s.events)/s.wall.Seconds())
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -206,6 +230,16 @@ func quantile(xs []float64, q float64) float64 {
 	slices.Sort(s)
 	i := int(float64(len(s))*q+0.999999) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// loadAverage is /proc/loadavg's 1, 5 and 15 minute figures (the machine's
+// other load, which the latencies follow), or "?" where there is none.
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(raw)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
 }
 
 // processCPU is this process's user+system CPU time so far.
@@ -235,45 +269,56 @@ func BenchmarkCommitToNATS(b *testing.B) {
 		latencyWaves   = 6
 		latencyGap     = 50 * time.Millisecond
 	)
+	defaultCoalesce := relay.SetMarkCoalesce(0)
+	defer relay.SetMarkCoalesce(defaultCoalesce)
 	sides := []struct {
-		name      string
-		store     sqlite.EmbeddedOptions
-		configure func(*relay.Relay)
+		name         string
+		store        sqlite.EmbeddedOptions
+		markCoalesce time.Duration
+		inProcess    bool
 	}{
-		{"before", sqlite.EmbeddedOptions{DiskSubJournal: true, CheckpointInCommit: true}, nil},
-		{"after", sqlite.EmbeddedOptions{}, nil},
+		// SQLite's defaults (checkpoints in the commit, sub-journal on disk), a mark write per settled batch.
+		{"before", sqlite.EmbeddedOptions{DiskSubJournal: true, CheckpointInCommit: true}, 0, false},
+		// The store's writer cuts alone.
+		{"store", sqlite.EmbeddedOptions{}, 0, false},
+		// And the relay's marks coalesced.
+		{"marks", sqlite.EmbeddedOptions{}, defaultCoalesce, false},
+		// And the relay's connection in-process (no loopback TCP).
+		{"after", sqlite.EmbeddedOptions{}, defaultCoalesce, true},
 	}
 	rigs := make([]*latencyRig, len(sides))
 	for i, sd := range sides {
-		rigs[i] = newLatencyRig(b, sd.store, sd.configure)
+		rigs[i] = newLatencyRig(b, sd.store, sd.inProcess)
+		relay.SetMarkCoalesce(sd.markCoalesce)
 		rigs[i].wave(b, 2, 0) // warm-up: prepared statements, stream, consumer
 	}
-	samples := make([]latencySample, len(sides))
-	b.ResetTimer()
-	for w := range latencyWaves {
-		for i := range sides {
-			k := (i + w) % len(sides) // alternate which side goes first
-			samples[k].merge(rigs[k].wave(b, latencyDevices, latencyGap))
+	// Two loads: chains paced like the daemon's (about 1,000 events/s at
+	// 32), and commits coming 5x as fast (the cores saturate).
+	for _, gap := range []time.Duration{latencyGap, latencyGap / 5} {
+		samples := make([]latencySample, len(sides))
+		for w := range latencyWaves {
+			for i := range sides {
+				k := (i + w) % len(sides) // rotate which side goes first
+				relay.SetMarkCoalesce(sides[k].markCoalesce)
+				samples[k].merge(rigs[k].wave(b, latencyDevices, gap))
+			}
+		}
+		for i, sd := range sides {
+			s := samples[i]
+			b.Logf("gap %-5v %-6s %2d devices: %v", gap, sd.name, latencyDevices, s)
+			name := fmt.Sprintf("%s-gap%dms", sd.name, gap.Milliseconds())
+			b.ReportMetric(quantile(s.commitNATS, 0.5), name+"-p50-ms")
+			b.ReportMetric(quantile(s.commitNATS, 0.99), name+"-p99-ms")
+			b.ReportMetric(float64(s.cpu.Microseconds())/float64(s.events), name+"-cpu-us/event")
 		}
 	}
-	b.StopTimer()
-	for i, sd := range sides {
-		s := samples[i]
-		b.Logf("%-7s %d devices: commit->NATS p50 %6.2f ms p99 %6.2f ms | committed->NATS p99 %6.2f ms | CommitStep p99 %6.2f ms | CPU %5.1f us/event (%d events)",
-			sd.name, latencyDevices, quantile(s.commitNATS, 0.5), quantile(s.commitNATS, 0.99), quantile(s.committedNATS, 0.99),
-			quantile(s.commitWait, 0.99), float64(s.cpu.Microseconds())/float64(s.events), s.events)
-		b.ReportMetric(quantile(s.commitNATS, 0.5), sd.name+"-p50-ms")
-		b.ReportMetric(quantile(s.commitNATS, 0.99), sd.name+"-p99-ms")
-		b.ReportMetric(float64(s.cpu.Microseconds())/float64(s.events), sd.name+"-cpu-us/event")
-	}
 	last := rigs[len(rigs)-1]
+	relay.SetMarkCoalesce(sides[len(sides)-1].markCoalesce)
 	for _, devices := range []int{1, 8, 32} {
 		var s latencySample
 		for range 3 {
 			s.merge(last.wave(b, devices, latencyGap))
 		}
-		b.Logf("%-7s %2d devices: commit->NATS p50 %6.2f ms p99 %6.2f ms | committed->NATS p99 %6.2f ms | CommitStep p99 %6.2f ms | CPU %5.1f us/event",
-			sides[len(sides)-1].name, devices, quantile(s.commitNATS, 0.5), quantile(s.commitNATS, 0.99), quantile(s.committedNATS, 0.99),
-			quantile(s.commitWait, 0.99), float64(s.cpu.Microseconds())/float64(s.events))
+		b.Logf("gap %-5v %-6s %2d devices: %v", latencyGap, sides[len(sides)-1].name, devices, s)
 	}
 }

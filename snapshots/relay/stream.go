@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -279,6 +280,20 @@ func (m *marker) add(runID string, seq int64) {
 	}
 }
 
+// markCoalesce: after a mark write the marker waits this long before the
+// next one, so acks of that while go into one write. The marks are writes of
+// the embedded store's single writer, in the group commits that also carry
+// the steps: marking after every settled batch (one UPDATE per run per
+// batch, and the outbox pages it dirties written to the WAL again each time)
+// was 7% of the process's CPU at 32 devices and lengthened the commits'
+// groups (BenchmarkCommitToNATS, docs/decisions.md). A crash re-publishes at
+// most this long's acked rows, which the stream drops as duplicates
+// (Nats-Msg-Id); a session's end and a stop mark at once. An atomic so the
+// side-by-side benchmark can set it (export_test.go); the relay never does.
+var markCoalesce atomic.Int64
+
+func init() { markCoalesce.Store(int64(100 * time.Millisecond)) }
+
 func (m *marker) run(ctx context.Context) {
 	backoff := m.r.MinBackoff
 	for {
@@ -286,6 +301,15 @@ func (m *marker) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-m.kick:
+		}
+		if d := time.Duration(markCoalesce.Load()); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return // runStream marks what is pending
+			case <-t.C:
+			}
 		}
 		if err := m.flush(ctx); err != nil {
 			if ctx.Err() != nil {
