@@ -372,6 +372,23 @@ func (s *Service) schedule(ctx context.Context) error {
 		return err
 	}
 	slices.Reverse(runs) // ListRuns is newest first
+	s.mu.Lock()
+	for id, until := range s.elsewhere {
+		if time.Now().After(until) {
+			delete(s.elsewhere, id)
+		}
+	}
+	for id, at := range s.ended {
+		if at.Before(listed) {
+			delete(s.ended, id) // this round's list is newer
+		}
+	}
+	s.mu.Unlock()
+	if !s.anyToStart(runs, listed) {
+		// Every unfinished run is driven here, or waits elsewhere: no device
+		// listing (an adb connection, a getprop per new device) this round.
+		return nil
+	}
 	var cands []Candidate
 	if s.cfg.Reachable != nil {
 		// A failed listing starts nothing this round (the adb server is
@@ -384,16 +401,6 @@ func (s *Service) schedule(ctx context.Context) error {
 	// or found held by another holder this round.
 	busy := map[string]bool{}
 	s.mu.Lock()
-	for id, until := range s.elsewhere {
-		if time.Now().After(until) {
-			delete(s.elsewhere, id)
-		}
-	}
-	for id, at := range s.ended {
-		if at.Before(listed) {
-			delete(s.ended, id) // this round's list is newer
-		}
-	}
 	for _, a := range s.active {
 		busy[a.device] = true
 	}
@@ -495,6 +502,24 @@ func (s *Service) schedule(ctx context.Context) error {
 		take = again
 	}
 	return errors.Join(failed...)
+}
+
+// anyToStart reports whether a round listed at listed may start one of
+// runs: one not active here, not waiting on another holder, and not ended
+// here after the listing (schedule's first test of each run).
+func (s *Service) anyToStart(runs []agent.Run, listed time.Time) bool {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range runs {
+		_, isActive := s.active[r.RunID]
+		other := s.elsewhere[r.RunID]
+		endedAt, hasEnded := s.ended[r.RunID]
+		if !(isActive || now.Before(other) || (hasEnded && !endedAt.Before(listed))) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Service) everStarted(ctx context.Context, runID string) bool {
