@@ -13,10 +13,16 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots"
 )
 
-var (
-	_ snapshots.ChainPublisher = (*JetStreamPublisher)(nil)
-	_ snapshots.ChainPublisher = (*LazyPublisher)(nil)
-)
+// Only the publisher of the in-process server chains across calls: the
+// chain's conditions name whatever row was sent before, often another run's,
+// which proves that run's order only if every row reaches the stream in the
+// order sent. One in-process R1 server does that; an external server or a
+// cluster may store a row of a session that ended (its ack lost in a leader
+// change, a reconnect) after a later session's rows
+// (TestPublishOrderedLateRowAfterOtherRunsHead), so LazyPublisher (external
+// NATS) is not a ChainPublisher and its relay goes pass by pass
+// (PublishOrdered, whose conditions name the row's own run).
+var _ snapshots.ChainPublisher = (*JetStreamPublisher)(nil)
 
 // chainState is SendChain's chain: the event id of the last row sent.
 type chainState struct {
@@ -73,25 +79,6 @@ func (a *chainAck) Wait(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("snapshots: publish %s (%s): %w", a.row.Subject, a.row.EventID, err)
 	case <-ctx.Done():
 		return false, fmt.Errorf("snapshots: publish %s (%s): no ack: %w", a.row.Subject, a.row.EventID, ctx.Err())
-	}
-}
-
-// SendChain implements ChainPublisher (see JetStreamPublisher.SendChain).
-func (p *LazyPublisher) SendChain(ctx context.Context, row agent.OutboxRow) (snapshots.ChainAck, error) {
-	pub, err := p.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return pub.SendChain(ctx, row)
-}
-
-// ResetChain implements ChainPublisher.
-func (p *LazyPublisher) ResetChain() {
-	p.mu.Lock()
-	pub := p.pub
-	p.mu.Unlock()
-	if pub != nil {
-		pub.ResetChain()
 	}
 }
 

@@ -2,7 +2,8 @@
 // of the single-host default (StartEmbeddedNATS), the AGENT_EVENTS stream's
 // config and limits (StreamConfig, EnsureStream), the JetStream publisher
 // (JetStreamPublisher: one event at a time, ordered pipelined windows,
-// chains kept across calls; LazyPublisher until the server is reachable),
+// chains kept across calls on the in-process server; LazyPublisher for an
+// external server, until it is reachable),
 // and NATS auth from the daemon's API tokens (NATSTokenAuth, per-tenant
 // permissions).
 package natsbus

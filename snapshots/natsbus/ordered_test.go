@@ -241,3 +241,18 @@ func TestPublishOrderedConditionsNameOwnRun(t *testing.T) {
 		}
 	}
 }
+
+// The publisher of an external NATS (LazyPublisher) never chains rows
+// across calls: the streaming relay's chain names other runs' rows, which
+// keeps order only on the in-process server (see chain.go).
+func TestExternalPublisherDoesNotChain(t *testing.T) {
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	nc, _ := testenv.ConnectPublisher(t, url)
+	var p any = natsbus.NewLazyPublisher(nc, natsbus.StreamConfig())
+	if _, ok := p.(snapshots.ChainPublisher); ok {
+		t.Fatal("LazyPublisher is a snapshots.ChainPublisher")
+	}
+	if _, ok := p.(snapshots.OrderedPublisher); !ok {
+		t.Fatal("LazyPublisher is not a snapshots.OrderedPublisher")
+	}
+}
