@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"time"
@@ -66,16 +67,62 @@ func (m *Metrics) observe(st agent.Step) {
 		if e.Kind != agent.KindNodeFinished {
 			continue
 		}
-		var p struct {
-			NodeName       string `json:"nodeName"`
-			Outcome        string `json:"nodeExecutionOutcomeStatus"`
-			DurationMillis int64  `json:"durationMillis"`
-		}
-		if json.Unmarshal(e.Payload, &p) != nil || p.NodeName == "" {
+		p, ok := nodeFinishedFields(e.Payload)
+		if !ok || p.NodeName == "" {
 			continue
 		}
 		m.nodeDur.WithLabelValues(p.NodeName, p.Outcome).Observe(float64(p.DurationMillis) / 1000)
 	}
+}
+
+// finishedFields are what the node duration histogram reads of an
+// agent.node.finished payload (agent.NodeFinishedPayload).
+type finishedFields struct {
+	NodeName       string
+	Outcome        string
+	DurationMillis int64
+}
+
+// nodeFinishedFields reads nodeName, nodeExecutionOutcomeStatus and
+// durationMillis of an agent.node.finished payload (a JSON object) and stops
+// reading once it has all three: the payload is canonical (RFC 8785, keys in
+// order), where they come before the node's output, which can be most of
+// the payload and is not read. Another key order is read to the end. ok is
+// false for a payload that is not an object or is malformed before the
+// three are found.
+func nodeFinishedFields(payload []byte) (finishedFields, bool) {
+	var f finishedFields
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return f, false
+	}
+	for found := 0; found < 3; {
+		if !dec.More() {
+			return f, true // the end of the object: the keys missing stay zero
+		}
+		t, err := dec.Token()
+		if err != nil {
+			return f, false
+		}
+		var dst any
+		switch t {
+		case "nodeName":
+			dst = &f.NodeName
+		case "nodeExecutionOutcomeStatus":
+			dst = &f.Outcome
+		case "durationMillis":
+			dst = &f.DurationMillis
+		default:
+			var skip json.RawMessage
+			dst = &skip
+			found-- // not one of the three
+		}
+		if err := dec.Decode(dst); err != nil {
+			return f, false
+		}
+		found++
+	}
+	return f, true
 }
 
 // Describe implements prometheus.Collector.
