@@ -7,22 +7,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
-	"github.com/screengraph/screengraph-agent/agent/service"
+	"github.com/screengraph/screengraph-agent/agent/httpapi/httpapitest"
 	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
@@ -30,26 +27,11 @@ import (
 // apkNode is the graph's only node: it waits for its run's gate, then
 // succeeds with the run input's apk URL in its output and in a progress line
 // (as ProvisionApp carries the APK reference).
-type apkNode struct {
-	mu    sync.Mutex
-	gates map[string]chan struct{}
-}
+type apkNode struct{ httpapitest.Gates }
 
 func (n *apkNode) Name() string { return "Fetch" }
 
-func (n *apkNode) gate(id string) chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.gates == nil {
-		n.gates = map[string]chan struct{}{}
-	}
-	c, ok := n.gates[id]
-	if !ok {
-		c = make(chan struct{})
-		n.gates[id] = c
-	}
-	return c
-}
+func (n *apkNode) gate(id string) chan struct{} { return n.Gate(id) }
 
 func (n *apkNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult {
 	var req struct {
@@ -116,32 +98,8 @@ func newEnvConfig(t *testing.T, set func(*httpapi.Config, *sqlite.Embedded)) *en
 	}
 	t.Cleanup(func() { st.Close() })
 	node := &apkNode{}
-	g, err := agent.NewGraph("test", "Fetch", node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: servicetest.Prepare(prepare), NewID: func() string { return ulid.Make().String() },
-		Holder: "serve:test", HolderPrefix: "serve:", Tick: 20 * time.Millisecond, LeaseTTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := &agent.Engine{Store: svc.Store(), Policies: agenttest.NewPolicies(&agenttest.Policy{V: 1}), PollInterval: 10 * time.Millisecond}
-	svc.SetRunner(service.RunnerFunc(func(ctx context.Context, id string) (agent.RunStatus, error) { return eng.Run(ctx, id, g) }))
-	if err := svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	cfg := httpapi.Config{Service: svc, Graph: g, Gatherer: prometheus.NewRegistry()}
-	set(&cfg, st)
-	h := httpapi.New(cfg)
-	srv := httptest.NewUnstartedServer(h)
-	srv.Config = httpapi.NewServer(h, cfg.Limits)
-	srv.Start()
-	t.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		svc.Shutdown(ctx)
-	})
+	srv := httpapitest.Start(t, httpapitest.Config{Store: st, Node: node, Prepare: servicetest.Prepare(prepare),
+		API: func(c *httpapi.Config) { set(c, st) }})
 	return &env{t: t, store: st, node: node, url: srv.URL}
 }
 

@@ -5,19 +5,16 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/agent/httpapi/httpapitest"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
@@ -69,28 +66,9 @@ func newTenancyEnvWith(t *testing.T, prepare service.Preparer) *tenancyEnv {
 	}
 	t.Cleanup(func() { st.Close() })
 	node := &apkNode{}
-	g, err := agent.NewGraph("test", "Fetch", node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: prepare, NewID: func() string { return ulid.Make().String() },
-		Devices: hostDevices{"emulator-5554", "emulator-5556", "emulator-5558"},
-		Holder:  "serve:test", HolderPrefix: "serve:", Tick: 20 * time.Millisecond, LeaseTTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := &agent.Engine{Store: svc.Store(), Policies: agenttest.NewPolicies(&agenttest.Policy{V: 1}), PollInterval: 10 * time.Millisecond}
-	svc.SetRunner(service.RunnerFunc(func(ctx context.Context, id string) (agent.RunStatus, error) { return eng.Run(ctx, id, g) }))
-	if err := svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Service: svc, Graph: g, Gatherer: prometheus.NewRegistry(), Tokens: st}))
-	t.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		svc.Shutdown(ctx)
-	})
+	srv := httpapitest.Start(t, httpapitest.Config{Store: st, Node: node, Prepare: prepare, Plain: true,
+		Service: func(c *service.Config) { c.Devices = hostDevices{"emulator-5554", "emulator-5556", "emulator-5558"} },
+		API:     func(c *httpapi.Config) { c.Tokens = st }})
 	te := &tenancyEnv{env: &env{t: t, store: st, node: node, url: srv.URL}, tokens: map[string]string{}}
 	for _, k := range []struct {
 		name, tenant string

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,49 +23,26 @@ import (
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/natstest"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
-// tenantConn is a NATS connection that records the server's permissions
-// violations.
+// tenantConn is a tenant's NATS connection (natstest.Client).
 type tenantConn struct {
-	nc   *nats.Conn
-	mu   sync.Mutex
-	errs []string
+	*natstest.Client
+	nc *nats.Conn
 }
 
 func dialNATS(t *testing.T, url string, opts ...nats.Option) (*tenantConn, error) {
-	t.Helper()
-	c := &tenantConn{}
-	opts = append(opts, nats.MaxReconnects(0), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		c.mu.Lock()
-		c.errs = append(c.errs, err.Error())
-		c.mu.Unlock()
-	}))
-	nc, err := nats.Connect(url, opts...)
+	c, err := natstest.Dial(t, url, opts...)
 	if err != nil {
 		return nil, err
 	}
-	c.nc = nc
-	t.Cleanup(nc.Close)
-	return c, nil
+	return &tenantConn{Client: c, nc: c.Conn}, nil
 }
 
 // refused reports whether the server sent a permissions violation naming subject.
-func (c *tenantConn) refused(subject string) bool {
-	c.nc.Flush()
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		c.mu.Lock()
-		for _, e := range c.errs {
-			if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, `"`+subject+`"`) {
-				c.mu.Unlock()
-				return true
-			}
-		}
-		c.mu.Unlock()
-	}
-	return false
-}
+func (c *tenantConn) refused(subject string) bool { return c.Refused(`"` + subject + `"`) }
 
 // TestServeTenantIsolation: the real serve binary with tokens made by the
 // real `token create`; two tenants, acme and beta, each with a run waiting

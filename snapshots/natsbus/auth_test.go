@@ -6,7 +6,6 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,50 +15,29 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/natstest"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
-// natsClient is a connection that records the server's async errors
-// (permissions violations).
+// natsClient is a tenant's connection (natstest.Client) under the name
+// these tests use.
 type natsClient struct {
-	nc   *nats.Conn
-	mu   sync.Mutex
-	errs []string
+	*natstest.Client
+	nc *nats.Conn
 }
 
 func (c *natsClient) violated(t *testing.T, what string) bool {
 	t.Helper()
-	c.nc.Flush()
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		c.mu.Lock()
-		for _, e := range c.errs {
-			if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, what) {
-				c.mu.Unlock()
-				return true
-			}
-		}
-		c.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
+	return c.Refused(what)
 }
 
 func connectAs(t *testing.T, url string, opts ...nats.Option) (*natsClient, error) {
-	c := &natsClient{}
-	opts = append(opts, nats.MaxReconnects(0), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		c.mu.Lock()
-		c.errs = append(c.errs, err.Error())
-		c.mu.Unlock()
-	}))
-	nc, err := nats.Connect(url, opts...)
+	c, err := natstest.Dial(t, url, opts...)
 	if err != nil {
 		return nil, err
 	}
-	c.nc = nc
-	t.Cleanup(nc.Close)
-	return c, nil
+	return &natsClient{Client: c, nc: c.Conn}, nil
 }
 
 type natsAuthEnv struct {

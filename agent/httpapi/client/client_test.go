@@ -11,17 +11,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
+	"github.com/screengraph/screengraph-agent/agent/httpapi/httpapitest"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots/blobs"
@@ -31,26 +30,11 @@ import (
 
 // gateNode is the graph's only node: it waits until its run's gate is
 // opened, then finishes the run with a progress line.
-type gateNode struct {
-	mu    sync.Mutex
-	gates map[string]chan struct{}
-}
+type gateNode struct{ httpapitest.Gates }
 
 func (n *gateNode) Name() string { return "Gate" }
 
-func (n *gateNode) gate(id string) chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.gates == nil {
-		n.gates = map[string]chan struct{}{}
-	}
-	c, ok := n.gates[id]
-	if !ok {
-		c = make(chan struct{})
-		n.gates[id] = c
-	}
-	return c
-}
+func (n *gateNode) gate(id string) chan struct{} { return n.Gate(id) }
 
 func (n *gateNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult {
 	out := &agenttest.Output{Echo: "gate", Attempt: in.Attempt}
@@ -100,31 +84,9 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	node := &gateNode{}
-	g, err := agent.NewGraph("test", "Gate", node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: servicetest.Prepare(prepare), NewID: func() string { return ulid.Make().String() },
-		Holder: "serve:test", HolderPrefix: "serve:", Tick: 20 * time.Millisecond, LeaseTTL: 5 * time.Second, Artifacts: st, Blobs: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := &agent.Engine{Store: svc.Store(), Policies: agenttest.NewPolicies(&agenttest.Policy{V: 1}), PollInterval: 10 * time.Millisecond}
-	svc.SetRunner(service.RunnerFunc(func(ctx context.Context, id string) (agent.RunStatus, error) { return eng.Run(ctx, id, g) }))
-	if err := svc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cfg := httpapi.Config{Service: svc, Graph: g, Gatherer: prometheus.NewRegistry(), Tokens: st}
-	h := httpapi.New(cfg)
-	srv := httptest.NewUnstartedServer(h)
-	srv.Config = httpapi.NewServer(h, cfg.Limits)
-	srv.Start()
-	t.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		svc.Shutdown(ctx)
-	})
+	srv := httpapitest.Start(t, httpapitest.Config{Store: st, Node: node, Prepare: servicetest.Prepare(prepare),
+		Service: func(c *service.Config) { c.Artifacts, c.Blobs = st, dir },
+		API:     func(c *httpapi.Config) { c.Tokens = st }})
 	return &env{t: t, store: st, blobs: dir, node: node, url: srv.URL, token: tok}
 }
 
