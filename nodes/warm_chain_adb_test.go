@@ -11,14 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/device/adbdevice"
-	"github.com/screengraph/screengraph-agent/emulator/sim"
-	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
-	"github.com/screengraph/screengraph-agent/fixtures"
 )
 
 // countingProxy forwards loopback TCP connections to target and counts
@@ -70,19 +65,7 @@ func startCountingProxy(t *testing.T, target string) *countingProxy {
 // foreground read (1), one shell per WaitIdle sample.
 func TestWarmChainADBConnections(t *testing.T) {
 	srv := simtest.StartADBServer(t)
-	b, err := fixtures.Profile("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prof, err := android.ParseProfile("default", b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	em, _, err := sim.Launch(context.Background(), sim.LaunchConfig{ADBServer: srv.Addr(), Profile: prof, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { em.Close() })
+	em, _ := simtest.Launch(t, srv, simtest.Profile(t, "default"))
 	srv.WaitState(t, em.Serial(), "device", 10*time.Second)
 	proxy := startCountingProxy(t, srv.Addr())
 	dev := adbdevice.NewADBDevice(adb.New(proxy.ln.Addr().String()), em.Serial())

@@ -25,20 +25,27 @@ func countInspects(t *testing.T) *atomic.Int32 {
 	return &n
 }
 
-// TestInspectCachedBlobOnce: a cached blob is parsed and verified once per
-// (path, size, modification time, API level); a blob changed on disk, another
-// API level and a file outside the cache are inspected again; callers cannot
-// change the cached result through the slices they get.
-func TestInspectCachedBlobOnce(t *testing.T) {
-	n := countInspects(t)
-	dir := t.TempDir()
-	src := filepath.Join(dir, "app.apk")
+// fetchedDemo fetches a copy of demo-v1.apk into a new Fetcher's cache and
+// returns the fetcher, the copy's path and the artifact.
+func fetchedDemo(t *testing.T) (*Fetcher, string, apk.Artifact) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "app.apk")
 	os.WriteFile(src, fixture(t, "demo-v1.apk"), 0o644)
 	f := newFetcher(t, Options{})
 	a, err := f.Fetch(context.Background(), "file://"+src, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f, src, a
+}
+
+// TestInspectCachedBlobOnce: a cached blob is parsed and verified once per
+// (path, size, modification time, API level); a blob changed on disk, another
+// API level and a file outside the cache are inspected again; callers cannot
+// change the cached result through the slices they get.
+func TestInspectCachedBlobOnce(t *testing.T) {
+	n := countInspects(t)
+	f, src, a := fetchedDemo(t)
 	first, err := f.Inspect(a.Path, 34)
 	if err != nil || n.Load() != 1 {
 		t.Fatalf("%v, %d inspections", err, n.Load())
@@ -84,14 +91,7 @@ func TestInspectCachedBlobOnce(t *testing.T) {
 // TestCacheHitTouchesStaleBlobsOnly: a hit refreshes the blob's modification
 // time (its last use, for eviction) only when it is older than touchEvery.
 func TestCacheHitTouchesStaleBlobsOnly(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "app.apk")
-	os.WriteFile(src, fixture(t, "demo-v1.apk"), 0o644)
-	f := newFetcher(t, Options{})
-	a, err := f.Fetch(context.Background(), "file://"+src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, src, a := fetchedDemo(t)
 	recent := time.Now().Add(-touchEvery / 2).Truncate(time.Second)
 	os.Chtimes(a.Path, recent, recent)
 	if _, err := f.Fetch(context.Background(), "file://"+src, nil); err != nil {
