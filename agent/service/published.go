@@ -42,3 +42,12 @@ func WaitPublished(ctx context.Context, st agent.Store, runID string, poll time.
 		}
 	}
 }
+
+// StoreReady is the daemon's readiness check of its store (GET /readyz):
+// listing one run answers within ctx. Errors: the store's.
+func StoreReady(st agent.Store) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := st.ListRuns(ctx, agent.Admin(), agent.RunFilter{Limit: 1})
+		return err
+	}
+}

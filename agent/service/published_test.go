@@ -78,3 +78,16 @@ func TestWaitPublished(t *testing.T) {
 		}
 	})
 }
+
+// StoreReady answers while the store does, and fails once it is closed.
+func TestStoreReady(t *testing.T) {
+	f := newFixture(t)
+	ready := service.StoreReady(f.store)
+	if err := ready(context.Background()); err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	f.store.Close()
+	if err := ready(context.Background()); err == nil {
+		t.Fatal("closed store: ready")
+	}
+}

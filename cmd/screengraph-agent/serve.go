@@ -347,14 +347,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Registerer: reg, Tokens: storeTokens(h.store), AllowedHosts: cfg.AllowedHosts,
 		Logf: func(format string, args ...any) { log.Error().Msgf(format, args...) },
 		Ready: map[string]func(context.Context) error{
-			"store": func(ctx context.Context) error {
-				_, err := h.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{Limit: 1})
-				return err
-			},
-			"adb": func(ctx context.Context) error {
-				_, err := h.adb.ServerVersion(ctx)
-				return err
-			},
+			"store":  service.StoreReady(h.store),
+			"adb":    adbdevice.Inventory{ADB: h.adb}.Ready,
 			"outbox": (&relay.OutboxWatch{Counter: h.store, Relay: h.relay}).Check,
 			"nats":   h.bus.Ready,
 		}})

@@ -102,3 +102,10 @@ func (i Inventory) Devices(ctx context.Context) ([]service.Device, error) {
 	}
 	return out, nil
 }
+
+// Ready is the daemon's readiness check of the adb server (GET /readyz):
+// it answers host:version within ctx. Errors: the adb client's.
+func (i Inventory) Ready(ctx context.Context) error {
+	_, err := i.ADB.ServerVersion(ctx)
+	return err
+}

@@ -86,6 +86,12 @@ func TestInventoryDevices(t *testing.T) {
 		t.Errorf("offline device: %+v", o)
 	}
 
+	if err := (adbdevice.Inventory{ADB: adb.New(srv.Addr())}).Ready(context.Background()); err != nil {
+		t.Errorf("Ready: %v", err)
+	}
+	if err := (adbdevice.Inventory{ADB: adb.New("127.0.0.1:1")}).Ready(context.Background()); err == nil {
+		t.Error("Ready of an adb server that is not there: no error")
+	}
 	_, err = adbdevice.Inventory{ADB: adb.New("127.0.0.1:1")}.Devices(context.Background())
 	if agent.Classify(err).ID != agent.ErrNetwork || !strings.Contains(err.Error(), "adb server") {
 		t.Errorf("unreachable adb server: %v", err)
