@@ -254,15 +254,21 @@ func processCPU() time.Duration {
 // BenchmarkCommitToNATS: issue 17's "commit -> NATS p99 <= 50 ms at 32
 // devices" without devices, side by side in one run. Each side is one
 // daemon's event path (latencyRig: embedded store, embedded NATS, streaming
-// relay, an outside ordered consumer); the sides alternate waves of
-// latencyDevices chains started at once (latencyRig.wave: 6 commits per
-// chain, up to 2*latencyGap apart), latencyWaves waves each, whatever b.N.
-// Reported per side: commit -> NATS p50/p99 (CommitStep called -> arrival,
-// BenchmarkDaemon32's figure), committed -> NATS p99 (CommitStep returned
-// -> arrival: the relay and NATS alone), CommitStep p99, and the process's
-// CPU per event (everything in it: committers, store, relay, NATS server,
-// subscriber). A last part runs the new side alone at 1, 8 and 32 devices:
-// latency against load on this machine's cores.
+// relay, an outside ordered consumer): "before" with SQLite's defaults
+// (EmbeddedOptions.CheckpointInCommit, DiskSubJournal) and a mark write per
+// settled batch, "store" with the store's writer cuts, "marks" also with the
+// marks coalesced (markCoalesce), "after" also with the relay's NATS
+// connection in-process (nats.InProcessServer; the daemon still dials
+// loopback TCP). The sides take turns with waves of latencyDevices chains
+// started at once (latencyRig.wave: 6 commits per chain, a random 0 to
+// 2*gap apart), latencyWaves waves each, at two loads (gap latencyGap, about
+// the daemon's rate at 32 devices, and latencyGap/5), whatever b.N. Printed
+// per side: commit -> NATS p50/p99 (CommitStep called -> arrival,
+// BenchmarkDaemon32's figure), committed -> NATS p99 (CommitStep returned ->
+// arrival: the relay and NATS alone), CommitStep p99, the process's CPU per
+// event (everything in it, the other sides' idle rigs included) and its share
+// of the cores; then the last side alone at 1, 8 and 32 devices, and the
+// machine's load average, which the latencies follow.
 func BenchmarkCommitToNATS(b *testing.B) {
 	const (
 		latencyDevices = 32
@@ -292,6 +298,9 @@ func BenchmarkCommitToNATS(b *testing.B) {
 		relay.SetMarkCoalesce(sd.markCoalesce)
 		rigs[i].wave(b, 2, 0) // warm-up: prepared statements, stream, consumer
 	}
+	var tab strings.Builder
+	fmt.Fprintf(&tab, "load average before: %s\n", loadAverage())
+	b.ResetTimer()
 	// Two loads: chains paced like the daemon's (about 1,000 events/s at
 	// 32), and commits coming 5x as fast (the cores saturate).
 	for _, gap := range []time.Duration{latencyGap, latencyGap / 5} {
@@ -305,7 +314,7 @@ func BenchmarkCommitToNATS(b *testing.B) {
 		}
 		for i, sd := range sides {
 			s := samples[i]
-			b.Logf("gap %-5v %-6s %2d devices: %v", gap, sd.name, latencyDevices, s)
+			fmt.Fprintf(&tab, "gap %-5v %-6s %2d devices: %v\n", gap, sd.name, latencyDevices, s)
 			name := fmt.Sprintf("%s-gap%dms", sd.name, gap.Milliseconds())
 			b.ReportMetric(quantile(s.commitNATS, 0.5), name+"-p50-ms")
 			b.ReportMetric(quantile(s.commitNATS, 0.99), name+"-p99-ms")
@@ -319,6 +328,11 @@ func BenchmarkCommitToNATS(b *testing.B) {
 		for range 3 {
 			s.merge(last.wave(b, devices, latencyGap))
 		}
-		b.Logf("gap %-5v %-6s %2d devices: %v", latencyGap, sides[len(sides)-1].name, devices, s)
+		fmt.Fprintf(&tab, "gap %-5v %-6s %2d devices: %v\n", latencyGap, sides[len(sides)-1].name, devices, s)
 	}
+	b.StopTimer()
+	fmt.Fprintf(&tab, "load average after: %s", loadAverage())
+	b.Log("\n" + tab.String())
+	// b.Log keeps a benchmark's first 10 lines: the whole table on stderr.
+	fmt.Fprintln(os.Stderr, "BenchmarkCommitToNATS\n"+tab.String())
 }
