@@ -111,6 +111,20 @@ type OrderedPublisher interface {
 	PublishOrdered(ctx context.Context, rows []agent.OutboxRow) (ok []bool, err error)
 }
 
+// StreamTail is implemented by publishers that can read what the stream
+// holds last on a run's subject (JetStream: the subject's last message). A
+// relay resuming after failures checks each run against it instead of
+// trusting its own acks and the stream's deduplication, which a cluster that
+// lost its leader or restarted can break (an acknowledged message gone, a
+// re-published one stored twice).
+type StreamTail interface {
+	// LastSequence returns the event sequence (the envelope's "sequence")
+	// of the last message stored on subject; ok is false when the subject
+	// holds none. err when the stream cannot be read or the message is not
+	// an event envelope.
+	LastSequence(ctx context.Context, subject string) (seq int64, ok bool, err error)
+}
+
 // PayloadLimiter is implemented by publishers that know the largest message
 // their server accepts (NATS: the server's max_payload, from its INFO).
 type PayloadLimiter interface {

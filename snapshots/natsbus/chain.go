@@ -68,6 +68,9 @@ type chainAck struct {
 func (a *chainAck) Wait(ctx context.Context) (bool, error) {
 	select {
 	case ack := <-a.f.Ok():
+		if err := provenStored(ack); err != nil {
+			return false, fmt.Errorf("snapshots: publish %s (%s): %w", a.row.Subject, a.row.EventID, err)
+		}
 		if ack.Duplicate {
 			a.p.duplicates.Add(1)
 		}

@@ -16,3 +16,6 @@ func WindowMsgs(rows []agent.OutboxRow) []*nats.Msg {
 	}
 	return out
 }
+
+// ProvenStored exposes provenStored to the tests.
+var ProvenStored = provenStored

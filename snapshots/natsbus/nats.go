@@ -153,11 +153,29 @@ func (p *JetStreamPublisher) JetStream() jetstream.JetStream { return p.js }
 // once the stream acknowledged it; ctx bounds the wait.
 func (p *JetStreamPublisher) Publish(ctx context.Context, subject, msgID string, body []byte) error {
 	ack, err := p.js.Publish(ctx, subject, body, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(snapshots.StreamName))
+	if err == nil {
+		err = provenStored(ack)
+	}
 	if err != nil {
 		return fmt.Errorf("snapshots: publish %s (%s): %w", subject, msgID, err)
 	}
 	if ack.Duplicate {
 		p.duplicates.Add(1)
+	}
+	return nil
+}
+
+// errUnstoredDuplicate: a duplicate ack without a stream sequence. A
+// clustered server answers so for an eventId it saw proposed but has not
+// stored (yet, or ever: the proposal may be lost in a leader change), so it
+// is no proof of storage; the relay publishes the row again later.
+var errUnstoredDuplicate = errors.New("duplicate of a message the stream has not stored (no stream sequence)")
+
+// provenStored: ack shows its message is in the stream (stored now, or a
+// duplicate of a stored one).
+func provenStored(ack *jetstream.PubAck) error {
+	if ack.Duplicate && ack.Sequence == 0 {
+		return errUnstoredDuplicate
 	}
 	return nil
 }

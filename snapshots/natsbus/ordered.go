@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,7 +14,11 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots"
 )
 
-var _ snapshots.OrderedPublisher = (*JetStreamPublisher)(nil)
+var (
+	_ snapshots.OrderedPublisher = (*JetStreamPublisher)(nil)
+	_ snapshots.StreamTail       = (*JetStreamPublisher)(nil)
+	_ snapshots.StreamTail       = (*LazyPublisher)(nil)
+)
 
 // jsErrCodeStreamWrongLastMsgID is the server's JSStreamWrongLastMsgIDErrF
 // ("wrong last msg ID: ..."), which nats.go has no constant for.
@@ -184,6 +189,13 @@ func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxR
 		done++
 		select {
 		case ack := <-futs[i].Ok():
+			if err := provenStored(ack); err != nil {
+				guardOnly = false
+				if firstErr == nil {
+					firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", rows[i].Subject, rows[i].EventID, err)
+				}
+				break
+			}
 			ok[i] = true
 			if ack.Duplicate {
 				p.duplicates.Add(1)
@@ -290,4 +302,38 @@ func (p *JetStreamPublisher) publishRunsOneByOne(ctx context.Context, rows []age
 	}
 	wg.Wait()
 	return ok, errors.Join(errs...)
+}
+
+// LastSequence implements snapshots.StreamTail: the last message stored on
+// subject in AGENT_EVENTS (a direct read of the stream, not a consumer), and
+// its envelope's sequence.
+func (p *JetStreamPublisher) LastSequence(ctx context.Context, subject string) (int64, bool, error) {
+	st, err := p.js.Stream(ctx, snapshots.StreamName)
+	if err != nil {
+		return 0, false, fmt.Errorf("snapshots: stream %s: %w", snapshots.StreamName, err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("snapshots: last message on %s: %w", subject, err)
+	}
+	var e struct {
+		Sequence *int64 `json:"sequence"`
+	}
+	if err := json.Unmarshal(m.Data, &e); err != nil || e.Sequence == nil {
+		return 0, false, fmt.Errorf("snapshots: last message on %s (stream sequence %d) is not an event envelope", subject, m.Sequence)
+	}
+	return *e.Sequence, true, nil
+}
+
+// LastSequence implements snapshots.StreamTail (see
+// JetStreamPublisher.LastSequence).
+func (p *LazyPublisher) LastSequence(ctx context.Context, subject string) (int64, bool, error) {
+	pub, err := p.get(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	return pub.LastSequence(ctx, subject)
 }

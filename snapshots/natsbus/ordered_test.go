@@ -256,3 +256,21 @@ func TestExternalPublisherDoesNotChain(t *testing.T) {
 		t.Fatal("LazyPublisher is not a snapshots.OrderedPublisher")
 	}
 }
+
+// A duplicate ack counts as published only when it names the stored
+// message's stream sequence; a clustered server acks an eventId it saw
+// proposed but never stored without one.
+func TestDuplicateAckWithoutSequenceIsNotStored(t *testing.T) {
+	for _, c := range []struct {
+		ack    jetstream.PubAck
+		stored bool
+	}{
+		{jetstream.PubAck{Sequence: 7}, true},
+		{jetstream.PubAck{Sequence: 7, Duplicate: true}, true},
+		{jetstream.PubAck{Duplicate: true}, false},
+	} {
+		if err := natsbus.ProvenStored(&c.ack); (err == nil) != c.stored {
+			t.Errorf("ack %+v: err %v, want stored=%v", c.ack, err, c.stored)
+		}
+	}
+}

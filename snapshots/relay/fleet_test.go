@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -134,6 +135,16 @@ func (cp *countedPublisher) acked() {
 type countedOrdered struct {
 	*countedPublisher
 	op snapshots.OrderedPublisher
+}
+
+// LastSequence passes the relay's tail checks (snapshots.StreamTail)
+// through to the wrapped publisher.
+func (co *countedOrdered) LastSequence(ctx context.Context, subject string) (int64, bool, error) {
+	tail, ok := co.op.(snapshots.StreamTail)
+	if !ok {
+		return 0, false, errors.New("the wrapped publisher cannot read the stream's tail")
+	}
+	return tail.LastSequence(ctx, subject)
 }
 
 func (co *countedOrdered) PublishOrdered(ctx context.Context, rows []agent.OutboxRow) ([]bool, error) {
@@ -568,8 +579,8 @@ func dumpDisorder(t *testing.T, js jetstream.JetStream, total int) {
 		runSeq       int64
 	}
 	var all []stored
-	for len(all) < total {
-		batch, err := cons.FetchNoWait(total - len(all))
+	for len(all) < total && ctx.Err() == nil {
+		batch, err := cons.Fetch(total-len(all), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			t.Log(err)
 			return
@@ -590,6 +601,7 @@ func dumpDisorder(t *testing.T, js jetstream.JetStream, total int) {
 			break
 		}
 	}
+	t.Logf("stream read for the dump: %d of %d messages", len(all), total)
 	next := map[string]int64{}
 	show := map[int]bool{}
 	for i, s := range all {

@@ -72,7 +72,11 @@ type Relay struct {
 	MaxMessageBytes int
 	MinBackoff      time.Duration // default 50 ms
 	MaxBackoff      time.Duration // default 5 s
-	Log             zerolog.Logger
+	// VerifyTails: compare every pass's runs with the stream's last event
+	// on their subjects (a StreamTail publisher) before publishing; by
+	// default only passes within 30 s of a failure do (tail.go).
+	VerifyTails bool
+	Log         zerolog.Logger
 
 	once       sync.Once
 	running    atomic.Bool
@@ -80,6 +84,10 @@ type Relay struct {
 	failures   atomic.Int64
 	passByPass atomic.Int64
 	parked     atomic.Int64
+	// tail checks (tail.go)
+	lastFailure   atomic.Int64 // unix ns of the last failed pass
+	alreadyStored atomic.Int64
+	requeued      atomic.Int64
 }
 
 // RelayStats are counters since the Relay was made.
@@ -91,11 +99,18 @@ type RelayStats struct {
 	PassByPass int64
 	// Parked counts rows parked because they can never be published.
 	Parked int64
+	// AlreadyStored counts rows a tail check found in the stream though
+	// unmarked (acks lost); they were marked without publishing them again.
+	AlreadyStored int64
+	// Requeued counts rows a tail check found missing from the stream
+	// though marked published (a cluster lost them); enqueued again.
+	Requeued int64
 }
 
 // Stats returns the counters.
 func (r *Relay) Stats() RelayStats {
-	return RelayStats{Published: r.published.Load(), Failures: r.failures.Load(), PassByPass: r.passByPass.Load(), Parked: r.parked.Load()}
+	return RelayStats{Published: r.published.Load(), Failures: r.failures.Load(), PassByPass: r.passByPass.Load(), Parked: r.parked.Load(),
+		AlreadyStored: r.alreadyStored.Load(), Requeued: r.requeued.Load()}
 }
 
 func (r *Relay) defaults() { r.once.Do(r.setDefaults) }
@@ -211,8 +226,13 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 // two drains would publish one run's rows side by side, out of order.
 var ErrRelayRunning = errors.New("snapshots: relay is running; stop Run before calling Drain")
 
-func (r *Relay) drain(ctx context.Context) (int, error) {
+func (r *Relay) drain(ctx context.Context) (n int, err error) {
 	r.defaults()
+	defer func() {
+		if err != nil {
+			r.noteFailure()
+		}
+	}()
 	if c, ok := r.Store.(snapshots.OutboxClaimer); ok {
 		return r.drainClaims(ctx, c)
 	}
@@ -231,10 +251,21 @@ func (r *Relay) drain(ctx context.Context) (int, error) {
 		if rows, err = r.parkUnpublishable(ctx, rows, r.storeParker()); err != nil {
 			return total, err
 		}
+		if tail, ok := r.checksTails(); ok {
+			var stored int
+			requeued := r.requeued.Load()
+			if rows, stored, err = r.checkTailsOfBatch(ctx, tail, rows); err != nil {
+				return total, err
+			}
+			total += stored
+			full = full || r.requeued.Load() != requeued // read the rows enqueued again
+		}
 		var n int
-		if pipelined {
+		switch {
+		case len(rows) == 0:
+		case pipelined:
 			n, err = r.publishWindow(ctx, op, rows)
-		} else {
+		default:
 			n, err = r.publishBatch(ctx, rows)
 		}
 		total += n
@@ -260,8 +291,15 @@ func (r *Relay) publishWindow(ctx context.Context, op snapshots.OrderedPublisher
 	if len(acked) == 0 {
 		return 0, perr
 	}
-	// Also on a canceled ctx: a clean stop marks what was acked. The store
-	// calls are short; they get their own deadline.
+	marked, merr := r.markAcked(ctx, rows, acked)
+	return marked, errors.Join(perr, merr)
+}
+
+// markAcked marks each run's rows up to acked[run] published: with a
+// MultiUpToMarker store in one write, else per run (UpToMarker) or per row
+// of rows. Also on a canceled ctx: a clean stop marks what was acked; the
+// store calls are short and get their own deadline.
+func (r *Relay) markAcked(ctx context.Context, rows []agent.OutboxRow, acked map[string]int64) (int, error) {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.PublishTimeout)
 	defer cancel()
 	marked := 0
@@ -294,7 +332,29 @@ func (r *Relay) publishWindow(ctx context.Context, op snapshots.OrderedPublisher
 	if merr != nil {
 		merr = fmt.Errorf("acked outbox rows, mark published: %w", merr)
 	}
-	return marked, errors.Join(perr, merr)
+	return marked, merr
+}
+
+// checkTailsOfBatch is checkTails over a batch read by Unpublished (rows
+// ordered by run, sequence): rows the stream holds are marked at once; it
+// returns the rows left to publish and how many it marked.
+func (r *Relay) checkTailsOfBatch(ctx context.Context, tail snapshots.StreamTail, rows []agent.OutboxRow) ([]agent.OutboxRow, int, error) {
+	stored := map[string]int64{}
+	runs, err := r.checkTails(ctx, tail, splitRuns(rows), stored)
+	if err != nil {
+		return nil, 0, err
+	}
+	marked := 0
+	if len(stored) > 0 {
+		if marked, err = r.markAcked(ctx, rows, stored); err != nil {
+			return nil, marked, err
+		}
+	}
+	var left []agent.OutboxRow
+	for _, run := range runs {
+		left = append(left, run...)
+	}
+	return left, marked, nil
 }
 
 // splitRuns cuts rows (ordered by run, sequence) into one slice per run.
@@ -468,13 +528,20 @@ func (r *Relay) claimOnce(ctx context.Context, c snapshots.OutboxClaimer, maxRun
 		}
 		runs = kept
 	}
+	acked := make(map[string]int64, len(runs))
+	if tail, ok := r.checksTails(); ok {
+		// Rows the stream holds go into acked: Finish marks them.
+		if runs, err = r.checkTails(ctx, tail, runs, acked); err != nil {
+			claim.Release()
+			return 0, false, err
+		}
+	}
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		acked = make(map[string]int64, len(runs))
-		errs  []error
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
 	)
-	if op, ok := r.Publisher.(snapshots.OrderedPublisher); ok && !r.OneByOne {
+	if op, ok := r.Publisher.(snapshots.OrderedPublisher); ok && !r.OneByOne && len(runs) > 0 {
 		if err := r.publishPipelined(ctx, op, runs, acked); err != nil {
 			errs = append(errs, err)
 		}
