@@ -425,6 +425,17 @@ func (c *Client) call(ctx context.Context, limit time.Duration, method, path str
 
 // decodeResponse turns one HTTP answer into out or a classified error.
 func decodeResponse(status int, raw []byte, out any, what string, create bool) error {
+	if status < 400 && out != nil {
+		// One pass straight into out (a page source is tens of KB: the
+		// envelope's RawMessage copy and a second decode of it doubled the
+		// work). Whatever fails is decoded again below, for its error.
+		env := struct {
+			Value any `json:"value"`
+		}{Value: out}
+		if json.Unmarshal(raw, &env) == nil {
+			return nil
+		}
+	}
 	var env struct {
 		Value json.RawMessage `json:"value"`
 	}
