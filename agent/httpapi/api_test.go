@@ -76,7 +76,7 @@ func prepare(_ context.Context, runID string, body []byte) (agent.Run, error) {
 
 type env struct {
 	t     *testing.T
-	store *sqlite.Embedded
+	store *sqlite.Store
 	node  *apkNode
 	url   string
 }
@@ -86,13 +86,13 @@ func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, httpapi.Limits
 // newEnvWith serves the API as serve does (httpapi.NewServer) under limits l.
 func newEnvWith(t *testing.T, l httpapi.Limits) *env {
 	t.Helper()
-	return newEnvConfig(t, func(c *httpapi.Config, _ *sqlite.Embedded) { c.Limits = l })
+	return newEnvConfig(t, func(c *httpapi.Config, _ *sqlite.Store) { c.Limits = l })
 }
 
 // newEnvConfig serves the API as serve does, its Config changed by set.
-func newEnvConfig(t *testing.T, set func(*httpapi.Config, *sqlite.Embedded)) *env {
+func newEnvConfig(t *testing.T, set func(*httpapi.Config, *sqlite.Store)) *env {
 	t.Helper()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

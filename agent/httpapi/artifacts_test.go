@@ -27,7 +27,7 @@ import (
 // as a page; another tenant's run or artifact is a 404 like an unknown run.
 func TestArtifactsAPI(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func newTenancyEnv(t *testing.T) *tenancyEnv {
 // newTenancyEnvWith is newTenancyEnv validating run requests with prepare.
 func newTenancyEnvWith(t *testing.T, prepare service.Preparer) *tenancyEnv {
 	t.Helper()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

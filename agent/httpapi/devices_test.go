@@ -31,16 +31,16 @@ import (
 // evidence kept in a blob dir, and a store the test fills directly.
 type tenantEnv struct {
 	t      *testing.T
-	st     *sqlite.Embedded
+	st     *sqlite.Store
 	blobs  *blobs.Dir
 	url    string
 	tokens map[string]string
 }
 
 // openEvidence opens a fresh embedded store and blob dir for a test.
-func openEvidence(t *testing.T) (*sqlite.Embedded, *blobs.Dir) {
+func openEvidence(t *testing.T) (*sqlite.Store, *blobs.Dir) {
 	t.Helper()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func TestBrowserGuardAccepts(t *testing.T) {
 // A name configured with --allowed-host is served (any port when none is
 // given; that port only when one is); others are not.
 func TestAllowedHost(t *testing.T) {
-	e := newEnvConfig(t, func(c *httpapi.Config, _ *sqlite.Embedded) {
+	e := newEnvConfig(t, func(c *httpapi.Config, _ *sqlite.Store) {
 		c.AllowedHosts = []string{"agent.lan", "proxy.lan:8443"}
 	})
 	for _, c := range []struct {

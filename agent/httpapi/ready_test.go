@@ -19,8 +19,8 @@ import (
 // tokens the user on the machine (a loopback connection) does.
 func TestReadyzAnonymousVsAdmin(t *testing.T) {
 	var natsDown atomic.Bool
-	var st *sqlite.Embedded
-	e := newEnvConfig(t, func(c *httpapi.Config, s *sqlite.Embedded) {
+	var st *sqlite.Store
+	e := newEnvConfig(t, func(c *httpapi.Config, s *sqlite.Store) {
 		st = s
 		c.Tokens = s
 		c.Ready = map[string]func(context.Context) error{

@@ -39,7 +39,7 @@ func (c *committed) Control(ctx context.Context, sc agent.Scope, runID, kind str
 
 type env struct {
 	t     *testing.T
-	store *sqlite.Embedded
+	store *sqlite.Store
 	ctl   *committed
 	nc    *nats.Conn // the test's client (the daemon has its own)
 }
@@ -49,7 +49,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, url, err := natsbus.StartEmbeddedNATS(filepath.Join(dir, "nats"))
+	ns, url, err := natsbus.StartEmbedded(filepath.Join(dir, "nats"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // names, and a young unnamed one (its step may be about to commit), stay.
 func TestPassSweepsEvidenceBlobs(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,9 +48,9 @@ func newPostgresURL(t *testing.T) string {
 	return url
 }
 
-func openPostgres(t *testing.T, url string) *postgres.Postgres {
+func openPostgres(t *testing.T, url string) *postgres.Store {
 	t.Helper()
-	s, err := postgres.OpenPostgres(context.Background(), url, postgres.PostgresOptions{NoListen: true})
+	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

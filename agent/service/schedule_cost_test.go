@@ -12,13 +12,13 @@ import (
 
 // listCountingStore counts the scheduler's rounds (one ListRuns each).
 type listCountingStore struct {
-	*sqlite.Embedded
+	*sqlite.Store
 	lists atomic.Int64
 }
 
 func (s *listCountingStore) ListRuns(ctx context.Context, p agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
 	s.lists.Add(1)
-	return s.Embedded.ListRuns(ctx, p, f)
+	return s.Store.ListRuns(ctx, p, f)
 }
 
 // A scheduler round lists the reachable devices (an adb connection on the
@@ -27,7 +27,7 @@ func (s *listCountingStore) ListRuns(ctx context.Context, p agent.Scope, f agent
 // runs and stop there; a run waiting for a device makes them list again.
 func TestScheduleListsDevicesOnlyForRunsToStart(t *testing.T) {
 	f := newFixture(t)
-	st := &listCountingStore{Embedded: f.store}
+	st := &listCountingStore{Store: f.store}
 	var reached atomic.Int64
 	svc := f.newService("serve:a", func(c *service.Config) {
 		c.Store = st

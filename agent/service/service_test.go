@@ -105,14 +105,14 @@ func (g *gateNode) noStart(t *testing.T, d time.Duration) {
 
 type fixture struct {
 	t     *testing.T
-	store *sqlite.Embedded
+	store *sqlite.Store
 	node  *gateNode
 	graph *agent.Graph
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func FuzzSubmitTenant(f *testing.F) {
 		}
 		f.Add([]byte(b), "", true)
 	}
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(f.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(f.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestServeBoundsAndParkedPoison(t *testing.T) {
 	if err := d.stop(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(d.dataDir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(d.dataDir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

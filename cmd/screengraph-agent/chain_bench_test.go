@@ -24,7 +24,7 @@ import (
 // node steps with their events + snapshot, finish).
 func BenchmarkEngineOverheadPerNode(b *testing.B) {
 	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(b.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -138,9 +138,9 @@ func runCLI(t testing.TB, c runCmd) cliResult {
 }
 
 // openStore opens the data dir's embedded store (no host may be open on it).
-func (e *chainEnv) openStore(t testing.TB) *sqlite.Embedded {
+func (e *chainEnv) openStore(t testing.TB) *sqlite.Store {
 	t.Helper()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(e.dataDir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(e.dataDir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

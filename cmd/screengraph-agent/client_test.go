@@ -32,7 +32,7 @@ import (
 // the test closes gate.
 type apiEnv struct {
 	svc  *service.Service
-	st   *sqlite.Embedded
+	st   *sqlite.Store
 	url  string
 	gate chan struct{}
 }
@@ -40,7 +40,7 @@ type apiEnv struct {
 func newAPIEnv(t *testing.T, opts ...func(*service.Config)) *apiEnv {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func TestRunsResumeRefusedBesideDaemon(t *testing.T) {
 func TestRunsResumeUnknownOrEndedRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +461,7 @@ func TestRunsResumeUnknownOrEndedRun(t *testing.T) {
 func TestRunsResumeFinishesPausedRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +521,7 @@ func TestRunsResumeFinishesPausedRun(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || !rep.Success || rep.Status != agent.RunFinished || len(rep.Outputs) != 4 {
 		t.Fatalf("runs resume: %v\n%s", err, out)
 	}
-	st, err = sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err = sqlite.Open(ctx, filepath.Join(dir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ type hostConfig struct {
 }
 
 // hostStore is what the host needs of a store: runs, events, outbox and
-// device leases (sqlite.Embedded on one host, postgres.Postgres in a
+// device leases (sqlite.Store on one host, postgres.Store in a
 // fleet).
 type hostStore interface {
 	agent.Store
@@ -153,13 +153,13 @@ func (h *host) open(ctx context.Context) (err error) {
 	if cfg.DatabaseURL != "" {
 		// Migrates under goose's advisory lock: daemons starting together
 		// migrate once.
-		pg, err := postgres.OpenPostgres(ctx, cfg.DatabaseURL, postgres.PostgresOptions{Log: cfg.Log})
+		pg, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Log: cfg.Log})
 		if err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "Postgres %s", agent.RedactString(cfg.DatabaseURL))
 		}
 		h.store = pg
 	} else {
-		emb, err := sqlite.OpenEmbedded(ctx, filepath.Join(cfg.DataDir, "agent.db"), sqlite.EmbeddedOptions{})
+		emb, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "agent.db"), sqlite.Options{})
 		if err != nil {
 			return agent.Wrap(agent.ErrProcess, err, "embedded store")
 		}

@@ -32,7 +32,7 @@ func (c *migrateCmd) Run(ctx context.Context) error {
 	if cfg.DatabaseURL == "" {
 		return fail(agent.Errorf(agent.ErrInvalidRequest, "migrate needs --database-url (or database-url in --config, or SCREENGRAPH_DATABASE_URL)"))
 	}
-	res, err := postgres.MigratePostgres(ctx, cfg.DatabaseURL)
+	res, err := postgres.Migrate(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return fail(agent.Wrap(agent.ErrNetwork, err, "migrating %s", agent.RedactString(cfg.DatabaseURL)))
 	}

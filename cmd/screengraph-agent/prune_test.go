@@ -19,7 +19,7 @@ func TestRunsPrune(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := storetest.NewClock(time.Now().Add(-48 * time.Hour))
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{Clock: clock})
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "agent.db"), sqlite.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

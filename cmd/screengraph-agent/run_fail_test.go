@@ -98,7 +98,7 @@ func checkAgentError(t *testing.T, raw string, errorID agent.ErrorID, msgParts .
 // released it) and checks that no run row was written.
 func noRunStored(t *testing.T, dataDir string) {
 	t.Helper()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(dataDir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(dataDir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatalf("store of the failed run: %v", err)
 	}
@@ -221,7 +221,7 @@ next:
 func TestHostCloseStopsRelayBeforeDrain(t *testing.T) {
 	dataDir := t.TempDir()
 	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(dataDir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(ctx, filepath.Join(dataDir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestRunPublishesAllEventsBeforeReturning(t *testing.T) {
 
 func checkNothingUnpublished(t *testing.T, dataDir, runID string) {
 	t.Helper()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(dataDir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(dataDir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func checkNothingUnpublished(t *testing.T, dataDir, runID string) {
 // files there) and checks it holds evs once each, in order.
 func checkStream(t *testing.T, dataDir string, evs []agent.Event) {
 	t.Helper()
-	ns, _, err := natsbus.StartEmbeddedNATSWith(natsbus.EmbeddedNATSOptions{Dir: filepath.Join(dataDir, "nats")})
+	ns, _, err := natsbus.StartEmbeddedWith(natsbus.EmbeddedOptions{Dir: filepath.Join(dataDir, "nats")})
 	if err != nil {
 		t.Fatal(err)
 	}

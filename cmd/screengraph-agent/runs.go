@@ -29,12 +29,12 @@ func (f storeFlags) dir() (string, error) {
 	return sqlite.DataDir()
 }
 
-func (f storeFlags) open(ctx context.Context) (*sqlite.Embedded, error) {
+func (f storeFlags) open(ctx context.Context) (*sqlite.Store, error) {
 	dir, err := f.dir()
 	if err != nil {
 		return nil, err
 	}
-	return sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
+	return sqlite.Open(ctx, filepath.Join(dir, "agent.db"), sqlite.Options{})
 }
 
 type runsCmd struct {

@@ -58,7 +58,7 @@ func TestRunsListCursor(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

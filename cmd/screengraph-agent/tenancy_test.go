@@ -97,7 +97,7 @@ func TestServeTenantIsolation(t *testing.T) {
 	}
 
 	// Both runs wait PENDING: their devices are leased to another holder.
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(d.dataDir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(d.dataDir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ type tokenStore interface {
 
 func (f tokenStoreFlags) open(ctx context.Context) (tokenStore, error) {
 	if f.DatabaseURL != "" {
-		s, err := postgres.OpenPostgres(ctx, f.DatabaseURL, postgres.PostgresOptions{NoListen: true})
+		s, err := postgres.Open(ctx, f.DatabaseURL, postgres.Options{NoListen: true})
 		if err != nil {
 			return nil, agent.Wrap(agent.ErrNetwork, err, "Postgres %s", agent.RedactString(f.DatabaseURL))
 		}
@@ -61,7 +61,7 @@ func (f tokenStoreFlags) open(ctx context.Context) (tokenStore, error) {
 		}
 		dir = d
 	}
-	s, err := sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
+	s, err := sqlite.Open(ctx, filepath.Join(dir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		return nil, agent.Wrap(agent.ErrProcess, err, "embedded store in %s", dir)
 	}
@@ -204,7 +204,7 @@ func (c *natsConfigCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
 	}
-	return natsbus.WriteNATSAuthConfig(os.Stdout, string(dh), ts)
+	return natsbus.WriteAuthConfig(os.Stdout, string(dh), ts)
 }
 
 // storeTokens is the store's agent.Tokens for the HTTP API (nil: none).

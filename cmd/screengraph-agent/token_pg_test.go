@@ -43,7 +43,7 @@ func TestTokenCommandsOnPostgres(t *testing.T) {
 	if !strings.Contains(list, ct.ID) || strings.Contains(list, ct.Token) || strings.Contains(list, agent.HashToken(ct.Token)) {
 		t.Errorf("token list:\n%s", list)
 	}
-	st, err := postgres.OpenPostgres(context.Background(), url, postgres.PostgresOptions{NoListen: true})
+	st, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

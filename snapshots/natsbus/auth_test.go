@@ -42,7 +42,7 @@ func connectAs(t *testing.T, url string, opts ...nats.Option) (*natsClient, erro
 
 type natsAuthEnv struct {
 	url    string
-	store  *sqlite.Embedded
+	store  *sqlite.Store
 	daemon *nats.Conn
 	js     jetstream.JetStream
 	tokens map[string]string
@@ -56,7 +56,7 @@ type natsAuthEnv struct {
 func newNATSAuthEnv(t *testing.T, tokens bool) *natsAuthEnv {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,14 +78,14 @@ func newNATSAuthEnv(t *testing.T, tokens bool) *natsAuthEnv {
 		}
 	}
 	internal, _ := agent.NewToken()
-	srv, url, err := natsbus.StartEmbeddedNATSWith(natsbus.EmbeddedNATSOptions{Dir: filepath.Join(dir, "nats"),
-		Auth: &natsbus.NATSTokenAuth{Tokens: st, Internal: internal}})
+	srv, url, err := natsbus.StartEmbeddedWith(natsbus.EmbeddedOptions{Dir: filepath.Join(dir, "nats"),
+		Auth: &natsbus.TokenAuthenticator{Tokens: st, Internal: internal}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
 	e.url = url
-	if e.daemon, err = natsbus.ConnectNATS(url, nats.Token(internal)); err != nil {
+	if e.daemon, err = natsbus.Connect(url, nats.Token(internal)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.daemon.Close)

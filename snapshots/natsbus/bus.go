@@ -74,7 +74,7 @@ func OpenBus(ctx context.Context, cfg BusConfig) (b *Bus, err error) {
 	}
 	if cfg.URL != "" {
 		b.ClientURL = cfg.URL
-		if b.Conn, err = ConnectNATS(b.ClientURL, nats.RetryOnFailedConnect(true)); err != nil {
+		if b.Conn, err = Connect(b.ClientURL, nats.RetryOnFailedConnect(true)); err != nil {
 			return b, agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(b.ClientURL))
 		}
 		lp := NewLazyPublisher(b.Conn, StreamConfigLimited(max(cfg.Replicas, 1), maxAge, maxBytes))
@@ -88,7 +88,7 @@ func OpenBus(ctx context.Context, cfg BusConfig) (b *Bus, err error) {
 	}
 	// The in-process server keeps its JetStream files in Dir, so events
 	// published survive a restart (the outbox holds the unpublished ones).
-	o := EmbeddedNATSOptions{Dir: cfg.Dir}
+	o := EmbeddedOptions{Dir: cfg.Dir}
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
@@ -105,10 +105,10 @@ func OpenBus(ctx context.Context, cfg BusConfig) (b *Bus, err error) {
 			return b, err
 		}
 	}
-	if b.Server, b.ClientURL, err = StartEmbeddedNATSWith(o); err != nil {
+	if b.Server, b.ClientURL, err = StartEmbeddedWith(o); err != nil {
 		return b, agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.Listen)
 	}
-	if b.Conn, err = ConnectNATS(b.ClientURL, own...); err != nil {
+	if b.Conn, err = Connect(b.ClientURL, own...); err != nil {
 		return b, agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(b.ClientURL))
 	}
 	if b.Publisher, err = NewJetStreamPublisher(ctx, b.Conn, WithStreamLimits(maxAge, maxBytes)); err != nil {

@@ -15,7 +15,7 @@ import (
 // daemon's values on an existing stream), and beyond MaxBytes the oldest
 // messages go.
 func TestStreamLimits(t *testing.T) {
-	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 	nc, pub := testenv.ConnectPublisher(t, url)
 	ctx := context.Background()
 	info := func() (time.Duration, int64, uint64, uint64) {

@@ -29,7 +29,7 @@ const DuplicateWindow = 10 * time.Minute
 // stays the source of truth; the stream is a window on it.
 const (
 	DefaultStreamMaxAge   = 720 * time.Hour
-	DefaultStreamMaxBytes = int64(512) << 20 // 512 MiB: half the embedded server's JetStream store (EmbeddedNATSOptions.MaxStore)
+	DefaultStreamMaxBytes = int64(512) << 20 // 512 MiB: half the embedded server's JetStream store (EmbeddedOptions.MaxStore)
 )
 
 // StreamConfig is the AGENT_EVENTS stream for a single server (the embedded
@@ -184,8 +184,8 @@ func provenStored(ack *jetstream.PubAck) error {
 // deduplicated by Nats-Msg-Id).
 func (p *JetStreamPublisher) Duplicates() int64 { return p.duplicates.Load() }
 
-// EmbeddedNATSOptions configure StartEmbeddedNATSWith.
-type EmbeddedNATSOptions struct {
+// EmbeddedOptions configure StartEmbeddedWith.
+type EmbeddedOptions struct {
 	// Dir holds JetStream's file store (required).
 	Dir string
 	// Host and Port to listen on; default 127.0.0.1 and a random free port.
@@ -195,20 +195,20 @@ type EmbeddedNATSOptions struct {
 	// MaxMemory and MaxStore cap JetStream (the server's default is 75% of RAM
 	// and of the disk); default 64 MiB and 1 GiB.
 	MaxMemory, MaxStore int64
-	// Auth, when set, authenticates every client (e.g. *NATSTokenAuth:
+	// Auth, when set, authenticates every client (e.g. *TokenAuthenticator:
 	// tenant tokens, natsauth.go); nil lets every client in.
 	Auth server.Authentication
 }
 
-// StartEmbeddedNATS starts an in-process NATS server with JetStream storing
+// StartEmbedded starts an in-process NATS server with JetStream storing
 // under dir, listening on 127.0.0.1 at a random port, and returns it with its
 // client URL (nats://127.0.0.1:PORT). Shut it down with s.Shutdown().
-func StartEmbeddedNATS(dir string) (*server.Server, string, error) {
-	return StartEmbeddedNATSWith(EmbeddedNATSOptions{Dir: dir})
+func StartEmbedded(dir string) (*server.Server, string, error) {
+	return StartEmbeddedWith(EmbeddedOptions{Dir: dir})
 }
 
-// StartEmbeddedNATSWith is StartEmbeddedNATS with options.
-func StartEmbeddedNATSWith(o EmbeddedNATSOptions) (*server.Server, string, error) {
+// StartEmbeddedWith is StartEmbedded with options.
+func StartEmbeddedWith(o EmbeddedOptions) (*server.Server, string, error) {
 	if o.Dir == "" {
 		return nil, "", errors.New("snapshots: embedded NATS needs a store dir")
 	}
@@ -247,9 +247,9 @@ func StartEmbeddedNATSWith(o EmbeddedNATSOptions) (*server.Server, string, error
 	return s, s.ClientURL(), nil
 }
 
-// ConnectNATS connects to url and keeps reconnecting forever (the relay
+// Connect connects to url and keeps reconnecting forever (the relay
 // retries its publishes meanwhile).
-func ConnectNATS(url string, opts ...nats.Option) (*nats.Conn, error) {
+func Connect(url string, opts ...nats.Option) (*nats.Conn, error) {
 	base := []nats.Option{nats.Name("screengraph-agent relay"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	return nats.Connect(url, append(base, opts...)...)
 }

@@ -100,7 +100,7 @@ func TestPublishOrderedLateDeliveryKeepsRunOrder(t *testing.T) {
 	}
 	t.Logf("seed %d (SCREENGRAPH_ORDER_SEED=%d replays it)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 	_, pub := testenv.ConnectPublisher(t, url)
 	js := pub.JetStream()
 	ctx := t.Context()
@@ -181,7 +181,7 @@ func TestPublishOrderedLateDeliveryKeepsRunOrder(t *testing.T) {
 // stored, then window 1's late rows arrive. None of them may land before
 // A1: A2 must not follow C1.
 func TestPublishOrderedLateRowAfterOtherRunsHead(t *testing.T) {
-	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 	_, pub := testenv.ConnectPublisher(t, url)
 	js := pub.JetStream()
 	ctx := t.Context()
@@ -211,7 +211,7 @@ func TestPublishOrderedLateRowAfterOtherRunsHead(t *testing.T) {
 // (acknowledged), each run in order, and a row's condition names only its
 // own run's previous row.
 func TestPublishOrderedConditionsNameOwnRun(t *testing.T) {
-	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 	_, pub := testenv.ConnectPublisher(t, url)
 	rows := orderedRows("t1", []string{"A", "B", "C"}, map[string]int{}, 5)
 	ok, err := pub.PublishOrdered(t.Context(), rows)
@@ -246,7 +246,7 @@ func TestPublishOrderedConditionsNameOwnRun(t *testing.T) {
 // across calls: the streaming relay's chain names other runs' rows, which
 // keeps order only on the in-process server (see chain.go).
 func TestExternalPublisherDoesNotChain(t *testing.T) {
-	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 	nc, _ := testenv.ConnectPublisher(t, url)
 	var p any = natsbus.NewLazyPublisher(nc, natsbus.StreamConfig())
 	if _, ok := p.(snapshots.ChainPublisher); ok {

@@ -16,7 +16,7 @@ import (
 // tenant is then a label): the token string, to be shown once, and the
 // record a store keeps (agent.Tokens.CreateToken): a ULID id, the token's
 // SHA-256 (agent.HashToken) and its bcrypt hash (default cost) for a
-// generated nats-server configuration (WriteNATSAuthConfig), created at now
+// generated nats-server configuration (WriteAuthConfig), created at now
 // in UTC. Errors: an invalid tenant id (invalid_request_error naming
 // --tenant), or crypto/rand's.
 func IssueToken(tenant string, admin bool, now time.Time) (string, agent.APIToken, error) {
@@ -40,7 +40,7 @@ func IssueToken(tenant string, admin bool, now time.Time) (string, agent.APIToke
 }
 
 // TokenAuth gives the embedded NATS server the authenticator of the store's
-// API tokens (NATSTokenAuth, enforced once the store holds a token) with a
+// API tokens (TokenAuthenticator, enforced once the store holds a token) with a
 // fresh secret for the daemon's own connection, and the option that
 // connection needs (nats.Token of that secret). A store without tokens
 // (no agent.Tokens) gives nil, nil: the server stays open. Errors:
@@ -54,5 +54,5 @@ func TokenAuth(st agent.Store, logf func(format string, args ...any)) (server.Au
 	if err != nil {
 		return nil, nil, agent.Wrap(agent.ErrInternal, err, "the daemon's NATS secret")
 	}
-	return &NATSTokenAuth{Tokens: ts, Internal: internal, Logf: logf}, []nats.Option{nats.Token(internal)}, nil
+	return &TokenAuthenticator{Tokens: ts, Internal: internal, Logf: logf}, []nats.Option{nats.Token(internal)}, nil
 }

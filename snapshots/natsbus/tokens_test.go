@@ -53,7 +53,7 @@ func TestIssueTokenAndTokenAuth(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(dir, "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,12 +65,12 @@ func TestIssueTokenAndTokenAuth(t *testing.T) {
 	if err != nil || auth == nil || len(opts) != 1 {
 		t.Fatalf("TokenAuth = %v, %v, %v", auth, opts, err)
 	}
-	srv, url, err := natsbus.StartEmbeddedNATSWith(natsbus.EmbeddedNATSOptions{Dir: filepath.Join(dir, "nats"), Auth: auth})
+	srv, url, err := natsbus.StartEmbeddedWith(natsbus.EmbeddedOptions{Dir: filepath.Join(dir, "nats"), Auth: auth})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	daemon, err := natsbus.ConnectNATS(url, opts...)
+	daemon, err := natsbus.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("the daemon's own connection: %v", err)
 	}

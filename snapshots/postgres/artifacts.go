@@ -12,8 +12,8 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-// insertArtifacts: see Embedded.insertArtifacts.
-func (s *Postgres) insertArtifacts(ctx context.Context, tx pgx.Tx, st agent.Step, tenant string, now time.Time) error {
+// insertArtifacts: see sqlite.Store.insertArtifacts.
+func (s *Store) insertArtifacts(ctx context.Context, tx pgx.Tx, st agent.Step, tenant string, now time.Time) error {
 	for _, a := range st.Artifacts {
 		_, err := tx.Exec(ctx, `INSERT INTO artifacts (`+storekit.ArtifactColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 			a.ArtifactID, st.RunID, tenant, a.Node, a.StepOrdinal, a.Kind, a.ContentType, a.Bytes, a.SHA256, storekit.ArtifactCreated(a, now))
@@ -27,16 +27,16 @@ func (s *Postgres) insertArtifacts(ctx context.Context, tx pgx.Tx, st agent.Step
 	return nil
 }
 
-// Artifacts: see Embedded.Artifacts.
-func (s *Postgres) Artifacts(ctx context.Context, sc agent.Scope, runID string) ([]agent.Artifact, error) {
+// Artifacts: see sqlite.Store.Artifacts.
+func (s *Store) Artifacts(ctx context.Context, sc agent.Scope, runID string) ([]agent.Artifact, error) {
 	if _, err := s.GetRun(ctx, sc, runID); err != nil {
 		return nil, err
 	}
 	return collect(pgScanArtifact)(s.pool.Query(ctx, `SELECT `+storekit.ArtifactColumns+` FROM artifacts WHERE run_id = $1`+storekit.ArtifactOrder, runID))
 }
 
-// Artifact: see Embedded.Artifact.
-func (s *Postgres) Artifact(ctx context.Context, sc agent.Scope, runID, artifactID string) (agent.Artifact, error) {
+// Artifact: see sqlite.Store.Artifact.
+func (s *Store) Artifact(ctx context.Context, sc agent.Scope, runID, artifactID string) (agent.Artifact, error) {
 	if _, err := s.GetRun(ctx, sc, runID); err != nil {
 		return agent.Artifact{}, err
 	}
@@ -47,8 +47,8 @@ func (s *Postgres) Artifact(ctx context.Context, sc agent.Scope, runID, artifact
 	return a, err
 }
 
-// ArtifactBlobsInUse: see Embedded.ArtifactBlobsInUse.
-func (s *Postgres) ArtifactBlobsInUse(ctx context.Context, sums []string) (map[string]bool, error) {
+// ArtifactBlobsInUse: see sqlite.Store.ArtifactBlobsInUse.
+func (s *Store) ArtifactBlobsInUse(ctx context.Context, sums []string) (map[string]bool, error) {
 	used := map[string]bool{}
 	for len(sums) > 0 {
 		n := min(len(sums), storekit.MaxBlobsInUseQuery)

@@ -15,7 +15,7 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var _ agent.Leases = (*Postgres)(nil)
+var _ agent.Leases = (*Store)(nil)
 
 // pgLeaseLockClass is the first key of the transaction-level advisory lock
 // an acquisition takes on its device: pg_advisory_xact_lock(class,
@@ -30,7 +30,7 @@ func pgNow(n int) string { return fmt.Sprintf("coalesce($%d::timestamptz, clock_
 
 // leaseClockArg is the parameter pgNow reads: nil (SQL NULL) for the
 // database's clock.
-func (s *Postgres) leaseClockArg() any {
+func (s *Store) leaseClockArg() any {
 	if s.leaseClock == nil {
 		return nil
 	}
@@ -69,13 +69,13 @@ func pgScanLease(row storekit.RowScanner) (agent.Lease, error) {
 }
 
 // AcquireLease implements agent.Leases (see there; same semantics as
-// Embedded.AcquireLease) in one transaction, race-free across processes:
+// sqlite.Store.AcquireLease) in one transaction, race-free across processes:
 // acquisitions of one device serialize on an advisory lock of the device key
 // (which also covers a free device, where there is no row to lock), the
 // active row is locked FOR UPDATE (so a renewal or release of it cannot
 // interleave), and the partial unique index device_leases_active_key is the
 // last guard: its violation is ErrLeaseHeld.
-func (s *Postgres) AcquireLease(ctx context.Context, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
+func (s *Store) AcquireLease(ctx context.Context, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
 	if err := storekit.CheckLeaseRequest(device, holder, runID, ttl); err != nil {
 		return agent.Lease{}, err
 	}
@@ -162,7 +162,7 @@ func pgLeaseConflict(err error, device, runID string) error {
 }
 
 // RenewLease implements agent.Leases: one UPDATE … RETURNING.
-func (s *Postgres) RenewLease(ctx context.Context, serial string, token int64, ttl time.Duration) (agent.Lease, error) {
+func (s *Store) RenewLease(ctx context.Context, serial string, token int64, ttl time.Duration) (agent.Lease, error) {
 	if ttl <= 0 {
 		return agent.Lease{}, fmt.Errorf("renew lease %s/%d ttl %v: %w", serial, token, ttl, snapshots.ErrInvalid)
 	}
@@ -179,7 +179,7 @@ func (s *Postgres) RenewLease(ctx context.Context, serial string, token int64, t
 }
 
 // ReleaseLease implements agent.Leases.
-func (s *Postgres) ReleaseLease(ctx context.Context, serial string, token int64, reason agent.LeaseReleaseReason) error {
+func (s *Store) ReleaseLease(ctx context.Context, serial string, token int64, reason agent.LeaseReleaseReason) error {
 	if reason == "" {
 		return fmt.Errorf("release lease %s/%d without a reason: %w", serial, token, snapshots.ErrInvalid)
 	}
@@ -198,7 +198,7 @@ func (s *Postgres) ReleaseLease(ctx context.Context, serial string, token int64,
 // ended, released, in acquisition order. The release is one UPDATE of the
 // matching tokens still active, so a lease released or taken over meanwhile
 // is left alone and not returned.
-func (s *Postgres) ReleaseHolderLeases(ctx context.Context, match func(string) bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
+func (s *Store) ReleaseHolderLeases(ctx context.Context, match func(string) bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
 	if reason == "" {
 		return nil, fmt.Errorf("release holder leases without a reason: %w", snapshots.ErrInvalid)
 	}
@@ -227,7 +227,7 @@ func (s *Postgres) ReleaseHolderLeases(ctx context.Context, match func(string) b
 }
 
 // ActiveLeases implements agent.Leases.
-func (s *Postgres) ActiveLeases(ctx context.Context, sc agent.Scope) ([]agent.Lease, error) {
+func (s *Store) ActiveLeases(ctx context.Context, sc agent.Scope) ([]agent.Lease, error) {
 	cond, args, err := storekit.ScopeCond(sc, "device_leases.run_id", storekit.PgPH, 1)
 	if err != nil {
 		return nil, err
@@ -236,7 +236,7 @@ func (s *Postgres) ActiveLeases(ctx context.Context, sc agent.Scope) ([]agent.Le
 }
 
 // LeaseHistory implements agent.Leases.
-func (s *Postgres) LeaseHistory(ctx context.Context, sc agent.Scope, device string) ([]agent.Lease, error) {
+func (s *Store) LeaseHistory(ctx context.Context, sc agent.Scope, device string) ([]agent.Lease, error) {
 	if device == "" {
 		cond, args, err := storekit.ScopeCond(sc, "device_leases.run_id", storekit.PgPH, 1)
 		if err != nil {
@@ -252,7 +252,7 @@ func (s *Postgres) LeaseHistory(ctx context.Context, sc agent.Scope, device stri
 }
 
 // LeasePage implements agent.Leases.
-func (s *Postgres) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQuery) ([]agent.Lease, error) {
+func (s *Store) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQuery) ([]agent.Lease, error) {
 	query, args, err := storekit.LeasePageQuery(sc, q, storekit.PgPH)
 	if err != nil {
 		return nil, err

@@ -14,9 +14,9 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
-func newPostgresClock(t *testing.T, url string, clock agent.Clock) *postgres.Postgres {
+func newPostgresClock(t *testing.T, url string, clock agent.Clock) *postgres.Store {
 	t.Helper()
-	s, err := postgres.OpenPostgres(context.Background(), url, postgres.PostgresOptions{Clock: clock, LeaseClock: clock, NoListen: true})
+	s, err := postgres.Open(context.Background(), url, postgres.Options{Clock: clock, LeaseClock: clock, NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestPostgresFencing(t *testing.T) {
 func TestPostgresLeasesAcrossStores(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	clock := storetest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	var stores [4]*postgres.Postgres
+	var stores [4]*postgres.Store
 	for i := range stores {
 		stores[i] = newPostgresClock(t, url, clock)
 	}
@@ -133,8 +133,8 @@ func (d skewedClock) Now() time.Time { return time.Now().Add(time.Duration(d)) }
 // the server's.
 func TestPostgresLeaseTimesAreTheDatabaseClock(t *testing.T) {
 	url := testenv.PostgresURL(t)
-	open := func(skew time.Duration) *postgres.Postgres {
-		s, err := postgres.OpenPostgres(context.Background(), url, postgres.PostgresOptions{Clock: skewedClock(skew), NoListen: true})
+	open := func(skew time.Duration) *postgres.Store {
+		s, err := postgres.Open(context.Background(), url, postgres.Options{Clock: skewedClock(skew), NoListen: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func TestPostgresLeaseTimesAreTheDatabaseClock(t *testing.T) {
 func TestPostgresAcquireAfterAConcurrentRelease(t *testing.T) {
 	ctx := t.Context()
 	url := testenv.PostgresURL(t)
-	s, err := postgres.OpenPostgres(ctx, url, postgres.PostgresOptions{NoListen: true}) // the database's clock
+	s, err := postgres.Open(ctx, url, postgres.Options{NoListen: true}) // the database's clock
 	if err != nil {
 		t.Fatal(err)
 	}

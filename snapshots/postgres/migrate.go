@@ -10,18 +10,18 @@ import (
 	"github.com/screengraph/screengraph-agent/migrations"
 )
 
-// MigrateResult is what MigratePostgres did: the versions it applied (none
+// MigrateResult is what Migrate did: the versions it applied (none
 // when the schema was current) and the schema version now.
 type MigrateResult struct {
 	Applied []int64 `json:"applied"`
 	Version int64   `json:"version"`
 }
 
-// MigratePostgres applies the embedded Postgres migrations to the database
+// Migrate applies the embedded Postgres migrations to the database
 // at url under goose's session advisory lock (daemons and `migrate` running
 // together migrate once). Errors: the database unreachable, or a migration
 // failing (its transaction rolled back, later ones not applied).
-func MigratePostgres(ctx context.Context, url string) (MigrateResult, error) {
+func Migrate(ctx context.Context, url string) (MigrateResult, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return MigrateResult{}, fmt.Errorf("snapshots: postgres: %w", err)

@@ -13,7 +13,7 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var _ snapshots.OutboxClaimer = (*Postgres)(nil)
+var _ snapshots.OutboxClaimer = (*Store)(nil)
 
 // ClaimOutbox implements OutboxClaimer: in one transaction it locks the head
 // row (the lowest unpublished sequence) of up to maxRuns runs, oldest rows
@@ -23,7 +23,7 @@ var _ snapshots.OutboxClaimer = (*Postgres)(nil)
 // earlier one is unpublished, so two relays never publish one run at once.
 // The transaction stays open until Finish (or Release): the caller publishes
 // meanwhile. An empty claim (no run free) is returned already finished.
-func (s *Postgres) ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (snapshots.OutboxClaim, error) {
+func (s *Store) ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (snapshots.OutboxClaim, error) {
 	if maxRuns <= 0 {
 		maxRuns = 1
 	}
@@ -89,7 +89,7 @@ func (c *pgClaim) claim(ctx context.Context, maxRuns, rowsPerRun int) ([][]agent
 
 // pgClaim is one open claim transaction.
 type pgClaim struct {
-	s    *Postgres
+	s    *Store
 	tx   pgx.Tx
 	runs [][]agent.OutboxRow
 	done bool

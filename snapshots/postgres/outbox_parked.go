@@ -11,15 +11,15 @@ import (
 )
 
 var (
-	_ snapshots.OutboxParker  = (*Postgres)(nil)
-	_ snapshots.OutboxCounter = (*Postgres)(nil)
-	_ agent.ParkedLister      = (*Postgres)(nil)
-	_ agent.RunCounter        = (*Postgres)(nil)
+	_ snapshots.OutboxParker  = (*Store)(nil)
+	_ snapshots.OutboxCounter = (*Store)(nil)
+	_ agent.ParkedLister      = (*Store)(nil)
+	_ agent.RunCounter        = (*Store)(nil)
 	_ snapshots.ClaimParker   = (*pgClaim)(nil)
 )
 
 // ParkOutbox implements OutboxParker.
-func (s *Postgres) ParkOutbox(ctx context.Context, runID string, sequence int64, reason string) error {
+func (s *Store) ParkOutbox(ctx context.Context, runID string, sequence int64, reason string) error {
 	now := storekit.StoreTime(s.clock.Now())
 	if _, err := s.pool.Exec(ctx, sqlParkPostgres, now, storekit.ClipReason(reason), runID, sequence); err != nil {
 		return fmt.Errorf("snapshots: park outbox row run %s sequence %d: %w", runID, sequence, err)
@@ -30,7 +30,7 @@ func (s *Postgres) ParkOutbox(ctx context.Context, runID string, sequence int64,
 const sqlParkPostgres = `UPDATE run_outbox SET published_at = $1, parked_at = $1, parked_reason = $2 WHERE run_id = $3 AND sequence = $4 AND published_at IS NULL`
 
 // ParkedEvents implements agent.ParkedLister.
-func (s *Postgres) ParkedEvents(ctx context.Context, limit int) ([]agent.ParkedEvent, error) {
+func (s *Store) ParkedEvents(ctx context.Context, limit int) ([]agent.ParkedEvent, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -54,7 +54,7 @@ func (s *Postgres) ParkedEvents(ctx context.Context, limit int) ([]agent.ParkedE
 }
 
 // OutboxCounts implements OutboxCounter.
-func (s *Postgres) OutboxCounts(ctx context.Context) (unpublished, parked int64, err error) {
+func (s *Store) OutboxCounts(ctx context.Context) (unpublished, parked int64, err error) {
 	err = s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_outbox WHERE published_at IS NULL),
 		(SELECT count(*) FROM run_outbox WHERE parked_at IS NOT NULL)`).Scan(&unpublished, &parked)
 	return unpublished, parked, err
@@ -72,7 +72,7 @@ func (c *pgClaim) Park(ctx context.Context, runID string, sequence int64, reason
 }
 
 // CountRunsByStatus implements agent.RunCounter.
-func (s *Postgres) CountRunsByStatus(ctx context.Context) (map[agent.RunStatus]int, error) {
+func (s *Store) CountRunsByStatus(ctx context.Context) (map[agent.RunStatus]int, error) {
 	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM runs GROUP BY status`)
 	if err != nil {
 		return nil, err

@@ -23,13 +23,13 @@ import (
 // the run id), so relays on other hosts wake at once.
 const OutboxChannel = "screengraph_outbox"
 
-// Postgres is the fleet store (pgx v5 pool). CommitStep locks the run's row
+// Store is the fleet store (pgx v5 pool). CommitStep locks the run's row
 // (SELECT … FOR UPDATE), so commits of one run serialize while runs proceed in
 // parallel; the unique constraints stay the last line of defense.
-type Postgres struct {
+type Store struct {
 	pool  *pgxpool.Pool
 	clock agent.Clock
-	// leaseClock: nil = the database's clock (PostgresOptions.LeaseClock).
+	// leaseClock: nil = the database's clock (Options.LeaseClock).
 	leaseClock agent.Clock
 	log        zerolog.Logger
 	commits    chan struct{}
@@ -38,15 +38,15 @@ type Postgres struct {
 }
 
 var (
-	_ agent.Store           = (*Postgres)(nil)
-	_ snapshots.Notifier    = (*Postgres)(nil)
-	_ snapshots.StepEventer = (*Postgres)(nil)
-	_ snapshots.Requeuer    = (*Postgres)(nil)
-	_ snapshots.UpToMarker  = (*Postgres)(nil)
+	_ agent.Store           = (*Store)(nil)
+	_ snapshots.Notifier    = (*Store)(nil)
+	_ snapshots.StepEventer = (*Store)(nil)
+	_ snapshots.Requeuer    = (*Store)(nil)
+	_ snapshots.UpToMarker  = (*Store)(nil)
 )
 
-// PostgresOptions tune OpenPostgres; the zero value is the default.
-type PostgresOptions struct {
+// Options tune Open; the zero value is the default.
+type Options struct {
 	// Clock stamps runs, events and control rows (default the system clock).
 	Clock agent.Clock
 	// LeaseClock, when set, replaces the database's clock for device lease
@@ -63,10 +63,10 @@ type PostgresOptions struct {
 	Log      zerolog.Logger
 }
 
-// OpenPostgres connects to url (postgres://…), applies pending migrations
+// Open connects to url (postgres://…), applies pending migrations
 // (under goose's advisory lock, so daemons starting together migrate once)
 // and LISTENs on OutboxChannel.
-func OpenPostgres(ctx context.Context, url string, o PostgresOptions) (*Postgres, error) {
+func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if o.Clock == nil {
 		o.Clock = agent.SystemClock{}
 	}
@@ -88,7 +88,7 @@ func OpenPostgres(ctx context.Context, url string, o PostgresOptions) (*Postgres
 		}
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	s := &Postgres{pool: pool, clock: o.Clock, leaseClock: o.LeaseClock, log: o.Log, commits: make(chan struct{}, 1), stop: cancel}
+	s := &Store{pool: pool, clock: o.Clock, leaseClock: o.LeaseClock, log: o.Log, commits: make(chan struct{}, 1), stop: cancel}
 	if !o.NoListen {
 		s.wg.Add(1)
 		go s.listen(lctx)
@@ -97,13 +97,13 @@ func OpenPostgres(ctx context.Context, url string, o PostgresOptions) (*Postgres
 }
 
 // Pool is the underlying pool.
-func (s *Postgres) Pool() *pgxpool.Pool { return s.pool }
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Commits implements Notifier: this process's commits and, through LISTEN,
 // every other writer's.
-func (s *Postgres) Commits() <-chan struct{} { return s.commits }
+func (s *Store) Commits() <-chan struct{} { return s.commits }
 
-func (s *Postgres) wake() {
+func (s *Store) wake() {
 	select {
 	case s.commits <- struct{}{}:
 	default:
@@ -113,7 +113,7 @@ func (s *Postgres) wake() {
 // listen keeps one connection LISTENing; after a lost connection it
 // reconnects, re-LISTENs and wakes the relay once (it may have missed
 // notifications meanwhile).
-func (s *Postgres) listen(ctx context.Context) {
+func (s *Store) listen(ctx context.Context) {
 	defer s.wg.Done()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -152,7 +152,7 @@ func (s *Postgres) listen(ctx context.Context) {
 }
 
 // Close stops the listener and closes the pool.
-func (s *Postgres) Close() error {
+func (s *Store) Close() error {
 	s.stop()
 	s.wg.Wait()
 	s.pool.Close()
@@ -176,8 +176,8 @@ func jsonArg(b []byte) any {
 	return string(b)
 }
 
-// CreateRun: see Embedded.CreateRun.
-func (s *Postgres) CreateRun(ctx context.Context, r agent.Run) error {
+// CreateRun: see sqlite.Store.CreateRun.
+func (s *Store) CreateRun(ctx context.Context, r agent.Run) error {
 	r, err := storekit.NormalizeRun(r, s.clock)
 	if err != nil {
 		return err
@@ -208,8 +208,8 @@ func pgScanRun(row storekit.RowScanner) (agent.Run, error) {
 	return r, err
 }
 
-// GetRun: see Embedded.GetRun.
-func (s *Postgres) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
+// GetRun: see sqlite.Store.GetRun.
+func (s *Store) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
 	if err := sc.Valid(); err != nil {
 		return agent.Run{}, err
 	}
@@ -220,8 +220,8 @@ func (s *Postgres) GetRun(ctx context.Context, sc agent.Scope, runID string) (ag
 	return r, err
 }
 
-// ListRuns: see Embedded.ListRuns.
-func (s *Postgres) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
+// ListRuns: see sqlite.Store.ListRuns.
+func (s *Store) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
 	if err := sc.Valid(); err != nil {
 		return nil, err
 	}
@@ -255,10 +255,10 @@ func (s *Postgres) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilt
 	return collect(pgScanRun)(s.pool.Query(ctx, q, args...))
 }
 
-// CommitStep: see Embedded.CommitStep. The run's row is locked first, so the
+// CommitStep: see sqlite.Store.CommitStep. The run's row is locked first, so the
 // CAS and the sequence check see every earlier commit of the run; a
 // NOTIFY on OutboxChannel is sent at commit.
-func (s *Postgres) CommitStep(ctx context.Context, st agent.Step) error {
+func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 	evs, err := storekit.PrepareStep(st)
 	if err != nil {
 		return err
@@ -356,15 +356,15 @@ func (s *Postgres) CommitStep(ctx context.Context, st agent.Step) error {
 	return nil
 }
 
-// LastSequence: see Embedded.LastSequence.
-func (s *Postgres) LastSequence(ctx context.Context, runID string) (int64, error) {
+// LastSequence: see sqlite.Store.LastSequence.
+func (s *Store) LastSequence(ctx context.Context, runID string) (int64, error) {
 	var last int64
 	err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = $1`, runID).Scan(&last)
 	return last, err
 }
 
-// Events: see Embedded.Events.
-func (s *Postgres) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
+// Events: see sqlite.Store.Events.
+func (s *Store) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
 	cond, args, err := storekit.ScopeCond(sc, "run_events.run_id", storekit.PgPH, 3)
 	if err != nil {
 		return nil, err
@@ -373,8 +373,8 @@ func (s *Postgres) Events(ctx context.Context, sc agent.Scope, runID string, aft
 		append([]any{runID, after}, args...)...))
 }
 
-// StepEvents: see Embedded.StepEvents.
-func (s *Postgres) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
+// StepEvents: see sqlite.Store.StepEvents.
+func (s *Store) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
 	var one int
 	err := s.pool.QueryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`, runID, stepOrdinal).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -404,8 +404,8 @@ func pgScanSnapshot(row pgx.Row, runID, what string) (agent.Snapshot, error) {
 	return sn, err
 }
 
-// Snapshot: see Embedded.Snapshot.
-func (s *Postgres) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
+// Snapshot: see sqlite.Store.Snapshot.
+func (s *Store) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
 	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.PgPH, 3)
 	if err != nil {
 		return agent.Snapshot{}, err
@@ -414,8 +414,8 @@ func (s *Postgres) Snapshot(ctx context.Context, sc agent.Scope, runID string, s
 		append([]any{runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
 }
 
-// LatestSnapshot: see Embedded.LatestSnapshot.
-func (s *Postgres) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
+// LatestSnapshot: see sqlite.Store.LatestSnapshot.
+func (s *Store) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
 	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.PgPH, 2)
 	if err != nil {
 		return agent.Snapshot{}, err
@@ -424,8 +424,8 @@ func (s *Postgres) LatestSnapshot(ctx context.Context, sc agent.Scope, runID str
 		append([]any{runID}, args...)...), runID, "latest")
 }
 
-// SetStatus: see Embedded.SetStatus.
-func (s *Postgres) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
+// SetStatus: see sqlite.Store.SetStatus.
+func (s *Store) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
 	if len(from) == 0 || to == "" {
 		return fmt.Errorf("%w: SetStatus needs from and to", snapshots.ErrInvalid)
 	}
@@ -448,10 +448,10 @@ func (s *Postgres) SetStatus(ctx context.Context, runID string, from []agent.Run
 	return fmt.Errorf("run %s is %s, not one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
 }
 
-// RequestControl: see Embedded.RequestControl. The run's row is locked (FOR
+// RequestControl: see sqlite.Store.RequestControl. The run's row is locked (FOR
 // UPDATE, as CommitStep locks it), so a request and a terminal commit of the
 // run are ordered: the request is taken by that commit or refused after it.
-func (s *Postgres) RequestControl(ctx context.Context, c agent.Control) (agent.Control, error) {
+func (s *Store) RequestControl(ctx context.Context, c agent.Control) (agent.Control, error) {
 	c, err := storekit.NewControl(c, s.clock)
 	if err != nil {
 		return c, err
@@ -489,8 +489,8 @@ func (s *Postgres) RequestControl(ctx context.Context, c agent.Control) (agent.C
 	return c, tx.Commit(ctx)
 }
 
-// PendingControl: see Embedded.PendingControl.
-func (s *Postgres) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
+// PendingControl: see sqlite.Store.PendingControl.
+func (s *Store) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
 	return collect(func(r storekit.RowScanner) (agent.Control, error) {
 		c := agent.Control{RunID: runID}
 		err := r.Scan(&c.ID, &c.Kind, &c.PolicyVersion, &c.RequestedAt)
@@ -499,9 +499,9 @@ func (s *Postgres) PendingControl(ctx context.Context, runID string) ([]agent.Co
 	})(s.pool.Query(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = $1 AND taken_at IS NULL ORDER BY id`, runID))
 }
 
-// takeControl: see Embedded.takeControl. The run's row is locked, so no
+// takeControl: see sqlite.Store.takeControl. The run's row is locked, so no
 // request of the run is recorded while the step commits.
-func (s *Postgres) takeControl(ctx context.Context, tx pgx.Tx, st agent.Step, now time.Time) error {
+func (s *Store) takeControl(ctx context.Context, tx pgx.Tx, st agent.Step, now time.Time) error {
 	if len(st.Controls) > 0 {
 		tag, err := tx.Exec(ctx, `UPDATE run_control SET taken_at = $1 WHERE run_id = $2 AND taken_at IS NULL AND id = ANY($3)`, now, st.RunID, st.Controls)
 		if err != nil {
@@ -523,16 +523,16 @@ func (s *Postgres) takeControl(ctx context.Context, tx pgx.Tx, st agent.Step, no
 	return nil
 }
 
-// Unpublished: see Embedded.Unpublished.
-func (s *Postgres) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
+// Unpublished: see sqlite.Store.Unpublished.
+func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT $1`, limit))
 }
 
-// MarkPublished: see Embedded.MarkPublished.
-func (s *Postgres) MarkPublished(ctx context.Context, runID string, sequence int64) error {
+// MarkPublished: see sqlite.Store.MarkPublished.
+func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence = $3 AND published_at IS NULL`,
 		storekit.StoreTime(s.clock.Now()), runID, sequence)
 	if err != nil {
@@ -550,7 +550,7 @@ func (s *Postgres) MarkPublished(ctx context.Context, runID string, sequence int
 }
 
 // MarkPublishedUpTo implements UpToMarker.
-func (s *Postgres) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
+func (s *Store) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence <= $3 AND published_at IS NULL`,
 		storekit.StoreTime(s.clock.Now()), runID, upTo)
 	if err != nil {
@@ -559,8 +559,8 @@ func (s *Postgres) MarkPublishedUpTo(ctx context.Context, runID string, upTo int
 	return int(tag.RowsAffected()), nil
 }
 
-// Requeue: see Embedded.Requeue.
-func (s *Postgres) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
+// Requeue: see sqlite.Store.Requeue.
+func (s *Store) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox o SET published_at = NULL
 		WHERE o.run_id = $1 AND o.sequence >= $2 AND o.published_at IS NOT NULL
 		AND o.id = (SELECT MAX(o2.id) FROM run_outbox o2 WHERE o2.run_id = o.run_id AND o2.sequence = o.sequence)
@@ -578,8 +578,8 @@ func (s *Postgres) Requeue(ctx context.Context, runID string, fromSequence int64
 	return int(tag.RowsAffected()), nil
 }
 
-// GetKV: see Embedded.GetKV.
-func (s *Postgres) GetKV(ctx context.Context, key string) ([]byte, error) {
+// GetKV: see sqlite.Store.GetKV.
+func (s *Store) GetKV(ctx context.Context, key string) ([]byte, error) {
 	var v []byte
 	err := s.pool.QueryRow(ctx, `SELECT value FROM agent_kv WHERE key = $1`, key).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -591,8 +591,8 @@ func (s *Postgres) GetKV(ctx context.Context, key string) ([]byte, error) {
 	return v, err
 }
 
-// PutKV: see Embedded.PutKV.
-func (s *Postgres) PutKV(ctx context.Context, key string, value []byte) error {
+// PutKV: see sqlite.Store.PutKV.
+func (s *Store) PutKV(ctx context.Context, key string, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}

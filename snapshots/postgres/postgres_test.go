@@ -24,14 +24,14 @@ func TestPostgresMigrateConcurrentlyAndNotify(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	var (
 		wg     sync.WaitGroup
-		stores [3]*postgres.Postgres
+		stores [3]*postgres.Store
 		errs   [3]error
 	)
 	for i := range stores {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stores[i], errs[i] = postgres.OpenPostgres(context.Background(), url, postgres.PostgresOptions{})
+			stores[i], errs[i] = postgres.Open(context.Background(), url, postgres.Options{})
 		}()
 	}
 	wg.Wait()

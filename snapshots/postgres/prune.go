@@ -21,14 +21,14 @@ const pgPruneLock = 0x736770_72756e65
 // pruned; the batch is rolled back and the run held at the next pass.
 var errPruneRace = errors.New("prune: an outbox row of a run being pruned became unpublished meanwhile; nothing deleted")
 
-var _ agent.Pruner = (*Postgres)(nil)
+var _ agent.Pruner = (*Store)(nil)
 
 // PruneRuns implements agent.Pruner. Pruners of the fleet take turns on a
 // transaction-level advisory lock (released at commit or rollback, so a
 // pooled connection never keeps it); the chosen runs are locked FOR UPDATE,
 // and a run's outbox row made unpublished after the choice (Requeue) rolls
 // the whole batch back.
-func (s *Postgres) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (agent.PruneResult, error) {
+func (s *Store) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (agent.PruneResult, error) {
 	limit = storekit.PruneLimit(limit)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var _ agent.Tokens = (*Postgres)(nil)
+var _ agent.Tokens = (*Store)(nil)
 
 func pgScanToken(row storekit.RowScanner) (agent.APIToken, error) {
 	var t agent.APIToken
@@ -24,8 +24,8 @@ func pgScanToken(row storekit.RowScanner) (agent.APIToken, error) {
 	return t, err
 }
 
-// CreateToken: see Embedded.CreateToken.
-func (s *Postgres) CreateToken(ctx context.Context, t agent.APIToken) error {
+// CreateToken: see sqlite.Store.CreateToken.
+func (s *Store) CreateToken(ctx context.Context, t agent.APIToken) error {
 	t, err := storekit.CheckToken(t, s.clock)
 	if err != nil {
 		return err
@@ -38,8 +38,8 @@ func (s *Postgres) CreateToken(ctx context.Context, t agent.APIToken) error {
 	return err
 }
 
-// LookupToken: see Embedded.LookupToken.
-func (s *Postgres) LookupToken(ctx context.Context, hash string) (agent.APIToken, error) {
+// LookupToken: see sqlite.Store.LookupToken.
+func (s *Store) LookupToken(ctx context.Context, hash string) (agent.APIToken, error) {
 	t, err := pgScanToken(s.pool.QueryRow(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens WHERE token_hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, fmt.Errorf("api token: %w", agent.ErrNotFound)
@@ -47,14 +47,14 @@ func (s *Postgres) LookupToken(ctx context.Context, hash string) (agent.APIToken
 	return t, err
 }
 
-// ListTokens: see Embedded.ListTokens.
-func (s *Postgres) ListTokens(ctx context.Context) ([]agent.APIToken, error) {
+// ListTokens: see sqlite.Store.ListTokens.
+func (s *Store) ListTokens(ctx context.Context) ([]agent.APIToken, error) {
 	return collect(pgScanToken)(s.pool.Query(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens ORDER BY created_at, token_id`))
 }
 
-// RevokeToken: see Embedded.RevokeToken. One statement: the first revoke's
+// RevokeToken: see sqlite.Store.RevokeToken. One statement: the first revoke's
 // time is kept.
-func (s *Postgres) RevokeToken(ctx context.Context, id string) (agent.APIToken, error) {
+func (s *Store) RevokeToken(ctx context.Context, id string) (agent.APIToken, error) {
 	t, err := pgScanToken(s.pool.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $1)
 		WHERE token_id = $2 RETURNING `+storekit.TokenCols, storekit.StoreTime(s.clock.Now()), id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -63,8 +63,8 @@ func (s *Postgres) RevokeToken(ctx context.Context, id string) (agent.APIToken, 
 	return t, err
 }
 
-// HasTokens: see Embedded.HasTokens.
-func (s *Postgres) HasTokens(ctx context.Context) (bool, error) {
+// HasTokens: see sqlite.Store.HasTokens.
+func (s *Store) HasTokens(ctx context.Context) (bool, error) {
 	var ok bool
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens)`).Scan(&ok)
 	return ok, err

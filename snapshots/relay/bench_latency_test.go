@@ -31,25 +31,25 @@ import (
 // subscriber (an ordered JetStream consumer on a connection of its own, as
 // BenchmarkDaemon32's NATS clock) stamping each message's arrival.
 type latencyRig struct {
-	store *sqlite.Embedded
+	store *sqlite.Store
 	relay *relay.Relay
 	mu    sync.Mutex
 	at    map[string]time.Time // eventId -> arrival
 	got   chan struct{}        // a message arrived (capacity 1)
 }
 
-func newLatencyRig(b *testing.B, so sqlite.EmbeddedOptions, inProcess bool) *latencyRig {
+func newLatencyRig(b *testing.B, so sqlite.Options, inProcess bool) *latencyRig {
 	b.Helper()
-	store, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(b.TempDir(), "agent.db"), so)
+	store, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "agent.db"), so)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { store.Close() })
 	rig := &latencyRig{store: store, at: map[string]time.Time{}, got: make(chan struct{}, 1)}
-	ns, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
+	ns, url := testenv.StartNATS(b, natsbus.EmbeddedOptions{})
 	var pub *natsbus.JetStreamPublisher
 	if inProcess {
-		nc, err := natsbus.ConnectNATS(url, nats.InProcessServer(ns))
+		nc, err := natsbus.Connect(url, nats.InProcessServer(ns))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -255,7 +255,7 @@ func processCPU() time.Duration {
 // devices" without devices, side by side in one run. Each side is one
 // daemon's event path (latencyRig: embedded store, embedded NATS, streaming
 // relay, an outside ordered consumer): "before" with SQLite's defaults
-// (EmbeddedOptions.CheckpointInCommit, DiskSubJournal) and a mark write per
+// (sqlite.Options.CheckpointInCommit, DiskSubJournal) and a mark write per
 // settled batch, "store" with the store's writer cuts, "marks" also with the
 // marks coalesced (markCoalesce), "after" also with the relay's NATS
 // connection in-process (nats.InProcessServer; the daemon still dials
@@ -279,18 +279,18 @@ func BenchmarkCommitToNATS(b *testing.B) {
 	defer relay.SetMarkCoalesce(defaultCoalesce)
 	sides := []struct {
 		name         string
-		store        sqlite.EmbeddedOptions
+		store        sqlite.Options
 		markCoalesce time.Duration
 		inProcess    bool
 	}{
 		// SQLite's defaults (checkpoints in the commit, sub-journal on disk), a mark write per settled batch.
-		{"before", sqlite.EmbeddedOptions{DiskSubJournal: true, CheckpointInCommit: true}, 0, false},
+		{"before", sqlite.Options{DiskSubJournal: true, CheckpointInCommit: true}, 0, false},
 		// The store's writer cuts alone.
-		{"store", sqlite.EmbeddedOptions{}, 0, false},
+		{"store", sqlite.Options{}, 0, false},
 		// And the relay's marks coalesced.
-		{"marks", sqlite.EmbeddedOptions{}, defaultCoalesce, false},
+		{"marks", sqlite.Options{}, defaultCoalesce, false},
 		// And the relay's connection in-process (no loopback TCP).
-		{"after", sqlite.EmbeddedOptions{}, defaultCoalesce, true},
+		{"after", sqlite.Options{}, defaultCoalesce, true},
 	}
 	rigs := make([]*latencyRig, len(sides))
 	for i, sd := range sides {

@@ -55,7 +55,7 @@ func BenchmarkRelay(b *testing.B) {
 	for _, runs := range []int{1, 8} {
 		b.Run(fmt.Sprintf("runs=%d", runs), func(b *testing.B) {
 			s := testenv.Embedded(b)
-			_, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
+			_, url := testenv.StartNATS(b, natsbus.EmbeddedOptions{})
 			_, pub := testenv.ConnectPublisher(b, url)
 			perRun := (b.N/runs/3 + 1) * 3
 			commitRuns(b, s, runs, perRun)
@@ -77,7 +77,7 @@ func BenchmarkRelay(b *testing.B) {
 func BenchmarkRawJetStreamPublish(b *testing.B) {
 	for _, workers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("runs=%d", workers), func(b *testing.B) {
-			_, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
+			_, url := testenv.StartNATS(b, natsbus.EmbeddedOptions{})
 			_, pub := testenv.ConnectPublisher(b, url)
 			r := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
 			body := []byte(fmt.Sprintf(`{"eventId":"%s","runId":"%s","tenantId":"%s","sequence":1,"kind":"%s","version":"1","payload":{"nodeName":"EnsureDevice","stepOrdinal":0},"checksum":"0000000000000000000000000000000000000000000000000000000000000000"}`,
@@ -122,7 +122,7 @@ func BenchmarkEmbeddedRelayVsRawJetStream(b *testing.B) {
 	const relayVsRawRound = 3 * runs * 40 // 960 events: 40 node steps per run
 	ctx := context.Background()
 	s := testenv.Embedded(b)
-	_, url := testenv.StartNATS(b, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(b, natsbus.EmbeddedOptions{})
 	_, pub := testenv.ConnectPublisher(b, url)
 	relay := &relay.Relay{Store: s, Publisher: pub, Concurrency: runs}
 	body := func(r agent.Run, id string) []byte {
@@ -192,16 +192,16 @@ func BenchmarkGroupCommit32(b *testing.B) {
 	const committers = 32
 	sides := []struct {
 		name string
-		o    sqlite.EmbeddedOptions
+		o    sqlite.Options
 	}{
-		{"sqlite-defaults", sqlite.EmbeddedOptions{DiskSubJournal: true, CheckpointInCommit: true}},
-		{"memory-subjournal", sqlite.EmbeddedOptions{CheckpointInCommit: true}},
-		{"store-default", sqlite.EmbeddedOptions{}},
+		{"sqlite-defaults", sqlite.Options{DiskSubJournal: true, CheckpointInCommit: true}},
+		{"memory-subjournal", sqlite.Options{CheckpointInCommit: true}},
+		{"store-default", sqlite.Options{}},
 	}
-	stores := make([]*sqlite.Embedded, len(sides))
+	stores := make([]*sqlite.Store, len(sides))
 	runs := make([][]agent.Run, len(sides))
 	for i, sd := range sides {
-		s, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(b.TempDir(), "agent.db"), sd.o)
+		s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "agent.db"), sd.o)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -47,7 +47,7 @@ func startCluster(t testing.TB) *natstest.Cluster {
 // connectCluster connects to every node of c and ensures the R3 stream.
 func connectCluster(t testing.TB, c *natstest.Cluster) (*nats.Conn, *natsbus.JetStreamPublisher) {
 	t.Helper()
-	nc, err := natsbus.ConnectNATS(c.URLs(), nats.ReconnectWait(20*time.Millisecond))
+	nc, err := natsbus.Connect(c.URLs(), nats.ReconnectWait(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,9 +67,9 @@ func connectCluster(t testing.TB, c *natstest.Cluster) (*nats.Conn, *natsbus.Jet
 	}
 }
 
-func openPostgresAt(t testing.TB, url string) *postgres.Postgres {
+func openPostgresAt(t testing.TB, url string) *postgres.Store {
 	t.Helper()
-	s, err := postgres.OpenPostgres(context.Background(), url, postgres.PostgresOptions{})
+	s, err := postgres.Open(context.Background(), url, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +356,7 @@ func TestRelayFleetKilledMidBatch(t *testing.T) {
 
 // terminateBackends ends every Postgres backend of application app (a
 // daemon whose host died: its open transaction rolls back).
-func terminateBackends(t testing.TB, s *postgres.Postgres, app string) {
+func terminateBackends(t testing.TB, s *postgres.Store, app string) {
 	var n int
 	err := s.Pool().QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
 	if err != nil || n == 0 {

@@ -155,7 +155,7 @@ func TestRelayParksPoisonEvents(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := c.open(t)
-			_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+			_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 			_, pub := testenv.ConnectPublisher(t, url)
 			parked, want := commitPoison(t, s)
 			r := &relay.Relay{Store: s, Publisher: pub, OneByOne: c.oneByOne, MaxBackoff: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond}

@@ -235,7 +235,7 @@ func checkExactlyOnceInOrder(t *testing.T, s agent.Store, runs []agent.Run, got 
 
 func TestRelayJetStreamExactlyOnceAcrossRestart(t *testing.T) {
 	s := testenv.Embedded(t)
-	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 	nc, pub := testenv.ConnectPublisher(t, url)
 	_ = nc
 	runs := commitRuns(t, s, 3, 21) // 63 events
@@ -289,7 +289,7 @@ func TestRelayJetStreamExactlyOnceAcrossRestart(t *testing.T) {
 func TestRelayNATSOutageThenRecovery(t *testing.T) {
 	s := testenv.Embedded(t)
 	dir := t.TempDir()
-	ns, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{Dir: dir})
+	ns, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{Dir: dir})
 	port := ns.Addr().(interface{ String() string }).String()
 	port = port[strings.LastIndex(port, ":")+1:]
 	_, pub := testenv.ConnectPublisher(t, url)
@@ -318,7 +318,7 @@ func TestRelayNATSOutageThenRecovery(t *testing.T) {
 
 	var portN int
 	fmt.Sscan(port, &portN)
-	testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{Dir: dir, Port: portN}) // same store dir: the stream and its dedup state survive
+	testenv.StartNATS(t, natsbus.EmbeddedOptions{Dir: dir, Port: portN}) // same store dir: the stream and its dedup state survive
 	waitDrained(t, s, 15*time.Second)
 	cancel()
 	if err := <-done; err != nil {

@@ -72,7 +72,7 @@ func TestRelayStreamsThroughNATSRestart(t *testing.T) {
 	rng := rand.New(rand.NewPCG(streamSeed(t), 1))
 	s := testenv.Embedded(t)
 	dir := t.TempDir()
-	ns, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{Dir: dir})
+	ns, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{Dir: dir})
 	port, _ := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
 	_, pub := testenv.ConnectPublisher(t, url)
 	rl := &relay.Relay{Store: s, Publisher: pub, PublishTimeout: 300 * time.Millisecond,
@@ -86,7 +86,7 @@ func TestRelayStreamsThroughNATSRestart(t *testing.T) {
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
-	testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{Dir: dir, Port: port})
+	testenv.StartNATS(t, natsbus.EmbeddedOptions{Dir: dir, Port: port})
 	wait()
 	waitDrained(t, s, 20*time.Second)
 	cancel()
@@ -105,7 +105,7 @@ func TestRelayStreamsThroughNATSRestart(t *testing.T) {
 func TestRelayStreamCleanStopMarksAcked(t *testing.T) {
 	rng := rand.New(rand.NewPCG(streamSeed(t), 2))
 	s := testenv.Embedded(t)
-	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 	_, pub := testenv.ConnectPublisher(t, url)
 	rl := &relay.Relay{Store: s, Publisher: pub}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -152,9 +152,9 @@ func TestRelayStreamCleanStopMarksAcked(t *testing.T) {
 // stream once, in order per run.
 func TestRelayStreamSharedStreamFallsBack(t *testing.T) {
 	rng := rand.New(rand.NewPCG(streamSeed(t), 3))
-	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 	var (
-		stores []*sqlite.Embedded
+		stores []*sqlite.Store
 		relays []*relay.Relay
 		runs   [][]agent.Run
 		waits  []func()

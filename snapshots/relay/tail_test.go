@@ -29,7 +29,7 @@ func TestRelayTailCheckMarksRowsTheStreamHolds(t *testing.T) {
 	for name, open := range tailStores() {
 		t.Run(name, func(t *testing.T) {
 			s := open(t)
-			_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+			_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 			_, pub := testenv.ConnectPublisher(t, url)
 			runs := commitRuns(t, s, 1, 9)
 			rows, err := s.Unpublished(t.Context(), 100)
@@ -66,7 +66,7 @@ func TestRelayTailCheckRepublishesLostRows(t *testing.T) {
 	for name, open := range tailStores() {
 		t.Run(name, func(t *testing.T) {
 			s := open(t)
-			_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+			_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 			_, pub := testenv.ConnectPublisher(t, url)
 			runs := commitRuns(t, s, 1, 9)
 			rows, err := s.Unpublished(t.Context(), 100)
@@ -101,7 +101,7 @@ func TestRelayTailCheckRepublishesLostRows(t *testing.T) {
 // stream's tail: a healthy relay pays nothing for the check.
 func TestRelayChecksTailsOnlyAfterFailures(t *testing.T) {
 	s := testenv.Embedded(t)
-	_, url := testenv.StartNATS(t, natsbus.EmbeddedNATSOptions{})
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
 	_, pub := testenv.ConnectPublisher(t, url)
 	runs := commitRuns(t, s, 2, 6)
 	tail := &countingTail{JetStreamPublisher: pub}

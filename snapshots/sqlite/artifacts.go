@@ -12,7 +12,7 @@ import (
 )
 
 var (
-	_ agent.ArtifactIndex = (*Embedded)(nil)
+	_ agent.ArtifactIndex = (*Store)(nil)
 )
 
 const (
@@ -20,7 +20,7 @@ const (
 )
 
 // insertArtifacts writes the step's evidence rows in its transaction.
-func (s *Embedded) insertArtifacts(ctx context.Context, tx *sql.Tx, st agent.Step, tenant, now string) error {
+func (s *Store) insertArtifacts(ctx context.Context, tx *sql.Tx, st agent.Step, tenant, now string) error {
 	if len(st.Artifacts) == 0 {
 		return nil
 	}
@@ -42,7 +42,7 @@ func (s *Embedded) insertArtifacts(ctx context.Context, tx *sql.Tx, st agent.Ste
 }
 
 // Artifacts implements agent.ArtifactIndex.
-func (s *Embedded) Artifacts(ctx context.Context, sc agent.Scope, runID string) ([]agent.Artifact, error) {
+func (s *Store) Artifacts(ctx context.Context, sc agent.Scope, runID string) ([]agent.Artifact, error) {
 	if _, err := s.GetRun(ctx, sc, runID); err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (s *Embedded) Artifacts(ctx context.Context, sc agent.Scope, runID string) 
 }
 
 // Artifact implements agent.ArtifactIndex.
-func (s *Embedded) Artifact(ctx context.Context, sc agent.Scope, runID, artifactID string) (agent.Artifact, error) {
+func (s *Store) Artifact(ctx context.Context, sc agent.Scope, runID, artifactID string) (agent.Artifact, error) {
 	if _, err := s.GetRun(ctx, sc, runID); err != nil {
 		return agent.Artifact{}, err
 	}
@@ -62,7 +62,7 @@ func (s *Embedded) Artifact(ctx context.Context, sc agent.Scope, runID, artifact
 }
 
 // ArtifactBlobsInUse implements agent.ArtifactIndex.
-func (s *Embedded) ArtifactBlobsInUse(ctx context.Context, sums []string) (map[string]bool, error) {
+func (s *Store) ArtifactBlobsInUse(ctx context.Context, sums []string) (map[string]bool, error) {
 	used := map[string]bool{}
 	for len(sums) > 0 {
 		n := min(len(sums), storekit.MaxBlobsInUseQuery)

@@ -45,7 +45,7 @@ const (
 )
 
 func startCheckpointer(path string, busy time.Duration, g *groupCommitter, w *sql.DB) (*checkpointer, error) {
-	db, err := sql.Open("sqlite", sqliteDSN(path, busy, true, EmbeddedOptions{}))
+	db, err := sql.Open("sqlite", sqliteDSN(path, busy, true, Options{}))
 	if err != nil {
 		return nil, err
 	}

@@ -16,14 +16,14 @@ import (
 // the benchmark options put SQLite's defaults back.
 func TestWriterPragmas(t *testing.T) {
 	for _, tc := range []struct {
-		o                  EmbeddedOptions
+		o                  Options
 		autockpt, tempStor int
 		checkpointer       bool
 	}{
-		{EmbeddedOptions{}, 0, 2, true},
-		{EmbeddedOptions{CheckpointInCommit: true, DiskSubJournal: true}, 1000, 0, false},
+		{Options{}, 0, 2, true},
+		{Options{CheckpointInCommit: true, DiskSubJournal: true}, 1000, 0, false},
 	} {
-		s, err := OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), tc.o)
+		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), tc.o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestWriterPragmas(t *testing.T) {
 }
 
 // commitSteps commits steps node steps on each of runs new runs at once.
-func commitSteps(t *testing.T, s *Embedded, runs, steps int) {
+func commitSteps(t *testing.T, s *Store, runs, steps int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for range runs {

@@ -1,4 +1,4 @@
-// Package sqlite is the embedded store, the single-host default: Embedded
+// Package sqlite is the embedded store, the single-host default: Store
 // implements agent.Store (and Leases, Tokens, Pruner, ArtifactIndex, the
 // outbox capabilities of package snapshots) on one SQLite file
 // (modernc.org/sqlite, pure Go) under the user's data dir, schema from

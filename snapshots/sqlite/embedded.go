@@ -20,14 +20,14 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-// Embedded is the single-host default store: one SQLite file in WAL mode.
+// Store is the single-host default store: one SQLite file in WAL mode.
 // Writes go through one connection (SQLite has one writer anyway; one
 // connection turns lock contention inside the process into a Go queue) and
 // begin IMMEDIATE, so a transaction holds the write lock from its first
 // statement and its reads cannot go stale. Reads use a small pool of
 // query_only connections that WAL lets run beside the writer. Another process
 // (the CLI's `runs cancel`) writes to the same file under busy_timeout.
-type Embedded struct {
+type Store struct {
 	path    string
 	w       *sql.DB // nil when read-only
 	r       *sql.DB
@@ -39,17 +39,17 @@ type Embedded struct {
 }
 
 var (
-	_ agent.Store               = (*Embedded)(nil)
-	_ snapshots.Notifier        = (*Embedded)(nil)
-	_ snapshots.StepEventer     = (*Embedded)(nil)
-	_ snapshots.Requeuer        = (*Embedded)(nil)
-	_ snapshots.UpToMarker      = (*Embedded)(nil)
-	_ snapshots.OutboxCursor    = (*Embedded)(nil)
-	_ snapshots.MultiUpToMarker = (*Embedded)(nil)
+	_ agent.Store               = (*Store)(nil)
+	_ snapshots.Notifier        = (*Store)(nil)
+	_ snapshots.StepEventer     = (*Store)(nil)
+	_ snapshots.Requeuer        = (*Store)(nil)
+	_ snapshots.UpToMarker      = (*Store)(nil)
+	_ snapshots.OutboxCursor    = (*Store)(nil)
+	_ snapshots.MultiUpToMarker = (*Store)(nil)
 )
 
-// EmbeddedOptions tune OpenEmbedded. The zero value is the default.
-type EmbeddedOptions struct {
+// Options tune Open. The zero value is the default.
+type Options struct {
 	// Clock stamps created_at/updated_at/published_at; default agent.SystemClock.
 	Clock agent.Clock
 	// ReadOnly opens an existing file for the read-only views (`runs inspect`):
@@ -114,7 +114,7 @@ func DefaultEmbeddedPath() (string, error) {
 	return filepath.Join(dir, "agent.db"), nil
 }
 
-func sqliteDSN(path string, busy time.Duration, write bool, o EmbeddedOptions) string {
+func sqliteDSN(path string, busy time.Duration, write bool, o Options) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
@@ -143,10 +143,10 @@ func sqliteDSN(path string, busy time.Duration, write bool, o EmbeddedOptions) s
 	return "file:" + path + "?" + q.Encode()
 }
 
-// OpenEmbedded opens (creating the file and its directory, mode 0700, when
+// Open opens (creating the file and its directory, mode 0700, when
 // needed) the SQLite store at path and applies pending migrations. path ""
 // means DefaultEmbeddedPath().
-func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedded, error) {
+func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	if path == "" {
 		p, err := DefaultEmbeddedPath()
 		if err != nil {
@@ -163,7 +163,7 @@ func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedde
 	if o.Readers <= 0 {
 		o.Readers = 4
 	}
-	s := &Embedded{path: path, clock: o.Clock, commits: make(chan struct{}, 1)}
+	s := &Store{path: path, clock: o.Clock, commits: make(chan struct{}, 1)}
 	s.group = newGroupCommitter(s)
 	if o.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
@@ -218,13 +218,13 @@ func OpenEmbedded(ctx context.Context, path string, o EmbeddedOptions) (*Embedde
 }
 
 // Path is the SQLite file.
-func (s *Embedded) Path() string { return s.path }
+func (s *Store) Path() string { return s.path }
 
 // Commits implements Notifier.
-func (s *Embedded) Commits() <-chan struct{} { return s.commits }
+func (s *Store) Commits() <-chan struct{} { return s.commits }
 
 // Close closes both pools.
-func (s *Embedded) Close() error {
+func (s *Store) Close() error {
 	var errs []error
 	if s.ckpt != nil {
 		errs = append(errs, s.ckpt.close())
@@ -243,7 +243,7 @@ func (s *Embedded) Close() error {
 	return errors.Join(errs...)
 }
 
-func (s *Embedded) writer() (*sql.DB, error) {
+func (s *Store) writer() (*sql.DB, error) {
 	if s.w == nil {
 		return nil, snapshots.ErrReadOnly
 	}
@@ -281,7 +281,7 @@ func sqliteConstraint(err error, target string) bool {
 // CreateRun inserts r. Status defaults to PENDING, CreatedAt to now, UpdatedAt
 // to CreatedAt. Errors: ErrInvalid (run id not a ULID, no tenant),
 // ErrRunExists.
-func (s *Embedded) CreateRun(ctx context.Context, r agent.Run) error {
+func (s *Store) CreateRun(ctx context.Context, r agent.Run) error {
 	if _, err := s.writer(); err != nil {
 		return err
 	}
@@ -334,7 +334,7 @@ func scanRun(sc storekit.RowScanner) (agent.Run, error) {
 
 // GetRun returns the run or an error wrapping agent.ErrNotFound (also for a
 // run of a tenant sc does not see); agent.ErrNoScope for the zero Scope.
-func (s *Embedded) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
+func (s *Store) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
 	if err := sc.Valid(); err != nil {
 		return agent.Run{}, err
 	}
@@ -352,7 +352,7 @@ func (s *Embedded) GetRun(ctx context.Context, sc agent.Scope, runID string) (ag
 // ListRuns returns runs newest first (created_at, then run id, descending).
 // Limit <= 0 means no limit; After continues after a page's last run. A
 // tenant scope lists its tenant's runs only.
-func (s *Embedded) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
+func (s *Store) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
 	if err := sc.Valid(); err != nil {
 		return nil, err
 	}
@@ -393,7 +393,7 @@ func (s *Embedded) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilt
 // Steps committed at the same time by several runs share one IMMEDIATE
 // transaction (group commit, groupcommit.go), each under a SAVEPOINT of its
 // own, so one step's failure rolls back only that step.
-func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
+func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 	if _, err := s.writer(); err != nil {
 		return err
 	}
@@ -408,7 +408,7 @@ func (s *Embedded) CommitStep(ctx context.Context, st agent.Step) error {
 
 // commitStepTx writes one step in tx (see CommitStep); now is the
 // transaction's time.
-func (s *Embedded) commitStepTx(ctx context.Context, tx *sql.Tx, st agent.Step, evs []storekit.PreparedEvent, now string) error {
+func (s *Store) commitStepTx(ctx context.Context, tx *sql.Tx, st agent.Step, evs []storekit.PreparedEvent, now string) error {
 	var tenant, status string
 	var last int64
 	q, err := s.ws.tx(ctx, tx, sqlStepRun)
@@ -510,7 +510,7 @@ func (s *Embedded) commitStepTx(ctx context.Context, tx *sql.Tx, st agent.Step, 
 }
 
 // LastSequence is the run's highest event sequence, 0 when it has none.
-func (s *Embedded) LastSequence(ctx context.Context, runID string) (int64, error) {
+func (s *Store) LastSequence(ctx context.Context, runID string) (int64, error) {
 	var last int64
 	err := s.queryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = ?`, runID).Scan(&last)
 	return last, err
@@ -519,7 +519,7 @@ func (s *Embedded) LastSequence(ctx context.Context, runID string) (int64, error
 // Events returns the run's events with sequence > after, in sequence order,
 // decoded from the stored envelopes (byte-for-byte the committed payloads).
 // None for a run sc does not see.
-func (s *Embedded) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
+func (s *Store) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
 	cond, args, err := storekit.ScopeCond(sc, "run_events.run_id", storekit.SQLitePH, 3)
 	if err != nil {
 		return nil, err
@@ -531,7 +531,7 @@ func (s *Embedded) Events(ctx context.Context, sc agent.Scope, runID string, aft
 // StepEvents returns the events committed together with step N's snapshot,
 // in sequence order (empty when the step has none; ErrNotFound when the run
 // has no such snapshot).
-func (s *Embedded) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
+func (s *Store) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
 	var one int
 	err := s.queryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -567,7 +567,7 @@ const snapshotColumns = `run_id, step_ordinal, node_name, resume_token, state, c
 
 // Snapshot returns step N's snapshot or an error wrapping agent.ErrNotFound
 // (also for a run sc does not see).
-func (s *Embedded) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
+func (s *Store) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
 	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.SQLitePH, 3)
 	if err != nil {
 		return agent.Snapshot{}, err
@@ -577,7 +577,7 @@ func (s *Embedded) Snapshot(ctx context.Context, sc agent.Scope, runID string, s
 }
 
 // LatestSnapshot returns the snapshot with the highest step ordinal.
-func (s *Embedded) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
+func (s *Store) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
 	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.SQLitePH, 2)
 	if err != nil {
 		return agent.Snapshot{}, err
@@ -588,7 +588,7 @@ func (s *Embedded) LatestSnapshot(ctx context.Context, sc agent.Scope, runID str
 
 // SetStatus is the compare-and-set UPDATE runs SET status = to WHERE status
 // IN (from). Errors wrap agent.ErrStatusConflict or agent.ErrNotFound.
-func (s *Embedded) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
+func (s *Store) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
 	if _, err := s.writer(); err != nil {
 		return err
 	}
@@ -626,7 +626,7 @@ func (s *Embedded) SetStatus(ctx context.Context, runID string, from []agent.Run
 // refused. ID is assigned (a ULID, monotonic within the process, so ids sort
 // in request order); RequestedAt defaults to now. Errors wrap ErrInvalid,
 // agent.ErrNotFound or agent.ErrRunTerminal.
-func (s *Embedded) RequestControl(ctx context.Context, c agent.Control) (agent.Control, error) {
+func (s *Store) RequestControl(ctx context.Context, c agent.Control) (agent.Control, error) {
 	if _, err := s.writer(); err != nil {
 		return c, err
 	}
@@ -664,7 +664,7 @@ func (s *Embedded) RequestControl(ctx context.Context, c agent.Control) (agent.C
 }
 
 // PendingControl returns the run's requests not yet taken, in request order.
-func (s *Embedded) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
+func (s *Store) PendingControl(ctx context.Context, runID string) ([]agent.Control, error) {
 	q, err := s.rs.get(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = ? AND taken_at IS NULL ORDER BY id`)
 	if err != nil {
 		return nil, err
@@ -685,7 +685,7 @@ func (s *Embedded) PendingControl(ctx context.Context, runID string) ([]agent.Co
 
 // takeControl marks the step's requests taken (Step.Controls) and checks
 // Step.NoOtherControl, in the step's transaction.
-func (s *Embedded) takeControl(ctx context.Context, tx *sql.Tx, st agent.Step, now string) error {
+func (s *Store) takeControl(ctx context.Context, tx *sql.Tx, st agent.Step, now string) error {
 	if len(st.Controls) > 0 {
 		args := append([]any{now, st.RunID}, storekit.AnySlice(st.Controls)...)
 		res, err := tx.ExecContext(ctx, `UPDATE run_control SET taken_at = ? WHERE run_id = ? AND taken_at IS NULL AND id IN (?`+strings.Repeat(`, ?`, len(st.Controls)-1)+`)`, args...)
@@ -710,7 +710,7 @@ func (s *Embedded) takeControl(ctx context.Context, tx *sql.Tx, st agent.Step, n
 
 // Unpublished returns up to limit (default 100) unpublished outbox rows
 // ordered by run id, then sequence.
-func (s *Embedded) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
+func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -722,7 +722,7 @@ func (s *Embedded) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRo
 }
 
 // UnpublishedAfter implements OutboxCursor.
-func (s *Embedded) UnpublishedAfter(ctx context.Context, after int64, limit int) ([]agent.OutboxRow, int64, error) {
+func (s *Store) UnpublishedAfter(ctx context.Context, after int64, limit int) ([]agent.OutboxRow, int64, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -756,7 +756,7 @@ func (s *Embedded) UnpublishedAfter(ctx context.Context, after int64, limit int)
 // MarkPublished sets published_at on the unpublished row (run, sequence). A
 // row already published is not an error (two relays raced); no row at all
 // wraps agent.ErrNotFound.
-func (s *Embedded) MarkPublished(ctx context.Context, runID string, sequence int64) error {
+func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64) error {
 	w, err := s.writer()
 	if err != nil {
 		return err
@@ -778,7 +778,7 @@ func (s *Embedded) MarkPublished(ctx context.Context, runID string, sequence int
 }
 
 // MarkPublishedUpTo implements UpToMarker.
-func (s *Embedded) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
+func (s *Store) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
 	if _, err := s.writer(); err != nil {
 		return 0, err
 	}
@@ -795,7 +795,7 @@ func (s *Embedded) MarkPublishedUpTo(ctx context.Context, runID string, upTo int
 }
 
 // MarkPublishedUpToMany implements MultiUpToMarker.
-func (s *Embedded) MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64) (int, error) {
+func (s *Store) MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64) (int, error) {
 	if _, err := s.writer(); err != nil {
 		return 0, err
 	}
@@ -826,7 +826,7 @@ func (s *Embedded) MarkPublishedUpToMany(ctx context.Context, upTo map[string]in
 // Requeue implements Requeuer: it clears published_at of the run's published
 // outbox rows with sequence >= fromSequence (skipping any sequence that
 // already has an unpublished row) and wakes the relay.
-func (s *Embedded) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
+func (s *Store) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
 	w, err := s.writer()
 	if err != nil {
 		return 0, err
@@ -850,7 +850,7 @@ func (s *Embedded) Requeue(ctx context.Context, runID string, fromSequence int64
 }
 
 // GetKV returns the value of key or an error wrapping agent.ErrNotFound.
-func (s *Embedded) GetKV(ctx context.Context, key string) ([]byte, error) {
+func (s *Store) GetKV(ctx context.Context, key string) ([]byte, error) {
 	var v []byte
 	q, err := s.rs.get(ctx, `SELECT value FROM agent_kv WHERE key = ?`)
 	if err != nil {
@@ -867,7 +867,7 @@ func (s *Embedded) GetKV(ctx context.Context, key string) ([]byte, error) {
 }
 
 // PutKV inserts or replaces key.
-func (s *Embedded) PutKV(ctx context.Context, key string, value []byte) error {
+func (s *Store) PutKV(ctx context.Context, key string, value []byte) error {
 	w, err := s.writer()
 	if err != nil {
 		return err

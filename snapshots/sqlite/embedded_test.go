@@ -26,7 +26,7 @@ func TestEmbeddedContract(t *testing.T) {
 func TestEmbeddedReopenKeepsDataAndMigratesOnce(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "sub", "agent.db")
-	s, err := sqlite.OpenEmbedded(ctx, path, sqlite.EmbeddedOptions{})
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestEmbeddedReopenKeepsDataAndMigratesOnce(t *testing.T) {
 		t.Errorf("data dir mode = %v, %v; want 0700", fi.Mode().Perm(), err)
 	}
 
-	s2, err := sqlite.OpenEmbedded(ctx, path, sqlite.EmbeddedOptions{})
+	s2, err := sqlite.Open(ctx, path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestEmbeddedReopenKeepsDataAndMigratesOnce(t *testing.T) {
 		t.Errorf("after reopen: %d events, %v", len(evs), err)
 	}
 	// The read-only view sees the data and refuses writes.
-	ro, err := sqlite.OpenEmbedded(ctx, path, sqlite.EmbeddedOptions{ReadOnly: true})
+	ro, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestEmbeddedReopenKeepsDataAndMigratesOnce(t *testing.T) {
 	if err := ro.PutKV(ctx, "k", []byte("v")); !errors.Is(err, snapshots.ErrReadOnly) {
 		t.Errorf("read-only PutKV = %v, want ErrReadOnly", err)
 	}
-	if _, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "missing.db"), sqlite.EmbeddedOptions{ReadOnly: true}); err == nil {
+	if _, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "missing.db"), sqlite.Options{ReadOnly: true}); err == nil {
 		t.Error("read-only open of a missing file succeeded")
 	}
 }
@@ -103,7 +103,7 @@ func openSQLite(path string) (*sql.DB, error) { return sql.Open("sqlite", path) 
 func TestEmbeddedFilesOwnerOnly(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agent.db")
-	s, err := sqlite.OpenEmbedded(context.Background(), path, sqlite.EmbeddedOptions{})
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestEmbeddedFilesOwnerOnly(t *testing.T) {
 	check()
 	s.Close()
 	os.Chmod(path, 0o644)
-	s, err = sqlite.OpenEmbedded(context.Background(), path, sqlite.EmbeddedOptions{})
+	s, err = sqlite.Open(context.Background(), path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ type writeReq struct {
 // the other; the others wait for their outcome. A write waits at most for the
 // group in progress and its own.
 type groupCommitter struct {
-	s      *Embedded
+	s      *Store
 	leader chan struct{} // capacity 1: held by the committing leader
 	mu     sync.Mutex
 	queue  []*writeReq
@@ -39,7 +39,7 @@ type groupCommitter struct {
 	groups, steps atomic.Int64
 }
 
-func newGroupCommitter(s *Embedded) *groupCommitter {
+func newGroupCommitter(s *Store) *groupCommitter {
 	return &groupCommitter{s: s, leader: make(chan struct{}, 1), maxGroup: 64}
 }
 
@@ -127,7 +127,7 @@ func (g *groupCommitter) lead() {
 // commitGroup runs batch in one transaction, each write under its own
 // SAVEPOINT. errs[i] is write i's own failure (rolled back alone); err, when
 // not nil, is the transaction's, and then nothing of the batch is written.
-func (s *Embedded) commitGroup(ctx context.Context, batch []*writeReq) (errs []error, err error) {
+func (s *Store) commitGroup(ctx context.Context, batch []*writeReq) (errs []error, err error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -169,7 +169,7 @@ const (
 )
 
 // execTx runs the prepared statement q in tx.
-func (s *Embedded) execTx(ctx context.Context, tx *sql.Tx, q string) error {
+func (s *Store) execTx(ctx context.Context, tx *sql.Tx, q string) error {
 	st, err := s.ws.tx(ctx, tx, q)
 	if err != nil {
 		return err

@@ -13,9 +13,9 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
-func openGroupStore(t *testing.T) *Embedded {
+func openGroupStore(t *testing.T) *Store {
 	t.Helper()
-	s, err := OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), EmbeddedOptions{})
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var _ agent.Leases = (*Embedded)(nil)
+var _ agent.Leases = (*Store)(nil)
 
 func scanLease(sc storekit.RowScanner) (agent.Lease, error) {
 	var (
@@ -68,7 +68,7 @@ const (
 // AcquireLease implements agent.Leases (see there) in one IMMEDIATE
 // transaction, so two acquisitions of one device cannot both succeed; the
 // partial unique index (one active lease per device) is the last guard.
-func (s *Embedded) AcquireLease(ctx context.Context, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
+func (s *Store) AcquireLease(ctx context.Context, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
 	if err := storekit.CheckLeaseRequest(device, holder, runID, ttl); err != nil {
 		return agent.Lease{}, err
 	}
@@ -85,7 +85,7 @@ func (s *Embedded) AcquireLease(ctx context.Context, device, holder, runID strin
 }
 
 // acquireLeaseTx is AcquireLease in tx (which holds the write lock).
-func (s *Embedded) acquireLeaseTx(ctx context.Context, tx *sql.Tx, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
+func (s *Store) acquireLeaseTx(ctx context.Context, tx *sql.Tx, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
 	// Read the clock once the write lock is held.
 	now, expires := leaseTimes(s.clock, ttl)
 	q, err := s.ws.tx(ctx, tx, sqlLeaseCurrent)
@@ -167,7 +167,7 @@ func (s *Embedded) acquireLeaseTx(ctx context.Context, tx *sql.Tx, device, holde
 
 // RenewLease implements agent.Leases: one UPDATE … RETURNING, so the lease
 // returned is the one renewed.
-func (s *Embedded) RenewLease(ctx context.Context, serial string, token int64, ttl time.Duration) (agent.Lease, error) {
+func (s *Store) RenewLease(ctx context.Context, serial string, token int64, ttl time.Duration) (agent.Lease, error) {
 	if ttl <= 0 {
 		return agent.Lease{}, fmt.Errorf("renew lease %s/%d ttl %v: %w", serial, token, ttl, snapshots.ErrInvalid)
 	}
@@ -191,7 +191,7 @@ func (s *Embedded) RenewLease(ctx context.Context, serial string, token int64, t
 }
 
 // ReleaseLease implements agent.Leases.
-func (s *Embedded) ReleaseLease(ctx context.Context, serial string, token int64, reason agent.LeaseReleaseReason) error {
+func (s *Store) ReleaseLease(ctx context.Context, serial string, token int64, reason agent.LeaseReleaseReason) error {
 	if reason == "" {
 		return fmt.Errorf("release lease %s/%d without a reason: %w", serial, token, snapshots.ErrInvalid)
 	}
@@ -222,7 +222,7 @@ func (s *Embedded) ReleaseLease(ctx context.Context, serial string, token int64,
 
 // ReleaseHolderLeases implements agent.Leases in one IMMEDIATE transaction
 // and returns the leases it ended, released, in acquisition order.
-func (s *Embedded) ReleaseHolderLeases(ctx context.Context, match func(string) bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
+func (s *Store) ReleaseHolderLeases(ctx context.Context, match func(string) bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
 	if reason == "" {
 		return nil, fmt.Errorf("release holder leases without a reason: %w", snapshots.ErrInvalid)
 	}
@@ -259,7 +259,7 @@ func (s *Embedded) ReleaseHolderLeases(ctx context.Context, match func(string) b
 }
 
 // ActiveLeases implements agent.Leases.
-func (s *Embedded) ActiveLeases(ctx context.Context, sc agent.Scope) ([]agent.Lease, error) {
+func (s *Store) ActiveLeases(ctx context.Context, sc agent.Scope) ([]agent.Lease, error) {
 	cond, args, err := storekit.ScopeCond(sc, "device_leases.run_id", storekit.SQLitePH, 1)
 	if err != nil {
 		return nil, err
@@ -268,7 +268,7 @@ func (s *Embedded) ActiveLeases(ctx context.Context, sc agent.Scope) ([]agent.Le
 }
 
 // LeaseHistory implements agent.Leases.
-func (s *Embedded) LeaseHistory(ctx context.Context, sc agent.Scope, device string) ([]agent.Lease, error) {
+func (s *Store) LeaseHistory(ctx context.Context, sc agent.Scope, device string) ([]agent.Lease, error) {
 	cond, args, err := storekit.ScopeCond(sc, "device_leases.run_id", storekit.SQLitePH, 2)
 	if err != nil {
 		return nil, err
@@ -280,7 +280,7 @@ func (s *Embedded) LeaseHistory(ctx context.Context, sc agent.Scope, device stri
 }
 
 // LeasePage implements agent.Leases.
-func (s *Embedded) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQuery) ([]agent.Lease, error) {
+func (s *Store) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQuery) ([]agent.Lease, error) {
 	query, args, err := storekit.LeasePageQuery(sc, q, storekit.SQLitePH)
 	if err != nil {
 		return nil, err
@@ -288,6 +288,6 @@ func (s *Embedded) LeasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQ
 	return s.queryLeases(ctx, query, args...)
 }
 
-func (s *Embedded) queryLeases(ctx context.Context, q string, args ...any) ([]agent.Lease, error) {
+func (s *Store) queryLeases(ctx context.Context, q string, args ...any) ([]agent.Lease, error) {
 	return collect(scanLease)(s.r.QueryContext(ctx, q, args...))
 }

@@ -23,9 +23,9 @@ func TestEmbeddedFencing(t *testing.T) {
 }
 
 // newEmbeddedClock opens a fresh embedded store whose times come from clock.
-func newEmbeddedClock(t *testing.T, clock agent.Clock) *sqlite.Embedded {
+func newEmbeddedClock(t *testing.T, clock agent.Clock) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{Clock: clock})
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,13 +10,13 @@ import (
 )
 
 var (
-	_ snapshots.OutboxParker  = (*Embedded)(nil)
-	_ snapshots.OutboxCounter = (*Embedded)(nil)
-	_ agent.ParkedLister      = (*Embedded)(nil)
+	_ snapshots.OutboxParker  = (*Store)(nil)
+	_ snapshots.OutboxCounter = (*Store)(nil)
+	_ agent.ParkedLister      = (*Store)(nil)
 )
 
 // ParkOutbox implements OutboxParker.
-func (s *Embedded) ParkOutbox(ctx context.Context, runID string, sequence int64, reason string) error {
+func (s *Store) ParkOutbox(ctx context.Context, runID string, sequence int64, reason string) error {
 	w, err := s.writer()
 	if err != nil {
 		return err
@@ -31,7 +31,7 @@ func (s *Embedded) ParkOutbox(ctx context.Context, runID string, sequence int64,
 }
 
 // ParkedEvents implements agent.ParkedLister.
-func (s *Embedded) ParkedEvents(ctx context.Context, limit int) ([]agent.ParkedEvent, error) {
+func (s *Store) ParkedEvents(ctx context.Context, limit int) ([]agent.ParkedEvent, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -57,18 +57,18 @@ func (s *Embedded) ParkedEvents(ctx context.Context, limit int) ([]agent.ParkedE
 }
 
 // OutboxCounts implements OutboxCounter.
-func (s *Embedded) OutboxCounts(ctx context.Context) (unpublished, parked int64, err error) {
+func (s *Store) OutboxCounts(ctx context.Context) (unpublished, parked int64, err error) {
 	err = s.queryRow(ctx, `SELECT (SELECT count(*) FROM run_outbox INDEXED BY run_outbox_unpublished_key WHERE published_at IS NULL),
 		(SELECT count(*) FROM run_outbox WHERE parked_at IS NOT NULL)`).Scan(&unpublished, &parked)
 	return unpublished, parked, err
 }
 
 var (
-	_ agent.RunCounter = (*Embedded)(nil)
+	_ agent.RunCounter = (*Store)(nil)
 )
 
 // CountRunsByStatus implements agent.RunCounter.
-func (s *Embedded) CountRunsByStatus(ctx context.Context) (map[agent.RunStatus]int, error) {
+func (s *Store) CountRunsByStatus(ctx context.Context) (map[agent.RunStatus]int, error) {
 	rows, err := s.query(ctx, `SELECT status, count(*) FROM runs GROUP BY status`)
 	if err != nil {
 		return nil, err

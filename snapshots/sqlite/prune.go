@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	_ agent.Pruner = (*Embedded)(nil)
+	_ agent.Pruner = (*Store)(nil)
 )
 
 // The runs PruneRuns may delete and the ones it must keep (held), in the
@@ -26,7 +26,7 @@ const (
 // PruneRuns implements agent.Pruner in one IMMEDIATE transaction (SQLite
 // has one writer: a concurrent pruner, in this process or another, waits
 // for it and then finds the deleted runs gone).
-func (s *Embedded) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (agent.PruneResult, error) {
+func (s *Store) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (agent.PruneResult, error) {
 	w, err := s.writer()
 	if err != nil {
 		return agent.PruneResult{}, err

@@ -17,7 +17,7 @@ func TestEmbeddedPrune(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "agent.db")
 		out := make([]storetest.PruneStore, n)
 		for i := range out {
-			s, err := sqlite.OpenEmbedded(context.Background(), path, sqlite.EmbeddedOptions{Clock: clock})
+			s, err := sqlite.Open(context.Background(), path, sqlite.Options{Clock: clock})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -88,7 +88,7 @@ type errRow struct{ err error }
 func (r errRow) Scan(...any) error { return r.err }
 
 // queryRow runs q on the read pool through its prepared statement.
-func (s *Embedded) queryRow(ctx context.Context, q string, args ...any) storekit.RowScanner {
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) storekit.RowScanner {
 	st, err := s.rs.get(ctx, q)
 	if err != nil {
 		return errRow{err}
@@ -97,7 +97,7 @@ func (s *Embedded) queryRow(ctx context.Context, q string, args ...any) storekit
 }
 
 // query runs q on the read pool through its prepared statement.
-func (s *Embedded) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	st, err := s.rs.get(ctx, q)
 	if err != nil {
 		return nil, err

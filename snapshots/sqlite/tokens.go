@@ -10,7 +10,7 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var _ agent.Tokens = (*Embedded)(nil)
+var _ agent.Tokens = (*Store)(nil)
 
 func scanToken(sc storekit.RowScanner) (agent.APIToken, error) {
 	var (
@@ -38,7 +38,7 @@ func scanToken(sc storekit.RowScanner) (agent.APIToken, error) {
 }
 
 // CreateToken implements agent.Tokens.
-func (s *Embedded) CreateToken(ctx context.Context, t agent.APIToken) error {
+func (s *Store) CreateToken(ctx context.Context, t agent.APIToken) error {
 	w, err := s.writer()
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func (s *Embedded) CreateToken(ctx context.Context, t agent.APIToken) error {
 }
 
 // LookupToken implements agent.Tokens.
-func (s *Embedded) LookupToken(ctx context.Context, hash string) (agent.APIToken, error) {
+func (s *Store) LookupToken(ctx context.Context, hash string) (agent.APIToken, error) {
 	t, err := scanToken(s.queryRow(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens WHERE token_hash = ?`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("api token: %w", agent.ErrNotFound)
@@ -68,12 +68,12 @@ func (s *Embedded) LookupToken(ctx context.Context, hash string) (agent.APIToken
 }
 
 // ListTokens implements agent.Tokens.
-func (s *Embedded) ListTokens(ctx context.Context) ([]agent.APIToken, error) {
+func (s *Store) ListTokens(ctx context.Context) ([]agent.APIToken, error) {
 	return collect(scanToken)(s.query(ctx, `SELECT `+storekit.TokenCols+` FROM api_tokens ORDER BY created_at, token_id`))
 }
 
 // RevokeToken implements agent.Tokens.
-func (s *Embedded) RevokeToken(ctx context.Context, id string) (agent.APIToken, error) {
+func (s *Store) RevokeToken(ctx context.Context, id string) (agent.APIToken, error) {
 	w, err := s.writer()
 	if err != nil {
 		return agent.APIToken{}, err
@@ -90,7 +90,7 @@ func (s *Embedded) RevokeToken(ctx context.Context, id string) (agent.APIToken, 
 }
 
 // HasTokens implements agent.Tokens.
-func (s *Embedded) HasTokens(ctx context.Context) (bool, error) {
+func (s *Store) HasTokens(ctx context.Context) (bool, error) {
 	var n int
 	err := s.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_tokens)`).Scan(&n)
 	return n != 0, err

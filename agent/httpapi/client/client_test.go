@@ -58,7 +58,7 @@ func prepare(_ context.Context, runID string, body []byte) (agent.Run, error) {
 
 type env struct {
 	t     *testing.T
-	store *sqlite.Embedded
+	store *sqlite.Store
 	blobs *blobs.Dir
 	node  *gateNode
 	url   string
@@ -70,7 +70,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.OpenEmbedded(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,9 +60,9 @@ func PostgresURL(t testing.TB) string {
 
 // Postgres opens the Postgres store on a fresh database, closed at the
 // test's end.
-func Postgres(t testing.TB) *postgres.Postgres {
+func Postgres(t testing.TB) *postgres.Store {
 	t.Helper()
-	s, err := postgres.OpenPostgres(context.Background(), PostgresURL(t), postgres.PostgresOptions{})
+	s, err := postgres.Open(context.Background(), PostgresURL(t), postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +72,9 @@ func Postgres(t testing.TB) *postgres.Postgres {
 
 // Embedded opens a fresh embedded store (agent.db in a temp dir), closed at
 // the test's end.
-func Embedded(t testing.TB) *sqlite.Embedded {
+func Embedded(t testing.TB) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.OpenEmbedded(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.EmbeddedOptions{})
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +84,12 @@ func Embedded(t testing.TB) *sqlite.Embedded {
 
 // StartNATS starts an embedded NATS server with o (its Dir a temp dir
 // unless set), shut down at the test's end, and returns it and its URL.
-func StartNATS(t testing.TB, o natsbus.EmbeddedNATSOptions) (*server.Server, string) {
+func StartNATS(t testing.TB, o natsbus.EmbeddedOptions) (*server.Server, string) {
 	t.Helper()
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
 	}
-	ns, url, err := natsbus.StartEmbeddedNATSWith(o)
+	ns, url, err := natsbus.StartEmbeddedWith(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func StartNATS(t testing.TB, o natsbus.EmbeddedNATSOptions) (*server.Server, str
 // the connection and a JetStreamPublisher on it, closed at the test's end.
 func ConnectPublisher(t testing.TB, url string) (*nats.Conn, *natsbus.JetStreamPublisher) {
 	t.Helper()
-	nc, err := natsbus.ConnectNATS(url, nats.ReconnectWait(20*time.Millisecond))
+	nc, err := natsbus.Connect(url, nats.ReconnectWait(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
