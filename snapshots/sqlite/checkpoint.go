@@ -45,14 +45,10 @@ const (
 )
 
 func startCheckpointer(path string, busy time.Duration, g *groupCommitter, w *sql.DB) (*checkpointer, error) {
-	db, err := sql.Open("sqlite", sqliteDSN(path, busy, true, Options{}))
+	db, err := openOneConn(sqliteDSN(path, busy, true, Options{}))
 	if err != nil {
 		return nil, err
 	}
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
-	db.SetConnMaxIdleTime(0)
-	db.SetConnMaxLifetime(0)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &checkpointer{db: db, g: g, w: w, interval: checkpointInterval, restartFrames: checkpointRestartFrames,
 		kick: make(chan struct{}, 1), stop: cancel, done: make(chan struct{})}

@@ -176,14 +176,10 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		if err := ownerOnly(path); err != nil {
 			return nil, err
 		}
-		w, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, true, o))
+		w, err := openOneConn(sqliteDSN(path, o.BusyTimeout, true, o))
 		if err != nil {
 			return nil, err
 		}
-		w.SetMaxOpenConns(1)
-		w.SetMaxIdleConns(1)
-		w.SetConnMaxIdleTime(0)
-		w.SetConnMaxLifetime(0)
 		if _, err := migrations.Up(ctx, w, migrations.SQLite); err != nil {
 			w.Close()
 			return nil, err
@@ -215,6 +211,20 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("snapshots: open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// openOneConn opens dsn as a pool of one connection, kept open for good
+// (the writer's, the checkpointer's).
+func openOneConn(dsn string) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxIdleTime(0)
+	db.SetConnMaxLifetime(0)
+	return db, nil
 }
 
 // Path is the SQLite file.
