@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/device/adbdevice"
@@ -272,4 +275,25 @@ func (h *host) Close(ctx context.Context) {
 	if h.store != nil {
 		h.store.Close()
 	}
+}
+
+// oneShot drives runs of h outside a daemon (run, runs resume) as holder:
+// with text, it tells on stderr when it waits for the device and, once the
+// lease is held, says started. *begun turns true then: a failure before it
+// is the command's own (in the agent error format), not the run's.
+func (h *host) oneShot(holder string, text bool, started string) (o service.OneShot, begun *bool) {
+	begun = new(bool)
+	return service.OneShot{Leases: h.store, Runner: agent.GraphRunner{Engine: h.engine, Graph: h.graph},
+		HostID: h.hostID, Holder: holder, LeaseTTL: 30 * time.Second,
+		Waiting: func(err error) {
+			if text {
+				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
+			}
+		},
+		Started: func() {
+			*begun = true
+			if text {
+				fmt.Fprintln(os.Stderr, started)
+			}
+		}}, begun
 }

@@ -81,21 +81,10 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 			return c.fail(agent.Wrap(agent.ErrProcess, err, "recording the resume of run %s", run.RunID))
 		}
 	}
-	begun := false
-	status, took, err := service.OneShot{Leases: h.store, Runner: agent.GraphRunner{Engine: h.engine, Graph: h.graph},
-		HostID: h.hostID, Holder: fmt.Sprintf("resume:%d", os.Getpid()), LeaseTTL: 30 * time.Second,
-		Waiting: func(err error) {
-			if c.Output == "text" {
-				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
-			}
-		},
-		Started: func() {
-			begun = true
-			if c.Output == "text" {
-				fmt.Fprintf(os.Stderr, "resuming run %s (%s) on %s\n", run.RunID, run.Status, run.Serial)
-			}
-		}}.Run(ctx, run)
-	if err != nil && !begun {
+	o, begun := h.oneShot(fmt.Sprintf("resume:%d", os.Getpid()), c.Output == "text",
+		fmt.Sprintf("resuming run %s (%s) on %s", run.RunID, run.Status, run.Serial))
+	status, took, err := o.Run(ctx, run)
+	if err != nil && !*begun {
 		return c.fail(err)
 	}
 	if err != nil {

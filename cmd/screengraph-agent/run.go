@@ -156,21 +156,10 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	// The device lease: a daemon (or another run) driving the device makes
 	// this run wait, never share it.
-	begun := false
-	status, took, err := service.OneShot{Leases: h.store, Runner: agent.GraphRunner{Engine: h.engine, Graph: h.graph},
-		HostID: h.hostID, Holder: fmt.Sprintf("run:%d", os.Getpid()), LeaseTTL: 30 * time.Second,
-		Waiting: func(err error) {
-			if c.Output == "text" {
-				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
-			}
-		},
-		Started: func() {
-			begun = true
-			if c.Output == "text" {
-				fmt.Fprintf(os.Stderr, "run %s on %s (policy v%d)\n", run.RunID, run.Serial, run.PolicyVersion)
-			}
-		}}.Run(ctx, run)
-	if err != nil && !begun {
+	o, begun := h.oneShot(fmt.Sprintf("run:%d", os.Getpid()), c.Output == "text",
+		fmt.Sprintf("run %s on %s (policy v%d)", run.RunID, run.Serial, run.PolicyVersion))
+	status, took, err := o.Run(ctx, run)
+	if err != nil && !*begun {
 		return c.fail(nil, err)
 	}
 	if err != nil {
