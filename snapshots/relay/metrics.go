@@ -11,7 +11,8 @@ import (
 
 // Metrics are the relay's counters since it started (Prometheus counters
 // read from Stats at scrape time): screengraph_relay_published_total,
-// _failures_total, _parked_total, _pass_by_pass_total.
+// _failures_total, _parked_total, _pass_by_pass_total, _already_stored_total,
+// _requeued_total.
 func Metrics(r *Relay) []prometheus.Collector {
 	counter := func(name, help string, v func(RelayStats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
@@ -26,6 +27,10 @@ func Metrics(r *Relay) []prometheus.Collector {
 			func(s RelayStats) int64 { return s.Parked }),
 		counter("screengraph_relay_pass_by_pass_total", "Times the streaming relay found other publishers on the stream and published pass by pass for 30 s.",
 			func(s RelayStats) int64 { return s.PassByPass }),
+		counter("screengraph_relay_already_stored_total", "Outbox rows a check after a failure found in the stream though their acks were lost; marked without publishing them again.",
+			func(s RelayStats) int64 { return s.AlreadyStored }),
+		counter("screengraph_relay_requeued_total", "Outbox rows marked published that a check after a failure found missing from the stream (the NATS cluster lost acknowledged events); published again in order.",
+			func(s RelayStats) int64 { return s.Requeued }),
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
@@ -54,6 +56,9 @@ func TestRelayTailCheckMarksRowsTheStreamHolds(t *testing.T) {
 			if st := rl.Stats(); st.AlreadyStored != 4 || st.Published != 9 {
 				t.Errorf("stats %+v, want 4 already stored and 9 marked", st)
 			}
+			if v := relayCounter(t, rl, "screengraph_relay_already_stored_total"); v != 4 {
+				t.Errorf("/metrics shows %v rows already stored, want 4", v)
+			}
 			checkExactlyOnceInOrder(t, s, runs, streamEvents(t, pub.JetStream(), 9))
 		})
 	}
@@ -92,6 +97,9 @@ func TestRelayTailCheckRepublishesLostRows(t *testing.T) {
 			if st := rl.Stats(); st.Requeued != 3 {
 				t.Errorf("stats %+v, want 3 rows enqueued again", st)
 			}
+			if v := relayCounter(t, rl, "screengraph_relay_requeued_total"); v != 3 {
+				t.Errorf("/metrics shows %v rows requeued, want 3", v)
+			}
 			checkExactlyOnceInOrder(t, s, runs, streamEvents(t, pub.JetStream(), 9))
 		})
 	}
@@ -123,4 +131,22 @@ type countingTail struct {
 func (c *countingTail) LastSequence(ctx context.Context, subject string) (int64, bool, error) {
 	c.reads.Add(1)
 	return c.JetStreamPublisher.LastSequence(ctx, subject)
+}
+
+// relayCounter is the value /metrics shows of the relay's counter name.
+func relayCounter(t *testing.T, rl *relay.Relay, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(relay.Metrics(rl)...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
