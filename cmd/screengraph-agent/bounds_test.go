@@ -90,6 +90,7 @@ func TestServeBoundsAndParkedPoison(t *testing.T) {
 	if st := d.call(t, "GET", "/readyz", nil, nil); st != 200 {
 		t.Errorf("/readyz %d with the poison parked", st)
 	}
+	waitOutboxMarked(t, d.URL())
 	resp, err := http.Get(d.URL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -233,6 +234,7 @@ func TestServeRunsOnFourDevices(t *testing.T) {
 	if d.call(t, "GET", "/v1/devices", nil, &devs); len(devs.Devices) != 4 || devs.Devices[0].Readiness != "ready" {
 		t.Fatalf("devices: %+v", devs)
 	}
+	waitOutboxMarked(t, d.URL())
 	metrics := promtoolCheck(t, d.URL()+"/metrics")
 	for _, want := range []string{`screengraph_runs{status="FINISHED"} 8`, `screengraph_leases_held 0`, `screengraph_devices{state="ready"} 4`,
 		`screengraph_node_duration_seconds_count{node="WaitIdle",outcome="SUCCESS"} 8`, `screengraph_outbox_lag_events 0`} {
@@ -291,6 +293,30 @@ func followSSE(url string) []string {
 		if err != nil {
 			return kinds
 		}
+	}
+}
+
+// waitOutboxMarked polls the daemon's /metrics (10 s at most) until the
+// outbox lag is 0. The relay marks acked rows published in the background,
+// coalesced over up to 100 ms (relay.markCoalesce), so an event that is on
+// NATS is counted published shortly after, not at once.
+func waitOutboxMarked(t testing.TB, url string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && strings.Contains(string(m), "screengraph_outbox_lag_events 0\n") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the outbox lag is not 0 after 10 s:\n%s", m)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
