@@ -46,7 +46,7 @@ var leaseEpoch = time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.FixedZone("UTC+2
 
 // RunLeases runs the lease contract against stores made by newLeases: a
 // fresh, empty, migrated store per call, whose times all come from clock
-// (EmbeddedOptions.Clock, PostgresOptions.Clock); newLeases registers its
+// (sqlite.Options.Clock, postgres.Options.Clock); newLeases registers its
 // own cleanup.
 func RunLeases(t *testing.T, newLeases func(t *testing.T, clock agent.Clock) agent.Leases) {
 	tests := []struct {
