@@ -22,6 +22,26 @@ func tailStores() map[string]func(t *testing.T) agent.Store {
 	}
 }
 
+// storedAhead commits one run of 9 events to s and publishes its first n
+// straight to a fresh embedded NATS, the outbox left unmarked; it returns
+// the store, the publisher, the run and its outbox rows.
+func storedAhead(t *testing.T, s agent.Store, n int) (agent.Store, *natsbus.JetStreamPublisher, []agent.Run, []agent.OutboxRow) {
+	t.Helper()
+	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
+	_, pub := testenv.ConnectPublisher(t, url)
+	runs := commitRuns(t, s, 1, 9)
+	rows, err := s.Unpublished(t.Context(), 100)
+	if err != nil || len(rows) != 9 {
+		t.Fatalf("outbox: %d rows, %v", len(rows), err)
+	}
+	for _, row := range rows[:n] {
+		if err := pub.Publish(t.Context(), row.Subject, row.EventID, row.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, pub, runs, rows
+}
+
 // A run's events the stream already holds though the outbox never marked
 // them (their acks were lost in a leader change) are marked without being
 // published again: a resuming relay does not lean on the stream's
@@ -30,19 +50,7 @@ func tailStores() map[string]func(t *testing.T) agent.Store {
 func TestRelayTailCheckMarksRowsTheStreamHolds(t *testing.T) {
 	for name, open := range tailStores() {
 		t.Run(name, func(t *testing.T) {
-			s := open(t)
-			_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
-			_, pub := testenv.ConnectPublisher(t, url)
-			runs := commitRuns(t, s, 1, 9)
-			rows, err := s.Unpublished(t.Context(), 100)
-			if err != nil || len(rows) != 9 {
-				t.Fatalf("outbox: %d rows, %v", len(rows), err)
-			}
-			for _, row := range rows[:4] { // stored, acks lost
-				if err := pub.Publish(t.Context(), row.Subject, row.EventID, row.Body); err != nil {
-					t.Fatal(err)
-				}
-			}
+			s, pub, runs, rows := storedAhead(t, open(t), 4) // stored, acks lost
 			counts := newCounting()
 			rl := &relay.Relay{Store: s, Publisher: counts.via(pub, new(atomic.Int64), nil), VerifyTails: true}
 			if _, err := rl.Drain(t.Context()); err != nil {
@@ -70,19 +78,7 @@ func TestRelayTailCheckMarksRowsTheStreamHolds(t *testing.T) {
 func TestRelayTailCheckRepublishesLostRows(t *testing.T) {
 	for name, open := range tailStores() {
 		t.Run(name, func(t *testing.T) {
-			s := open(t)
-			_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
-			_, pub := testenv.ConnectPublisher(t, url)
-			runs := commitRuns(t, s, 1, 9)
-			rows, err := s.Unpublished(t.Context(), 100)
-			if err != nil || len(rows) != 9 {
-				t.Fatalf("outbox: %d rows, %v", len(rows), err)
-			}
-			for _, row := range rows[:2] {
-				if err := pub.Publish(t.Context(), row.Subject, row.EventID, row.Body); err != nil {
-					t.Fatal(err)
-				}
-			}
+			s, pub, runs, _ := storedAhead(t, open(t), 2)
 			// 1-5 acknowledged and marked; the stream kept only 1 and 2.
 			um := s.(interface {
 				MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error)
