@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -57,21 +58,42 @@ func (s *ADBServer) Run(t testing.TB, args ...string) (string, string, int) {
 }
 
 // Restart kills the adb server and starts it again on the same port: the new
-// server knows no device until each registers again.
+// server knows no device until each registers again. The old server is
+// known by its listening socket (/proc/net/tcp{,6}) and its process: Restart
+// waits until that socket is gone, SIGKILLing the process after 5 s, and
+// then starts a server. Waiting for the port to close is not enough: an adb
+// client of the tests (appium-adb runs the adb CLI) may have started a new
+// server on it meanwhile (TestFleetChaos waited 30 s for that in CI), and
+// that one is as good as any.
 func (s *ADBServer) Restart(t testing.TB) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s.Command(ctx, "kill-server").Run()
-	// Wait until the old server is gone: a start-server it still answered
-	// would start nothing.
-	for ctx.Err() == nil {
-		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
-		if err != nil {
+	old := listenInodes(s.Port)
+	pids := socketOwners(old)
+	kctx, kcancel := context.WithTimeout(ctx, 10*time.Second)
+	s.Command(kctx, "kill-server").Run()
+	kcancel()
+	for start, killed := time.Now(), false; ; {
+		gone := true
+		for ino := range listenInodes(s.Port) {
+			if old[ino] {
+				gone = false
+			}
+		}
+		if gone {
 			break
 		}
-		c.Close()
-		time.Sleep(100 * time.Millisecond)
+		if !killed && time.Since(start) > 5*time.Second {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			killed = true
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the old adb server (pids %v) still listens on %d", pids, s.Port)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	var out []byte
 	var err error
@@ -82,6 +104,50 @@ func (s *ADBServer) Restart(t testing.TB) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Fatalf("adb start-server: %v %s", err, out)
+}
+
+// listenInodes returns the inodes of the TCP sockets listening on port
+// (any address, IPv4 and IPv6), from /proc/net/tcp and /proc/net/tcp6
+// (proc(5): local_address is hex "ADDR:PORT", state 0A is LISTEN, the
+// inode is the 10th field).
+func listenInodes(port int) map[string]bool {
+	out := map[string]bool{}
+	suffix := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) > 9 && strings.HasSuffix(fs[1], suffix) && fs[3] == "0A" {
+				out[fs[9]] = true
+			}
+		}
+	}
+	return out
+}
+
+// socketOwners returns the pids holding any of the socket inodes (their
+// /proc/<pid>/fd links read "socket:[inode]").
+func socketOwners(inodes map[string]bool) []int {
+	var pids []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		fds, _ := os.ReadDir("/proc/" + p.Name() + "/fd")
+		for _, fd := range fds {
+			link, err := os.Readlink("/proc/" + p.Name() + "/fd/" + fd.Name())
+			if err == nil && strings.HasPrefix(link, "socket:[") && inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
 }
 
 // FreePort returns a TCP port free on 127.0.0.1 at the time of the call.
