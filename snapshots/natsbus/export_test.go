@@ -19,3 +19,6 @@ func WindowMsgs(rows []agent.OutboxRow) []*nats.Msg {
 
 // ProvenStored exposes provenStored to the tests.
 var ProvenStored = provenStored
+
+// Grouped exposes grouped to the tests.
+var Grouped = grouped

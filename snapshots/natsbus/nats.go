@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +96,10 @@ type JetStreamPublisher struct {
 	duplicates atomic.Int64
 	ordered    orderedState // PublishOrdered's window state (nats_ordered.go)
 	chain      chainState   // SendChain's chain (nats_chain.go)
+	tail       struct {     // LastSequence's stream handle (ordered.go)
+		sync.Mutex
+		st jetstream.Stream
+	}
 }
 
 var _ agent.Publisher = (*JetStreamPublisher)(nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -145,6 +146,9 @@ func (p *JetStreamPublisher) publishWindow(ctx context.Context, rows []agent.Out
 // given), and back, which maps a result indexed like the reordered rows to
 // the caller's order.
 func groupByRun(rows []agent.OutboxRow) ([]agent.OutboxRow, func([]bool) []bool) {
+	if grouped(rows) { // the relay's windows are: nothing to copy
+		return rows, func(ok []bool) []bool { return ok }
+	}
 	byRun := make(map[string][]int, 8)
 	var order []string
 	for i, row := range rows {
@@ -168,6 +172,21 @@ func groupByRun(rows []agent.OutboxRow) ([]agent.OutboxRow, func([]bool) []bool)
 		}
 		return out
 	}
+}
+
+// grouped: each run's rows are contiguous in rows.
+func grouped(rows []agent.OutboxRow) bool {
+	var done []string // runs whose rows ended; a window holds a few runs
+	for i := 1; i < len(rows); i++ {
+		if rows[i].RunID == rows[i-1].RunID {
+			continue
+		}
+		done = append(done, rows[i-1].RunID)
+		if slices.Contains(done, rows[i].RunID) {
+			return false
+		}
+	}
+	return true
 }
 
 // OrderedInFlight bounds the acks a window has outstanding
@@ -304,13 +323,28 @@ func (p *JetStreamPublisher) publishRunsOneByOne(ctx context.Context, rows []age
 	return ok, errors.Join(errs...)
 }
 
+// stream is AGENT_EVENTS's handle, looked up (one STREAM.INFO request) once
+// and kept: a tail check then costs one direct read per run.
+func (p *JetStreamPublisher) stream(ctx context.Context) (jetstream.Stream, error) {
+	p.tail.Lock()
+	defer p.tail.Unlock()
+	if p.tail.st == nil {
+		st, err := p.js.Stream(ctx, snapshots.StreamName)
+		if err != nil {
+			return nil, fmt.Errorf("snapshots: stream %s: %w", snapshots.StreamName, err)
+		}
+		p.tail.st = st
+	}
+	return p.tail.st, nil
+}
+
 // LastSequence implements snapshots.StreamTail: the last message stored on
 // subject in AGENT_EVENTS (a direct read of the stream, not a consumer), and
 // its envelope's sequence.
 func (p *JetStreamPublisher) LastSequence(ctx context.Context, subject string) (int64, bool, error) {
-	st, err := p.js.Stream(ctx, snapshots.StreamName)
+	st, err := p.stream(ctx)
 	if err != nil {
-		return 0, false, fmt.Errorf("snapshots: stream %s: %w", snapshots.StreamName, err)
+		return 0, false, err
 	}
 	m, err := st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

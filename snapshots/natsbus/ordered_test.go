@@ -274,3 +274,26 @@ func TestDuplicateAckWithoutSequenceIsNotStored(t *testing.T) {
 		}
 	}
 }
+
+// A window already grouped by run is sent as it is; any other order is
+// regrouped.
+func TestGroupedWindows(t *testing.T) {
+	w := func(runs ...string) []agent.OutboxRow {
+		var rows []agent.OutboxRow
+		for _, r := range runs {
+			rows = append(rows, agent.OutboxRow{RunID: r})
+		}
+		return rows
+	}
+	for _, c := range []struct {
+		rows []agent.OutboxRow
+		want bool
+	}{
+		{w(), true}, {w("A"), true}, {w("A", "A", "B", "C", "C"), true},
+		{w("A", "B", "A"), false}, {w("A", "B", "C", "A"), false},
+	} {
+		if got := natsbus.Grouped(c.rows); got != c.want {
+			t.Errorf("%v: grouped %v, want %v", c.rows, got, c.want)
+		}
+	}
+}
