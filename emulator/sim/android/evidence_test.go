@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"image"
 	"image/png"
 	"regexp"
 	"strings"
@@ -222,6 +223,57 @@ func TestScreencapPNGAndRaw(t *testing.T) {
 	d27, _ := newFaultDevice(t, old)
 	if raw, _, _ := amSh(t, d27, "screencap"); len(raw) != 12+10*20*4 {
 		t.Errorf("API 27 raw length %d", len(raw))
+	}
+}
+
+// The PNG of a screen is encoded once: the same screen again gives the same
+// bytes, and a changed screen a new encoding of what it now shows.
+func TestScreencapPNGFollowsTheScreen(t *testing.T) {
+	p := amProfile(34)
+	p.DisplayWidth, p.DisplayHeight, p.Density = 360, 640, 160
+	d, _ := newFaultDevice(t, p)
+	decoded := func(b []byte) image.Image {
+		t.Helper()
+		img, err := png.Decode(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		return img
+	}
+	samePixels := func(a image.Image, b *image.Paletted) bool {
+		for y := b.Rect.Min.Y; y < b.Rect.Max.Y; y++ {
+			for x := b.Rect.Min.X; x < b.Rect.Max.X; x++ {
+				r1, g1, b1, a1 := a.At(x, y).RGBA()
+				r2, g2, b2, a2 := b.At(x, y).RGBA()
+				if r1 != r2 || g1 != g2 || b1 != b2 || a1 != a2 {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	first, err := d.ScreenshotPNG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := d.ScreenshotPNG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first, again) || !samePixels(decoded(again), d.Screenshot()) {
+		t.Fatal("the same screen gave a different PNG")
+	}
+	amSh(t, d, "input keyevent KEYCODE_SLEEP") // the display off: a black screen
+	off, err := d.ScreenshotPNG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(off, first) {
+		t.Fatal("the PNG did not follow the screen turning off")
+	}
+	if img := d.Screenshot(); !samePixels(decoded(off), img) {
+		t.Fatal("the PNG after the change is not the screen")
 	}
 }
 
