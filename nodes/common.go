@@ -152,6 +152,11 @@ type Ports struct {
 	// ADBServerPort is the port of the adb server the daemon shares with
 	// Appium (appium:adbPort); 0 means 5037 unless the input names one.
 	ADBServerPort int
+	// IdleScreens receives the screen a successful WaitIdle proved idle
+	// (its page source, and a screenshot taken between its last two
+	// samples) for the run's success evidence (WaitIdleInput.Evidence).
+	// nil keeps nothing and takes no screenshot.
+	IdleScreens device.IdleScreens
 }
 
 // Now returns the ports' current time in UTC.

@@ -251,6 +251,13 @@ func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResul
 			b := pol.Idle.CountQuietFromLastFrame
 			h.CountQuietFromLastFrame = &b
 		}
+		if p.IdleScreens != nil {
+			// WaitIdle ends the graph: on success the engine captures the
+			// policy's onSuccess kinds, which may ride on its last sample.
+			kinds, _ := policy.EvidenceKinds(pol, false)
+			i.Evidence = IdleEvidence{StepOrdinal: in.StepOrdinal, Attempt: in.Attempt,
+				Screenshot: slices.Contains(kinds, agent.ArtifactScreenshot), Hierarchy: slices.Contains(kinds, agent.ArtifactUIHierarchy)}
+		}
 		out, err = WaitIdle(ctx, i, p)
 	}
 	mu.Lock()

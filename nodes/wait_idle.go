@@ -13,6 +13,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
 )
 
 // Defaults of WaitIdle (the schema's "default" values say the same).
@@ -60,6 +61,19 @@ type WaitIdleInput struct {
 	DeviceRuntimeContext           *DeviceRuntimeContext           `json:"deviceRuntimeContext,omitempty"`
 	ApplicationUnderTestDescriptor *ApplicationUnderTestDescriptor `json:"applicationUnderTestDescriptor,omitempty"`
 	IdleHeuristicsConfiguration    IdleHeuristicsConfiguration     `json:"idleHeuristicsConfiguration"`
+	// Evidence says what of the idle screen the run's success evidence
+	// keeps; the setup graph sets it from the policy's onSuccess. Not
+	// part of the JSON input.
+	Evidence IdleEvidence `json:"-"`
+}
+
+// IdleEvidence is what a successful WaitIdle hands to Ports.IdleScreens:
+// the proving sample's page source (Hierarchy) and a screenshot proven to
+// show the idle screen (Screenshot), for the evidence of the attempt
+// StepOrdinal/Attempt of the run.
+type IdleEvidence struct {
+	StepOrdinal, Attempt  int
+	Screenshot, Hierarchy bool
 }
 
 // UIStabilityAssessment is WaitIdle's verdict.
@@ -199,6 +213,9 @@ type idleSample struct {
 	window      string
 	pids        *[]int
 	epochMillis int64
+	// source is the page source the hierarchy hash was taken of ("" when
+	// not read).
+	source string
 }
 
 // CrashLookback is how far back WaitIdle looks for a crash report when the
@@ -267,7 +284,15 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 	var quietSince, lastFrameAt, prevAt time.Time
 	confirmed := false
 	net := NetworkUnknown
+	ev := in.Evidence
+	keep := p.IdleScreens != nil && in.RunID != "" && (ev.Screenshot || ev.Hierarchy)
+	// pending: the screenshot taken in the wait before this sample (see
+	// speculate); it counts only if this sample proves idle unchanged.
+	var pending *idleShot
+	shots := 0
 	for n := 0; ; n++ {
+		shot := pending
+		pending = nil
 		s, err := takeSample(sctx, p, sessionID, pkg, uid, uidPending)
 		if err != nil && sessionID != "" && sessionGone(err) {
 			// The session cannot serve the hierarchy any more (its on-device
@@ -303,7 +328,8 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 		if s.net != "" {
 			net = s.net
 		}
-		if s.changedByError || prev == nil || *s.sig != *prev {
+		unchanged := !s.changedByError && prev != nil && *s.sig == *prev
+		if !unchanged {
 			prev, quietSince, confirmed, lastFrameAt = s.sig, now, false, time.Time{}
 			if fromLastFrame && !s.changedByError && s.sinceFrame >= 0 {
 				lastFrameAt = now.Add(-s.sinceFrame)
@@ -328,6 +354,9 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 			}
 			p.Logf("idle after %v (%d samples), quiet for %v (%s), network %s",
 				now.Sub(start).Round(time.Millisecond), n+1, quiet.Round(time.Millisecond), how, net)
+			if keep {
+				keepIdleScreen(p, in.RunID, ev, sessionID, s, unchanged, shot, now)
+			}
 			return a, nil
 		}
 		left := deadline.Sub(now)
@@ -342,9 +371,102 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 			potential = now.Sub(lastFrameAt)
 		}
 		wait := min(interval, max(minQuiet-potential, ConfirmGap), left)
+		spec := keep && ev.Screenshot && shots < MaxIdleShots && wait < left &&
+			potential+wait >= minQuiet && presentedBefore(s, confirmed, now.Sub(quietSince))
+		if spec {
+			shots++
+			pending = speculate(ctx, sctx, p, wait)
+			if pending == nil {
+				return nil, ctxErr(ctx, "waiting for idle")
+			}
+			continue
+		}
 		if err := p.Wait(ctx, wait); err != nil {
 			return nil, ctxErr(ctx, "waiting for idle")
 		}
+	}
+}
+
+// MaxIdleShots bounds the screenshots one WaitIdle takes for its success
+// evidence: a screen that keeps changing just before the window completes
+// costs the device at most this many screencaps.
+const MaxIdleShots = 3
+
+// FramePresentMargin is how old the app's newest frame must be before a
+// screenshot may stand for the idle screen: a completed frame reaches the
+// display at a later vsync (SurfaceFlinger latches and composes it), up to
+// about three at 60 Hz with triple buffering.
+const FramePresentMargin = 50 * time.Millisecond
+
+// idleShot is a screenshot taken in the wait before a sample.
+type idleShot struct {
+	png []byte
+	err error
+}
+
+// presentedBefore: the screen s saw is on the display, so a screenshot
+// started after s shows it. framestats date the app's newest frame
+// (sinceFrame at s's dump); without them the signature must have held for
+// FramePresentMargin already (quietFor, confirmed by a second sample).
+func presentedBefore(s idleSample, confirmed bool, quietFor time.Duration) bool {
+	if s.changedByError {
+		return false
+	}
+	if s.sinceFrame >= 0 {
+		return s.sinceFrame >= FramePresentMargin
+	}
+	return confirmed && quietFor >= FramePresentMargin
+}
+
+// speculate takes a screenshot (device.Screencap, `screencap -p`) during the
+// wait before the sample that can complete the quiet window, and returns
+// once both the wait and the screenshot are over; nil when ctx ended.
+//
+// Why that screenshot shows the idle screen when the next sample proves
+// idle unchanged: the screencap starts after the previous sample's reads
+// returned and ends before the next sample's reads begin (this function
+// returns first), so it lies between the two samples' dumps. Both dumps
+// saw the same signature: the same "Total frames rendered" and newest
+// FrameCompleted (no frame of the app completed between the dumps; both
+// counters are the device's own), the same page source hash and the same
+// focused window. An app changes what it shows only by drawing a frame, and
+// its newest frame was at least FramePresentMargin old when the screencap
+// began (presentedBefore), so it was on the display already; other windows
+// taking the focus would change the focus signal. So the display the
+// screencap read is the one the proving sample calls idle. A sample that is
+// not unchanged (or a dismissed dialog, a lost session) discards the shot.
+// Overlapping the screencap with the proving sample would not be proven: a
+// frame drawn after that sample's gfxinfo dump but before the screencap
+// read the display is in no dump. The cost on the critical path is the
+// screencap's time beyond the wait.
+func speculate(ctx, sctx context.Context, p Ports, wait time.Duration) *idleShot {
+	done := make(chan idleShot, 1)
+	go func() {
+		b, err := device.Screencap(sctx, p.Device, agent.MaxArtifactBytes)
+		done <- idleShot{png: b, err: err}
+	}()
+	if err := p.Wait(ctx, wait); err != nil {
+		return nil // the goroutine ends with sctx (canceled by waitIdle's return)
+	}
+	shot := <-done
+	return &shot
+}
+
+// keepIdleScreen hands the proving sample's page source and, when that
+// sample was unchanged from the one before (so the screenshot taken between
+// them shows the idle screen; see speculate), the screenshot to
+// p.IdleScreens for the run's success evidence.
+func keepIdleScreen(p Ports, runID string, ev IdleEvidence, sessionID string, s idleSample, unchanged bool, shot *idleShot, now time.Time) {
+	scr := device.IdleScreen{RunID: runID, StepOrdinal: ev.StepOrdinal, Attempt: ev.Attempt,
+		Serial: p.Device.Serial(), SessionID: sessionID, At: now}
+	if ev.Hierarchy && sessionID != "" {
+		scr.PageSource = s.source
+	}
+	if ev.Screenshot && unchanged && shot != nil && shot.err == nil {
+		scr.Screenshot = shot.png
+	}
+	if scr.PageSource != "" || scr.Screenshot != nil {
+		p.IdleScreens.Keep(scr)
 	}
 }
 
@@ -413,6 +535,7 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 		} else {
 			sum := sha256.Sum256([]byte(src))
 			s.sig.hierarchy = fmt.Sprintf("%x", sum)
+			s.source = src
 		}
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/nodes"
 )
 
 // BenchmarkEvidenceVsAppiumAlone (issue 14): on one warm session of the
@@ -102,17 +103,27 @@ func BenchmarkEvidenceVsAppiumAlone(b *testing.B) {
 
 // BenchmarkWarmChainEvidenceCost: the warm chain (see BenchmarkWarmChain)
 // with the default evidence of a successful run (screenshot + hierarchy
-// after WaitIdle) and without any (Engine.Evidence nil), interleaved, and
-// the cost of the evidence per run.
+// after WaitIdle, riding on its last sample) and without any
+// (Engine.Evidence nil and a graph whose WaitIdle keeps nothing, so takes no
+// screenshot), interleaved, and the cost of the evidence per run.
 func BenchmarkWarmChainEvidenceCost(b *testing.B) {
 	_, h, c, _ := warmChainHost(b)
 	ctx := context.Background()
-	capturer := h.engine.Evidence
+	capturer, graph := h.engine.Evidence, h.graph
+	bare := h.setup
+	bare.Ports.IdleScreens = nil
+	plain, err := nodes.NewSetupGraph(bare)
+	if err != nil {
+		b.Fatal(err)
+	}
 	var with, without time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, ev := range []agent.Evidence{capturer, nil} {
-			h.engine.Evidence = ev
+			h.engine.Evidence, h.graph = ev, graph
+			if ev == nil {
+				h.graph = plain
+			}
 			_, status, took, err := submit(ctx, h, c)
 			if err != nil || status != agent.RunFinished {
 				b.Fatalf("run: %s %v", status, err)
@@ -124,7 +135,7 @@ func BenchmarkWarmChainEvidenceCost(b *testing.B) {
 			}
 		}
 	}
-	h.engine.Evidence = capturer
+	h.engine.Evidence, h.graph = capturer, graph
 	b.ReportMetric(float64(with.Milliseconds())/float64(b.N), "with-evidence-ms")
 	b.ReportMetric(float64(without.Milliseconds())/float64(b.N), "without-evidence-ms")
 	b.ReportMetric(float64(with-without)/float64(time.Millisecond)/float64(b.N), "evidence-cost-ms")

@@ -109,6 +109,8 @@ type host struct {
 	driver *appium.Client
 	engine *agent.Engine
 	graph  *agent.Graph
+	// setup is what graph was built from.
+	setup nodes.SetupDeps
 	// blobs keeps the evidence artifacts' bytes (the rows are the store's).
 	blobs agent.BlobStore
 	// artifacts is the fetcher ProvisionApp uses (serve checks
@@ -229,8 +231,11 @@ func (h *host) open(ctx context.Context) (err error) {
 	}
 	h.artifacts = fetcher
 	port := adbPort(cfg.ADBServer)
-	h.graph, err = nodes.NewSetupGraph(nodes.SetupDeps{
+	// WaitIdle's idle screen goes to the success evidence (evidence.IdleScreens).
+	idle := &evidence.IdleScreens{}
+	h.setup = nodes.SetupDeps{
 		Ports: nodes.Ports{
+			IdleScreens:   idle,
 			Driver:        h.driver,
 			Resolve:       adbdevice.NewResolver(h.adb, adbdevice.ReconnectGrace),
 			Emulators:     emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil),
@@ -244,7 +249,8 @@ func (h *host) open(ctx context.Context) (err error) {
 		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: &nodes.StoreVerifications{KV: h.store},
 			TempDir: filepath.Join(cfg.DataDir, "tmp")},
 		Progress: cfg.Progress,
-	})
+	}
+	h.graph, err = nodes.NewSetupGraph(h.setup)
 	if err != nil {
 		return agent.Wrap(agent.ErrInternal, err, "setup graph")
 	}
@@ -257,6 +263,7 @@ func (h *host) open(ctx context.Context) (err error) {
 		Driver:    h.driver,
 		Kinds:     policy.EvidenceKinds,
 		Logf:      func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
+		Idle:      idle,
 	}}
 	return nil
 }

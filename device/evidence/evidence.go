@@ -32,9 +32,6 @@ const (
 	TypeText = "text/plain; charset=utf-8"
 )
 
-// pngSignature starts every PNG (ISO/IEC 15948 §5.2).
-var pngSignature = []byte{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'}
-
 // Capturer implements agent.Evidence.
 type Capturer struct {
 	Blobs agent.BlobStore
@@ -48,6 +45,10 @@ type Capturer struct {
 	Kinds func(pol agent.RetryPolicy, failed bool) ([]string, time.Duration)
 	// Logf reports a capture's failures to the daemon's log too; may be nil.
 	Logf func(format string, args ...any)
+	// Idle holds what WaitIdle proved idle (nodes.Ports.IdleScreens wired
+	// to it): the success evidence of that run's attempt uses its page
+	// source and screenshot instead of asking again. nil captures always.
+	Idle *IdleScreens
 }
 
 var _ agent.Evidence = (*Capturer)(nil)
@@ -71,6 +72,14 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	tg := targetOf(req)
+	var idle device.IdleScreen
+	if c.Idle != nil {
+		// Taken (and so dropped) whatever the request: kept once, used once.
+		var ok bool
+		if idle, ok = c.Idle.take(req.Run.RunID, req.StepOrdinal, req.Attempt); !ok || req.Failed || idle.Serial != tg.serial {
+			idle = device.IdleScreen{}
+		}
+	}
 	var arts []agent.Artifact
 	var lines []agent.TokenDelta
 	note := func(format string, args ...any) {
@@ -109,7 +118,7 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 		go func() {
 			defer wg.Done()
 			r := &results[i]
-			r.data, r.ctype, r.err = c.capture(ctx, dev, tg, kind)
+			r.data, r.ctype, r.err = c.capture(ctx, dev, tg, kind, idle)
 			if r.err != nil && ctx.Err() != nil {
 				r.noted = fmt.Sprintf("%s not captured: the %s evidence budget ran out", kind, budget)
 				return
@@ -140,12 +149,21 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 	return arts, lines
 }
 
-func (c *Capturer) capture(ctx context.Context, dev device.Device, tg target, kind string) ([]byte, string, error) {
+// capture takes one kind from the device, or from what WaitIdle proved
+// idle (idle, zero when none): its screenshot, and its page source when it
+// is the run's session's.
+func (c *Capturer) capture(ctx context.Context, dev device.Device, tg target, kind string, idle device.IdleScreen) ([]byte, string, error) {
 	switch kind {
 	case agent.ArtifactScreenshot:
+		if idle.Screenshot != nil {
+			return idle.Screenshot, TypePNG, nil
+		}
 		b, err := screenshot(ctx, dev)
 		return b, TypePNG, err
 	case agent.ArtifactUIHierarchy:
+		if idle.PageSource != "" && idle.SessionID == tg.session && strings.Contains(idle.PageSource, "<") {
+			return []byte(idle.PageSource), TypeXML, nil
+		}
 		b, err := c.hierarchy(ctx, dev, tg)
 		return b, TypeXML, err
 	case agent.ArtifactLogcat:
@@ -160,23 +178,7 @@ func (c *Capturer) capture(ctx context.Context, dev device.Device, tg target, ki
 
 // screenshot is `adb exec-out screencap -p`, checked to be a PNG.
 func screenshot(ctx context.Context, dev device.Device) ([]byte, error) {
-	var b []byte
-	if eo, ok := dev.(device.ExecOuter); ok {
-		var err error
-		if b, err = eo.ExecOut(ctx, "screencap -p", agent.MaxArtifactBytes); err != nil {
-			return nil, err
-		}
-	} else {
-		r, err := dev.Shell(ctx, "screencap -p")
-		if err != nil {
-			return nil, err
-		}
-		b = []byte(r.Stdout)
-	}
-	if !bytes.HasPrefix(b, pngSignature) {
-		return nil, fmt.Errorf("screencap -p returned %d bytes that are not a PNG (%q…)", len(b), firstBytes(b))
-	}
-	return b, nil
+	return device.Screencap(ctx, dev, agent.MaxArtifactBytes)
 }
 
 // hierarchy is the session's page source, else `uiautomator dump`.
