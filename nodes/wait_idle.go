@@ -287,19 +287,21 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 	ev := in.Evidence
 	keep := p.IdleScreens != nil && in.RunID != "" && (ev.Screenshot || ev.Hierarchy)
 	// pending: the screenshot taken in the wait before this sample (see
-	// speculate); it counts only if this sample proves idle unchanged.
-	var pending *idleShot
+	// speculate); held: one that shows the current signature (the sample
+	// after it and every one since were unchanged), nil after any change.
+	var pending, held *idleShot
 	shots := 0
 	for n := 0; ; n++ {
 		shot := pending
 		pending = nil
+		sampledAt := p.Now()
 		s, err := takeSample(sctx, p, sessionID, pkg, uid, uidPending)
 		if err != nil && sessionID != "" && sessionGone(err) {
 			// The session cannot serve the hierarchy any more (its on-device
 			// server died); frames and focus still tell whether the UI settles,
 			// and the next EnsureDevice replaces the session.
 			p.Logf("UI hierarchy unavailable (%v): waiting on frames and focus only", err)
-			sessionID, prev = "", nil
+			sessionID, prev, held = "", nil, nil
 			signals = slices.DeleteFunc(signals, func(s string) bool { return s == "hierarchy" })
 			continue
 		}
@@ -320,7 +322,7 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 				return nil, failApp(f, false)
 			}
 			if dismissed {
-				prev = nil // the screen changed: the quiet window starts again
+				prev, held = nil, nil // the screen changed: the quiet window starts again
 				continue
 			}
 		}
@@ -330,6 +332,7 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 		}
 		unchanged := !s.changedByError && prev != nil && *s.sig == *prev
 		if !unchanged {
+			held = nil
 			prev, quietSince, confirmed, lastFrameAt = s.sig, now, false, time.Time{}
 			if fromLastFrame && !s.changedByError && s.sinceFrame >= 0 {
 				lastFrameAt = now.Add(-s.sinceFrame)
@@ -339,6 +342,9 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 			}
 		} else {
 			confirmed = true
+			if shot != nil && shot.err == nil {
+				held = shot
+			}
 		}
 		prevAt = now
 		from := quietSince
@@ -355,7 +361,7 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 			p.Logf("idle after %v (%d samples), quiet for %v (%s), network %s",
 				now.Sub(start).Round(time.Millisecond), n+1, quiet.Round(time.Millisecond), how, net)
 			if keep {
-				keepIdleScreen(p, in.RunID, ev, sessionID, s, unchanged, shot, now)
+				keepIdleScreen(p, in.RunID, ev, sessionID, s, held, now)
 			}
 			return a, nil
 		}
@@ -371,8 +377,10 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 			potential = now.Sub(lastFrameAt)
 		}
 		wait := min(interval, max(minQuiet-potential, ConfirmGap), left)
-		spec := keep && ev.Screenshot && shots < MaxIdleShots && wait < left &&
-			potential+wait >= minQuiet && presentedBefore(s, confirmed, now.Sub(quietSince))
+		// The next sample completes the window if it takes as long as this
+		// one did (a shorter one only means one more sample, the shot held).
+		spec := keep && ev.Screenshot && held == nil && shots < MaxIdleShots && wait < left &&
+			potential+wait+now.Sub(sampledAt) >= minQuiet && presentedBefore(s, confirmed, now.Sub(quietSince))
 		if spec {
 			shots++
 			pending = speculate(ctx, sctx, p, wait)
@@ -422,11 +430,12 @@ func presentedBefore(s idleSample, confirmed bool, quietFor time.Duration) bool 
 // wait before the sample that can complete the quiet window, and returns
 // once both the wait and the screenshot are over; nil when ctx ended.
 //
-// Why that screenshot shows the idle screen when the next sample proves
-// idle unchanged: the screencap starts after the previous sample's reads
-// returned and ends before the next sample's reads begin (this function
-// returns first), so it lies between the two samples' dumps. Both dumps
-// saw the same signature: the same "Total frames rendered" and newest
+// Why that screenshot shows the idle screen when the next sample, and every
+// one up to the one proving idle, saw the signature unchanged: the
+// screencap starts after the previous sample's reads returned and ends
+// before the next sample's reads begin (this function returns first), so it
+// lies between the two samples' dumps. All dumps from the previous one to
+// the proving one saw the same signature: the same "Total frames rendered" and newest
 // FrameCompleted (no frame of the app completed between the dumps; both
 // counters are the device's own), the same page source hash and the same
 // focused window. An app changes what it shows only by drawing a frame, and
@@ -452,18 +461,17 @@ func speculate(ctx, sctx context.Context, p Ports, wait time.Duration) *idleShot
 	return &shot
 }
 
-// keepIdleScreen hands the proving sample's page source and, when that
-// sample was unchanged from the one before (so the screenshot taken between
-// them shows the idle screen; see speculate), the screenshot to
+// keepIdleScreen hands the proving sample's page source and the screenshot
+// held (one that shows the idle screen, see speculate; nil: none) to
 // p.IdleScreens for the run's success evidence.
-func keepIdleScreen(p Ports, runID string, ev IdleEvidence, sessionID string, s idleSample, unchanged bool, shot *idleShot, now time.Time) {
+func keepIdleScreen(p Ports, runID string, ev IdleEvidence, sessionID string, s idleSample, held *idleShot, now time.Time) {
 	scr := device.IdleScreen{RunID: runID, StepOrdinal: ev.StepOrdinal, Attempt: ev.Attempt,
 		Serial: p.Device.Serial(), SessionID: sessionID, At: now}
 	if ev.Hierarchy && sessionID != "" {
 		scr.PageSource = s.source
 	}
-	if ev.Screenshot && unchanged && shot != nil && shot.err == nil {
-		scr.Screenshot = shot.png
+	if ev.Screenshot && held != nil {
+		scr.Screenshot = held.png
 	}
 	if scr.PageSource != "" || scr.Screenshot != nil {
 		p.IdleScreens.Keep(scr)

@@ -199,6 +199,52 @@ func TestWaitIdleDiscardsAShotOfAChangingScreen(t *testing.T) {
 	})
 }
 
+// A screenshot stays proven while the signature holds: taken before a
+// sample that did not complete the window yet, it is kept when a later
+// unchanged sample does (no second screencap); a change in between drops it.
+func TestWaitIdleHoldsTheShotWhileUnchanged(t *testing.T) {
+	for _, changeAt := range []int{-1, 3} {
+		synctest.Test(t, func(t *testing.T) {
+			tl := &timeline{}
+			settled := time.Now().Add(-2 * time.Second)
+			dev, shots := shotDevice(timelineDevice(t, func(time.Time) time.Time { return settled }), tl, 5*time.Millisecond)
+			// Sample 1 takes 60 ms: with the 200 ms interval the next sample
+			// looks like the window's last (260+200+60 >= 500) but comes at
+			// 461 ms; the window completes at the one after.
+			drv := &fakeDriver{source: func(_ string, n int) (string, error) {
+				if n == 1 {
+					time.Sleep(60 * time.Millisecond)
+				} else {
+					time.Sleep(time.Millisecond)
+				}
+				v := 0
+				if changeAt >= 0 && n >= changeAt {
+					v = 1
+				}
+				return fmt.Sprintf(`<hierarchy><node text="%d"/></hierarchy>`, v), nil
+			}}
+			k := &keptScreens{}
+			in := idleIn(500, 5000)
+			off := false
+			in.IdleHeuristicsConfiguration.CountQuietFromLastFrame = &off
+			in.Evidence = IdleEvidence{Screenshot: true}
+			if _, err := WaitIdle(context.Background(), in, Ports{Device: dev, Driver: drv, IdleScreens: k}); err != nil {
+				t.Fatal(err)
+			}
+			want := shotPNG(1)
+			if changeAt >= 0 {
+				want = shotPNG(2) // the first showed the screen before the change
+			}
+			if len(k.got) != 1 || !bytes.Equal(k.got[0].Screenshot, want) {
+				t.Fatalf("change at sample %d: %d screencaps, kept %+v; want %q (%s)", changeAt, shots(), k.got, want, tl)
+			}
+			if changeAt < 0 && shots() != 1 {
+				t.Errorf("%d screencaps: a held shot is not taken again", shots())
+			}
+		})
+	}
+}
+
 // The setup graph asks WaitIdle for what the policy's onSuccess keeps: no
 // screencap when the screenshot is not among it, nothing at all for an
 // empty list.
