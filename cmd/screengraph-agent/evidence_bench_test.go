@@ -25,6 +25,9 @@ import (
 //     GET /session/{id}/source on the same session, as a client would.
 //
 // It reports both means and ours / Appium alone ("x-of-appium", target <= 1).
+// Ours is a capture of its own (the warm-up run's evidence took what its
+// WaitIdle kept), as after a failure or without WaitIdle's screen; the
+// success path's cost is BenchmarkWarmChainEvidenceCost's.
 func BenchmarkEvidenceVsAppiumAlone(b *testing.B) {
 	_, h, _, id := warmChainHost(b)
 	ctx := context.Background()

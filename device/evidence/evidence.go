@@ -5,7 +5,9 @@
 // the crash buffer) and the app's ANR traces (dropbox data_app_anr). It
 // implements agent.Evidence: blobs go to an agent.BlobStore first, the
 // engine commits the rows with the step. A kind that cannot be captured is
-// a log line, never a failure of the run.
+// a log line, never a failure of the run. After a successful WaitIdle the
+// screenshot and hierarchy are what WaitIdle kept (IdleScreens), when it
+// kept them.
 package evidence
 
 import (
