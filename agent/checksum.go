@@ -163,14 +163,15 @@ func NewEvent(run Run, sequence int64, kind string, payload any, clock Clock, id
 	case nil:
 		raw = []byte("{}")
 	case json.RawMessage:
-		raw = p
+		raw = RedactJSON(p)
 	default:
 		var err error
 		if raw, err = json.Marshal(payload); err != nil {
 			return Event{}, fmt.Errorf("event %s payload: %w", kind, err)
 		}
+		raw, _ = redactValidJSON(raw) // json.Marshal's output is valid JSON
 	}
-	canon, err := CanonicalJSON(RedactJSON(raw))
+	canon, err := CanonicalJSON(raw)
 	if err != nil {
 		return Event{}, fmt.Errorf("event %s payload: %w", kind, err)
 	}

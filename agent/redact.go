@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 )
 
 // Redacted replaces secrets.
@@ -36,23 +35,43 @@ var (
 // secretKeys caches isSecretKey by key (payload keys repeat in every event;
 // the regexp was 3% of the daemon's CPU at 32 devices). At most
 // secretKeysMax keys are kept, so arbitrary keys cannot grow it without bound.
+// A plain map under a RWMutex, not a sync.Map: it is read with a key still in
+// bytes (isSecretKeyBytes) without copying it into a string.
 var (
-	secretKeys     sync.Map // string -> bool
-	secretKeysSize atomic.Int64
+	secretKeysMu sync.RWMutex
+	secretKeys   = map[string]bool{}
 )
 
 const secretKeysMax = 4096
 
 func isSecretKey(k string) bool {
-	if v, ok := secretKeys.Load(k); ok {
-		return v.(bool)
+	secretKeysMu.RLock()
+	v, ok := secretKeys[k]
+	secretKeysMu.RUnlock()
+	if ok {
+		return v
 	}
+	return learnSecretKey(k)
+}
+
+// isSecretKeyBytes is isSecretKey(string(k)), without the copy when cached.
+func isSecretKeyBytes(k []byte) bool {
+	secretKeysMu.RLock()
+	v, ok := secretKeys[string(k)]
+	secretKeysMu.RUnlock()
+	if ok {
+		return v
+	}
+	return learnSecretKey(string(k))
+}
+
+func learnSecretKey(k string) bool {
 	secret := secretKey.MatchString(k) && !notSecretKey[k]
-	if secretKeysSize.Load() < secretKeysMax {
-		if _, loaded := secretKeys.LoadOrStore(k, secret); !loaded {
-			secretKeysSize.Add(1)
-		}
+	secretKeysMu.Lock()
+	if len(secretKeys) < secretKeysMax {
+		secretKeys[k] = secret
 	}
+	secretKeysMu.Unlock()
 	return secret
 }
 
@@ -66,7 +85,7 @@ func RedactString(s string) string {
 	if strings.Contains(s, TokenPrefix) {
 		s = apiToken.ReplaceAllString(s, Redacted)
 	}
-	if !strings.ContainsAny(s, "@?&;") && !strings.Contains(strings.ToLower(s), "bearer") && !strings.Contains(strings.ToLower(s), "basic") {
+	if !mayHideURLOrHeader(s) {
 		return s
 	}
 	s = urlUserinfo.ReplaceAllString(s, "${1}"+Redacted+"@")
@@ -82,6 +101,22 @@ func RedactString(s string) string {
 	})
 	s = bearer.ReplaceAllString(s, "${1} "+Redacted)
 	return s
+}
+
+// mayHideURLOrHeader: s may hold URL userinfo, a query or path parameter,
+// or a Bearer/Basic value; RedactString leaves s alone (beyond API tokens)
+// when it does not.
+func mayHideURLOrHeader(s string) bool {
+	if strings.ContainsAny(s, "@?&;") {
+		return true
+	}
+	l := strings.ToLower(s)
+	return strings.Contains(l, "bearer") || strings.Contains(l, "basic")
+}
+
+// mayHoldSecret is false only when RedactString(s) == s for certain.
+func mayHoldSecret(s string) bool {
+	return strings.Contains(s, TokenPrefix) || mayHideURLOrHeader(s)
 }
 
 // Redact returns v with its secrets hidden. v is any JSON-shaped value:
@@ -120,6 +155,17 @@ func redactJSON(b []byte) ([]byte, bool) {
 			return b, false
 		}
 		return []byte(s), true
+	}
+	return redactValidJSON(b)
+}
+
+// redactValidJSON is redactJSON for bytes known to be one valid JSON value
+// (json.Marshal's output), skipping the validity check.
+func redactValidJSON(b []byte) ([]byte, bool) {
+	if !mayNeedRedaction(b) {
+		// Most payloads hold no secret: decoding them into maps to find
+		// that out was 7% of the daemon's CPU at 32 devices.
+		return b, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -216,4 +262,105 @@ func redact(v any) (any, bool) {
 		return v, false
 	}
 	return json.RawMessage(r), true
+}
+
+// mayNeedRedaction reads one valid JSON document (json.Valid) without
+// decoding it and is false only when redact of its decoding would hide
+// nothing: no object key is secret-looking (isSecretKey, on the key as
+// decoded, escapes included) and no string value may hold a secret
+// (mayHoldSecret). Keys are never rewritten, so a key that looks like a URL
+// does not count. Numbers, true, false and null hold none.
+func mayNeedRedaction(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' {
+			continue
+		}
+		// A string from b[i] to its closing quote (b is valid JSON: every
+		// quote outside a string opens one, a backslash escapes one byte
+		// after it, and \uXXXX holds no quote).
+		j, escaped := i+1, false
+		for ; j < len(b) && b[j] != '"'; j++ {
+			if b[j] == '\\' {
+				escaped = true
+				j++
+			}
+		}
+		if j >= len(b) {
+			return true // not valid JSON after all: let the decoder say
+		}
+		raw := b[i : j+1]
+		i = j
+		k := j + 1
+		for k < len(b) && (b[k] == ' ' || b[k] == '\t' || b[k] == '\n' || b[k] == '\r') {
+			k++
+		}
+		isKey := k < len(b) && b[k] == ':'
+		if !escaped {
+			body := raw[1 : len(raw)-1]
+			if isKey {
+				if isSecretKeyBytes(body) {
+					return true
+				}
+				continue
+			}
+			if asciiOnly(body) {
+				if asciiMayHoldSecret(body) {
+					return true
+				}
+				continue
+			}
+		}
+		var str string
+		if err := json.Unmarshal(raw, &str); err != nil {
+			return true
+		}
+		if isKey {
+			if isSecretKey(str) {
+				return true
+			}
+			continue
+		}
+		if mayHoldSecret(str) {
+			return true
+		}
+	}
+	return false
+}
+
+func asciiOnly(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiMayHoldSecret is mayHoldSecret for ASCII bytes (where strings.ToLower
+// is ASCII lower-casing), without making a string of them.
+func asciiMayHoldSecret(b []byte) bool {
+	if bytes.ContainsAny(b, "@?&;") || bytes.Contains(b, []byte(TokenPrefix)) {
+		return true
+	}
+	return containsFold(b, "bearer") || containsFold(b, "basic")
+}
+
+// containsFold: b holds lower (ASCII lower case) in any ASCII case.
+func containsFold(b []byte, lower string) bool {
+	for i := 0; i+len(lower) <= len(b); i++ {
+		j := 0
+		for ; j < len(lower); j++ {
+			c := b[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				break
+			}
+		}
+		if j == len(lower) {
+			return true
+		}
+	}
+	return false
 }
