@@ -383,7 +383,7 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 			potential+wait+now.Sub(sampledAt) >= minQuiet && presentedBefore(s, confirmed, now.Sub(quietSince))
 		if spec {
 			shots++
-			pending = speculate(ctx, sctx, p, wait)
+			pending = speculate(ctx, sctx, p, wait, wait+min(IdleShotBudget, left-wait))
 			if pending == nil {
 				return nil, ctxErr(ctx, "waiting for idle")
 			}
@@ -399,6 +399,12 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 // evidence: a screen that keeps changing just before the window completes
 // costs the device at most this many screencaps.
 const MaxIdleShots = 3
+
+// IdleShotBudget is how much longer than its wait the proving sample waits
+// for the screenshot taken before it (see speculate): far more than
+// `screencap -p` takes on an emulator or a phone, so only a wedged one is
+// abandoned.
+const IdleShotBudget = 2 * time.Second
 
 // FramePresentMargin is how old the app's newest frame must be before a
 // screenshot may stand for the idle screen: a completed frame reaches the
@@ -448,17 +454,27 @@ func presentedBefore(s idleSample, confirmed bool, quietFor time.Duration) bool 
 // frame drawn after that sample's gfxinfo dump but before the screencap
 // read the display is in no dump. The cost on the critical path is the
 // screencap's time beyond the wait.
-func speculate(ctx, sctx context.Context, p Ports, wait time.Duration) *idleShot {
+//
+// The screencap gets budget (the wait plus IdleShotBudget, never past
+// maxWaitMillis): a wedged one is abandoned (and its shot discarded) rather
+// than let it turn an idle screen into idle_timeout.
+func speculate(ctx, sctx context.Context, p Ports, wait, budget time.Duration) *idleShot {
+	cctx, cancel := context.WithTimeout(sctx, budget)
+	defer cancel() // ends an abandoned screencap
 	done := make(chan idleShot, 1)
 	go func() {
-		b, err := device.Screencap(sctx, p.Device, agent.MaxArtifactBytes)
+		b, err := device.Screencap(cctx, p.Device, agent.MaxArtifactBytes)
 		done <- idleShot{png: b, err: err}
 	}()
 	if err := p.Wait(ctx, wait); err != nil {
-		return nil // the goroutine ends with sctx (canceled by waitIdle's return)
+		return nil
 	}
-	shot := <-done
-	return &shot
+	select {
+	case shot := <-done:
+		return &shot
+	case <-cctx.Done():
+		return &idleShot{err: cctx.Err()}
+	}
 }
 
 // keepIdleScreen hands the proving sample's page source and the screenshot

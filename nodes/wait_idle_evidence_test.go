@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -305,4 +306,37 @@ func TestSetupWaitIdleEvidenceFollowsThePolicy(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A screencap that never answers delays the proving sample by
+// IdleShotBudget at most: the screen is still idle (not idle_timeout), the
+// shot is abandoned and nothing but the page source is kept.
+func TestWaitIdleAbandonsAWedgedScreencap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		settled := time.Now().Add(-2 * time.Second)
+		dev := timelineDevice(t, func(time.Time) time.Time { return settled })
+		inner := dev.shell
+		release := make(chan struct{})
+		defer close(release)
+		dev.shell = func(cmd string) (device.ShellResult, error) {
+			if cmd == "screencap -p" {
+				<-release // wedged, deaf to its context, until the test ends
+				return device.ShellResult{}, errors.New("released")
+			}
+			return inner(cmd)
+		}
+		k := &keptScreens{}
+		in := idleIn(500, 5000)
+		in.Evidence = IdleEvidence{Screenshot: true, Hierarchy: true}
+		start := time.Now()
+		if _, err := WaitIdle(context.Background(), in, Ports{Device: dev, Driver: &fakeDriver{}, IdleScreens: k}); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != ConfirmGap+IdleShotBudget {
+			t.Errorf("idle after %v, want the wait plus IdleShotBudget", took)
+		}
+		if len(k.got) != 1 || k.got[0].Screenshot != nil || k.got[0].PageSource == "" {
+			t.Errorf("kept %+v", k.got)
+		}
+	})
 }
