@@ -377,10 +377,12 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 			potential = now.Sub(lastFrameAt)
 		}
 		wait := min(interval, max(minQuiet-potential, ConfirmGap), left)
-		// The next sample completes the window if it takes as long as this
-		// one did (a shorter one only means one more sample, the shot held).
+		// The next sample, or the one after it, completes the window (one
+		// interval more than this sample's own duration, for a slower next
+		// sample under load): a shot taken a sample early is held while the
+		// signature holds, so it costs nothing more on a quiet screen.
 		spec := keep && ev.Screenshot && held == nil && shots < MaxIdleShots && wait < left &&
-			potential+wait+now.Sub(sampledAt) >= minQuiet && presentedBefore(s, confirmed, now.Sub(quietSince))
+			potential+wait+interval+now.Sub(sampledAt) >= minQuiet && presentedBefore(s, confirmed, now.Sub(quietSince))
 		if spec {
 			shots++
 			pending = speculate(ctx, sctx, p, wait, wait+min(IdleShotBudget, left-wait))
@@ -433,7 +435,7 @@ func presentedBefore(s idleSample, confirmed bool, quietFor time.Duration) bool 
 }
 
 // speculate takes a screenshot (device.Screencap, `screencap -p`) during the
-// wait before the sample that can complete the quiet window, and returns
+// wait before a sample close to completing the quiet window, and returns
 // once both the wait and the screenshot are over; nil when ctx ended.
 //
 // Why that screenshot shows the idle screen when the next sample, and every
