@@ -108,7 +108,11 @@ func OpenBus(ctx context.Context, cfg BusConfig) (b *Bus, err error) {
 	if b.Server, b.ClientURL, err = StartEmbeddedWith(o); err != nil {
 		return b, agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.Listen)
 	}
-	if b.Conn, err = Connect(b.ClientURL, own...); err != nil {
+	// The daemon's own connection to its own server is in-process (a
+	// pipe, not loopback TCP): the relay's publishes and acks then cost no
+	// socket syscalls on either side, the client's nor the server's.
+	// Other programs still connect over ClientURL.
+	if b.Conn, err = Connect(b.ClientURL, append(own, nats.InProcessServer(b.Server))...); err != nil {
 		return b, agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(b.ClientURL))
 	}
 	if b.Publisher, err = NewJetStreamPublisher(ctx, b.Conn, WithStreamLimits(maxAge, maxBytes)); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -35,6 +36,29 @@ func TestOpenBusInProcess(t *testing.T) {
 	}
 	if err := b.Ready(ctx); err != nil {
 		t.Fatalf("Ready: %v", err)
+	}
+	// The daemon's own connection is in-process (no loopback socket);
+	// other programs subscribe over ClientURL and see what it publishes.
+	if a := b.Conn.ConnectedAddr(); a != "pipe" {
+		t.Errorf("the daemon's connection is to %q, not in-process", a)
+	}
+	other, err := nats.Connect(b.ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	sub, err := other.SubscribeSync("probe.inprocess")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Conn.Publish("probe.inprocess", []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != "hello" {
+		t.Fatalf("a TCP subscriber got %v, %v", m, err)
 	}
 	js, err := jetstream.New(b.Conn)
 	if err != nil {
