@@ -106,12 +106,20 @@ func RedactString(s string) string {
 // mayHideURLOrHeader: s may hold URL userinfo, a query or path parameter,
 // or a Bearer/Basic value; RedactString leaves s alone (beyond API tokens)
 // when it does not.
+//
+// Not ASCII counts as "may": the bearer regexp folds case the Unicode way
+// ("Baſic" with a long s, U+017F, matches (?i)basic), which lower-casing
+// would miss.
 func mayHideURLOrHeader(s string) bool {
 	if strings.ContainsAny(s, "@?&;") {
 		return true
 	}
-	l := strings.ToLower(s)
-	return strings.Contains(l, "bearer") || strings.Contains(l, "basic")
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return true
+		}
+	}
+	return containsFold(s, "bearer") || containsFold(s, "basic")
 }
 
 // mayHoldSecret is false only when RedactString(s) == s for certain.
@@ -346,7 +354,7 @@ func asciiMayHoldSecret(b []byte) bool {
 }
 
 // containsFold: b holds lower (ASCII lower case) in any ASCII case.
-func containsFold(b []byte, lower string) bool {
+func containsFold[T string | []byte](b T, lower string) bool {
 	for i := 0; i+len(lower) <= len(b); i++ {
 		j := 0
 		for ; j < len(lower); j++ {
