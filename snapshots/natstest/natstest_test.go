@@ -112,3 +112,78 @@ func TestClusterKillRestartOutage(t *testing.T) {
 		t.Errorf("stream cluster %+v, want a leader and 2 replicas", info.Cluster)
 	}
 }
+
+// StartAll stops every node and starts them once more when the first start
+// does not reach a healthy cluster with a meta leader; what the stream held
+// is there after it. When the second start fails too, both errors are told.
+func TestStartAllStartsOnceMore(t *testing.T) {
+	c, err := natstest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	publish := func() *nats.Conn {
+		nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+	nc := publish()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ONCE", Subjects: []string{"once.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "once.a", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+
+	if err := c.StopAll(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.FailStarts(c, 1)
+	if err := c.StartAll(); err != nil {
+		t.Fatalf("StartAll after one failed start: %v", err)
+	}
+	if c.Restarts() != 1 {
+		t.Errorf("Restarts() = %d, want 1", c.Restarts())
+	}
+	nc = publish()
+	defer nc.Close()
+	js, _ = jetstream.New(nc)
+	var m *jetstream.RawStreamMsg
+	for m == nil {
+		s, err := js.Stream(ctx, "ONCE")
+		if err == nil {
+			m, err = s.GetMsg(ctx, 1)
+		}
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the stream after the second start: %v", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	if string(m.Data) != "kept" {
+		t.Errorf("message 1 = %q", m.Data)
+	}
+
+	if err := c.StopAll(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.FailStarts(c, 2)
+	err = c.StartAll()
+	if err == nil || strings.Count(err.Error(), "injected start failure") != 2 || !strings.Contains(err.Error(), "once more after stopping every node") {
+		t.Errorf("two failed starts: %v", err)
+	}
+	if c.Restarts() != 2 {
+		t.Errorf("Restarts() = %d, want 2", c.Restarts())
+	}
+}

@@ -479,6 +479,9 @@ func orderUnderNATSFailures(t *testing.T, nRelays int) {
 	if err := c.StartAll(); err != nil {
 		t.Fatal(err)
 	}
+	if n := c.Restarts(); n > 0 {
+		t.Logf("the cluster found no meta leader after its restart: stopped and started %d more time(s)", n)
+	}
 	drainStart := time.Now()
 	waitDrained(t, writer, 60*time.Second)
 	t.Logf("cluster back after %v; outbox drained %v later", time.Since(down)-time.Since(drainStart), time.Since(drainStart))
