@@ -105,26 +105,25 @@ func RedactString(s string) string {
 
 // mayHideURLOrHeader: s may hold URL userinfo, a query or path parameter,
 // or a Bearer/Basic value; RedactString leaves s alone (beyond API tokens)
-// when it does not.
+// when it does not. s is a string or its bytes (the scan of a JSON document
+// reads them in place).
 //
 // Not ASCII counts as "may": the bearer regexp folds case the Unicode way
-// ("Baſic" with a long s, U+017F, matches (?i)basic), which lower-casing
+// ("Baſic" with a long s, U+017F, matches (?i)basic), which ASCII folding
 // would miss.
-func mayHideURLOrHeader(s string) bool {
-	if strings.ContainsAny(s, "@?&;") {
-		return true
-	}
+func mayHideURLOrHeader[T string | []byte](s T) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
+		switch c := s[i]; {
+		case c >= 0x80, c == '@', c == '?', c == '&', c == ';':
 			return true
 		}
 	}
-	return containsFold(s, "bearer") || containsFold(s, "basic")
+	return contains(s, "bearer", true) || contains(s, "basic", true)
 }
 
 // mayHoldSecret is false only when RedactString(s) == s for certain.
-func mayHoldSecret(s string) bool {
-	return strings.Contains(s, TokenPrefix) || mayHideURLOrHeader(s)
+func mayHoldSecret[T string | []byte](s T) bool {
+	return contains(s, TokenPrefix, false) || mayHideURLOrHeader(s)
 }
 
 // Redact returns v with its secrets hidden. v is any JSON-shaped value:
@@ -305,18 +304,10 @@ func mayNeedRedaction(b []byte) bool {
 		isKey := k < len(b) && b[k] == ':'
 		if !escaped {
 			body := raw[1 : len(raw)-1]
-			if isKey {
-				if isSecretKeyBytes(body) {
-					return true
-				}
-				continue
+			if isKey && isSecretKeyBytes(body) || !isKey && mayHoldSecret(body) {
+				return true
 			}
-			if asciiOnly(body) {
-				if asciiMayHoldSecret(body) {
-					return true
-				}
-				continue
-			}
+			continue
 		}
 		var str string
 		if err := json.Unmarshal(raw, &str); err != nil {
@@ -335,38 +326,20 @@ func mayNeedRedaction(b []byte) bool {
 	return false
 }
 
-func asciiOnly(b []byte) bool {
-	for _, c := range b {
-		if c >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
-// asciiMayHoldSecret is mayHoldSecret for ASCII bytes (where strings.ToLower
-// is ASCII lower-casing), without making a string of them.
-func asciiMayHoldSecret(b []byte) bool {
-	if bytes.ContainsAny(b, "@?&;") || bytes.Contains(b, []byte(TokenPrefix)) {
-		return true
-	}
-	return containsFold(b, "bearer") || containsFold(b, "basic")
-}
-
-// containsFold: b holds lower (ASCII lower case) in any ASCII case.
-func containsFold[T string | []byte](b T, lower string) bool {
-	for i := 0; i+len(lower) <= len(b); i++ {
+// contains: b holds sub; with fold, sub (ASCII lower case) in any ASCII case.
+func contains[T string | []byte](b T, sub string, fold bool) bool {
+	for i := 0; i+len(sub) <= len(b); i++ {
 		j := 0
-		for ; j < len(lower); j++ {
+		for ; j < len(sub); j++ {
 			c := b[i+j]
-			if 'A' <= c && c <= 'Z' {
+			if fold && 'A' <= c && c <= 'Z' {
 				c += 'a' - 'A'
 			}
-			if c != lower[j] {
+			if c != sub[j] {
 				break
 			}
 		}
-		if j == len(lower) {
+		if j == len(sub) {
 			return true
 		}
 	}
