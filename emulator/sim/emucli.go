@@ -457,27 +457,47 @@ const DefaultBootSnapshot = "default_boot"
 // owner's pid; a lock whose pid is dead is stale and taken over (the real
 // emulator's filelock does the same), and the emulator waits up to 2 s for a
 // lock to free (filelock_create_timeout(coreHwIniPath, 2000)).
+//
+// Reading the lock, judging it stale and writing our pid happen under an
+// flock(2) of the AVD directory, so two emulators starting at once can never
+// both take it: without that, one could read the file the other had just
+// created but not yet written, call the empty pid stale, and take it too.
 func avdLock(dir string) (release func(), ok bool) {
 	path := filepath.Join(dir, "hardware-qemu.ini.lock")
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err == nil {
-			fmt.Fprintf(f, "%d", os.Getpid())
-			f.Close()
+		took, err := tryAVDLock(dir, path)
+		if took {
 			return func() { os.Remove(path) }, true
 		}
-		b, _ := os.ReadFile(path)
-		pid, perr := strconv.Atoi(strings.TrimRight(strings.TrimSpace(string(b)), "\x00"))
-		if perr != nil || pid <= 0 || syscall.Kill(pid, 0) == syscall.ESRCH {
-			os.Remove(path) // stale: its owner is gone
-			continue
-		}
-		if time.Now().After(deadline) {
+		if err != nil || time.Now().After(deadline) {
 			return nil, false
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// tryAVDLock takes path for this process unless a live process holds it.
+func tryAVDLock(dir, path string) (bool, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer d.Close() // closing the last descriptor drops the flock
+	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX); err != nil {
+		return false, err
+	}
+	if b, err := os.ReadFile(path); err == nil {
+		pid, perr := strconv.Atoi(strings.TrimRight(strings.TrimSpace(string(b)), "\x00"))
+		if perr == nil && pid > 0 && syscall.Kill(pid, 0) != syscall.ESRCH {
+			return false, nil // a live owner
+		}
+	}
+	// Absent or stale: ours. O_TRUNC replaces a stale pid.
+	if err := os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // emuLog writes the emulator's log lines in the form of emulator 31-34
