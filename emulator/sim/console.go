@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -72,26 +73,46 @@ func ConsoleTokenPath() string {
 // consoleToken reads the token file, creating it (mode 0600, 16 base64
 // characters from 12 random bytes, no newline) when missing, as
 // console_auth.cpp tokenLoadOrCreate does. An empty token disables auth.
+//
+// The file appears whole: the token is written to a temporary file that is
+// then hard-linked into place (link fails when the path exists), so an
+// emulator starting at the same moment reads either no file or the whole
+// token, never the empty file a create-then-write would show it (which
+// would turn its console's auth off).
 func consoleToken(path string) (string, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err == nil {
-		defer f.Close()
-		var b [12]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			os.Remove(path)
-			return "", err
-		}
-		tok := base64.StdEncoding.EncodeToString(b[:])
-		if _, err := f.WriteString(tok); err != nil {
-			return "", err
-		}
-		return tok, nil
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
 	}
-	b, err := os.ReadFile(path)
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	tok := base64.StdEncoding.EncodeToString(b[:])
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".emulator_console_auth_token.*")
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	defer os.Remove(tmp.Name())
+	_, werr := tmp.WriteString(tok)
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return "", werr
+	}
+	if err := os.Link(tmp.Name(), path); err == nil {
+		return tok, nil
+	} else if !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	// Another emulator made it first: its token is the one.
+	got, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(got)), nil
 }
 
 // Snapshot is one saved state as `avd snapshot list` shows it.

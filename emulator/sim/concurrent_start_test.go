@@ -64,3 +64,44 @@ func TestAVDLockOneWinner(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleTokenOneToken: emulators started at the same moment on a host
+// with no ~/.emulator_console_auth_token agree on one token, and none reads
+// an empty one (which would turn its console's auth off).
+func TestConsoleTokenOneToken(t *testing.T) {
+	for round := range 20 {
+		path := filepath.Join(t.TempDir(), ".emulator_console_auth_token")
+		const n = 8
+		var (
+			start = make(chan struct{})
+			wg    sync.WaitGroup
+			toks  [n]string
+			errs  [n]error
+		)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				toks[i], errs[i] = consoleToken(path)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil || len(toks[i]) != 16 || toks[i] != toks[0] {
+				t.Fatalf("round %d: start %d got token %q (%v), start 0 got %q: want one 16-character token", round, i, toks[i], errs[i], toks[0])
+			}
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || string(b) != toks[0] {
+			t.Fatalf("round %d: file holds %q (%v), want %q", round, b, err, toks[0])
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("round %d: mode %v (%v), want 0600", round, fi.Mode(), err)
+		}
+		if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 1 {
+			t.Fatalf("round %d: %d files left beside the token, want none", round, len(ents)-1)
+		}
+	}
+}
