@@ -372,7 +372,10 @@ type Booted struct {
 	LastUsed time.Time `json:"lastUsed"`
 }
 
-var stateMu sync.Mutex // serializes this process's state file writes
+// stateMu serializes this process's state file writes; an flock(2) of
+// emulators.json.lock serializes them with other processes' (serve and a
+// one-shot run on one host), so neither loses the other's entries.
+var stateMu sync.Mutex
 
 func (m *Manager) statePath() string { return filepath.Join(m.cfg.StateDir, "emulators.json") }
 
@@ -394,11 +397,19 @@ func (m *Manager) loadState() (map[string]Booted, error) {
 func (m *Manager) updateState(fn func(map[string]Booted)) error {
 	stateMu.Lock()
 	defer stateMu.Unlock()
-	st, _ := m.loadState()
-	fn(st)
 	if err := os.MkdirAll(m.cfg.StateDir, 0o700); err != nil {
 		return err
 	}
+	lf, err := os.OpenFile(m.statePath()+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lf.Close() // drops the flock
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	st, _ := m.loadState()
+	fn(st)
 	b, _ := json.MarshalIndent(st, "", "  ")
 	tmp := m.statePath() + ".tmp" + strconv.Itoa(os.Getpid())
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
