@@ -119,8 +119,14 @@ func TestLifecycleColdQuickKill(t *testing.T) {
 	if quick.Mode != device.BootQuick || quick.ColdBootReason != "" || quick.Took >= cold.Took/2 {
 		t.Errorf("second boot %+v, first %v: want a quick boot", quick, cold.Took)
 	}
-	if quick.ReadyLag <= 0 || quick.ReadyLag > 250*time.Millisecond {
-		t.Errorf("ready lag %v: want (0, 250ms]", quick.ReadyLag)
+	// The lag is measured (the log's "Boot completed" line is read) and lies
+	// inside the boot; how small it is, BenchmarkBoot reports
+	// (probe-overhead-ms): a bound here would be a timing test on a shared
+	// machine.
+	for _, r := range []device.BootResult{cold, quick} {
+		if r.ReadyLag <= 0 || r.ReadyLag >= r.Took {
+			t.Errorf("%s boot: ready lag %v: want in (0, %v)", r.Mode, r.ReadyLag, r.Took)
+		}
 	}
 	t.Logf("cold %v, quick %v, ready lag cold %v quick %v", cold.Took, quick.Took, cold.ReadyLag, quick.ReadyLag)
 }

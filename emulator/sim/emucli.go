@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -634,9 +635,16 @@ func RunEmulator(ctx context.Context, args []string, rc RunEmulatorConfig) int {
 	if adbPort == "" {
 		adbPort = "5037"
 	}
+	// The device calls logBoot the first time it reports itself booted, and
+	// the timer below when nothing asks: the line is in the log before any
+	// probe can see sys.boot_completed=1.
+	logBoot := sync.OnceFunc(func() {
+		out.line("INFO", "Boot completed in %d ms", prof.BootDuration.Milliseconds())
+	})
 	e, dev, err := Launch(ctx, LaunchConfig{
 		ConsolePort: port, ADBServer: "127.0.0.1:" + adbPort, ADBServerOptional: true,
 		Profile: prof, Log: rc.Log, AVDName: avd.Name, ReadOnly: readOnly, Snapshots: snaps,
+		OnBootCompleted: logBoot,
 	})
 	if err != nil {
 		out.line("ERROR", "%s", err)
@@ -648,10 +656,8 @@ func RunEmulator(ctx context.Context, args []string, rc RunEmulatorConfig) int {
 	}
 	out.line("INFO", "Simulated %s boot of AVD '%s' (API %d, profile %s) on console port %d, adb port %d (serial %s); boot completes in %v",
 		how, avd.Name, prof.APILevel, prof.Name, e.ConsolePort(), e.ADBPort(), e.Serial(), prof.BootDuration)
-	if !prof.Faults.BootNeverCompletes {
-		t := time.AfterFunc(prof.BootDuration, func() {
-			out.line("INFO", "Boot completed in %d ms", prof.BootDuration.Milliseconds())
-		})
+	if in, ok := dev.BootCompletedIn(); ok {
+		t := time.AfterFunc(in, logBoot)
 		defer t.Stop()
 	}
 	if f := prof.Faults.CrashAfter; f > 0 {

@@ -31,6 +31,8 @@ type LaunchConfig struct {
 	Log         zerolog.Logger
 	// Now is the device clock; nil means time.Now.
 	Now func() time.Time
+	// OnBootCompleted is android.Options.OnBootCompleted.
+	OnBootCompleted func()
 
 	// AVDName, ConsoleTokenPath, ReadOnly and Snapshots configure the console
 	// (see Config).
@@ -47,7 +49,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Emulator, *android.Device, 
 	if err := loadPreinstalledAPKs(&cfg.Profile); err != nil {
 		return nil, nil, err
 	}
-	dev, err := android.New(cfg.Profile, android.Options{Now: cfg.Now})
+	dev, err := android.New(cfg.Profile, android.Options{Now: cfg.Now, OnBootCompleted: cfg.OnBootCompleted})
 	if err != nil {
 		return nil, nil, fmt.Errorf("sim: profile %q: %w", cfg.Profile.Name, err)
 	}

@@ -33,6 +33,12 @@ import (
 type Options struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnBootCompleted, when set, is called once, the first time anything
+	// (getprop, dumpsys, the console) sees sys.boot_completed=1, before it
+	// is answered; the emulator logs "Boot completed in N ms" from it, so the
+	// log line never trails what a readiness probe sees. It must not call
+	// back into the device.
+	OnBootCompleted func()
 }
 
 // Device is one simulated Android device. All methods are safe for concurrent use.
@@ -40,6 +46,8 @@ type Device struct {
 	profile Profile
 	now     func() time.Time
 	started time.Time
+
+	onBoot func() // Options.OnBootCompleted once-wrapped; nil when unset
 
 	mu sync.Mutex // guards the state below and the state of the managers
 
@@ -131,6 +139,9 @@ func New(p Profile, o Options) (*Device, error) {
 		now = time.Now
 	}
 	d := &Device{profile: p, now: now, started: now()}
+	if o.OnBootCompleted != nil {
+		d.onBoot = sync.OnceFunc(o.OnBootCompleted)
+	}
 	d.props = staticProps(p)
 	d.settings = defaultSettings(p)
 	d.fs = newMemFS(d.started)

@@ -157,3 +157,44 @@ func TestBootPhases(t *testing.T) {
 		t.Errorf("BootNeverCompletes: booted=%v", never.Booted())
 	}
 }
+
+// TestOnBootCompletedBeforeAnswer: the boot-completed hook (the emulator's
+// "Boot completed in N ms" log line) has run by the time any query answers
+// sys.boot_completed=1, once, and not before; BootCompletedIn counts down to
+// the same moment.
+func TestOnBootCompletedBeforeAnswer(t *testing.T) {
+	clk := newClock()
+	calls := 0
+	d, err := New(Profile{BootDuration: 4 * time.Second}, Options{Now: clk.Now, OnBootCompleted: func() { calls++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, ok := d.BootCompletedIn(); !ok || in != 4*time.Second {
+		t.Errorf("BootCompletedIn at start = %v %v, want 4s true", in, ok)
+	}
+	clk.Advance(3999 * time.Millisecond)
+	if out, _, _ := sh(t, d, "getprop sys.boot_completed"); strings.TrimSpace(out) != "" || calls != 0 {
+		t.Fatalf("1 ms before the boot ends: getprop %q, hook called %d times", out, calls)
+	}
+	if in, _ := d.BootCompletedIn(); in != time.Millisecond {
+		t.Errorf("BootCompletedIn 1 ms before = %v", in)
+	}
+	clk.Advance(time.Millisecond)
+	for _, q := range []string{"getprop sys.boot_completed", "getprop dev.bootcomplete", "getprop"} {
+		out, _, _ := sh(t, d, q)
+		if !strings.Contains(out, "1") || calls != 1 {
+			t.Fatalf("%s after the boot: %q, hook called %d times, want once before the answer", q, out, calls)
+		}
+	}
+	if in, ok := d.BootCompletedIn(); !ok || in != 0 {
+		t.Errorf("BootCompletedIn after = %v %v", in, ok)
+	}
+	never, err := New(Profile{Faults: Faults{BootNeverCompletes: true}}, Options{Now: clk.Now, OnBootCompleted: func() { t.Error("hook called on a boot that never completes") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	if _, ok := never.BootCompletedIn(); ok || never.Booted() {
+		t.Error("a boot that never completes says it will")
+	}
+}

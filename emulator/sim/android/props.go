@@ -140,7 +140,22 @@ func (d *Device) bootedLocked() bool {
 	if d.profile.Faults.BootNeverCompletes {
 		return false
 	}
-	return d.sinceStart() >= d.profile.BootDuration
+	if d.sinceStart() < d.profile.BootDuration {
+		return false
+	}
+	if d.onBoot != nil {
+		d.onBoot()
+	}
+	return true
+}
+
+// BootCompletedIn is how long after the device's start sys.boot_completed
+// turns 1 (0 when it already has), and false when it never will.
+func (d *Device) BootCompletedIn() (time.Duration, bool) {
+	if d.profile.Faults.BootNeverCompletes {
+		return 0, false
+	}
+	return max(d.profile.BootDuration-d.sinceStart(), 0), true
 }
 
 // Booted reports whether sys.boot_completed is "1".
