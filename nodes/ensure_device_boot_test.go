@@ -103,7 +103,9 @@ func TestEnsureDeviceNeverBootsIsBootTimeoutOnce(t *testing.T) {
 		t.Errorf("finished %s: errorId %v retryable %v backoff %v (%v)", f.NodeName, deref(f.ErrorID), deref(f.Retryable),
 			f.RetryBackoffMillis, deref(f.HumanReadableFailureSummary))
 	}
-	if took > 3*time.Second+time.Second {
+	// The node ends at its 3 s timeout (plus the run's own writes): far from
+	// the minutes of the boot wait it would run without one.
+	if took >= 2*3*time.Second {
 		t.Errorf("run took %v with a 3 s node timeout", took)
 	}
 	t.Logf("never-boots: %s after %v: %s", deref(f.ErrorID), took.Round(time.Millisecond), deref(f.HumanReadableFailureSummary))

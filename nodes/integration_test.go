@@ -191,9 +191,12 @@ func TestSetupChainOnSimulator(t *testing.T) {
 		t.Fatalf("Spinner: %v", err)
 	}
 	t.Logf("SpinnerActivity idle_timeout after %v", took.Round(time.Millisecond))
-	// One sample interval plus one probe (page source + one shell round trip).
-	if took < 2*time.Second || took > 2*time.Second+time.Second {
-		t.Errorf("idle_timeout after %v, want within [2s, 3s]", took)
+	// Ends at maxWait plus at most the probe in flight (page source + one
+	// shell round trip): well before a second maxWait, which a loop that did
+	// not watch its budget would take. How close to maxWait it ends is a
+	// timing figure, not asserted on a shared machine.
+	if took < 2*time.Second || took >= 4*time.Second {
+		t.Errorf("idle_timeout after %v, want within [2s, 4s)", took)
 	}
 	if wout.UIStabilityAssessment == nil || *wout.ErrorID != agent.ErrIdleTimeout {
 		t.Errorf("output %+v", wout)
