@@ -52,20 +52,10 @@ bench: setup
 	go test -run '^$$' -bench Boot -benchtime 1x ./emulator/ ./nodes/
 
 # Release packaging (tools/release.sh): archives for linux/darwin x amd64/arm64,
-# debs with a systemd unit (nfpm), SHA256SUMS, into dist/. nfpm is a Go module,
-# installed once at a pinned version into .cache/tools (goreleaser: see
-# docs/decisions.md for why not).
-NFPM_VERSION := v2.48.0
-NFPM := .cache/tools/nfpm-$(NFPM_VERSION)
-
-$(NFPM):
-	@echo "release: go install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION) into .cache/tools (once)"
-	@mkdir -p .cache/tools/bin-nfpm-$(NFPM_VERSION)
-	@start=$$(date +%s); GOBIN=$(CURDIR)/.cache/tools/bin-nfpm-$(NFPM_VERSION) go install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION) && \
-	  mv .cache/tools/bin-nfpm-$(NFPM_VERSION)/nfpm $@ && echo "release: nfpm installed in $$(( $$(date +%s) - start )) s"
-
-release-snapshot: $(NFPM)
-	@NFPM=$(CURDIR)/$(NFPM) tools/release.sh
+# debs with a systemd unit (Debian's dpkg-deb: no tool to install; see
+# docs/decisions.md for why not nfpm or goreleaser), SHA256SUMS, into dist/.
+release-snapshot:
+	@tools/release.sh
 
 # Checks dist/: checksums, archives, the deb unpacked into a scratch root and
 # its systemd unit, and the README walkthrough with the archive's binary

@@ -21,7 +21,7 @@ targets="${RELEASE_TARGETS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}"
 n=0
 for t in $targets; do
   t=${t/\//_} n=$((n + 1))
-  a=$(ls "$dist"/screengraph-agent_*_"$t".tar.gz 2>/dev/null | head -1)
+  a=$(ls "$dist"/screengraph-agent_*_"$t".tar.gz 2>/dev/null | head -1 || true)
   [ -n "$a" ] || fail "no archive for $t"
   grep -q " $(basename "$a")\$" "$dist/SHA256SUMS" || fail "$(basename "$a") not in SHA256SUMS"
   # The listing first: grep -q exits at the first match, and tar writing into
@@ -42,10 +42,18 @@ ver=$(echo "$out" | python3 -c 'import json,sys; v=json.load(sys.stdin); assert 
 ok "archive binary: version $ver (static), run outside the checkout"
 
 # The deb, unpacked into a scratch root.
-deb=$(ls "$dist"/screengraph-agent_*_amd64.deb 2>/dev/null | head -1)
+deb=$(ls "$dist"/screengraph-agent_*_amd64.deb 2>/dev/null | head -1 || true)
 [ -n "$deb" ] || fail "no amd64 deb"
 grep -q " $(basename "$deb")\$" "$dist/SHA256SUMS" || fail "$(basename "$deb") not in SHA256SUMS"
-grep -q '^Depends:.*adb' <<<"$(dpkg-deb --info "$deb" control)" || fail "deb does not depend on adb"
+control=$(dpkg-deb --info "$deb" control) || fail "dpkg-deb cannot read the control of $deb"
+grep -q '^Depends:.*adb' <<<"$control" || fail "deb does not depend on adb"
+for field in 'Package: screengraph-agent' 'Architecture: amd64' "Version: ${deb##*/screengraph-agent_}"; do
+  grep -qx "${field%_amd64.deb}" <<<"$control" || fail "deb control lacks '${field%_amd64.deb}': $control"
+done
+# Every directory the deb creates is root-owned 0755 (a 0700 staging root
+# would make dpkg leave / unreadable to other users' lookups).
+bad=$(dpkg-deb -c "$deb" | awk '$1 ~ /^d/ && ($1 != "drwxr-xr-x" || $2 != "root/root") {print $1, $2, $6}')
+[ -z "$bad" ] || fail "deb directories not root 0755: $bad"
 dpkg-deb -x "$deb" "$scratch/root"
 dpkg-deb -e "$deb" "$scratch/control"
 for f in usr/bin/screengraph-agent usr/lib/systemd/system/screengraph-agent.service etc/screengraph-agent/config.yaml; do
