@@ -4,8 +4,8 @@
 # a static binary; the linux/amd64
 # archive's binary runs `version` from a directory outside the checkout with
 # only it on PATH; the deb, unpacked into a scratch root (dpkg-deb -x), holds
-# the binary, the systemd unit, the config and the maintainer scripts that
-# create the system user, its binary runs `version`, and `systemd-analyze
+# the binary, the systemd unit, the config and the maintainer scripts (run
+# as dpkg runs them by tools/deb-scripts-check.sh), its binary runs `version`, and `systemd-analyze
 # verify` accepts the unit in that root. Exit 1 on the first failure.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -61,6 +61,7 @@ for f in usr/bin/screengraph-agent usr/lib/systemd/system/screengraph-agent.serv
 done
 grep -q 'adduser --system' "$scratch/control/preinst" || fail "deb's preinst does not create the system user"
 grep -q '/etc/screengraph-agent/config.yaml' "$scratch/control/conffiles" || fail "config.yaml is not a conffile"
+"$root/tools/deb-scripts-check.sh" "$scratch/control" || fail "the deb's maintainer scripts"
 grep -q "^screengraph-agent $ver" <<<"$("$scratch/root/usr/bin/screengraph-agent" version --data-dir "$scratch/data")" ||
   fail "the deb's binary: $("$scratch/root/usr/bin/screengraph-agent" version 2>&1 | head -3)"
 # The config the deb ships is one serve reads (unknown keys are refused).

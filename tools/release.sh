@@ -35,6 +35,7 @@ build_deb() {
   install -m 0755 packaging/deb/preinstall.sh "$r/DEBIAN/preinst"
   install -m 0755 packaging/deb/postinstall.sh "$r/DEBIAN/postinst"
   install -m 0755 packaging/deb/preremove.sh "$r/DEBIAN/prerm"
+  install -m 0755 packaging/deb/postremove.sh "$r/DEBIAN/postrm"
   echo /etc/screengraph-agent/config.yaml >"$r/DEBIAN/conffiles"
   (cd "$r" && find usr -type f -print0 | sort -z | xargs -0 md5sum) >"$r/DEBIAN/md5sums"
   sed -e "s|\${VERSION}|$version|" -e "s|\${ARCH}|$arch|" \
