@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -41,6 +42,10 @@ type LocateConfig struct {
 	// DataDir is the user's data dir: `setup appium` installs under
 	// InstallDir(DataDir).
 	DataDir string
+	// DefaultDataDir is the per-user default data dir, whose install is
+	// looked at last, so that `setup appium` run without --data-dir serves a
+	// daemon started with one; "" means agent.DefaultDataDirFrom(Getenv).
+	DefaultDataDir string
 	// Getenv reads PATH and APPIUM_HOME; nil means os.Getenv.
 	Getenv func(string) string
 	// Getwd gives the directory the checkout is searched from; nil means os.Getwd.
@@ -56,8 +61,11 @@ func InstallDir(dataDir string) string { return filepath.Join(dataDir, "appium")
 // set); the checkout's tools/node/node_modules/.bin/appium (when run inside
 // the repository, with its .cache/appium-home); `appium` on PATH;
 // $APPIUM_HOME/node_modules/.bin/appium; the install of `setup appium` under
-// InstallDir(cfg.DataDir). The home is $APPIUM_HOME when set, else the
-// home beside the binary found (checkout or data-dir install).
+// InstallDir(cfg.DataDir); the one under the default data dir's
+// InstallDir. The home is $APPIUM_HOME when set, else the home beside the
+// binary found: the checkout's .cache/appium-home, or, for a binary inside
+// a `setup appium` install however it was reached (--appium-binary, PATH,
+// a symlink), that install's home, where its driver is.
 // Errors: process_error naming every place tried and why it did not fit.
 func Locate(cfg LocateConfig) (Installation, error) {
 	getenv := cfg.Getenv
@@ -83,7 +91,7 @@ func Locate(cfg LocateConfig) (Installation, error) {
 		if err := executable(cfg.Bin); err != nil {
 			return Installation{}, agent.Errorf(agent.ErrProcess, "appium: --appium-binary %s: %v", cfg.Bin, err)
 		}
-		return withHome(Installation{Bin: cfg.Bin, Source: "--appium-binary"}, ""), nil
+		return withHome(Installation{Bin: cfg.Bin, Source: "--appium-binary"}, installHome(cfg.Bin)), nil
 	}
 	tried = append(tried, "--appium-binary (not given)")
 
@@ -99,7 +107,7 @@ func Locate(cfg LocateConfig) (Installation, error) {
 	}
 
 	if p, err := lookPath("appium", getenv("PATH")); err == nil {
-		return withHome(Installation{Bin: p, Source: "PATH"}, ""), nil
+		return withHome(Installation{Bin: p, Source: "PATH"}, installHome(p)), nil
 	} else {
 		tried = append(tried, "appium on PATH ("+err.Error()+")")
 	}
@@ -115,11 +123,18 @@ func Locate(cfg LocateConfig) (Installation, error) {
 		tried = append(tried, "$APPIUM_HOME/node_modules/.bin/appium (APPIUM_HOME not set)")
 	}
 
-	if cfg.DataDir != "" {
-		dir := InstallDir(cfg.DataDir)
+	defaultDir := cfg.DefaultDataDir
+	if defaultDir == "" {
+		defaultDir, _ = agent.DefaultDataDirFrom(getenv, runtime.GOOS)
+	}
+	for _, c := range []struct{ dataDir, source string }{{cfg.DataDir, "data dir"}, {defaultDir, "default data dir"}} {
+		if c.dataDir == "" || (c.source == "default data dir" && sameDir(c.dataDir, cfg.DataDir)) {
+			continue
+		}
+		dir := InstallDir(c.dataDir)
 		p := filepath.Join(dir, "node_modules", ".bin", "appium")
 		if err := executable(p); err == nil {
-			return withHome(Installation{Bin: p, Source: "data dir"}, filepath.Join(dir, "home")), nil
+			return withHome(Installation{Bin: p, Source: c.source}, filepath.Join(dir, "home")), nil
 		} else {
 			tried = append(tried, p+" ("+err.Error()+")")
 		}
@@ -162,6 +177,43 @@ func lookPath(name, path string) (string, error) {
 		}
 	}
 	return "", exec.ErrNotFound
+}
+
+// installHome is the APPIUM_HOME of the `setup appium` install that bin
+// belongs to: bin (or its symlink target) is <prefix>/node_modules/.bin/appium
+// or a file under <prefix>/node_modules/appium, and <prefix>/home exists
+// (Install puts the driver there). "" when bin is not in such an install.
+func installHome(bin string) string {
+	paths := []string{bin}
+	if t, err := filepath.EvalSymlinks(bin); err == nil && t != bin {
+		paths = append(paths, t)
+	}
+	for _, p := range paths {
+		for dir, i := filepath.Dir(p), 0; i < 4 && dir != filepath.Dir(dir); dir, i = filepath.Dir(dir), i+1 {
+			if filepath.Base(dir) == "node_modules" {
+				if home := filepath.Join(filepath.Dir(dir), "home"); isDir(home) {
+					return home
+				}
+				break
+			}
+		}
+	}
+	return ""
+}
+
+// sameDir reports whether a and b name one directory (after cleaning and,
+// where both exist, symlinks).
+func sameDir(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	if ra, err := filepath.EvalSymlinks(a); err == nil {
+		a = ra
+	}
+	if rb, err := filepath.EvalSymlinks(b); err == nil {
+		b = rb
+	}
+	return filepath.Clean(a) == filepath.Clean(b)
 }
 
 func isDir(p string) bool {

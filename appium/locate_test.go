@@ -112,3 +112,56 @@ func TestLocateInCheckout(t *testing.T) {
 		t.Fatalf("%+v %v", in, err)
 	}
 }
+
+// The README walkthrough's case (issue 25): `setup appium` ran without
+// --data-dir (so into the default data dir), serve runs with --data-dir
+// elsewhere. The default install is found, and with it its home, where the
+// driver is; a binary of such an install reached through --appium-binary,
+// PATH or a symlink also gets that home (without it Appium ran with
+// ~/.appium and every session failed: driver not found).
+func TestLocateDefaultInstallFromAnyDataDir(t *testing.T) {
+	outside := t.TempDir()
+	wd := func() (string, error) { return outside, nil }
+	xdg := t.TempDir()
+	def := filepath.Join(xdg, "screengraph-agent")
+	bin := fakeBin(t, filepath.Join(InstallDir(def), "node_modules", ".bin", "appium"))
+	home := filepath.Join(InstallDir(def), "home")
+	if err := os.MkdirAll(filepath.Join(home, "node_modules", "appium-uiautomator2-driver"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"XDG_DATA_HOME": xdg, "HOME": t.TempDir()}
+	getenv := func(k string) string { return env[k] }
+
+	other := t.TempDir() // serve --data-dir $PWD/sg-data: nothing installed there
+	in, err := Locate(LocateConfig{DataDir: other, Getwd: wd, Getenv: getenv})
+	if err != nil || in.Bin != bin || in.Source != "default data dir" || in.Home != home {
+		t.Fatalf("%+v %v", in, err)
+	}
+	in, err = Locate(LocateConfig{Bin: bin, DataDir: other, Getwd: wd, Getenv: getenv})
+	if err != nil || in.Source != "--appium-binary" || in.Home != home {
+		t.Fatalf("--appium-binary: %+v %v", in, err)
+	}
+	link := filepath.Join(t.TempDir(), "appium")
+	if err := os.Symlink(bin, link); err != nil {
+		t.Fatal(err)
+	}
+	env["PATH"] = filepath.Dir(link)
+	in, err = Locate(LocateConfig{DataDir: other, Getwd: wd, Getenv: getenv})
+	if err != nil || in.Bin != link || in.Source != "PATH" || in.Home != home {
+		t.Fatalf("PATH symlink: %+v %v", in, err)
+	}
+	// $APPIUM_HOME still wins over the home beside the binary.
+	env["APPIUM_HOME"] = t.TempDir()
+	in, err = Locate(LocateConfig{Bin: bin, Getwd: wd, Getenv: getenv})
+	if err != nil || in.Home != env["APPIUM_HOME"] {
+		t.Fatalf("APPIUM_HOME: %+v %v", in, err)
+	}
+	// With nothing installed anywhere, the error names the default install too.
+	delete(env, "PATH")
+	delete(env, "APPIUM_HOME")
+	env["XDG_DATA_HOME"] = t.TempDir()
+	_, err = Locate(LocateConfig{DataDir: other, Getwd: wd, Getenv: getenv})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(env["XDG_DATA_HOME"], "screengraph-agent", "appium")) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The README's walkthrough, as one script (tools/release-check.sh runs it with
-# the release archive's binary alone on PATH, from a directory outside the
-# checkout). Needs: adb, curl, jq, screengraph-agent on PATH and an Appium it
-# finds (`screengraph-agent setup appium`). Ports and paths from the
-# environment, defaults in brackets:
+# The README's walkthrough, as one script (tools/release-check.sh runs it from
+# the release archive, in an empty directory with a fresh HOME, with only the
+# archive's binary on PATH and the Appium its `setup appium` installed). Needs:
+# adb, curl, jq, screengraph-agent on PATH and an Appium it finds
+# (`screengraph-agent setup appium`). Ports and paths from the environment,
+# defaults in brackets:
 #   ADB_PORT [5037]  API [127.0.0.1:7420]  NATS [127.0.0.1:4222]  DATA [./sg-data]
-#   APK [./fixtures/apks/demo-v2.apk]  EXAMPLES [./examples]
+#   EXAMPLES [./examples]: run.json and policy-v2.yaml; when it has no run.json,
+#     `screengraph-agent examples` writes them there with the demo APKs
+#   APK [./fixtures/apks/demo-v2.apk in a checkout, else $EXAMPLES/demo-v2.apk]
 set -euo pipefail
 ADB_PORT=${ADB_PORT:-5037} API=${API:-127.0.0.1:7420} NATS=${NATS:-127.0.0.1:4222}
-DATA=${DATA:-$PWD/sg-data} APK=${APK:-$PWD/fixtures/apks/demo-v2.apk} EXAMPLES=${EXAMPLES:-$PWD/examples}
+DATA=${DATA:-$PWD/sg-data} EXAMPLES=${EXAMPLES:-$PWD/examples}
+[ -f "$EXAMPLES/run.json" ] || screengraph-agent examples "$EXAMPLES"
+if [ -z "${APK:-}" ]; then
+  APK=$PWD/fixtures/apks/demo-v2.apk
+  [ -f "$APK" ] || APK=$EXAMPLES/demo-v2.apk
+fi
 export ANDROID_ADB_SERVER_PORT=$ADB_PORT SCREENGRAPH_SERVER=http://$API
 SIM="" SERVE=""
 # The clean-up keeps the walkthrough's exit code (a killed process's wait
@@ -28,7 +36,11 @@ screengraph-agent doctor --data-dir "$DATA" --adb-server "127.0.0.1:$ADB_PORT" -
 # 3. The daemon, with a second policy version; APKs may be read from the APK's directory only.
 screengraph-agent serve --data-dir "$DATA" --adb-server "127.0.0.1:$ADB_PORT" --listen "$API" --nats-listen "$NATS" \
   --policy "$EXAMPLES/policy-v2.yaml" --artifact-file-root "$(dirname "$APK")" >serve.log 2>&1 & SERVE=$!
-until curl -fs "http://$API/readyz" >/dev/null; do sleep 1; done; curl -fsS "http://$API/readyz"; echo
+# Wait until it is ready; if it exits first, show why and stop.
+until curl -fs "http://$API/readyz" >/dev/null; do
+  kill -0 "$SERVE" 2>/dev/null || { echo "serve exited:" >&2; tail -20 serve.log >&2; exit 1; }
+  sleep 1
+done; curl -fsS "http://$API/readyz"; echo
 
 # 4. Submit examples/run.json with the APK's absolute path.
 jq --arg apk "file://$APK" '.provisionApp.applicationUnderTestDescriptor.apkStorageObjectReference = $apk' \

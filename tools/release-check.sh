@@ -56,7 +56,8 @@ bad=$(dpkg-deb -c "$deb" | awk '$1 ~ /^d/ && ($1 != "drwxr-xr-x" || $2 != "root/
 [ -z "$bad" ] || fail "deb directories not root 0755: $bad"
 dpkg-deb -x "$deb" "$scratch/root"
 dpkg-deb -e "$deb" "$scratch/control"
-for f in usr/bin/screengraph-agent usr/lib/systemd/system/screengraph-agent.service etc/screengraph-agent/config.yaml; do
+for f in usr/bin/screengraph-agent usr/lib/systemd/system/screengraph-agent.service etc/screengraph-agent/config.yaml \
+  usr/share/doc/screengraph-agent/examples/run.json usr/share/doc/screengraph-agent/examples/walkthrough.sh; do
   [ -e "$scratch/root/$f" ] || fail "deb lacks /$f"
 done
 grep -q 'adduser --system' "$scratch/control/preinst" || fail "deb's preinst does not create the system user"
@@ -78,25 +79,39 @@ verify=$(systemd-analyze verify "$scratch/screengraph-agent.service" 2>&1) || fa
 [ -z "$verify" ] || fail "systemd-analyze verify warns: $verify"
 ok "deb: $(basename "$deb") holds the binary (version $ver), unit (systemd-analyze verify clean), conffile, user-creating preinst"
 
-# The README's walkthrough (examples/walkthrough.sh) from a directory outside
-# the checkout, with the archive's binary on PATH (and an Appium: the
-# checkout's, as a host's own install would be), on ports of its own.
+# The README's walkthrough as a user with only the release archive follows
+# it: an empty directory outside the checkout, a fresh HOME, PATH without the
+# checkout (the archive's binary, the system's adb/node/npm/curl/jq), no
+# APPIUM_HOME; `setup appium` installs Appium into the default data dir,
+# the archive's examples/walkthrough.sh runs with --data-dir elsewhere and
+# the inputs `screengraph-agent examples` writes.
 w="$scratch/walk"
-mkdir -p "$w/examples" "$scratch/appium-bin"
-cp "$root/examples/run.json" "$root/examples/policy-v2.yaml" "$w/examples/"
-cp "$root/fixtures/apks/demo-v2.apk" "$w/"
-ln -s "$root/tools/node/node_modules/.bin/appium" "$scratch/appium-bin/appium"
+mkdir -p "$w/home" "$w/release"
+tar -xzf "$(ls "$dist"/screengraph-agent_*_linux_amd64.tar.gz)" -C "$w/release"
+[ -f "$w/release/examples/walkthrough.sh" ] && [ -f "$w/release/examples/run.json" ] || fail "the archive has no examples/"
+userpath="$w/release:/usr/local/bin:/usr/bin:/bin"
+# What a user's own environment has for reaching the npm registry (proxy, CA
+# bundle) is kept; nothing else of this shell's is.
+netenv=()
+for v in NODE_EXTRA_CA_CERTS SSL_CERT_FILE SSL_CERT_DIR HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy https_proxy no_proxy \
+  npm_config_registry npm_config_cafile; do
+  [ -z "${!v:-}" ] || netenv+=("$v=${!v}")
+done
 read -r adb_port api_port nats_port < <(python3 -c 'import socket
 s=[socket.socket() for _ in range(3)]
 [x.bind(("127.0.0.1", 0)) for x in s]
 print(*[x.getsockname()[1] for x in s])')
 trap 'adb -P "$adb_port" kill-server >/dev/null 2>&1; rm -rf "$scratch"' EXIT
 start=$(date +%s)
-if ! (cd "$w" && env -i HOME="$w" PATH="$scratch/bin:$scratch/appium-bin:/usr/bin:/bin" APPIUM_HOME="$root/.cache/appium-home" \
-  ADB_PORT="$adb_port" API="127.0.0.1:$api_port" NATS="127.0.0.1:$nats_port" DATA="$w/data" APK="$w/demo-v2.apk" \
-  EXAMPLES="$w/examples" bash "$root/examples/walkthrough.sh" >"$w/walkthrough.log" 2>&1); then
+if ! (cd "$w" && env -i "${netenv[@]}" HOME="$w/home" PATH="$userpath" screengraph-agent setup appium >"$w/setup.log" 2>&1); then
+  tail -30 "$w/setup.log" >&2; fail "setup appium with a fresh HOME"
+fi
+setup_s=$(( $(date +%s) - start ))
+if ! (cd "$w" && env -i "${netenv[@]}" HOME="$w/home" PATH="$userpath" \
+  ADB_PORT="$adb_port" API="127.0.0.1:$api_port" NATS="127.0.0.1:$nats_port" DATA="$w/sg-data" \
+  EXAMPLES="$w/examples" bash "$w/release/examples/walkthrough.sh" >"$w/walkthrough.log" 2>&1); then
   tail -40 "$w/walkthrough.log" >&2; tail -20 "$w/serve.log" >&2 || true
-  fail "the walkthrough with the archive's binary"
+  fail "the walkthrough with the archive alone"
 fi
 grep -q "FINISHED" "$w/walkthrough.log" || { tail -40 "$w/walkthrough.log" >&2; fail "the walkthrough's runs did not finish"; }
-ok "walkthrough (doctor, serve, run, events, inspect, pause/policy/resume, metrics) with the archive's binary outside the checkout in $(( $(date +%s) - start )) s"
+ok "walkthrough (setup appium ${setup_s} s with a fresh HOME; examples, doctor, serve --data-dir, run, events, inspect, pause/policy/resume, metrics) from the archive alone in $(( $(date +%s) - start )) s"

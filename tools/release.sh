@@ -2,7 +2,8 @@
 # `make release-snapshot`: builds dist/ locally, nothing is published.
 #   dist/screengraph-agent_<version>_<os>_<arch>.tar.gz  linux, darwin x amd64, arm64:
 #       a static binary (CGO_ENABLED=0, -trimpath, version/commit/date linked in),
-#       LICENSE, README.md, the systemd unit and the default config
+#       LICENSE, README.md, the systemd unit, the default config and examples/
+#       (run.json, policy-v2.yaml, walkthrough.sh)
 #   dist/screengraph-agent_<version>_<arch>.deb            linux amd64, arm64 (Debian's dpkg-deb,
 #       packaging/deb/: control template, maintainer scripts; no tool to install)
 #   dist/SHA256SUMS                                        of all of the above
@@ -31,6 +32,7 @@ build_deb() {
   install -D -m 0644 packaging/systemd/screengraph-agent.service "$r/usr/lib/systemd/system/screengraph-agent.service"
   install -D -m 0644 packaging/config.yaml "$r/etc/screengraph-agent/config.yaml"
   install -D -m 0644 LICENSE "$r/usr/share/doc/screengraph-agent/copyright"
+  install -D -m 0644 -t "$r/usr/share/doc/screengraph-agent/examples" examples/run.json examples/policy-v2.yaml examples/walkthrough.sh
   install -d -m 0755 "$r/DEBIAN"
   install -m 0755 packaging/deb/preinstall.sh "$r/DEBIAN/preinst"
   install -m 0755 packaging/deb/postinstall.sh "$r/DEBIAN/postinst"
@@ -61,7 +63,8 @@ for target in ${RELEASE_TARGETS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm
   s=$(date +%s)
   CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$dir/screengraph-agent" ./cmd/screengraph-agent
   cp LICENSE README.md packaging/systemd/screengraph-agent.service packaging/config.yaml "$dir/"
-  tar -C "$dir" -czf "dist/$name.tar.gz" --owner=0 --group=0 screengraph-agent LICENSE README.md screengraph-agent.service config.yaml
+  mkdir -p "$dir/examples" && cp examples/run.json examples/policy-v2.yaml examples/walkthrough.sh "$dir/examples/"
+  tar -C "$dir" -czf "dist/$name.tar.gz" --owner=0 --group=0 screengraph-agent LICENSE README.md screengraph-agent.service config.yaml examples
   echo "release: $name.tar.gz ($(( $(date +%s) - s )) s)"
   if [ "$os" = linux ]; then
     build_deb "$arch" "$dir/screengraph-agent" "dist/screengraph-agent_${version}_${arch}.deb"

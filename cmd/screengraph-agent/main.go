@@ -43,9 +43,10 @@ type cli struct {
 	NATSConfig natsConfigCmd `cmd:"" name:"nats-config" help:"Print the authorization block of a nats-server config (users and permissions per token) for an external cluster."`
 	Migrate    migrateCmd    `cmd:"" help:"Apply the embedded schema migrations to a fleet's Postgres (serve does too, at start)."`
 	// Installation (version.go, setup.go).
-	Version versionCmd `cmd:"" help:"Print the version, commit, build date and Go version, and those of the adb server, Appium and the uiautomator2 driver found."`
-	Setup   setupCmd   `cmd:"" help:"Install what the agent drives: setup appium."`
-	Doctor  doctorCmd  `cmd:"" help:"Check what this host needs (adb server, devices, Appium and its driver, SDK, emulator, KVM, data dir, ports; Postgres, clock skew and NATS in fleet mode): ok/warn/fail lines with fixes; exit 1 on a fail. Takes serve's flags and config."`
+	Version  versionCmd  `cmd:"" help:"Print the version, commit, build date and Go version, and those of the adb server, Appium and the uiautomator2 driver found."`
+	Setup    setupCmd    `cmd:"" help:"Install what the agent drives: setup appium."`
+	Examples examplesCmd `cmd:"" help:"Write the walkthrough's inputs into DIR: run.json (pointing at DIR/demo-v2.apk), policy-v2.yaml and the signed demo APKs (demo-v1.apk, demo-v2.apk)."`
+	Doctor   doctorCmd   `cmd:"" help:"Check what this host needs (adb server, devices, Appium and its driver, SDK, emulator, KVM, data dir, ports; Postgres, clock skew and NATS in fleet mode): ok/warn/fail lines with fixes; exit 1 on a fail. Takes serve's flags and config."`
 }
 
 type emulatorCmd struct {

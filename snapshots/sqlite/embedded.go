@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -73,36 +72,13 @@ type Options struct {
 	CheckpointInCommit bool
 }
 
-// DataDir is the per-user data directory of the agent:
-// $XDG_DATA_HOME/screengraph-agent or ~/.local/share/screengraph-agent on
-// Linux and BSDs, ~/Library/Application Support/screengraph-agent on macOS,
-// %LocalAppData%\screengraph-agent on Windows. (Go has os.UserConfigDir and
-// os.UserCacheDir but no data-dir helper, hence this one.)
+// DataDir is the per-user data directory of the agent (agent.DefaultDataDir).
 func DataDir() (string, error) {
-	var base string
-	switch runtime.GOOS {
-	case "windows":
-		base = os.Getenv("LocalAppData")
-		if base == "" {
-			return "", errors.New("snapshots: %LocalAppData% is not set")
-		}
-	case "darwin", "ios":
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", err
-		}
-		base = filepath.Join(home, "Library", "Application Support")
-	default:
-		base = os.Getenv("XDG_DATA_HOME")
-		if base == "" || !filepath.IsAbs(base) {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return "", err
-			}
-			base = filepath.Join(home, ".local", "share")
-		}
+	d, err := agent.DefaultDataDir()
+	if err != nil {
+		return "", fmt.Errorf("snapshots: %w", err)
 	}
-	return filepath.Join(base, "screengraph-agent"), nil
+	return d, nil
 }
 
 // DefaultEmbeddedPath is DataDir()/agent.db.
