@@ -16,6 +16,11 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 
 [ -f "$dist/SHA256SUMS" ] || fail "no $dist/SHA256SUMS (run make release-snapshot)"
+# dist/ is of this commit (versions end in +<short commit>), unless VERSION
+# was given to both.
+want="${VERSION:-+$(git -C "$root" rev-parse --short HEAD)}"
+grep -q -- "_[^ ]*${want}_" "$dist/SHA256SUMS" ||
+  fail "$dist holds a release of another commit or version (want $want; run make release-snapshot): $(cut -d' ' -f3 "$dist/SHA256SUMS" | tr '\n' ' ')"
 (cd "$dist" && sha256sum --strict -c SHA256SUMS >/dev/null) || fail "SHA256SUMS does not match the files"
 targets="${RELEASE_TARGETS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}"
 n=0

@@ -61,7 +61,16 @@ for target in ${RELEASE_TARGETS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm
   dir="dist/build/$name"
   mkdir -p "$dir"
   s=$(date +%s)
-  CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$dir/screengraph-agent" ./cmd/screengraph-agent
+  # go build -v names each package it compiles (none when the build cache
+  # has them all: a rebuild of an unchanged target takes seconds); a line
+  # every 25 packages and one at least every 15 s keep the build from
+  # looking hung (a cold cross build compiles ~300 packages: minutes).
+  echo "release: building $os/$arch"
+  CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -v -trimpath -ldflags "$ldflags" -o "$dir/screengraph-agent" ./cmd/screengraph-agent 2>&1 |
+    awk -v t="$os/$arch" -v s="$s" 'BEGIN {last = systime()}
+      /[ :#]/ {print; fflush(); next}
+      {n++; if (n % 25 == 0 || systime() - last >= 15) {printf "release: %s: %d packages compiled (%d s)\n", t, n, systime() - s; fflush(); last = systime()}}'
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "release: FAIL: go build for $os/$arch" >&2; exit 1; }
   cp LICENSE README.md packaging/systemd/screengraph-agent.service packaging/config.yaml "$dir/"
   mkdir -p "$dir/examples" && cp examples/run.json examples/policy-v2.yaml examples/walkthrough.sh "$dir/examples/"
   tar -C "$dir" -czf "dist/$name.tar.gz" --owner=0 --group=0 screengraph-agent LICENSE README.md screengraph-agent.service config.yaml examples
