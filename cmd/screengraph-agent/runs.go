@@ -44,6 +44,7 @@ type runsCmd struct {
 	Inspect runsInspectCmd `cmd:"" help:"Step N of a run: its snapshot and the events committed with it."`
 	// Artifacts: evidence through the daemon's API (runs_artifacts.go).
 	Artifacts runsArtifactsCmd `cmd:"" help:"A run's evidence artifacts (screenshot, UI hierarchy, logcat, ANR traces) from the daemon; --download DIR saves them."`
+	Submit    runsSubmitCmd    `cmd:"" help:"Submit a setup run to the daemon from flags (--device, --package, --apk, ...) or -f run.json; print its id, or with --follow its progress until it ends (exit 0 only when FINISHED)."`
 	Resume    runsResumeCmd    `cmd:"" help:"Resume an unfinished run from its last snapshot, without a daemon."`
 	Prune     runsPruneCmd     `cmd:"" help:"Delete ended runs older than --older-than with their events, outbox rows, snapshots, control rows and lease history; runs with unpublished outbox rows are kept and listed. Opens the store itself: works with or without a daemon."`
 }

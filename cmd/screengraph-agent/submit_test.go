@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
+)
+
+// The request `runs submit` builds from flags and -f, without a daemon.
+func TestRunsSubmitRequest(t *testing.T) {
+	apk := filepath.Join(t.TempDir(), "app.apk")
+	if err := os.WriteFile(apk, []byte("PK"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := runsSubmitCmd{Device: "emulator-5554", Package: "com.example.app", APK: apk, SHA256: strings.Repeat("AB", 32),
+		Activity: ".Main", PolicyVersion: 2, Mode: "FORCE_RESTART"}
+	b, err := c.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"ensureDevice": map[string]any{"deviceConfiguration": map[string]any{"platformName": "android", "deviceName": "emulator-5554"}},
+		"provisionApp": map[string]any{"applicationUnderTestDescriptor": map[string]any{"androidPackageId": "com.example.app",
+			"apkStorageObjectReference": "file://" + apk, "expectedBuildSignatureSha256": strings.Repeat("ab", 32)}},
+		"launchOrAttach": map[string]any{"applicationUnderTestDescriptor": map[string]any{"androidPackageId": "com.example.app",
+			"androidLaunchActivityName": ".Main"}, "launchAttachMode": "FORCE_RESTART"},
+		"waitIdle":      map[string]any{"idleHeuristicsConfiguration": map[string]any{}},
+		"policyVersion": float64(2),
+	}
+	wb, _ := json.Marshal(want)
+	gb, _ := json.Marshal(got)
+	if !bytes.Equal(wb, gb) {
+		t.Fatalf("request\n got %s\nwant %s", gb, wb)
+	}
+
+	// -f keeps the file's fields (numbers as written) and flags replace theirs.
+	f := filepath.Join(t.TempDir(), "run.json")
+	os.WriteFile(f, []byte(`{"ensureDevice":{"deviceConfiguration":{"deviceName":"a","bootTimeoutMillis":120000}},
+		"provisionApp":{"applicationUnderTestDescriptor":{"androidPackageId":"com.x.y"}},"launchOrAttach":{"applicationUnderTestDescriptor":{"androidPackageId":"com.x.y"}},
+		"waitIdle":{"idleHeuristicsConfiguration":{"minQuietMillis":500}}}`), 0o644)
+	b, err = (&runsSubmitCmd{File: f, Device: "b", APK: "https://h.example/app.apk?X-Amz-Signature=s"}).request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`"deviceName":"b"`, `"bootTimeoutMillis":120000`, `"minQuietMillis":500`, `"apkStorageObjectReference":"https://h.example/app.apk?X-Amz-Signature=s"`} {
+		if !strings.Contains(string(b), s) {
+			t.Errorf("request lacks %s: %s", s, b)
+		}
+	}
+
+	// Refusals, each an invalid_request_error naming what is wrong.
+	big := filepath.Join(t.TempDir(), "big.json")
+	os.WriteFile(big, bytes.Repeat([]byte(" "), maxRunFile+1), 0o644)
+	for name, c := range map[string]runsSubmitCmd{
+		"no device":   {Package: "com.example.app"},
+		"no package":  {Device: "emulator-5554"},
+		"missing apk": {Device: "e", Package: "com.example.app", APK: filepath.Join(t.TempDir(), "none.apk")},
+		"apk is dir":  {Device: "e", Package: "com.example.app", APK: t.TempDir()},
+		"huge file":   {File: big},
+		"not object":  {File: writeTemp(t, "[1,2]")},
+	} {
+		_, err := c.request()
+		var ae *agent.Error
+		if err == nil || !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, s string) string {
+	p := filepath.Join(t.TempDir(), "f.json")
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// `runs submit --follow` against the real serve binary on a simulated
+// emulator with the real Appium: a run that finishes prints each node's
+// start and end and exits 0; a run whose APK's signer is not the expected
+// one prints the failure's error id and exits 1; a daemon that is not there
+// exits 2 with the agent error format under --output json.
+func TestRunsSubmitFollow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: serve, Appium and a simulated emulator")
+	}
+	srv := simtest.StartADBServer(t)
+	emu, _ := simtest.Launch(t, srv, simtest.Profile(t, "default"))
+	srv.WaitState(t, emu.Serial(), "device", 10*time.Second)
+	d := startDaemon(t, srv)
+	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
+	sha := signerDigest(t, apk)
+	submit := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(d.bin, append([]string{"runs", "submit", "--server", d.URL(), "--device", emu.Serial(),
+			"--package", appPkg, "--apk", apk}, args...)...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), code
+	}
+
+	out, code := submit("--sha256", sha, "--follow")
+	t.Logf("runs submit --follow:\n%s", out)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, node := range []string{"EnsureDevice", "ProvisionApp", "LaunchOrAttach", "WaitIdle"} {
+		if !strings.Contains(out, node+strings.Repeat(" ", 15-len(node))+" started") || !strings.Contains(out, node+strings.Repeat(" ", 15-len(node))+" SUCCESS in") {
+			t.Errorf("no start and SUCCESS line of %s:\n%s", node, out)
+		}
+	}
+	if !strings.Contains(out, "run FINISHED") {
+		t.Errorf("no final status:\n%s", out)
+	}
+
+	out, code = submit("--sha256", strings.Repeat("0", 64), "--follow")
+	if code != 1 || !strings.Contains(out, "run FAILED at ProvisionApp: signature_mismatch") {
+		t.Fatalf("exit %d, want 1 and the failure:\n%s", code, out)
+	}
+
+	// Without --follow: the run id alone.
+	out, code = submit("--sha256", sha)
+	if code != 0 || len(strings.TrimSpace(out)) != 26 {
+		t.Fatalf("exit %d, want a run id: %q", code, out)
+	}
+	d.waitStatus(t, []string{strings.TrimSpace(out)}, 3*time.Minute, agent.RunFinished)
+
+	// No daemon: exit 2, the agent error format.
+	cmd := exec.Command(d.bin, "runs", "submit", "--server", "http://127.0.0.1:"+strconv.Itoa(simtest.FreePort(t)), "--device", "e",
+		"--package", appPkg, "--output", "json")
+	b, err := cmd.Output()
+	var body agent.ErrorReport
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || json.Unmarshal(b, &body) != nil || body.Success || body.Error == "" {
+		t.Fatalf("no daemon: %v %s", err, b)
+	}
+}
