@@ -171,9 +171,9 @@ func TestServeEvidence(t *testing.T) {
 		}
 	}
 
-	// The CLI lists and downloads them into DIR, and refuses a name in
-	// DIR that is a symlink out of it.
-	dir := t.TempDir()
+	// The CLI lists and downloads them into DIR (created when missing,
+	// parents too), and refuses a name in DIR that is a symlink out of it.
+	dir := filepath.Join(t.TempDir(), "evidence", "run1")
 	out, err := exec.Command(d.bin, "runs", "artifacts", id, "--server", d.URL(), "--download", dir, "--output", "json").CombinedOutput()
 	if err != nil {
 		t.Fatalf("runs artifacts --download: %v\n%s", err, out)

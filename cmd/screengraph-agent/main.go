@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
@@ -103,11 +104,26 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "--version" {
 		os.Args[1] = "version"
 	}
-	kctx := kong.Parse(&c,
+	if len(os.Args) == 1 {
+		os.Args = append(os.Args, "--help") // no command: the overview, not an error
+	}
+	parser, err := kong.New(&c,
 		kong.Name("screengraph-agent"),
 		kong.Description("The ScreenGraph device agent: prepares Android devices through adb and Appium."),
-		kong.UsageOnError(),
 		kong.Vars{"default_listen": DefaultListen})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "screengraph-agent:", err)
+		os.Exit(1)
+	}
+	kctx, err := parser.Parse(os.Args[1:])
+	if err != nil {
+		// The error (with kong's closest-flag suggestion) first, then one
+		// line pointing at the command's help: ~90 lines of usage before
+		// it buried the line that says what was wrong.
+		fmt.Fprintln(os.Stderr, "screengraph-agent: error:", agent.RedactString(err.Error()))
+		fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", helpCommand(err))
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	kctx.BindTo(ctx, (*context.Context)(nil))
@@ -116,6 +132,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "screengraph-agent:", agent.RedactString(err.Error()))
 		os.Exit(exitCode(err))
 	}
+}
+
+// helpCommand is the command line whose --help describes the command a
+// parse error is about ("screengraph-agent runs list"), without its
+// positional arguments.
+func helpCommand(err error) string {
+	words := []string{"screengraph-agent"}
+	var pe *kong.ParseError
+	if errors.As(err, &pe) && pe.Context != nil {
+		for _, w := range strings.Fields(pe.Context.Command()) {
+			if !strings.HasPrefix(w, "<") {
+				words = append(words, w)
+			}
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // exitError carries a process exit code through kong.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,12 +31,24 @@ func (f storeFlags) dir() (string, error) {
 	return sqlite.DataDir()
 }
 
+// open opens the embedded store of the data dir. The runs commands read a
+// store, they never create one: a data dir with no agent.db is an
+// invalid_request_error naming the path (an empty table there read as "no
+// runs" when the user meant another data dir or a daemon that was down).
 func (f storeFlags) open(ctx context.Context) (*sqlite.Store, error) {
 	dir, err := f.dir()
 	if err != nil {
 		return nil, err
 	}
-	return sqlite.Open(ctx, filepath.Join(dir, "agent.db"), sqlite.Options{})
+	p := filepath.Join(dir, "agent.db")
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		hint := "pass --data-dir DIR of a daemon's data, or --server URL of a running daemon"
+		if f.DataDir == "" {
+			hint = "no daemon answers at " + defaultServer + " either: start `screengraph-agent serve`, or " + hint
+		}
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "no local store at %s (%s)", p, hint)
+	}
+	return sqlite.Open(ctx, p, sqlite.Options{})
 }
 
 type runsCmd struct {

@@ -31,6 +31,11 @@ func (c *runsArtifactsCmd) Run(ctx context.Context) error {
 	}
 	saved := map[string]string{}
 	if c.Download != "" {
+		// The directory is created when missing (0755, parents too), as
+		// `adb pull` and `curl --create-dirs` do for their targets.
+		if err := os.MkdirAll(c.Download, 0o755); err != nil {
+			return c.failHTTP("runs artifacts", agent.Wrap(agent.ErrInvalidRequest, err, "--download %s", c.Download))
+		}
 		root, err := os.OpenRoot(c.Download)
 		if err != nil {
 			return c.failHTTP("runs artifacts", agent.Wrap(agent.ErrInvalidRequest, err, "--download %s", c.Download))
