@@ -506,9 +506,19 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, d)
 }
 
+// RunSource is what Detail reads a run from: the run service
+// (*service.Service), or an adapter over a local store for the CLI without
+// a daemon. Errors as the service's.
+type RunSource interface {
+	Get(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error)
+	Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error)
+	LatestState(ctx context.Context, sc agent.Scope, runID string) (agent.RunState, error)
+	RunLease(ctx context.Context, sc agent.Scope, runID string) (agent.Lease, bool, error)
+}
+
 // Detail builds a run's detail view from its row, events and last snapshot,
 // as sc sees it (agent.ErrNotFound for a run sc does not see).
-func Detail(ctx context.Context, svc *service.Service, sc agent.Scope, g *agent.Graph, runID string) (RunDetail, error) {
+func Detail(ctx context.Context, svc RunSource, sc agent.Scope, g *agent.Graph, runID string) (RunDetail, error) {
 	run, err := svc.Get(ctx, sc, runID)
 	if err != nil {
 		return RunDetail{}, err

@@ -148,22 +148,13 @@ func (c *runsShowCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
 	if err != nil {
 		return c.failHTTP("runs show", err)
 	}
-	r := client.RunRow(d)
 	// Each step commits one agent.node.finished: the latest step is Steps-1.
-	var state *agent.RunState
+	var snap agent.Snapshot
+	snapErr := agent.ErrNotFound
 	if d.Steps > 0 {
-		if sn, err := cl.Step(ctx, c.RunID, d.Steps-1); err == nil {
-			if rs, err := agent.DecodeRunState(sn); err == nil {
-				state = &rs
-			}
-		}
+		snap, snapErr = cl.Step(ctx, c.RunID, d.Steps-1)
 	}
-	last := int64(d.Events) // sequences are 1..n without gaps
-	if c.Output == "json" {
-		return printJSON(map[string]any{"run": r, "state": state, "lastSequence": last})
-	}
-	writeShow(r, state, last)
-	return nil
+	return c.print(d, snap, snapErr)
 }
 
 func (c *runsEventsCmd) viaDaemon(ctx context.Context, cl *client.Client) error {

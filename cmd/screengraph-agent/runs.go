@@ -14,7 +14,10 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	"github.com/screengraph/screengraph-agent/agent/retention"
+	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
@@ -203,21 +206,82 @@ func (c *runsShowCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
-	r, err := st.GetRun(ctx, agent.Admin(), c.RunID)
+	// The chain's structure only (no device is driven): the error report
+	// lists its nodes in order.
+	g, err := nodes.NewSetupGraph(nodes.SetupDeps{})
+	if err != nil {
+		return err
+	}
+	d, err := httpapi.Detail(ctx, localRuns{st}, agent.Admin(), g, c.RunID)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", c.RunID, err)
 	}
+	snap, err := st.LatestSnapshot(ctx, agent.Admin(), c.RunID)
+	return c.print(d, snap, err)
+}
+
+// localRuns reads a run from the embedded store for httpapi.Detail, as the
+// run service does (runs show without a daemon).
+type localRuns struct{ st *sqlite.Store }
+
+func (l localRuns) Get(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
+	return l.st.GetRun(ctx, sc, runID)
+}
+
+func (l localRuns) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
+	return l.st.Events(ctx, sc, runID, after)
+}
+
+func (l localRuns) LatestState(ctx context.Context, sc agent.Scope, runID string) (agent.RunState, error) {
+	snap, err := l.st.LatestSnapshot(ctx, sc, runID)
+	if err != nil {
+		return agent.RunState{}, err
+	}
+	return agent.DecodeRunState(snap)
+}
+
+func (l localRuns) RunLease(ctx context.Context, sc agent.Scope, runID string) (agent.Lease, bool, error) {
+	ls, err := l.st.LeasePage(ctx, sc, agent.LeaseQuery{RunID: runID, Limit: 1})
+	if err != nil || len(ls) == 0 {
+		return agent.Lease{}, false, err
+	}
+	return ls[0], true, nil
+}
+
+// print shows a run's detail: under --output json the run row, its latest
+// state, last sequence, node timings and (FAILED) error report; as text the
+// run's fields, each node attempt with its outcome and duration, and the
+// error report of a FAILED run (the agent error format, indented JSON).
+func (c *runsShowCmd) print(d httpapi.RunDetail, snap agent.Snapshot, snapErr error) error {
+	r := client.RunRow(d)
 	var state *agent.RunState
-	if sn, err := st.LatestSnapshot(ctx, agent.Admin(), c.RunID); err == nil {
-		if rs, err := agent.DecodeRunState(sn); err == nil {
+	if snapErr == nil {
+		if rs, err := agent.DecodeRunState(snap); err == nil {
 			state = &rs
 		}
 	}
-	last, _ := st.LastSequence(ctx, c.RunID)
+	last := int64(d.Events) // sequences are 1..n without gaps
 	if c.Output == "json" {
-		return printJSON(map[string]any{"run": r, "state": state, "lastSequence": last})
+		return printJSON(map[string]any{"run": r, "state": state, "lastSequence": last, "nodes": d.Nodes, "error": d.Error})
 	}
 	writeShow(r, state, last)
+	if d.TookMillis > 0 {
+		fmt.Printf("took %.1f s\n", float64(d.TookMillis)/1000)
+	}
+	for _, n := range d.Nodes {
+		line := fmt.Sprintf("node %-15s step %d attempt %d  %-7s %7.1f s", n.Node, n.StepOrdinal, n.Attempt, n.Outcome, float64(n.DurationMillis)/1000)
+		if n.ErrorID != nil {
+			line += "  " + *n.ErrorID
+		}
+		fmt.Println(line)
+	}
+	if d.Error != nil {
+		b, err := json.MarshalIndent(d.Error, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("error report:\n%s\n", agent.RedactJSON(b))
+	}
 	return nil
 }
 

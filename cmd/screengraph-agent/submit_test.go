@@ -146,6 +146,25 @@ func TestRunsSubmitFollow(t *testing.T) {
 	}
 	d.waitStatus(t, []string{strings.TrimSpace(out)}, 3*time.Minute, agent.RunFinished)
 
+	// runs show of a FAILED run: each node attempt with its outcome and
+	// duration, then the error report; through the daemon and from the
+	// local store alike.
+	out, code = submit("--sha256", strings.Repeat("1", 64))
+	failed := strings.TrimSpace(out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	d.waitStatus(t, []string{failed}, 3*time.Minute, agent.RunFailed)
+	for _, where := range [][]string{{"--server", d.URL()}, {"--data-dir", d.dataDir}} {
+		b, err := exec.Command(d.bin, append([]string{"runs", "show", failed}, where...)...).CombinedOutput()
+		show := string(b)
+		if err != nil || !strings.Contains(show, "status FAILED") || !strings.Contains(show, "node EnsureDevice ") ||
+			!strings.Contains(show, "SUCCESS") || !strings.Contains(show, "node ProvisionApp ") || !strings.Contains(show, "signature_mismatch") ||
+			!strings.Contains(show, "error report:") || !strings.Contains(show, `"failed_node": "ProvisionApp"`) || !strings.Contains(show, "took ") {
+			t.Errorf("runs show %v: %v\n%s", where, err, show)
+		}
+	}
+
 	// No daemon: exit 2, the agent error format.
 	cmd := exec.Command(d.bin, "runs", "submit", "--server", "http://127.0.0.1:"+strconv.Itoa(simtest.FreePort(t)), "--device", "e",
 		"--package", appPkg, "--output", "json")
