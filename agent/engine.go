@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -66,7 +68,18 @@ type Engine struct {
 	// Logf reports what the engine ignored (an unknown policy version in a
 	// switch request); nil drops it.
 	Logf func(format string, args ...any)
+	// LiveProgress is how long a node may run before its agent.node.started
+	// and the progress lines it reported so far (NodeInput.Progress) are
+	// committed ahead of its end, in a commit of their own; after that its
+	// new lines commit every LiveProgressInterval while it runs. 0 means
+	// 500 ms; negative commits everything at the node's end (one
+	// transaction a step, as a node shorter than the delay always is).
+	LiveProgress time.Duration
 }
+
+// LiveProgressInterval is how often a running node's new progress lines
+// are committed once its start was (Engine.LiveProgress).
+const LiveProgressInterval = time.Second
 
 // GraphRunner is an Engine bound to one graph: Run(ctx, runID) is
 // Engine.Run(ctx, runID, Graph), the daemon's service.Runner.
@@ -97,7 +110,61 @@ func (e *Engine) Run(ctx context.Context, runID string, g *Graph) (RunStatus, er
 	if err := r.load(ctx, runID); err != nil {
 		return r.run.Status, err
 	}
+	if err := r.closeDiscarded(ctx); err != nil {
+		return r.run.Status, err
+	}
 	return r.loop(ctx)
+}
+
+// closeDiscarded ends the event group of an attempt a daemon stop or crash
+// discarded after its agent.node.started was committed live
+// (Engine.LiveProgress): when the run's last event is that attempt's
+// started or token_delta, it commits an agent.node.finished for it,
+// FAILURE interrupted, retryable, with no snapshot (the state is the latest
+// snapshot's, so the node runs again: the next attempt starts a new group
+// with the same step and attempt numbers and a new resumeToken). Every
+// started thus has its finished, as followers and checkers expect.
+func (r *runner) closeDiscarded(ctx context.Context) error {
+	if r.run.Status.Terminal() || r.seq == 0 {
+		return nil
+	}
+	last, err := r.e.Store.Events(ctx, Admin(), r.run.RunID, r.seq-1)
+	if err != nil {
+		return fmt.Errorf("run %s: last event: %w", r.run.RunID, err)
+	}
+	if len(last) != 1 || (last[0].Kind != KindNodeStarted && last[0].Kind != KindNodeTokenDelta) {
+		return nil
+	}
+	var p struct {
+		NodeName    string `json:"nodeName"`
+		StepOrdinal int    `json:"stepOrdinal"`
+		Attempt     int    `json:"attempt"`
+	}
+	if err := json.Unmarshal(last[0].Payload, &p); err != nil {
+		return fmt.Errorf("run %s: event %d: %w", r.run.RunID, last[0].Sequence, err)
+	}
+	id, retryable := ErrInterrupted, true
+	summary := fmt.Sprintf("%s attempt %d was discarded: the daemon stopped before it ended; it runs again", p.NodeName, p.Attempt)
+	out, err := stampCommon(map[string]json.RawMessage{}, Common{
+		NodeName: p.NodeName, StepOrdinal: p.StepOrdinal, IterationOrdinalNumber: r.st.IterationOrdinalNumber,
+		PolicyVersion: r.st.PolicyVersion, NodeExecutionOutcomeStatus: OutcomeFailure,
+		ErrorID: &id, Retryable: &retryable, HumanReadableFailureSummary: &summary,
+	})
+	if err != nil {
+		return err
+	}
+	fin, err := r.event(r.seq+1, KindNodeFinished, NodeFinishedPayload{
+		PayloadBase: r.base(), NodeName: p.NodeName, StepOrdinal: p.StepOrdinal, Attempt: p.Attempt,
+		NodeExecutionOutcomeStatus: OutcomeFailure, ErrorID: &id, Retryable: &retryable,
+		HumanReadableFailureSummary: &summary, Output: out,
+	})
+	if err != nil {
+		return err
+	}
+	if ok, err := r.commit(ctx, []Event{fin}, nil, nil, "", nil); err != nil || !ok {
+		return fmt.Errorf("run %s: closing the discarded attempt: %w", r.run.RunID, cmp.Or(err, ErrStatusConflict))
+	}
+	return nil
 }
 
 type runner struct {
@@ -607,6 +674,12 @@ func (r *runner) runStep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A step that honors a control (a policy switch) commits its started
+	// event, which names the control, with the snapshot that takes it:
+	// taken earlier, the switch would be lost to a crash before the step's
+	// end (takeable). Its progress is then seen at the node's end.
+	live := r.startLive(ctx, started, name, stepOrd, attempt, len(stepCtrl) == 0)
+	in.Progress = live.add
 	t0 := r.clock.Now()
 	var res NodeResult
 	deadlineHit := false
@@ -615,8 +688,12 @@ func (r *runner) runStep(ctx context.Context) error {
 	} else {
 		res = NodeResult{Err: Errorf(ErrInternal, "graph %q has no node %q", r.g.Name, name)}
 	}
+	startedDone, pending := live.stop()
 	if err := ctx.Err(); err != nil {
-		return err // daemon stop: discard the attempt, the run stays resumable
+		// Daemon stop: discard the attempt, the run stays resumable. Its
+		// started and progress lines already committed stay in the log
+		// (the resumed attempt starts again with a new resumeToken).
+		return err
 	}
 	now := r.clock.Now()
 
@@ -696,25 +773,18 @@ func (r *runner) runStep(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err // daemon stop during the capture: as during the node
 	}
-	res.Deltas = append(res.Deltas, lines...)
+	res.Deltas = append(append(pending, res.Deltas...), lines...)
 	for _, a := range arts {
 		fin.Artifacts = append(fin.Artifacts, a.ArtifactRef)
 		st.Artifacts = append(st.Artifacts, StepArtifact{Node: name, StepOrdinal: stepOrd, ArtifactRef: a.ArtifactRef})
 	}
 
-	events := []Event{started}
-	for _, d := range res.Deltas {
-		clk := r.clock
-		if !d.At.IsZero() {
-			clk = fixedClock(d.At)
-		}
-		ev, err := NewEvent(r.run, r.seq+int64(len(events))+1, KindNodeTokenDelta, TokenDeltaPayload{
-			PayloadBase: r.base(), NodeName: name, StepOrdinal: stepOrd, Attempt: attempt, TokenDelta: d,
-		}, clk, r.ids)
-		if err != nil {
-			return err
-		}
-		events = append(events, ev)
+	var events []Event
+	if !startedDone {
+		events = append(events, started)
+	}
+	if events, err = r.deltaEvents(events, name, stepOrd, attempt, res.Deltas); err != nil {
+		return err
 	}
 	finEv, err := r.event(r.seq+int64(len(events))+1, KindNodeFinished, fin)
 	if err != nil {
@@ -731,6 +801,137 @@ func (r *runner) runStep(ctx context.Context) error {
 	}
 	r.step = stepOrd
 	return nil
+}
+
+// deltaEvents appends an agent.node.token_delta event for each line to
+// events, with the sequences that follow r.seq and events.
+func (r *runner) deltaEvents(events []Event, name string, stepOrd, attempt int, lines []TokenDelta) ([]Event, error) {
+	for _, d := range lines {
+		clk := r.clock
+		if !d.At.IsZero() {
+			clk = fixedClock(d.At)
+		}
+		ev, err := NewEvent(r.run, r.seq+int64(len(events))+1, KindNodeTokenDelta, TokenDeltaPayload{
+			PayloadBase: r.base(), NodeName: name, StepOrdinal: stepOrd, Attempt: attempt, TokenDelta: d,
+		}, clk, r.ids)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, ev)
+	}
+	return events, nil
+}
+
+// liveProgress commits a running node's agent.node.started and progress
+// lines before the node ends (Engine.LiveProgress), so that followers see
+// a long node (a boot wait, a download) while it runs. Its commits hold
+// events and outbox rows only, fenced by the run's lease like the step's:
+// no snapshot, no status, no control taken, so what a crash recovers is
+// unchanged (the latest snapshot); the step's own commit still writes the
+// rest of the attempt's events, agent.node.finished and the snapshot in one
+// transaction. It runs on its own goroutine while the runner waits in
+// invoke; stop hands r.seq back before the runner reads it again.
+type liveProgress struct {
+	r                    *runner
+	ctx                  context.Context
+	started              Event
+	name                 string
+	step, attempt        int
+	mu                   sync.Mutex
+	pending              []TokenDelta
+	startedDone, stopped bool
+	failed               bool
+	quit, done           chan struct{}
+}
+
+func (r *runner) startLive(ctx context.Context, started Event, name string, step, attempt int, allowed bool) *liveProgress {
+	l := &liveProgress{r: r, ctx: ctx, started: started, name: name, step: step, attempt: attempt,
+		quit: make(chan struct{}), done: make(chan struct{})}
+	delay := r.e.LiveProgress
+	if delay == 0 {
+		delay = 500 * time.Millisecond
+	}
+	if delay < 0 || !allowed {
+		close(l.done)
+		return l
+	}
+	go l.run(delay)
+	return l
+}
+
+// add records one of the node's lines (NodeInput.Progress); after stop
+// (an abandoned node still reporting) it is dropped.
+func (l *liveProgress) add(d TokenDelta) {
+	if d.At.IsZero() {
+		d.At = l.r.clock.Now()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.stopped {
+		l.pending = append(l.pending, d)
+	}
+}
+
+func (l *liveProgress) run(delay time.Duration) {
+	defer close(l.done)
+	for wait := delay; ; wait = LiveProgressInterval {
+		select {
+		case <-l.quit:
+			return
+		case <-l.ctx.Done():
+			return
+		case <-l.r.after(wait):
+		}
+		if !l.flush() {
+			return
+		}
+	}
+}
+
+// flush commits the started event (once) and the lines added since the
+// last flush. A failed commit (a lost lease, the store down) ends the live
+// commits: its lines go back to pending for the step's commit, which then
+// meets the same condition and reports it as a step commit does.
+func (l *liveProgress) flush() bool {
+	l.mu.Lock()
+	lines := l.pending
+	l.pending = nil
+	l.mu.Unlock()
+	if l.startedDone && len(lines) == 0 {
+		return true
+	}
+	var events []Event
+	if !l.startedDone {
+		events = append(events, l.started)
+	}
+	events, err := l.r.deltaEvents(events, l.name, l.step, l.attempt, lines)
+	ok := false
+	if err == nil {
+		ok, err = l.r.commit(l.ctx, events, nil, nil, "", nil)
+	}
+	if err != nil || !ok {
+		l.mu.Lock()
+		l.pending = append(lines, l.pending...)
+		l.failed = true
+		l.mu.Unlock()
+		if err != nil && l.ctx.Err() == nil {
+			l.r.logf("run %s: %s: progress commit: %v (the rest commits with the step)", l.r.run.RunID, l.name, err)
+		}
+		return false
+	}
+	l.startedDone = true
+	return true
+}
+
+// stop ends the live commits and returns whether the started event was
+// committed and the lines not committed yet, for the step's commit.
+func (l *liveProgress) stop() (startedDone bool, pending []TokenDelta) {
+	close(l.quit)
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	return l.startedDone, l.pending
 }
 
 type fixedClock time.Time

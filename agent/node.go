@@ -101,6 +101,12 @@ type NodeInput struct {
 	// Carry is the state the earlier nodes passed on (NodeResult.Carry).
 	Carry map[string]json.RawMessage
 	Clock Clock
+	// Progress, when set, takes the node's progress and log lines as they
+	// happen (safe from any goroutine; At defaults to now): the engine
+	// commits them while the node runs (Engine.LiveProgress), so a follower
+	// sees a long node live. Lines given here are not returned again in
+	// NodeResult.Deltas.
+	Progress func(TokenDelta)
 }
 
 // Rand returns a PCG generator seeded with RandomSeed: the only randomness a

@@ -40,6 +40,10 @@ const (
 	// BootPollInterval spaces the boot readiness probes (Appium polls every
 	// 3 s; a probe is one shell round trip, so a shorter step costs little).
 	BootPollInterval = 500 * time.Millisecond
+	// BootProgressInterval spaces the boot wait's progress lines: with the
+	// engine committing a running node's lines every second, a follower
+	// sees one at least every 2 s.
+	BootProgressInterval = time.Second
 	// OfflineGrace bounds how long EnsureDevice waits for a device in a
 	// transient adb state (offline, authorizing, connecting) to come online: a
 	// fresh adb server reports devices offline for a moment (android-recipes.md).
@@ -463,6 +467,7 @@ func waitOnline(ctx context.Context, dev device.Device, p Ports, grace time.Dura
 // first probe's answer (taken already).
 func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, first *parse.BootStatus) error {
 	last := "no answer yet"
+	var lastLine time.Time
 	for attempt := 0; ; attempt++ {
 		var st parse.BootStatus
 		var err error
@@ -486,8 +491,13 @@ func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.T
 		} else {
 			last = st.Reason
 		}
-		if attempt == 0 {
-			p.Logf("waiting for %s to boot: %s", dev.Serial(), last)
+		// A line at the first probe, then one at least every
+		// BootProgressInterval: with the engine's live progress a follower
+		// sees the wait advance (a cold boot takes minutes).
+		if now := p.Now(); attempt == 0 || now.Sub(lastLine) >= BootProgressInterval {
+			waited := bound - deadline.Sub(now)
+			p.Logf("waiting for %s to boot: %s (%s of %s)", dev.Serial(), last, waited.Round(time.Second), bound.Round(time.Second))
+			lastLine = now
 		}
 		if !p.Now().Before(deadline) {
 			return agent.Errorf(agent.ErrBootTimeout, "%s not boot-ready after %v: %s", dev.Serial(), bound.Round(time.Millisecond), last)

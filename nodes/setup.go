@@ -176,9 +176,13 @@ func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResul
 	p.Rand = in.Rand()
 	p.Progress = func(line string) {
 		line = agent.RedactString(line) // Logf did; a direct Progress call may not
-		mu.Lock()
-		deltas = append(deltas, agent.Log("%s", line))
-		mu.Unlock()
+		if in.Progress != nil {
+			in.Progress(agent.Log("%s", line)) // committed while the node runs
+		} else {
+			mu.Lock()
+			deltas = append(deltas, agent.Log("%s", line))
+			mu.Unlock()
+		}
 		if n.deps.Progress != nil {
 			n.deps.Progress(n.name, line)
 		}
