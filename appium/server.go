@@ -73,6 +73,7 @@ type Server struct {
 	waitErr  error
 	tail     *tailBuffer
 	logFile  *os.File
+	logPath  string // cfg.LogFile: where a detached server's log is read back
 	stopOnce sync.Once
 	stopTo   time.Duration
 }
@@ -84,7 +85,21 @@ type Server struct {
 // Errors: process_error when the binary is missing or the server exits or does
 // not become ready in time (the message carries the end of its log); ctx's
 // cancellation stops the start.
+//
+// With Port 0 the port is picked free just before the start; another
+// process may bind it first (a free port is only free when asked), so a
+// server that exits with EADDRINUSE is started again on a new port, up to
+// three times.
 func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	for try := 1; ; try++ {
+		s, err := startServer(ctx, cfg)
+		if err == nil || cfg.Port != 0 || try == 3 || !strings.Contains(err.Error(), "EADDRINUSE") {
+			return s, err
+		}
+	}
+}
+
+func startServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	inst, err := Locate(LocateConfig{Bin: cfg.Bin, DataDir: cfg.DataDir})
 	if err != nil {
 		return nil, err
@@ -136,7 +151,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	s := &Server{URL: fmt.Sprintf("http://%s", net.JoinHostPort(addr, strconv.Itoa(port))), Port: port,
-		cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: 256 << 10}, stopTo: stopTO}
+		cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: 256 << 10}, stopTo: stopTO, logPath: cfg.LogFile}
 	var w io.Writer = s.tail
 	if cfg.Detached {
 		if cfg.LogFile == "" {
@@ -232,7 +247,33 @@ func (s *Server) Exited() bool {
 }
 
 // LogTail is the last n bytes (at most 256 KiB) of the server's log.
-func (s *Server) LogTail(n int) string { return s.tail.last(n) }
+func (s *Server) LogTail(n int) string {
+	if t := s.tail.last(n); t != "" || s.logPath == "" {
+		return t
+	}
+	// A detached server writes to its LogFile only: read its end there, so
+	// an early exit's cause is in the error.
+	return fileTail(s.logPath, n)
+}
+
+// fileTail is the last n bytes of the file at p ("" when unreadable).
+func fileTail(p string, n int) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-int64(n), 0)
+	b := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	return string(b)
+}
 
 // LogLines returns the log lines (of the in-memory tail) that contain substr.
 func (s *Server) LogLines(substr string) []string {

@@ -227,14 +227,17 @@ func TestTransportThroughRealADBServer(t *testing.T) {
 
 func TestFaultOfflineSeenByADBServer(t *testing.T) {
 	srv := simtest.StartADBServer(t)
-	e, _ := startFake(t, srv, sim.TransportFaults{OfflineAfter: 300 * time.Millisecond, OfflineFor: 1500 * time.Millisecond})
-	srv.WaitState(t, e.Serial(), "device", 5*time.Second)
-	srv.WaitState(t, e.Serial(), "offline", 5*time.Second)
+	// The offline period is long enough to be seen by a poll of `adb
+	// devices` on a loaded machine (CI missed a 1.5 s one: the device was
+	// back before the first poll after its connect); the waits' bounds only
+	// bound a failure.
+	e, _ := startFake(t, srv, sim.TransportFaults{OfflineAfter: 300 * time.Millisecond, OfflineFor: 8 * time.Second})
+	srv.WaitState(t, e.Serial(), "offline", 30*time.Second)
 	_, errOut, code := srv.Run(t, "-s", e.Serial(), "shell", "echo", "hi")
 	if code == 0 || !strings.Contains(errOut, "offline") {
 		t.Fatalf("shell on an offline device: exit %d, stderr %q", code, errOut)
 	}
-	srv.WaitState(t, e.Serial(), "device", 5*time.Second)
+	srv.WaitState(t, e.Serial(), "device", 30*time.Second)
 	if out, _, code := srv.Run(t, "-s", e.Serial(), "shell", "echo", "back"); out != "back\n" || code != 0 {
 		t.Fatalf("after the offline period: %q exit %d", out, code)
 	}
