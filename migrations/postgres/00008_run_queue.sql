@@ -10,6 +10,7 @@
 
 -- +goose Up
 CREATE INDEX runs_queue_idx ON runs ((lower(replace(trim(serial), ' ', '_'))), tenant_id, created_at, run_id) WHERE status = 'PENDING';
+CREATE INDEX runs_queue_age_idx ON runs ((lower(replace(trim(serial), ' ', '_'))), created_at) WHERE status = 'PENDING';
 CREATE INDEX runs_pending_idx ON runs (created_at, run_id) WHERE status = 'PENDING';
 CREATE INDEX runs_tenant_pending_idx ON runs (tenant_id) WHERE status = 'PENDING';
 CREATE TABLE device_sightings (
@@ -36,4 +37,5 @@ DROP FUNCTION screengraph_queue_notify();
 DROP TABLE device_sightings;
 DROP INDEX runs_tenant_pending_idx;
 DROP INDEX runs_pending_idx;
+DROP INDEX runs_queue_age_idx;
 DROP INDEX runs_queue_idx;

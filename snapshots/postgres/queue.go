@@ -106,7 +106,8 @@ func (s *Store) SeeDevices(ctx context.Context, names []string) error {
 
 // UnseenRuns implements agent.RunQueue: a skip scan over the distinct
 // device names of the PENDING runs (runs_queue_idx), each checked against
-// device_sightings, reads runs only of the names no daemon reached.
+// device_sightings; runs are read only for the names no daemon reached,
+// and only those queued before the cutoff (runs_queue_age_idx: a range).
 func (s *Store) UnseenRuns(ctx context.Context, after time.Duration, limit int) ([]agent.Run, error) {
 	if limit <= 0 {
 		limit = 100
@@ -118,11 +119,14 @@ func (s *Store) UnseenRuns(ctx context.Context, after time.Duration, limit int) 
 			UNION ALL
 			SELECT (SELECT `+qn+` FROM runs r WHERE r.status = 'PENDING' AND `+qn+` > names.name ORDER BY 1 LIMIT 1)
 			FROM names WHERE names.name IS NOT NULL
+		),
+		unseen(name) AS (
+			SELECT n.name FROM names n, now WHERE n.name IS NOT NULL
+			AND NOT EXISTS (SELECT 1 FROM device_sightings d WHERE d.name = n.name AND d.seen_at > now.t - $1::bigint * interval '1 microsecond')
 		)
-		SELECT x.* FROM names n, now, LATERAL (
-			SELECT `+pgRunColumns+` FROM runs r WHERE r.status = 'PENDING' AND `+qn+` = n.name AND r.created_at < now.t - $1::bigint * interval '1 microsecond' LIMIT $2) x
-		WHERE n.name IS NOT NULL
-		AND NOT EXISTS (SELECT 1 FROM device_sightings d WHERE d.name = n.name AND d.seen_at > now.t - $1::bigint * interval '1 microsecond')
+		SELECT x.* FROM unseen u, now, LATERAL (
+			SELECT `+pgRunColumns+` FROM runs r WHERE r.status = 'PENDING' AND `+qn+` = u.name AND r.created_at < now.t - $1::bigint * interval '1 microsecond'
+			ORDER BY r.created_at LIMIT $2) x
 		LIMIT $2`, after.Microseconds(), limit, s.runClockArg()))
 	if err != nil {
 		return nil, fmt.Errorf("unseen runs: %w", err)

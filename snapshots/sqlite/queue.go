@@ -125,7 +125,7 @@ func (s *Store) UnseenRuns(ctx context.Context, after time.Duration, limit int) 
 		if seen > 0 {
 			continue
 		}
-		runs, err := collect(scanRun)(s.query(ctx, `SELECT `+runColumns+` FROM runs WHERE status = 'PENDING' AND `+sqlQueueName+` = ? AND created_at < ? LIMIT ?`,
+		runs, err := collect(scanRun)(s.query(ctx, `SELECT `+runColumns+` FROM runs WHERE status = 'PENDING' AND `+sqlQueueName+` = ? AND created_at < ? ORDER BY created_at LIMIT ?`,
 			name.String, cutoff, limit-len(out)))
 		if err != nil {
 			return nil, fmt.Errorf("unseen runs: %w", err)
