@@ -19,7 +19,8 @@ type RunQueue interface {
 	// RunID): for each of q.Names, the oldest q.PerTenant runs of each of
 	// up to q.MaxTenants tenants with runs queued for that name (in tenant
 	// id order), so one tenant's backlog never hides another tenant's run;
-	// and the q.Oldest oldest PENDING runs of any name.
+	// the q.Oldest oldest PENDING runs of any name; and the q.Started
+	// oldest started, unfinished runs.
 	QueuedRuns(ctx context.Context, q QueueQuery) ([]Run, error)
 	// SeeDevices records, at the store's clock, that a daemon reaches
 	// devices selected by names (their QueueName forms are kept).
@@ -39,6 +40,10 @@ type QueueQuery struct {
 	PerTenant  int // per name and tenant (<= 0: 1)
 	MaxTenants int // per name (<= 0: 64)
 	Oldest     int // PENDING runs of any name (0: none)
+	// Started: the oldest Started runs that started and did not end
+	// (RUNNING, PAUSED, CANCELED_REQUESTED), through an index of those
+	// rows alone, however many runs are queued (0: none).
+	Started int
 }
 
 // QueueNotifier is a store whose writers signal what may start a queued

@@ -15,13 +15,10 @@ import (
 
 var unfinished = []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused, agent.RunCancelRequested}
 
-// inFlight are the unfinished statuses of a run that started: such runs
-// are few (about one per device of the fleet), so a round reads them all.
-var inFlight = []agent.RunStatus{agent.RunRunning, agent.RunPaused, agent.RunCancelRequested}
-
 // Bounds of a round's reads of the queue (agent.RunQueue).
 const (
-	// maxInFlightRead bounds the started, unfinished runs a round reads.
+	// maxInFlightRead bounds the started, unfinished runs a round reads
+	// (about one per device of the fleet: a round reads them all).
 	maxInFlightRead = 2000
 	// queuePerTenant: per device name and tenant, the oldest runs read.
 	queuePerTenant = 4
@@ -61,20 +58,11 @@ func (s *Service) roundRuns(ctx context.Context, q agent.RunQueue, names []strin
 		// The started runs (to resume when no daemon drives them) and the
 		// oldest queued ones: enough to know whether a device listing is
 		// worth it this round.
-		started, err := s.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{Status: inFlight, Limit: maxInFlightRead})
-		if err != nil {
-			return nil, err
-		}
 		oldest := 1
 		if s.cfg.Reachable == nil || s.cfg.StartUnmatched {
 			oldest = queueOldest
 		}
-		queued, err := q.QueuedRuns(ctx, agent.QueueQuery{Oldest: oldest})
-		if err != nil {
-			return nil, err
-		}
-		slices.Reverse(started)
-		return mergeOldestFirst(started, queued), nil
+		return q.QueuedRuns(ctx, agent.QueueQuery{Oldest: oldest, Started: maxInFlightRead})
 	}
 	if len(names) == 0 {
 		return nil, nil

@@ -181,8 +181,11 @@ func TestFleetPendingTimeoutAndCap(t *testing.T) {
 	}
 	g1 := a.submit(t, body("bulk", "no-such-device"))
 	g2 := b.submit(t, body("bulk", "no-such-device"))
-	var e agent.ErrorReport
-	if st := a.call(t, "POST", "/v1/runs", body("bulk", "no-such-device"), &e); st != http.StatusTooManyRequests || len(e.Errors) != 1 || e.Errors[0].Context["error_id"] != string(agent.ErrInvalidRequest) {
+	var e struct {
+		Success bool             `json:"success"`
+		Errors  []map[string]any `json:"errors"`
+	}
+	if st := a.call(t, "POST", "/v1/runs", body("bulk", "no-such-device"), &e); st != http.StatusTooManyRequests || e.Success || len(e.Errors) != 1 || e.Errors[0]["error_id"] != string(agent.ErrInvalidRequest) {
 		t.Fatalf("third PENDING run of tenant bulk: %d %+v, want 429 invalid_request_error", st, e)
 	}
 	other := b.submit(t, body("other", emu.Serial()))

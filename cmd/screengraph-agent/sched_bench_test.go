@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +48,16 @@ func BenchmarkFleetPendingBacklog(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(pg.Close)
+	// pg_stat_statements: which statements read what.
+	conf, err := os.OpenFile(filepath.Join(pg.Dir, "data", "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Fprintln(conf, "shared_preload_libraries = 'pg_stat_statements'")
+	conf.Close()
+	if err := pg.Restart("fast"); err != nil {
+		b.Fatal(err)
+	}
 	db, err := pg.NewDatabase(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -94,6 +106,29 @@ func BenchmarkFleetPendingBacklog(b *testing.B) {
 	if _, err := conn.Exec(ctx, "ANALYZE runs"); err != nil {
 		b.Fatal(err)
 	}
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+		b.Fatal(err)
+	}
+	// statements are pg_stat_statements' blocks touched (shared hit +
+	// read) per statement of the database, by its text.
+	statements := func() map[string]int64 {
+		rows, err := conn.Query(ctx, `SELECT query, sum(shared_blks_hit + shared_blks_read)::bigint FROM pg_stat_statements
+			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) GROUP BY query`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]int64{}
+		for rows.Next() {
+			var q string
+			var n int64
+			if err := rows.Scan(&q, &n); err != nil {
+				b.Fatal(err)
+			}
+			out[q] = n
+		}
+		return out
+	}
 	// rowsRead is what Postgres has read of runs since its start (the
 	// statistics a backend flushes at most every second).
 	rowsRead := func() int64 {
@@ -107,10 +142,22 @@ func BenchmarkFleetPendingBacklog(b *testing.B) {
 		return n
 	}
 	time.Sleep(3 * time.Second) // every daemon has seen the backlog
-	r0, s0 := rowsRead(), time.Now()
+	r0, q0, s0 := rowsRead(), statements(), time.Now()
 	time.Sleep(20 * time.Second)
-	r1, s1 := rowsRead(), time.Now()
+	r1, q1, s1 := rowsRead(), statements(), time.Now()
 	perSec := float64(r1-r0) / s1.Sub(s0).Seconds()
+	type stmt struct {
+		q      string
+		blocks int64
+	}
+	var top []stmt
+	for q, n := range q1 {
+		top = append(top, stmt{q, n - q0[q]})
+	}
+	slices.SortFunc(top, func(a, b stmt) int { return int(b.blocks - a.blocks) })
+	for _, st := range top[:min(3, len(top))] {
+		b.Logf("%d blocks: %.300s", st.blocks, strings.Join(strings.Fields(st.q), " "))
+	}
 	b.Logf("%d daemons, %d PENDING runs of tenant bulk: %.0f rows of runs read per second", nd, backlog, perSec)
 
 	samples := max(b.N, 5)

@@ -1,7 +1,8 @@
 -- The scheduler's queue (agent.RunQueue): PENDING runs are read per device
 -- name in its normal form (trimmed, spaces as '_', lower case), per tenant,
 -- oldest first, through a partial index of the PENDING rows alone; the
--- oldest PENDING runs of any name through another. device_sightings keeps,
+-- oldest PENDING runs of any name through another, and the started,
+-- unfinished runs through a third (a queue of any length reads none of them). device_sightings keeps,
 -- per device name, when a daemon of the fleet last reached a device of that
 -- name (a run whose name none reached for --pending-timeout fails
 -- device_not_found). New runs and released leases NOTIFY the queue channel,
@@ -12,6 +13,7 @@
 CREATE INDEX runs_queue_idx ON runs ((lower(replace(trim(serial), ' ', '_'))), tenant_id, created_at, run_id) WHERE status = 'PENDING';
 CREATE INDEX runs_queue_age_idx ON runs ((lower(replace(trim(serial), ' ', '_'))), created_at) WHERE status = 'PENDING';
 CREATE INDEX runs_pending_idx ON runs (created_at, run_id) WHERE status = 'PENDING';
+CREATE INDEX runs_started_idx ON runs (created_at, run_id) WHERE status IN ('RUNNING', 'PAUSED', 'CANCELED_REQUESTED');
 CREATE INDEX runs_tenant_pending_idx ON runs (tenant_id) WHERE status = 'PENDING';
 CREATE TABLE device_sightings (
     name    TEXT        COLLATE "C" PRIMARY KEY,
@@ -36,6 +38,7 @@ DROP TRIGGER runs_queue_notify ON runs;
 DROP FUNCTION screengraph_queue_notify();
 DROP TABLE device_sightings;
 DROP INDEX runs_tenant_pending_idx;
+DROP INDEX runs_started_idx;
 DROP INDEX runs_pending_idx;
 DROP INDEX runs_queue_age_idx;
 DROP INDEX runs_queue_idx;

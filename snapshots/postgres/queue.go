@@ -86,6 +86,14 @@ func (s *Store) QueuedRuns(ctx context.Context, q agent.QueueQuery) ([]agent.Run
 		}
 		out = append(out, rows...)
 	}
+	if q.Started > 0 {
+		rows, err := collect(pgScanRun)(s.pool.Query(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE status IN ('RUNNING', 'PAUSED', 'CANCELED_REQUESTED')
+			ORDER BY created_at, run_id LIMIT $1`, q.Started))
+		if err != nil {
+			return nil, fmt.Errorf("started runs: %w", err)
+		}
+		out = append(out, rows...)
+	}
 	return storekit.OldestFirst(out), nil
 }
 

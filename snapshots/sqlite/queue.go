@@ -73,6 +73,14 @@ func (s *Store) QueuedRuns(ctx context.Context, q agent.QueueQuery) ([]agent.Run
 		}
 		out = append(out, runs...)
 	}
+	if q.Started > 0 {
+		runs, err := collect(scanRun)(s.query(ctx, `SELECT `+runColumns+` FROM runs WHERE status IN ('RUNNING', 'PAUSED', 'CANCELED_REQUESTED')
+			ORDER BY created_at, run_id LIMIT ?`, q.Started))
+		if err != nil {
+			return nil, fmt.Errorf("started runs: %w", err)
+		}
+		out = append(out, runs...)
+	}
 	return storekit.OldestFirst(out), nil
 }
 

@@ -80,6 +80,13 @@ func testQueuedRuns(t *testing.T, s QueueStore, c *Clock) {
 	if got[0].CreatedAt.IsZero() || !got[0].CreatedAt.Equal(leaseEpoch.UTC().Truncate(time.Microsecond)) {
 		t.Errorf("created at %v, want the store's clock %v", got[0].CreatedAt, leaseEpoch.UTC())
 	}
+	got, err = s.QueuedRuns(ctx, agent.QueueQuery{Started: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{running.RunID}; !slices.Equal(runIDs(got), want) {
+		t.Errorf("QueuedRuns(started) = %v, want the RUNNING run %v", runIDs(got), want)
+	}
 	for _, upTo := range []int{2, 10} {
 		n, err := s.CountQueued(ctx, "a", upTo)
 		if err != nil {
