@@ -93,6 +93,11 @@ func (r GraphRunner) Run(ctx context.Context, runID string) (RunStatus, error) {
 	return r.Engine.Run(ctx, runID, r.Graph)
 }
 
+// Fail is Engine.Fail(ctx, runID, Graph, id, summary).
+func (r GraphRunner) Fail(ctx context.Context, runID string, id ErrorID, summary string) (RunStatus, error) {
+	return r.Engine.Fail(ctx, runID, r.Graph, id, summary)
+}
+
 // Run executes or resumes run runID with graph g until the run reaches a
 // terminal status, and returns that status. A run already terminal returns
 // its status at once. Errors: ctx done (daemon stop; the run stays
@@ -108,6 +113,12 @@ func (e *Engine) Run(ctx context.Context, runID string, g *Graph) (RunStatus, er
 		r.ids = NewULIDs(r.clock, nil)
 	}
 	if err := r.load(ctx, runID); err != nil {
+		if errors.Is(err, errPolicyUnknown) {
+			// The store that holds every accepted version (the fleet's, when
+			// the source reads through to it) does not have it: no daemon can
+			// run it, and retrying would only churn the device's lease.
+			return r.failUnstarted(ctx, ErrInvalidRequest, fmt.Sprintf("policy version %d is not stored (no daemon of the fleet loaded it): the run cannot run", r.st.PolicyVersion))
+		}
 		return r.run.Status, err
 	}
 	if err := r.closeDiscarded(ctx); err != nil {
@@ -167,6 +178,75 @@ func (r *runner) closeDiscarded(ctx context.Context) error {
 	return nil
 }
 
+// errPolicyUnknown marks load's failure to resolve the run's policy version
+// with an error wrapping ErrNotFound.
+var errPolicyUnknown = errors.New("policy version unknown")
+
+// Fail ends run runID FAILED before its next node runs, with errorId id and
+// summary (the scheduler's verdict on a run no daemon can serve, e.g.
+// device_not_found for a device no daemon of the fleet has seen): one commit
+// of agent.run.started (when the run never started), a state snapshot whose
+// Failure names the node that would have run next, and agent.run.failed,
+// by compare-and-set from PENDING, RUNNING or PAUSED. A run already terminal
+// returns its status; a CAS conflict (a cancel came first) returns the
+// status it found and no error. Errors: a store failure, ErrNotFound.
+func (e *Engine) Fail(ctx context.Context, runID string, g *Graph, id ErrorID, summary string) (RunStatus, error) {
+	r := &runner{e: e, g: g, clock: e.Clock, ids: e.IDs}
+	if r.clock == nil {
+		r.clock = SystemClock{}
+	}
+	if r.ids == nil {
+		r.ids = NewULIDs(r.clock, nil)
+	}
+	if err := r.load(ctx, runID); err != nil && !errors.Is(err, errPolicyUnknown) {
+		return r.run.Status, err
+	}
+	if r.run.Status.Terminal() {
+		return r.run.Status, nil
+	}
+	return r.failUnstarted(ctx, id, summary)
+}
+
+// failUnstarted commits the failure of a run whose next node will not run
+// (Fail). r is loaded, r.pol may be nil.
+func (r *runner) failUnstarted(ctx context.Context, id ErrorID, summary string) (RunStatus, error) {
+	if r.run.Status.Terminal() {
+		return r.run.Status, nil
+	}
+	node := r.st.Next
+	if node == "" || node == End {
+		node = r.g.Start
+	}
+	var events []Event
+	if r.seq == 0 {
+		ev, err := r.startedEvent(1)
+		if err != nil {
+			return r.run.Status, err
+		}
+		events = append(events, ev)
+	}
+	st := r.st
+	stepOrd := r.step + 1
+	st.Next, st.NotBefore = "", ""
+	st.Failure = &NodeFailure{Node: node, StepOrdinal: stepOrd, Pass: st.Pass, ErrorID: id, Summary: summary}
+	stateJSON, err := json.Marshal(st)
+	if err != nil {
+		return r.run.Status, fmt.Errorf("run %s: state: %w", r.run.RunID, err)
+	}
+	p := RunEndedPayload{PayloadBase: r.base(), Status: RunFailed, CompletedNodes: r.completedNames(), PolicyVersion: r.st.PolicyVersion,
+		FailedNode: node, ErrorID: &id, Summary: summary}
+	ev, err := r.event(r.seq+int64(len(events))+1, KindRunFailed, p)
+	if err != nil {
+		return r.run.Status, err
+	}
+	events = append(events, ev)
+	snap := &Snapshot{RunID: r.run.RunID, StepOrdinal: stepOrd, NodeName: node, ResumeToken: r.ids.NewID(), State: stateJSON, CreatedAt: r.clock.Now()}
+	if _, err := r.commit(ctx, events, snap, []RunStatus{RunPending, RunRunning, RunPaused}, RunFailed, nil); err != nil {
+		return r.run.Status, err
+	}
+	return r.run.Status, nil
+}
+
 type runner struct {
 	e     *Engine
 	g     *Graph
@@ -221,6 +301,9 @@ func (r *runner) load(ctx context.Context, runID string) error {
 	}
 	r.st.Pass++
 	if r.pol, err = r.e.Policies.Policy(ctx, r.st.PolicyVersion); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("run %s: policy version %d: %w", runID, r.st.PolicyVersion, errors.Join(errPolicyUnknown, err))
+		}
 		return fmt.Errorf("run %s: policy version %d: %w", runID, r.st.PolicyVersion, err)
 	}
 	r.st.PolicyVersion = r.pol.Version()

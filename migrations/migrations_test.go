@@ -23,17 +23,17 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(applied, []int64{1, 2, 3, 4, 5, 6, 7}) {
-		t.Errorf("first Up applied %v, want [1 2 3 4 5 6 7]", applied)
+	if !slices.Equal(applied, []int64{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Errorf("first Up applied %v, want [1 2 3 4 5 6 7 8]", applied)
 	}
 	again, err := migrations.Up(ctx, db, migrations.SQLite)
 	if err != nil || len(again) != 0 {
 		t.Errorf("second Up applied %v, %v; want nothing", again, err)
 	}
-	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 7 {
-		t.Errorf("Version = %d, %v; want 7", v, err)
+	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 8 {
+		t.Errorf("Version = %d, %v; want 8", v, err)
 	}
-	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases", "api_tokens"} {
+	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases", "api_tokens", "device_sightings"} {
 		var n int
 		if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n); err != nil || n != 1 {
 			t.Errorf("table %s: %d, %v", table, n, err)

@@ -123,19 +123,21 @@ func ArtifactRef(run agent.Run) string {
 // decodes a run request with NewSetupRun (current policy version as the
 // default), checks the artifact reference against the daemon's artifact
 // rules before anything is stored (Artifacts.CheckRef), and refuses a
-// policy version the daemon does not hold (invalid_request_error naming
-// $.policyVersion). The tenant is left "" so that Submit sets the caller's.
+// policy version neither the daemon nor the fleet's store holds
+// (invalid_request_error naming $.policyVersion). The tenant is left "" so that Submit sets the caller's.
 type SetupPreparer struct {
 	Policies interface {
 		Current() *policy.Policy
-		Get(version int) (*policy.Policy, error)
+		// Lookup resolves a version, reading through to the store's KV
+		// (policy.Store.Lookup).
+		Lookup(ctx context.Context, version int) (*policy.Policy, error)
 	}
 	// Artifacts checks an apkStorageObjectReference (artifacts.Fetcher).
 	Artifacts interface{ CheckRef(ref string) error }
 }
 
 // Prepare builds the PENDING run row of the request body; see SetupPreparer.
-func (p SetupPreparer) Prepare(_ context.Context, runID string, body []byte) (agent.Run, error) {
+func (p SetupPreparer) Prepare(ctx context.Context, runID string, body []byte) (agent.Run, error) {
 	run, err := NewSetupRun(runID, body, "", p.Policies.Current().PolicyVersion)
 	if err != nil {
 		return run, err
@@ -143,7 +145,7 @@ func (p SetupPreparer) Prepare(_ context.Context, runID string, body []byte) (ag
 	if err := p.Artifacts.CheckRef(ArtifactRef(run)); err != nil {
 		return run, err
 	}
-	if _, err := p.Policies.Get(run.PolicyVersion); err != nil {
+	if _, err := p.Policies.Lookup(ctx, run.PolicyVersion); err != nil {
 		return run, agent.Wrap(agent.ErrInvalidRequest, err, "$.policyVersion: %d", run.PolicyVersion)
 	}
 	return run, nil

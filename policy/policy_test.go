@@ -315,3 +315,35 @@ func TestStoreAddFiles(t *testing.T) {
 		t.Errorf("current %d after refusals, want 3", s.Current().Version())
 	}
 }
+
+// Policy versions are fleet data (issue 23 item 4): a daemon's store that
+// did not load a version another daemon added to the shared KV resolves it
+// from there (Policy, Lookup); a version in neither stays not found.
+func TestStoreReadsOtherDaemonsVersions(t *testing.T) {
+	ctx := context.Background()
+	kv := agenttest.NewStore()
+	a, err := policy.NewStore(ctx, kv) // started first: version 1 only
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := policy.NewStore(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := policy.Default()
+	v2.PolicyVersion = 2
+	v2.Retries.MaxAttempts = 7
+	if err := b.Add(ctx, v2); err != nil {
+		t.Fatal(err)
+	}
+	rp, err := a.Policy(ctx, 2)
+	if err != nil || rp.Version() != 2 {
+		t.Fatalf("daemon a resolving version 2: %v %v", rp, err)
+	}
+	if p, err := a.Lookup(ctx, 2); err != nil || p.Retries.MaxAttempts != 7 {
+		t.Fatalf("Lookup(2) = %+v, %v", p, err)
+	}
+	if _, err := a.Policy(ctx, 3); !errors.Is(err, agent.ErrNotFound) {
+		t.Fatalf("version in no store: %v, want not found", err)
+	}
+}

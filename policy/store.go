@@ -182,12 +182,51 @@ func (s *Store) sortedVersions() []int {
 	return vs
 }
 
-// Policy implements agent.PolicySource.
-func (s *Store) Policy(_ context.Context, version int) (agent.RetryPolicy, error) {
-	p, err := s.Get(version)
+// Policy implements agent.PolicySource. A version this Store does not hold
+// is read from its KV (Lookup): in a fleet, every version any daemon
+// loaded is fleet data in the shared store.
+func (s *Store) Policy(ctx context.Context, version int) (agent.RetryPolicy, error) {
+	p, err := s.Lookup(ctx, version)
 	if err != nil {
 		return nil, err
 	}
+	return p, nil
+}
+
+// Lookup is Get, reading through to the KV for a version not held here:
+// another daemon of the fleet added it to the shared store (versions are
+// immutable, so the document read is kept). Errors: a version in neither
+// (wraps agent.ErrNotFound), a KV failure (the caller retries), a stored
+// document that does not validate.
+func (s *Store) Lookup(ctx context.Context, version int) (*Policy, error) {
+	p, err := s.Get(version)
+	if err == nil || s.kv == nil || version == 0 {
+		return p, err
+	}
+	doc, kerr := s.kv.GetKV(ctx, kvDoc(version))
+	if errors.Is(kerr, agent.ErrNotFound) {
+		return nil, err
+	}
+	if kerr != nil {
+		return nil, fmt.Errorf("policy version %d: %w", version, kerr)
+	}
+	p = Default()
+	if err := json.Unmarshal(doc, p); err != nil {
+		return nil, fmt.Errorf("policy store: version %d: %w", version, err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("policy store: version %d: %w", version, err)
+	}
+	if p.PolicyVersion != version {
+		return nil, fmt.Errorf("policy store: %s holds version %d", kvDoc(version), p.PolicyVersion)
+	}
+	s.mu.Lock()
+	if old := s.versions[version]; old != nil {
+		p = old
+	} else {
+		s.versions[version] = p
+	}
+	s.mu.Unlock()
 	return p, nil
 }
 

@@ -48,6 +48,10 @@ type Config struct {
 	Graph *agent.Graph
 	// Ready lists the dependencies /readyz checks (e.g. store, adb, nats).
 	Ready map[string]func(ctx context.Context) error
+	// ClockSkew, when set, measures this daemon's clock against the
+	// store's (service.ClockSkew; positive: the daemon is ahead), which
+	// /readyz reports with its details.
+	ClockSkew func(ctx context.Context) (time.Duration, error)
 	// Gatherer serves /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
 	// Registerer, when set, takes the API's own metrics (metrics.go:
@@ -196,6 +200,8 @@ func ErrorBody(err error, node string) agent.ErrorReport {
 func statusOf(err error) int {
 	var ae *agent.Error
 	switch {
+	case errors.Is(err, service.ErrQueueFull):
+		return http.StatusTooManyRequests
 	case errors.As(err, &ae) && ae.ID == agent.ErrInvalidRequest:
 		// Before ErrNotFound: an unknown policy version in a request is a bad
 		// request, not a missing resource.
@@ -754,6 +760,11 @@ type ReadyResponse struct {
 	Status string            `json:"status"`
 	Ready  *bool             `json:"ready,omitempty"`
 	Checks map[string]string `json:"checks,omitempty"`
+	// ClockSkewMillis is this daemon's clock minus the store's, in
+	// milliseconds (Config.ClockSkew; absent when not measured). The fleet
+	// decides by the store's clock (leases, queue order, retention); a
+	// large skew only makes the daemon's own logs and event ts disagree.
+	ClockSkewMillis *int64 `json:"clockSkewMillis,omitempty"`
 }
 
 func (a *api) ready(w http.ResponseWriter, r *http.Request) {
@@ -781,6 +792,12 @@ func (a *api) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	if details {
 		resp.Ready, resp.Checks = &ok, checks
+		if a.cfg.ClockSkew != nil {
+			if d, err := a.cfg.ClockSkew(ctx); err == nil {
+				ms := d.Milliseconds()
+				resp.ClockSkewMillis = &ms
+			}
+		}
 	}
 	writeJSON(w, st, resp)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
@@ -23,6 +24,7 @@ func TestReadyzAnonymousVsAdmin(t *testing.T) {
 	e := newEnvConfig(t, func(c *httpapi.Config, s *sqlite.Store) {
 		st = s
 		c.Tokens = s
+		c.ClockSkew = func(context.Context) (time.Duration, error) { return 1500 * time.Millisecond, nil }
 		c.Ready = map[string]func(context.Context) error{
 			"store": func(context.Context) error { return nil },
 			"nats": func(context.Context) error {
@@ -72,8 +74,8 @@ func TestReadyzAnonymousVsAdmin(t *testing.T) {
 	code, body := get(tokens["admin"])
 	var full httpapi.ReadyResponse
 	if err := json.Unmarshal([]byte(body), &full); err != nil || code != 503 || full.Ready == nil || *full.Ready ||
-		full.Checks["store"] != "ok" || !strings.Contains(full.Checks["nats"], "10.1.2.3") {
-		t.Errorf("/readyz as admin: %d %s, want 503 with every check", code, body)
+		full.Checks["store"] != "ok" || !strings.Contains(full.Checks["nats"], "10.1.2.3") || full.ClockSkewMillis == nil || *full.ClockSkewMillis != 1500 {
+		t.Errorf("/readyz as admin: %d %s, want 503 with every check and the clock skew (1500 ms)", code, body)
 	}
 	if code, body := get("sgat_unknown"); code != http.StatusUnauthorized {
 		t.Errorf("/readyz with an unknown token: %d %s, want 401", code, body)

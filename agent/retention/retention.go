@@ -87,6 +87,21 @@ func (c *Cleaner) Pass(ctx context.Context, now time.Time) (agent.PruneResult, e
 	}
 }
 
+// now is the time a pass's cutoff counts from: the store's clock when the
+// store tells it (agent.StoreClock: Postgres's, shared by every daemon of a
+// fleet, so a daemon whose clock runs ahead does not prune every tenant's
+// ended runs early), else this process's.
+func (c *Cleaner) now(ctx context.Context) (time.Time, error) {
+	if sc, ok := c.Store.(agent.StoreClock); ok {
+		t, err := sc.StoreNow(ctx)
+		if err != nil {
+			return t, fmt.Errorf("retention: the store's clock: %w", err)
+		}
+		return t, nil
+	}
+	return time.Now(), nil
+}
+
 // Run makes a pass at once and then every Interval until ctx ends. A failed
 // pass is logged and tried again at the next interval.
 func (c *Cleaner) Run(ctx context.Context) {
@@ -105,7 +120,11 @@ func (c *Cleaner) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, limit)
-		res, err := c.Pass(pctx, time.Now())
+		now, err := c.now(pctx)
+		var res agent.PruneResult
+		if err == nil {
+			res, err = c.Pass(pctx, now)
+		}
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:

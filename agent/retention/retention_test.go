@@ -129,3 +129,37 @@ func TestCleanerKeepForever(t *testing.T) {
 		}
 	})
 }
+
+// clockedPruner is a fakePruner whose store tells its own clock, skew
+// behind this process's (agent.StoreClock).
+type clockedPruner struct {
+	fakePruner
+	skew time.Duration
+}
+
+func (c *clockedPruner) StoreNow(context.Context) (time.Time, error) {
+	return time.Now().Add(-c.skew), nil
+}
+
+// The cutoff counts from the store's clock, not this daemon's (issue 23
+// item 9): a daemon whose clock runs an hour ahead of Postgres's prunes
+// nothing early. Before, the cutoff was this process's now - Retention.
+func TestCleanerCutoffFromStoreClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &clockedPruner{skew: time.Hour}
+		c := &retention.Cleaner{Store: f, Retention: 720 * time.Hour, Interval: 5 * time.Minute}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { c.Run(ctx); close(done) }()
+		synctest.Wait()
+		cancel()
+		<-done
+		calls := f.taken()
+		if len(calls) != 1 {
+			t.Fatalf("%d prune calls, want 1", len(calls))
+		}
+		if want := calls[0].at.Add(-time.Hour - 720*time.Hour); !calls[0].cutoff.Equal(want) {
+			t.Fatalf("cutoff %v, want the store's now - retention %v (this process's would be %v)", calls[0].cutoff, want, calls[0].at.Add(-720*time.Hour))
+		}
+	})
+}

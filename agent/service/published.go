@@ -51,3 +51,18 @@ func StoreReady(st agent.Store) func(ctx context.Context) error {
 		return err
 	}
 }
+
+// ClockSkew measures this process's clock against the store's: the local
+// time halfway through a StoreNow call minus the store's answer (positive:
+// this daemon's clock is ahead). Errors: the store's.
+func ClockSkew(st agent.StoreClock) func(ctx context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		before := time.Now()
+		now, err := st.StoreNow(ctx)
+		if err != nil {
+			return 0, err
+		}
+		after := time.Now()
+		return before.Add(after.Sub(before) / 2).Sub(now), nil
+	}
+}

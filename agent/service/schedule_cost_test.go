@@ -10,15 +10,18 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
-// listCountingStore counts the scheduler's rounds (one ListRuns each).
+// listCountingStore counts the scheduler's rounds (one read of the queue
+// without device names each).
 type listCountingStore struct {
 	*sqlite.Store
 	lists atomic.Int64
 }
 
-func (s *listCountingStore) ListRuns(ctx context.Context, p agent.Scope, f agent.RunFilter) ([]agent.Run, error) {
-	s.lists.Add(1)
-	return s.Store.ListRuns(ctx, p, f)
+func (s *listCountingStore) QueuedRuns(ctx context.Context, q agent.QueueQuery) ([]agent.Run, error) {
+	if len(q.Names) == 0 {
+		s.lists.Add(1)
+	}
+	return s.Store.QueuedRuns(ctx, q)
 }
 
 // A scheduler round lists the reachable devices (an adb connection on the

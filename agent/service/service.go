@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -129,7 +128,8 @@ type Config struct {
 	LeaseTTL  time.Duration
 	Heartbeat time.Duration
 	// Tick is the scheduler's fallback poll (default 1 s); submissions and
-	// run ends wake it at once.
+	// run ends wake it at once, and so do other daemons' new runs and lease
+	// releases when the store is an agent.QueueNotifier (Postgres NOTIFY).
 	Tick  time.Duration
 	Clock agent.Clock
 	// NewID makes run ids (ULIDs). A func, like a clock: one call, no state
@@ -139,8 +139,21 @@ type Config struct {
 	// does; nil drops it.
 	Logf func(format string, args ...any)
 	// RetryAfter is how long a run whose engine stopped on an error (not a
-	// terminal status) waits before it is scheduled again (default 2 s).
-	RetryAfter time.Duration
+	// terminal status) waits before it is scheduled again (default 2 s); it
+	// doubles with each error in a row, up to MaxRetryAfter (default 64
+	// times RetryAfter), so a run that keeps failing to start takes and
+	// releases its device's lease (a lease history row) at a bounded rate.
+	RetryAfter    time.Duration
+	MaxRetryAfter time.Duration
+	// PendingTimeout: a PENDING run whose device name no daemon of the
+	// fleet has reached for this long (the store's device sightings,
+	// agent.RunQueue) fails once with device_not_found (default 10 min;
+	// negative: runs wait forever). Needs a store with agent.RunQueue and a
+	// Runner with Failer.
+	PendingTimeout time.Duration
+	// MaxPendingPerTenant: Submit refuses a run of a tenant that already
+	// has this many PENDING runs (ErrQueueFull, HTTP 429); 0: no cap.
+	MaxPendingPerTenant int
 	// Reachable, when set, lists the devices this daemon can drive (adb
 	// devices in state "device", AVDs it can boot); the scheduler gives a
 	// run one free device its device name matches (Candidate.Matches: a
@@ -177,9 +190,16 @@ type Service struct {
 
 	wake chan struct{}
 
-	mu       sync.Mutex
-	active   map[string]*activeRun // by run id
-	notUntil map[string]time.Time  // run id -> earliest reschedule after an engine error
+	mu          sync.Mutex
+	active      map[string]*activeRun // by run id
+	notUntil    map[string]time.Time  // run id -> earliest reschedule after an engine error
+	errorsInRow map[string]int        // run id -> engine errors in a row (RetryAfter doubles)
+	lastStart   map[string]time.Time  // tenant -> when a run of it last took a device here
+	// seenAt, seenNames: the last device sightings written (seeDevices);
+	// sweptAt: the last pending-timeout sweep (failUnseen).
+	seenAt    time.Time
+	seenNames []string
+	sweptAt   time.Time
 	// elsewhere: run id -> until when it is not tried here, as another
 	// host's daemon drives it (agent.ErrLeaseRunElsewhere); such a run does
 	// not hold back the later runs of its device name here.
@@ -237,6 +257,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 2 * time.Second
 	}
+	if cfg.MaxRetryAfter < cfg.RetryAfter {
+		cfg.MaxRetryAfter = 64 * cfg.RetryAfter
+	}
+	if cfg.PendingTimeout == 0 {
+		cfg.PendingTimeout = 10 * time.Minute
+	}
 	if cfg.QuarantineAfter == 0 {
 		cfg.QuarantineAfter = 3
 	}
@@ -248,7 +274,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, store: newNotifyingStore(cfg.Store), wake: make(chan struct{}, 1),
-		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, elsewhere: map[string]time.Time{}, ended: map[string]time.Time{}, health: map[string]*deviceHealth{},
+		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, errorsInRow: map[string]int{}, lastStart: map[string]time.Time{}, elsewhere: map[string]time.Time{}, ended: map[string]time.Time{}, health: map[string]*deviceHealth{},
 	}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	return s, nil
@@ -346,6 +372,10 @@ func (s *Service) loop() {
 	defer close(s.loopDone)
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
+	var changed <-chan struct{} // nil: the store wakes no one
+	if qn, ok := s.store.Store.(agent.QueueNotifier); ok {
+		changed = qn.QueueChanged()
+	}
 	for {
 		if err := s.schedule(s.runCtx); err != nil && s.runCtx.Err() == nil {
 			s.logf("scheduler: %v", err)
@@ -354,154 +384,10 @@ func (s *Service) loop() {
 		case <-s.runCtx.Done():
 			return
 		case <-s.wake:
+		case <-changed:
 		case <-t.C:
 		}
 	}
-}
-
-var unfinished = []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused, agent.RunCancelRequested}
-
-// schedule starts every unfinished run that is not active here and for
-// which it can take the lease of a device its name matches, oldest first; a
-// run whose devices are all busy keeps its place, so later runs for those
-// devices wait behind it.
-func (s *Service) schedule(ctx context.Context) error {
-	listed := time.Now()
-	runs, err := s.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{Status: unfinished})
-	if err != nil {
-		return err
-	}
-	slices.Reverse(runs) // ListRuns is newest first
-	s.mu.Lock()
-	for id, until := range s.elsewhere {
-		if time.Now().After(until) {
-			delete(s.elsewhere, id)
-		}
-	}
-	for id, at := range s.ended {
-		if at.Before(listed) {
-			delete(s.ended, id) // this round's list is newer
-		}
-	}
-	s.mu.Unlock()
-	if !s.anyToStart(runs, listed) {
-		// Every unfinished run is driven here, or waits elsewhere: no device
-		// listing (an adb connection, a getprop per new device) this round.
-		return nil
-	}
-	var cands []Candidate
-	if s.cfg.Reachable != nil {
-		// A failed listing starts nothing this round (the adb server is
-		// down, or serve holds runs back while its Appium is replaced).
-		if cands, err = s.cfg.Reachable.Candidates(ctx); err != nil {
-			return fmt.Errorf("reachable devices: %w", err)
-		}
-	}
-	// busy: the devices (lease serials) driven here, claimed this round,
-	// or found held by another holder this round.
-	busy := map[string]bool{}
-	s.mu.Lock()
-	for _, a := range s.active {
-		busy[a.device] = true
-	}
-	s.mu.Unlock()
-	now := time.Now()
-	type choice struct {
-		run     agent.Run
-		devices []string // what the run's name matches, in order
-		device  string   // the one tried
-	}
-	// pick is the first device of c that is free here and not quarantined.
-	pick := func(c *choice) bool {
-		for _, d := range c.devices {
-			if busy[d] || s.quarantined(ctx, d) {
-				continue
-			}
-			busy[d] = true
-			c.device = d
-			return true
-		}
-		return false
-	}
-	var take []*choice
-	for _, r := range runs {
-		if ctx.Err() != nil {
-			return nil
-		}
-		s.mu.Lock()
-		_, isActive := s.active[r.RunID]
-		wait := s.notUntil[r.RunID]
-		other := s.elsewhere[r.RunID]
-		endedAt, hasEnded := s.ended[r.RunID]
-		s.mu.Unlock()
-		if isActive || now.Before(other) || (hasEnded && !endedAt.Before(listed)) {
-			continue
-		}
-		devices := s.devicesFor(r.Serial, cands, s.cfg.Reachable != nil)
-		if now.Before(wait) {
-			// It keeps its device: later runs naming only it wait behind
-			// it. A run several devices serve holds none back.
-			if len(devices) == 1 {
-				busy[devices[0]] = true
-			}
-			continue
-		}
-		// A run asked to cancel before it ever held a device ends without one:
-		// the engine commits started + canceled and touches no device.
-		if r.Status == agent.RunCancelRequested && !s.everStarted(ctx, r.RunID) {
-			s.launch(r, nil, time.Time{}, r.Serial)
-			continue
-		}
-		// The oldest waiting run of a free device takes the device's lease
-		// (below); later runs of the device wait behind it.
-		c := &choice{run: r, devices: devices}
-		if pick(c) {
-			take = append(take, c)
-		}
-	}
-	// The leases of different devices are taken side by side: with a burst
-	// of submits the store commits them together (the embedded store's group
-	// commit) instead of one after the other. A device found held by another
-	// holder (another daemon on the same adb server) is skipped and the run
-	// tries its next free device, a few rounds at most.
-	var failed []error
-	for round := 0; len(take) > 0 && round < 4; round++ {
-		leases := make([]agent.Lease, len(take))
-		errs := make([]error, len(take))
-		sent := make([]time.Time, len(take)) // the heartbeat's local expiry counts from here
-		var wg sync.WaitGroup
-		for i, c := range take {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sent[i] = time.Now()
-				leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, agent.DeviceKey(s.cfg.HostID, c.device), s.cfg.Holder, c.run.RunID, s.cfg.LeaseTTL)
-			}()
-		}
-		wg.Wait()
-		var again []*choice
-		for i, c := range take {
-			switch err := errs[i]; {
-			case err == nil:
-				s.launch(c.run, &leases[i], sent[i], c.device)
-			case errors.Is(err, agent.ErrLeaseRunElsewhere):
-				// Look again after a heartbeat (its holder may die); meanwhile
-				// the device is free for the next run here: look now.
-				s.mu.Lock()
-				s.elsewhere[c.run.RunID] = time.Now().Add(s.cfg.Heartbeat)
-				s.mu.Unlock()
-				s.Wake()
-			case errors.Is(err, agent.ErrLeaseHeld):
-				if pick(c) { // busy[c.device] stays set: held elsewhere
-					again = append(again, c)
-				}
-			default:
-				failed = append(failed, fmt.Errorf("lease %s for run %s: %w", c.device, c.run.RunID, err))
-			}
-		}
-		take = again
-	}
-	return errors.Join(failed...)
 }
 
 // anyToStart reports whether a round listed at listed may start one of
@@ -620,9 +506,12 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	delete(s.active, a.run.RunID)
 	s.ended[a.run.RunID] = time.Now()
 	if err != nil && !shutdown {
-		s.notUntil[a.run.RunID] = time.Now().Add(s.cfg.RetryAfter)
+		n := s.errorsInRow[a.run.RunID]
+		s.errorsInRow[a.run.RunID] = n + 1
+		s.notUntil[a.run.RunID] = time.Now().Add(min(s.cfg.RetryAfter<<min(n, 20), s.cfg.MaxRetryAfter))
 	} else {
 		delete(s.notUntil, a.run.RunID)
+		delete(s.errorsInRow, a.run.RunID)
 	}
 	s.mu.Unlock()
 	s.Wake()
@@ -692,6 +581,9 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 	if err := s.checkDeviceName(run.Serial); err != nil {
 		return agent.Run{}, err
 	}
+	if err := s.checkQueueRoom(ctx, run.TenantID); err != nil {
+		return agent.Run{}, err
+	}
 	run.Status = agent.RunPending
 	if err := s.store.CreateRun(ctx, run); err != nil {
 		return agent.Run{}, err
@@ -701,6 +593,26 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 	}
 	s.Wake()
 	return run, nil
+}
+
+// checkQueueRoom refuses (ErrQueueFull) a run of a tenant that has
+// Config.MaxPendingPerTenant PENDING runs. Daemons submitting together may
+// each admit one run past the cap: it bounds a flood, it is not a quota.
+func (s *Service) checkQueueRoom(ctx context.Context, tenant string) error {
+	limit := s.cfg.MaxPendingPerTenant
+	q, ok := s.store.Store.(agent.RunQueue)
+	if limit <= 0 || !ok {
+		return nil
+	}
+	n, err := q.CountQueued(ctx, tenant, limit)
+	if err != nil {
+		return err
+	}
+	if n >= limit {
+		return &agent.Error{ID: agent.ErrInvalidRequest, Retryable: true, Err: ErrQueueFull,
+			Msg: fmt.Sprintf("tenant %s has %d PENDING runs, the most a tenant may queue (--max-pending-per-tenant); submit again once some have started", tenant, n)}
+	}
+	return nil
 }
 
 // Control records a control request for the run and returns it with its

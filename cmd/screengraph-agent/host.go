@@ -88,6 +88,7 @@ type hostStore interface {
 	snapshots.OutboxCounter
 	agent.Pruner
 	agent.ArtifactIndex
+	agent.StoreClock
 }
 
 // host holds the running pieces; Close stops them in reverse order, after the

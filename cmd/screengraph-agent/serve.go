@@ -59,7 +59,11 @@ type daemonConfig struct {
 	Policies     []string      `koanf:"policy" json:"policy"`
 	Tenant       string        `koanf:"tenant" json:"tenant"`
 	LeaseTTL     time.Duration `koanf:"lease-ttl" json:"leaseTtl"`
-	PprofListen  string        `koanf:"pprof-listen" json:"pprofListen"`
+	// PendingTimeout, MaxPendingPerTenant: the scheduler's queue
+	// (service.Config).
+	PendingTimeout      time.Duration `koanf:"pending-timeout" json:"pendingTimeout"`
+	MaxPendingPerTenant int           `koanf:"max-pending-per-tenant" json:"maxPendingPerTenant"`
+	PprofListen         string        `koanf:"pprof-listen" json:"pprofListen"`
 	// Artifact fetching on a tenant's behalf (artifacts.Config).
 	ArtifactFileRoots     []string      `koanf:"artifact-file-root" json:"artifactFileRoot"`
 	ArtifactAllowCIDRs    []string      `koanf:"artifact-allow-cidr" json:"artifactAllowCidr"`
@@ -108,6 +112,8 @@ type serveCmd struct {
 	Policy         []string      `help:"Policy documents (YAML/JSON) to add; the first becomes current." type:"existingfile"`
 	Tenant         string        `help:"Tenant of runs submitted without tenantId (default local)."`
 	LeaseTTL       time.Duration `help:"Device lease TTL (renewed every TTL/3; default 30s)." name:"lease-ttl"`
+	PendingTimeout time.Duration `help:"A PENDING run whose device name no daemon of the fleet has reached for this long fails once with device_not_found (default 10m)." name:"pending-timeout"`
+	MaxPending     int           `help:"Refuse (429) a run of a tenant that already has this many PENDING runs (default 0: no cap)." name:"max-pending-per-tenant"`
 	Retention      time.Duration `help:"Delete ended runs (events, outbox rows, snapshots, control rows, lease history) whose last status change is older than this, and age AGENT_EVENTS messages out after it (default 720h; at least 1h). Runs with unpublished outbox rows are kept." name:"retention"`
 	StreamMaxBytes int64         `help:"Size limit of the AGENT_EVENTS stream in bytes; the oldest messages go first (default 536870912, 512 MiB)." name:"stream-max-bytes"`
 	Config         string        `help:"Config file (YAML or JSON) with the keys of the flags above." type:"existingfile"`
@@ -131,7 +137,7 @@ type serveCmd struct {
 func (c *serveCmd) load() (daemonConfig, error) {
 	k := koanf.New(".")
 	defaults := map[string]any{
-		"listen": DefaultListen, "nats-listen": "127.0.0.1:4222", "tenant": "local", "lease-ttl": "30s", "nats-replicas": 1,
+		"listen": DefaultListen, "nats-listen": "127.0.0.1:4222", "tenant": "local", "lease-ttl": "30s", "pending-timeout": "10m", "nats-replicas": 1,
 		"retention": retention.DefaultRetention.String(), "stream-max-bytes": natsbus.DefaultStreamMaxBytes,
 		"adb-server": adbAddr(""),
 	}
@@ -181,6 +187,9 @@ func (c *serveCmd) load() (daemonConfig, error) {
 	}
 	if cfg.LeaseTTL <= 0 {
 		return cfg, agent.Errorf(agent.ErrInvalidRequest, "lease-ttl must be > 0")
+	}
+	if cfg.PendingTimeout <= 0 || cfg.MaxPendingPerTenant < 0 {
+		return cfg, agent.Errorf(agent.ErrInvalidRequest, "pending-timeout must be > 0 and max-pending-per-tenant >= 0")
 	}
 	// The default tenant is a NATS subject token and a scope as is: the one
 	// rule of tenant ids (agent.ValidTenantID), whichever source set it.
@@ -308,12 +317,11 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// serve it; one host: such a run starts on its name as given, so
 	// EnsureDevice tells what is wrong (device_not_found, offline).
 	reach := adbdevice.NewReachable(h.adb, emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil).ListAVDs)
+	// Other daemons' new runs and lease releases wake the scheduler through
+	// the store (Postgres NOTIFY); the tick is the fallback for what
+	// notifies no one (a lease that expired, a notification lost with a
+	// reconnect).
 	tick := time.Second
-	if cfg.DatabaseURL != "" {
-		// Other daemons' commits and lease releases wake no one here: poll
-		// the shared queue more often.
-		tick = 250 * time.Millisecond
-	}
 	// While the daemon's own Appium server is being replaced, no run starts:
 	// each would fail at once with appium_unreachable and use up its retries.
 	var appiumDown atomic.Bool
@@ -324,7 +332,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		Policy:        h.policies,
 		DefaultTenant: cfg.Tenant,
 		Holder:        holder, HolderPrefix: sqlite.PredecessorPrefix(cfg.DataDir, predecessor), HostID: h.hostID,
-		LeaseTTL: cfg.LeaseTTL, NewID: newID,
+		LeaseTTL: cfg.LeaseTTL, NewID: newID, PendingTimeout: cfg.PendingTimeout, MaxPendingPerTenant: cfg.MaxPendingPerTenant,
 		Probe: adbdevice.NewBootCompletedProbe(h.adb), Reachable: appium.Gate{Reachability: reach, Down: &appiumDown}, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
 		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
 		Artifacts: h.store, Blobs: h.blobs,
@@ -345,7 +353,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		return c.fail(err)
 	}
 	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Registerer: reg, Tokens: storeTokens(h.store), AllowedHosts: cfg.AllowedHosts,
-		Logf: func(format string, args ...any) { log.Error().Msgf(format, args...) },
+		Logf:      func(format string, args ...any) { log.Error().Msgf(format, args...) },
+		ClockSkew: service.ClockSkew(h.store),
 		Ready: map[string]func(context.Context) error{
 			"store":  service.StoreReady(h.store),
 			"adb":    adbdevice.Inventory{ADB: h.adb}.Ready,

@@ -257,3 +257,9 @@ func TestPostgresAcquireAfterAConcurrentRelease(t *testing.T) {
 		t.Fatalf("lease %d acquired at %v, before lease %d was released at %v", lease.FencingToken, lease.AcquiredAt, old.FencingToken, *hist[0].ReleasedAt)
 	}
 }
+
+func TestPostgresQueue(t *testing.T) {
+	storetest.RunQueue(t, func(t *testing.T, clock agent.Clock) storetest.QueueStore {
+		return newPostgresClock(t, testenv.PostgresURL(t), clock)
+	})
+}

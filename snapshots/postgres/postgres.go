@@ -31,10 +31,16 @@ type Store struct {
 	clock agent.Clock
 	// leaseClock: nil = the database's clock (Options.LeaseClock).
 	leaseClock agent.Clock
-	log        zerolog.Logger
-	commits    chan struct{}
-	stop       context.CancelFunc
-	wg         sync.WaitGroup
+	// runClock stamps the runs' created_at and updated_at (queue order,
+	// retention) and answers StoreNow: nil = the database's clock
+	// (Options.Clock unset).
+	runClock agent.Clock
+	log      zerolog.Logger
+	commits  chan struct{}
+	// queue is signaled by NOTIFYs on QueueChannel (QueueChanged).
+	queue chan struct{}
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
 }
 
 var (
@@ -47,7 +53,12 @@ var (
 
 // Options tune Open; the zero value is the default.
 type Options struct {
-	// Clock stamps runs, events and control rows (default the system clock).
+	// Clock stamps runs, events and control rows, for tests that move
+	// time. Unset (production), events and control rows take this
+	// process's clock, and the times that decide across daemons (a run's
+	// created_at, which orders the queue, and updated_at, which retention
+	// compares with its cutoff) are the Postgres server's, as lease times
+	// are.
 	Clock agent.Clock
 	// LeaseClock, when set, replaces the database's clock for device lease
 	// times (acquired, renewed, expires, released) and the fence check: for
@@ -67,6 +78,7 @@ type Options struct {
 // (under goose's advisory lock, so daemons starting together migrate once)
 // and LISTENs on OutboxChannel.
 func Open(ctx context.Context, url string, o Options) (*Store, error) {
+	runClock := o.Clock
 	if o.Clock == nil {
 		o.Clock = agent.SystemClock{}
 	}
@@ -88,7 +100,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		}
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	s := &Store{pool: pool, clock: o.Clock, leaseClock: o.LeaseClock, log: o.Log, commits: make(chan struct{}, 1), stop: cancel}
+	s := &Store{pool: pool, clock: o.Clock, leaseClock: o.LeaseClock, runClock: runClock, log: o.Log,
+		commits: make(chan struct{}, 1), queue: make(chan struct{}, 1), stop: cancel}
 	if !o.NoListen {
 		s.wg.Add(1)
 		go s.listen(lctx)
@@ -123,19 +136,25 @@ func (s *Store) listen(ctx context.Context) {
 				return err
 			}
 			defer conn.Release()
-			if _, err := conn.Exec(ctx, "LISTEN "+OutboxChannel); err != nil {
+			if _, err := conn.Exec(ctx, "LISTEN "+OutboxChannel+"; LISTEN "+QueueChannel); err != nil {
 				conn.Conn().Close(context.Background())
 				return err
 			}
 			s.wake()
+			s.wakeQueue()
 			backoff = 100 * time.Millisecond
 			for {
-				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+				n, err := conn.Conn().WaitForNotification(ctx)
+				if err != nil {
 					// The connection is in an unknown state: do not return it to the pool.
 					conn.Conn().Close(context.Background())
 					return err
 				}
-				s.wake()
+				if n.Channel == QueueChannel {
+					s.wakeQueue()
+				} else {
+					s.wake()
+				}
 			}
 		}()
 		if ctx.Err() != nil {
@@ -176,15 +195,20 @@ func jsonArg(b []byte) any {
 	return string(b)
 }
 
-// CreateRun: see sqlite.Store.CreateRun.
+// CreateRun: see sqlite.Store.CreateRun. Without Options.Clock, a run
+// without CreatedAt is stamped with the database's clock.
 func (s *Store) CreateRun(ctx context.Context, r agent.Run) error {
-	r, err := storekit.NormalizeRun(r, s.clock)
+	clock := s.runClock
+	if clock == nil {
+		clock = zeroClock{}
+	}
+	r, err := storekit.NormalizeRun(r, clock)
 	if err != nil {
 		return err
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)`,
-		r.RunID, r.TenantID, r.ProjectID, string(r.Status), r.Serial, r.Graph, jsonArg(r.Input), r.PolicyVersion, r.CreatedAt, r.UpdatedAt)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, coalesce($9, now()), coalesce($10, $9, now()))`,
+		r.RunID, r.TenantID, r.ProjectID, string(r.Status), r.Serial, r.Graph, jsonArg(r.Input), r.PolicyVersion, timeArg(r.CreatedAt), timeArg(r.UpdatedAt))
 	if pgConstraint(err, pgUniqueViolation, "runs_pkey") {
 		return fmt.Errorf("run %s: %w", r.RunID, snapshots.ErrRunExists)
 	}
@@ -270,8 +294,12 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 	}
 	defer tx.Rollback(context.Background())
 
-	var tenant, status string
-	err = tx.QueryRow(ctx, `SELECT tenant_id, status FROM runs WHERE run_id = $1 FOR UPDATE`, st.RunID).Scan(&tenant, &status)
+	var (
+		tenant, status string
+		dbNow          time.Time
+	)
+	err = tx.QueryRow(ctx, `SELECT tenant_id, status, coalesce($2::timestamptz, clock_timestamp()) FROM runs WHERE run_id = $1 FOR UPDATE`,
+		st.RunID, s.runClockArg()).Scan(&tenant, &status, &dbNow)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
 	}
@@ -282,6 +310,7 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = $1`, st.RunID).Scan(&last); err != nil {
 		return err
 	}
+	now = storekit.StoreTime(dbNow.UTC()) // the run's updated_at: the fleet's clock
 	if err := storekit.CheckStepAgainstRun(st, evs, tenant, agent.RunStatus(status), last); err != nil {
 		return err
 	}
@@ -433,8 +462,8 @@ func (s *Store) SetStatus(ctx context.Context, runID string, from []agent.RunSta
 	for i, f := range from {
 		ss[i] = string(f)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3 AND status = ANY($4)`,
-		string(to), storekit.StoreTime(s.clock.Now()), runID, ss)
+	tag, err := s.pool.Exec(ctx, `UPDATE runs SET status = $1, updated_at = coalesce($2::timestamptz, clock_timestamp()) WHERE run_id = $3 AND status = ANY($4)`,
+		string(to), s.runClockArg(), runID, ss)
 	if err != nil {
 		return err
 	}
@@ -481,8 +510,8 @@ func (s *Store) RequestControl(ctx context.Context, c agent.Control) (agent.Cont
 		return c, err
 	}
 	if c.Kind == agent.KindCancelRequested && agent.RunStatus(status) != agent.RunCancelRequested {
-		if _, err := tx.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3`,
-			string(agent.RunCancelRequested), storekit.StoreTime(s.clock.Now()), c.RunID); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE runs SET status = $1, updated_at = coalesce($2::timestamptz, clock_timestamp()) WHERE run_id = $3`,
+			string(agent.RunCancelRequested), s.runClockArg(), c.RunID); err != nil {
 			return c, err
 		}
 	}
@@ -613,4 +642,17 @@ func collect[T any](scan func(storekit.RowScanner) (T, error)) func(pgx.Rows, er
 		}
 		return pgx.AppendRows([]T(nil), rows, func(r pgx.CollectableRow) (T, error) { return scan(r) })
 	}
+}
+
+// zeroClock reads the zero time: CreateRun leaves the stamp to the database.
+type zeroClock struct{}
+
+func (zeroClock) Now() time.Time { return time.Time{} }
+
+// timeArg is t, or nil (SQL NULL) for the zero time.
+func timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
 }

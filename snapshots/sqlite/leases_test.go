@@ -32,3 +32,9 @@ func newEmbeddedClock(t *testing.T, clock agent.Clock) *sqlite.Store {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+func TestEmbeddedQueue(t *testing.T) {
+	storetest.RunQueue(t, func(t *testing.T, clock agent.Clock) storetest.QueueStore {
+		return newEmbeddedClock(t, clock)
+	})
+}

@@ -295,3 +295,15 @@ func ScanString(r RowScanner) (string, error) {
 	err := r.Scan(&v)
 	return v, err
 }
+
+// OldestFirst sorts runs oldest first (CreatedAt, then RunID) and drops
+// repeats of a run id, in place (agent.RunQueue's order).
+func OldestFirst(runs []agent.Run) []agent.Run {
+	slices.SortFunc(runs, func(a, b agent.Run) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.RunID, b.RunID)
+	})
+	return slices.CompactFunc(runs, func(a, b agent.Run) bool { return a.RunID == b.RunID })
+}

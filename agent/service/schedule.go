@@ -1,0 +1,389 @@
+package service
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+)
+
+var unfinished = []agent.RunStatus{agent.RunPending, agent.RunRunning, agent.RunPaused, agent.RunCancelRequested}
+
+// Bounds of a round's reads of the queue (agent.RunQueue).
+const (
+	// maxInFlightRead bounds the started, unfinished runs a round reads
+	// (about one per device of the fleet: a round reads them all).
+	maxInFlightRead = 2000
+	// queuePerTenant: per device name and tenant, the oldest runs read.
+	queuePerTenant = 4
+	// queueTenants: per device name, the tenants read.
+	queueTenants = 64
+	// queueOldest: the oldest PENDING runs of any name a round reads where
+	// a run may start on its name as given (StartUnmatched, no Reachable).
+	queueOldest = 256
+	// unseenBatch: runs a pending-timeout sweep fails at most.
+	unseenBatch = 100
+)
+
+// Failer ends a run FAILED before its next node, with an errorId and a
+// summary (agent.GraphRunner: agent.Engine.Fail); the scheduler fails a
+// run no daemon can serve with it.
+type Failer interface {
+	Fail(ctx context.Context, runID string, id agent.ErrorID, summary string) (agent.RunStatus, error)
+}
+
+// ErrQueueFull: the tenant has Config.MaxPendingPerTenant PENDING runs
+// (HTTP 429); nothing was stored.
+var ErrQueueFull = errors.New("too many pending runs for the tenant")
+
+// roundRuns returns the runs a round considers, oldest first, and whether
+// it read the queue (agent.RunQueue) rather than every unfinished run.
+// names lists the device names to read the queue for (nil: none yet).
+func (s *Service) roundRuns(ctx context.Context, q agent.RunQueue, names []string, first bool) ([]agent.Run, error) {
+	if q == nil {
+		if !first {
+			return nil, nil
+		}
+		runs, err := s.store.ListRuns(ctx, agent.Admin(), agent.RunFilter{Status: unfinished})
+		slices.Reverse(runs) // ListRuns is newest first
+		return runs, err
+	}
+	if first {
+		// The started runs (to resume when no daemon drives them) and the
+		// oldest queued ones: enough to know whether a device listing is
+		// worth it this round.
+		oldest := 1
+		if s.cfg.Reachable == nil || s.cfg.StartUnmatched {
+			oldest = queueOldest
+		}
+		return q.QueuedRuns(ctx, agent.QueueQuery{Oldest: oldest, Started: maxInFlightRead})
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	return q.QueuedRuns(ctx, agent.QueueQuery{Names: names, PerTenant: queuePerTenant, MaxTenants: queueTenants})
+}
+
+// mergeOldestFirst merges run lists into one, oldest first, each run once.
+func mergeOldestFirst(lists ...[]agent.Run) []agent.Run {
+	var all []agent.Run
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	slices.SortStableFunc(all, func(a, b agent.Run) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.RunID, b.RunID)
+	})
+	return slices.CompactFunc(all, func(a, b agent.Run) bool { return a.RunID == b.RunID })
+}
+
+// deviceNames are the device names that select c on this daemon's host
+// (what Candidate.Matches accepts), for the queue's reads and sightings.
+func (s *Service) deviceNames(c Candidate) []string {
+	out := []string{c.Serial, agent.DeviceKey(s.cfg.HostID, c.Serial)}
+	for _, v := range []string{c.AVD, c.Model, c.Product, c.Device} {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	if c.APILevel > 0 {
+		out = append(out, "android-"+strconv.Itoa(c.APILevel))
+	}
+	return out
+}
+
+// schedule starts the runs it can: every started run no daemon drives
+// (resumed), and PENDING runs on free devices their name matches. The
+// queue is read per free device name (agent.RunQueue: bounded, indexed),
+// never in full. Among the runs that could take a device, the run of the
+// tenant with the fewest runs in flight goes first, then the oldest: a
+// tenant's backlog is served in submission order, but never ahead of
+// another tenant's first run. A run whose devices are all busy keeps its
+// place.
+func (s *Service) schedule(ctx context.Context) error {
+	listed := time.Now()
+	q, _ := s.store.Store.(agent.RunQueue)
+	runs, err := s.roundRuns(ctx, q, nil, true)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for id, until := range s.elsewhere {
+		if time.Now().After(until) {
+			delete(s.elsewhere, id)
+		}
+	}
+	for id, at := range s.ended {
+		if at.Before(listed) {
+			delete(s.ended, id) // this round's list is newer
+		}
+	}
+	for t, at := range s.lastStart {
+		if time.Since(at) > time.Hour {
+			delete(s.lastStart, t) // served long ago: as good as never
+		}
+	}
+	s.mu.Unlock()
+	if !s.anyToStart(runs, listed) {
+		// Every unfinished run is driven here, or waits elsewhere: no device
+		// listing (an adb connection, a getprop per new device) this round.
+		return nil
+	}
+	var cands []Candidate
+	if s.cfg.Reachable != nil {
+		// A failed listing starts nothing this round (the adb server is
+		// down, or serve holds runs back while its Appium is replaced).
+		if cands, err = s.cfg.Reachable.Candidates(ctx); err != nil {
+			return fmt.Errorf("reachable devices: %w", err)
+		}
+	}
+	// busy: the devices (lease serials) driven here, claimed this round,
+	// or found held by another holder this round.
+	busy := map[string]bool{}
+	s.mu.Lock()
+	for _, a := range s.active {
+		busy[a.device] = true
+	}
+	s.mu.Unlock()
+	if q != nil {
+		var all, free []string
+		for _, c := range cands {
+			names := s.deviceNames(c)
+			all = append(all, names...)
+			if !busy[c.Serial] {
+				free = append(free, names...)
+			}
+		}
+		s.seeDevices(ctx, q, all)
+		queued, err := s.roundRuns(ctx, q, free, false)
+		if err != nil {
+			return err
+		}
+		runs = mergeOldestFirst(runs, queued)
+		s.failUnseen(ctx, q)
+	}
+	// inflight counts each tenant's started runs (fair share).
+	inflight := map[string]int{}
+	for _, r := range runs {
+		if r.Status != agent.RunPending {
+			inflight[r.TenantID]++
+		}
+	}
+	now := time.Now()
+	type choice struct {
+		run     agent.Run
+		devices []string // what the run's name matches, in order
+		device  string   // the one tried
+		// lastStart: when this daemon last started a run of the tenant.
+		lastStart time.Time
+	}
+	// pick is the first device of c that is free here and not quarantined.
+	pick := func(c *choice) bool {
+		for _, d := range c.devices {
+			if busy[d] || s.quarantined(ctx, d) {
+				continue
+			}
+			busy[d] = true
+			c.device = d
+			return true
+		}
+		return false
+	}
+	var waiting []*choice
+	for _, r := range runs {
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.mu.Lock()
+		_, isActive := s.active[r.RunID]
+		wait := s.notUntil[r.RunID]
+		other := s.elsewhere[r.RunID]
+		endedAt, hasEnded := s.ended[r.RunID]
+		s.mu.Unlock()
+		if isActive || now.Before(other) || (hasEnded && !endedAt.Before(listed)) {
+			continue
+		}
+		devices := s.devicesFor(r.Serial, cands, s.cfg.Reachable != nil)
+		if now.Before(wait) {
+			// It keeps its device: later runs naming only it wait behind
+			// it. A run several devices serve holds none back.
+			if len(devices) == 1 {
+				busy[devices[0]] = true
+			}
+			continue
+		}
+		// A run asked to cancel before it ever held a device ends without one:
+		// the engine commits started + canceled and touches no device.
+		if r.Status == agent.RunCancelRequested && !s.everStarted(ctx, r.RunID) {
+			s.launch(r, nil, time.Time{}, r.Serial)
+			continue
+		}
+		s.mu.Lock()
+		last := s.lastStart[r.TenantID]
+		s.mu.Unlock()
+		waiting = append(waiting, &choice{run: r, devices: devices, lastStart: last})
+	}
+	// Fair share: the next run to take a device is, among those that can,
+	// the one of the tenant with the fewest runs in flight, then the oldest
+	// (waiting is oldest first; the sort is stable).
+	var take []*choice
+	for len(waiting) > 0 {
+		slices.SortStableFunc(waiting, func(a, b *choice) int {
+			// Started runs (to resume) first: they hold their place.
+			ap, bp := a.run.Status == agent.RunPending, b.run.Status == agent.RunPending
+			if ap != bp {
+				if bp {
+					return -1
+				}
+				return 1
+			}
+			if c := cmp.Compare(inflight[a.run.TenantID], inflight[b.run.TenantID]); c != 0 {
+				return c
+			}
+			// Round-robin: the tenant this daemon served longest ago first.
+			return a.lastStart.Compare(b.lastStart)
+		})
+		i := slices.IndexFunc(waiting, pick)
+		if i < 0 {
+			break
+		}
+		c := waiting[i]
+		take = append(take, c)
+		inflight[c.run.TenantID]++
+		for _, w := range waiting {
+			if w.run.TenantID == c.run.TenantID {
+				w.lastStart = now
+			}
+		}
+		waiting = slices.Delete(waiting, i, i+1)
+	}
+	// The leases of different devices are taken side by side: with a burst
+	// of submits the store commits them together (the embedded store's group
+	// commit) instead of one after the other. A device found held by another
+	// holder (another daemon on the same adb server) is skipped and the run
+	// tries its next free device, a few rounds at most.
+	var failed []error
+	for round := 0; len(take) > 0 && round < 4; round++ {
+		leases := make([]agent.Lease, len(take))
+		errs := make([]error, len(take))
+		sent := make([]time.Time, len(take)) // the heartbeat's local expiry counts from here
+		var wg sync.WaitGroup
+		for i, c := range take {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sent[i] = time.Now()
+				leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, agent.DeviceKey(s.cfg.HostID, c.device), s.cfg.Holder, c.run.RunID, s.cfg.LeaseTTL)
+			}()
+		}
+		wg.Wait()
+		var again []*choice
+		for i, c := range take {
+			switch err := errs[i]; {
+			case err == nil:
+				s.mu.Lock()
+				s.lastStart[c.run.TenantID] = time.Now()
+				s.mu.Unlock()
+				s.launch(c.run, &leases[i], sent[i], c.device)
+			case errors.Is(err, agent.ErrLeaseRunElsewhere):
+				// Look again after a heartbeat (its holder may die); meanwhile
+				// the device is free for the next run here: look now.
+				s.mu.Lock()
+				s.elsewhere[c.run.RunID] = time.Now().Add(s.cfg.Heartbeat)
+				s.mu.Unlock()
+				s.Wake()
+			case errors.Is(err, agent.ErrLeaseHeld):
+				if pick(c) { // busy[c.device] stays set: held elsewhere
+					again = append(again, c)
+				}
+			default:
+				failed = append(failed, fmt.Errorf("lease %s for run %s: %w", c.device, c.run.RunID, err))
+			}
+		}
+		take = again
+	}
+	return errors.Join(failed...)
+}
+
+// seeDevices records this daemon's device names in the store's sightings
+// (agent.RunQueue.SeeDevices) when they changed, or every quarter of the
+// pending timeout (at most every minute), so that no run waits for a
+// device that daemons of the fleet reach.
+func (s *Service) seeDevices(ctx context.Context, q agent.RunQueue, names []string) {
+	if s.cfg.PendingTimeout < 0 || len(names) == 0 {
+		return
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	every := min(s.cfg.PendingTimeout/4, time.Minute)
+	s.mu.Lock()
+	due := time.Since(s.seenAt) >= every || !slices.Equal(names, s.seenNames)
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := q.SeeDevices(ctx, names); err != nil {
+		s.logf("scheduler: %v", err)
+		return
+	}
+	s.mu.Lock()
+	s.seenAt, s.seenNames = time.Now(), names
+	s.mu.Unlock()
+}
+
+// failUnseen fails, every tenth of the pending timeout (at most every 30
+// s), the PENDING runs whose device name no daemon of the fleet reached for
+// the pending timeout (agent.RunQueue.UnseenRuns): device_not_found, once,
+// without a lease (the engine's Fail: agent.run.started, agent.run.failed).
+func (s *Service) failUnseen(ctx context.Context, q agent.RunQueue) {
+	f, ok := s.cfg.Runner.(Failer)
+	if s.cfg.PendingTimeout < 0 || !ok {
+		return
+	}
+	every := min(s.cfg.PendingTimeout/10, 30*time.Second)
+	s.mu.Lock()
+	due := time.Since(s.sweptAt) >= every
+	if due {
+		s.sweptAt = time.Now()
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	runs, err := q.UnseenRuns(ctx, s.cfg.PendingTimeout, unseenBatch)
+	if err != nil {
+		s.logf("scheduler: pending timeout: %v", err)
+		return
+	}
+	for _, r := range runs {
+		s.mu.Lock()
+		_, isActive := s.active[r.RunID]
+		s.mu.Unlock()
+		if isActive {
+			continue
+		}
+		summary := fmt.Sprintf("no daemon of the fleet has reached a device named %q for %v (--pending-timeout); GET /v1/devices lists each daemon's devices", r.Serial, s.cfg.PendingTimeout)
+		st, err := f.Fail(ctx, r.RunID, agent.ErrDeviceNotFound, summary)
+		if err != nil {
+			s.logf("run %s: pending timeout: %v", r.RunID, err)
+			continue
+		}
+		if st == agent.RunFailed {
+			s.logf("run %s FAILED device_not_found: %s", r.RunID, summary)
+		}
+	}
+	if len(runs) == unseenBatch {
+		s.mu.Lock()
+		s.sweptAt = time.Time{} // more to fail: next round
+		s.mu.Unlock()
+		s.Wake()
+	}
+}

@@ -1,0 +1,160 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
+)
+
+// QueueChannel is the Postgres NOTIFY channel that the runs and
+// device_leases triggers of migration 00008 signal on a new run and a
+// released lease, so every daemon's scheduler wakes at once.
+const QueueChannel = "screengraph_queue"
+
+var (
+	_ agent.RunQueue      = (*Store)(nil)
+	_ agent.QueueNotifier = (*Store)(nil)
+	_ agent.StoreClock    = (*Store)(nil)
+)
+
+// pgQueueName is the SQL of a device name's normal form (agent.RunQueue),
+// the expression runs_queue_idx indexes.
+func pgQueueName(col string) string { return "lower(replace(trim(" + col + "), ' ', '_'))" }
+
+// QueueChanged implements agent.QueueNotifier: this process's LISTEN on
+// QueueChannel (and a wake after each LISTEN reconnect).
+func (s *Store) QueueChanged() <-chan struct{} { return s.queue }
+
+func (s *Store) wakeQueue() {
+	select {
+	case s.queue <- struct{}{}:
+	default:
+	}
+}
+
+// StoreNow implements agent.StoreClock: the Postgres server's
+// clock_timestamp() (Options.Clock's time when set, for tests).
+func (s *Store) StoreNow(ctx context.Context) (time.Time, error) {
+	if s.runClock != nil {
+		return storekit.StoreTime(s.runClock.Now()), nil
+	}
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return time.Time{}, err
+	}
+	return storekit.StoreTime(now.UTC()), nil
+}
+
+// QueuedRuns implements agent.RunQueue in one statement: per name, a skip
+// scan of runs_queue_idx finds the tenants with queued runs (one index
+// probe each), and per tenant a LIMIT reads its oldest runs.
+func (s *Store) QueuedRuns(ctx context.Context, q agent.QueueQuery) ([]agent.Run, error) {
+	per, tenants := q.PerTenant, q.MaxTenants
+	if per <= 0 {
+		per = 1
+	}
+	if tenants <= 0 {
+		tenants = 64
+	}
+	var out []agent.Run
+	if len(q.Names) > 0 {
+		qn := pgQueueName("r.serial")
+		rows, err := collect(pgScanRun)(s.pool.Query(ctx, `WITH RECURSIVE names(name) AS (
+				SELECT DISTINCT lower(replace(trim(n), ' ', '_')) FROM unnest($1::text[]) n
+			), t(name, tenant, k) AS (
+				SELECT n.name, (SELECT r.tenant_id FROM runs r WHERE r.status = 'PENDING' AND `+qn+` = n.name ORDER BY r.tenant_id LIMIT 1), 1 FROM names n
+				UNION ALL
+				SELECT t.name, (SELECT r.tenant_id FROM runs r WHERE r.status = 'PENDING' AND `+qn+` = t.name AND r.tenant_id > t.tenant ORDER BY r.tenant_id LIMIT 1), t.k + 1
+				FROM t WHERE t.tenant IS NOT NULL AND t.k < $3
+			)
+			SELECT x.* FROM t, LATERAL (
+				SELECT `+pgRunColumns+` FROM runs r WHERE r.status = 'PENDING' AND `+qn+` = t.name AND r.tenant_id = t.tenant
+				ORDER BY r.created_at, r.run_id LIMIT $2) x
+			WHERE t.tenant IS NOT NULL`, q.Names, per, tenants))
+		if err != nil {
+			return nil, fmt.Errorf("queued runs: %w", err)
+		}
+		out = rows
+	}
+	if q.Oldest > 0 {
+		rows, err := collect(pgScanRun)(s.pool.Query(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE status = 'PENDING' ORDER BY created_at, run_id LIMIT $1`, q.Oldest))
+		if err != nil {
+			return nil, fmt.Errorf("oldest queued runs: %w", err)
+		}
+		out = append(out, rows...)
+	}
+	if q.Started > 0 {
+		rows, err := collect(pgScanRun)(s.pool.Query(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE status IN ('RUNNING', 'PAUSED', 'CANCELED_REQUESTED')
+			ORDER BY created_at, run_id LIMIT $1`, q.Started))
+		if err != nil {
+			return nil, fmt.Errorf("started runs: %w", err)
+		}
+		out = append(out, rows...)
+	}
+	return storekit.OldestFirst(out), nil
+}
+
+// SeeDevices implements agent.RunQueue (one upsert, in name order so that
+// daemons upserting together lock rows in one order).
+func (s *Store) SeeDevices(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO device_sightings (name, seen_at)
+		SELECT DISTINCT lower(replace(trim(n), ' ', '_')), coalesce($2::timestamptz, clock_timestamp()) FROM unnest($1::text[]) n ORDER BY 1
+		ON CONFLICT (name) DO UPDATE SET seen_at = greatest(device_sightings.seen_at, excluded.seen_at)`, names, s.runClockArg())
+	if err != nil {
+		return fmt.Errorf("device sightings: %w", err)
+	}
+	return nil
+}
+
+// UnseenRuns implements agent.RunQueue: a skip scan over the distinct
+// device names of the PENDING runs (runs_queue_idx), each checked against
+// device_sightings; runs are read only for the names no daemon reached,
+// and only those queued before the cutoff (runs_queue_age_idx: a range).
+func (s *Store) UnseenRuns(ctx context.Context, after time.Duration, limit int) ([]agent.Run, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	qn := pgQueueName("r.serial")
+	rows, err := collect(pgScanRun)(s.pool.Query(ctx, `WITH RECURSIVE now(t) AS (SELECT coalesce($3::timestamptz, clock_timestamp())),
+		names(name) AS (
+			(SELECT `+qn+` FROM runs r WHERE r.status = 'PENDING' ORDER BY 1 LIMIT 1)
+			UNION ALL
+			SELECT (SELECT `+qn+` FROM runs r WHERE r.status = 'PENDING' AND `+qn+` > names.name ORDER BY 1 LIMIT 1)
+			FROM names WHERE names.name IS NOT NULL
+		),
+		unseen(name) AS (
+			SELECT n.name FROM names n, now WHERE n.name IS NOT NULL
+			AND NOT EXISTS (SELECT 1 FROM device_sightings d WHERE d.name = n.name AND d.seen_at > now.t - $1::bigint * interval '1 microsecond')
+		)
+		SELECT x.* FROM unseen u, now, LATERAL (
+			SELECT `+pgRunColumns+` FROM runs r WHERE r.status = 'PENDING' AND `+qn+` = u.name AND r.created_at < now.t - $1::bigint * interval '1 microsecond'
+			ORDER BY r.created_at LIMIT $2) x
+		LIMIT $2`, after.Microseconds(), limit, s.runClockArg()))
+	if err != nil {
+		return nil, fmt.Errorf("unseen runs: %w", err)
+	}
+	return storekit.OldestFirst(rows), nil
+}
+
+// CountQueued implements agent.RunQueue through runs_queue_idx's rows of
+// the tenant (an index-only count that stops at upTo).
+func (s *Store) CountQueued(ctx context.Context, tenant string, upTo int) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM runs WHERE status = 'PENDING' AND tenant_id = $1 LIMIT $2) x`, tenant, upTo).Scan(&n)
+	return n, err
+}
+
+// runClockArg is nil (SQL NULL: the database's clock) or Options.Clock's
+// time.
+func (s *Store) runClockArg() any {
+	if s.runClock == nil {
+		return nil
+	}
+	return storekit.StoreTime(s.runClock.Now())
+}
