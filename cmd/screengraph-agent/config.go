@@ -167,8 +167,19 @@ func configMap(cfg daemonConfig) (map[string]any, error) {
 		return nil, err
 	}
 	out := map[string]any{}
-	if err := json.Unmarshal(agent.RedactJSON(b), &out); err != nil {
+	d := json.NewDecoder(bytes.NewReader(agent.RedactJSON(b)))
+	d.UseNumber() // 536870912 stays an integer, not 5.36870912e+08
+	if err := d.Decode(&out); err != nil {
 		return nil, err
+	}
+	for k, v := range out {
+		if n, ok := v.(json.Number); ok {
+			if i, err := n.Int64(); err == nil {
+				out[k] = i
+			} else if f, err := n.Float64(); err == nil {
+				out[k] = f
+			}
+		}
 	}
 	return out, nil
 }

@@ -146,6 +146,34 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 	}
 }
 
+// --print-config with nothing set shows the values the daemon uses (a
+// download's idle timeout of 60 s, not 0s) and byte sizes as integers (not
+// 5.36870912e+08), in both formats.
+func TestPrintConfigDefaults(t *testing.T) {
+	clearScreengraphEnv(t)
+	cfg, err := (&serveCmd{}).load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for format, lines := range map[string][]string{
+		"text": {"artifact-idle-timeout: 1m0s\n", "stream-max-bytes: 536870912\n", `artifact-max-bytes: "2147483648"` + "\n"},
+		"json": {`"artifact-idle-timeout": "1m0s"`, `"stream-max-bytes": 536870912,`, `"artifact-max-bytes": "2147483648"`},
+	} {
+		out, err := printConfig(cfg, format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			if !strings.Contains(string(out), l) {
+				t.Errorf("%s lacks %q:\n%s", format, l, out)
+			}
+		}
+		if strings.Contains(string(out), "e+") {
+			t.Errorf("%s prints a number in exponent form:\n%s", format, out)
+		}
+	}
+}
+
 // A secret in a URL is printed redacted.
 func TestPrintConfigRedacts(t *testing.T) {
 	clearScreengraphEnv(t)

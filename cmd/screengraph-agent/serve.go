@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -140,6 +141,10 @@ func (c *serveCmd) load() (daemonConfig, error) {
 		"listen": DefaultListen, "nats-listen": "127.0.0.1:4222", "tenant": "local", "lease-ttl": "30s", "pending-timeout": "10m", "nats-replicas": 1,
 		"retention": retention.DefaultRetention.String(), "stream-max-bytes": natsbus.DefaultStreamMaxBytes,
 		"adb-server": adbAddr(""),
+		// What the daemon uses when these are not set, so --print-config
+		// shows the real values (artifacts.Options' zero values mean them).
+		"artifact-idle-timeout": artifacts.DefaultIdleTimeout.String(),
+		"artifact-max-bytes":    strconv.FormatInt(artifacts.DefaultMaxBytes, 10),
 	}
 	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
 		return daemonConfig{}, err
