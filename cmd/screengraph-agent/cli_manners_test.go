@@ -3,11 +3,18 @@ package main
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/screengraph/screengraph-agent/appium"
+	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 )
 
 // A bad flag or command: the error and the closest name first, then one line
@@ -56,4 +63,60 @@ func TestRunsListNoStore(t *testing.T) {
 	if _, err := os.Stat(data); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the runs commands created %s (stat: %v)", data, err)
 	}
+}
+
+// serve that cannot listen (a busy --listen) exits with the error and
+// leaves no Appium server behind: the local one it started is stopped.
+func TestServeBusyListenStopsItsAppium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Appium server")
+	}
+	srv := simtest.StartADBServer(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	data := t.TempDir()
+	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	cmd := exec.Command(buildAgent(t), "serve", "--data-dir", data, "--listen", busy.Addr().String(),
+		"--nats-listen", "127.0.0.1:"+strconv.Itoa(simtest.FreePort(t)), "--adb-server", srv.Addr())
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "ANDROID_ADB_SERVER_PORT="+strconv.Itoa(srv.Port), "ADB_EMU=0",
+		"APPIUM_HOME="+filepath.Join(root, ".cache", "appium-home"))
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--listen "+busy.Addr().String()) {
+		t.Fatalf("serve on a busy port: %v\n%s", err, out)
+	}
+	// A detached Appium writes to data/appium.log as its stdout: no
+	// process may still hold that file open.
+	logPath := filepath.Join(data, "appium.log")
+	if _, err := os.Stat(logPath); err != nil {
+		t.Fatalf("serve started no local Appium (%v)\n%s", err, out)
+	}
+	if pids := holding(t, logPath); len(pids) > 0 {
+		for _, pid := range pids {
+			syscall.Kill(-pid, syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		t.Fatalf("processes %v (the local Appium serve started) still run", pids)
+	}
+	if _, err := os.Stat(appium.LocalStateFile(data)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the local Appium's state file is left: %v", err)
+	}
+}
+
+// holding lists the pids of processes with path open (/proc/*/fd).
+func holding(t *testing.T, path string) []int {
+	t.Helper()
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range procs {
+		if target, err := os.Readlink(fd); err == nil && target == path {
+			if pid, err := strconv.Atoi(strings.Split(fd, "/")[2]); err == nil && !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }

@@ -313,6 +313,12 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	defer h.Close(context.Background())
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		if h.AppiumStart > 0 {
+			// This serve started the data dir's local Appium (it is
+			// detached, for later runs to reuse): a serve that does not
+			// start leaves nothing running behind it.
+			appium.StopLocal(cfg.DataDir)
+		}
 		return c.fail(agent.Wrap(agent.ErrInvalidRequest, err, "--listen %s", cfg.Listen))
 	}
 
