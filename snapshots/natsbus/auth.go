@@ -21,10 +21,15 @@ import (
 // or user = the token's id and password = the token, which also works with a
 // generated nats-server configuration) and gets its tenant's subjects only:
 //
-//   - subscribe agent.events.<T>.> (core NATS, live) and _INBOX_<T>.> (its
-//     replies and push-consumer deliveries: a tenant client must connect with
+//   - subscribe _INBOX_<T>.> only (its replies and push-consumer
+//     deliveries: a tenant client must connect with
 //     nats.CustomInboxPrefix("_INBOX_<T>"); the shared _INBOX.> would show
-//     every tenant's replies);
+//     every tenant's replies). Not agent.events.<T>.> with core NATS: the
+//     relay's JetStream publishes there carry the daemon's ack inbox as
+//     their reply subject, and allow_responses (below) would let the
+//     tenant answer them, forging the stream's acks to the relay (an error
+//     ack backs off the relay for every tenant). Live events come through
+//     a push consumer (DeliverPolicy new);
 //   - publish agent.control.<T>.> (control of its runs; the daemon answers a
 //     run of another tenant under <T> as unknown);
 //   - publish $JS.API.CONSUMER.CREATE.AGENT_EVENTS.*.agent.events.<T>.>: a
@@ -33,8 +38,10 @@ import (
 //     only: the pull API ($JS.API.CONSUMER.MSG.NEXT.…) names a consumer by
 //     name, so it is denied together with every other JetStream API subject
 //     (the unfiltered CREATE forms, INFO, LIST, NAMES, DELETE, STREAM.*);
-//   - replies to what it was sent (allow_responses: acks and flow control
-//     of its push consumers).
+//   - replies to what it was sent, once each (allow_responses max 1): with
+//     only its inbox to subscribe to, that is JetStream's deliveries and
+//     flow control of its push consumers (acks), and nothing of the
+//     daemon's (the daemon's replies carry no reply subject).
 //
 // An admin token and the daemon itself get every subject on the embedded
 // server. The daemon answers a control request only on an inbox of its
@@ -53,7 +60,6 @@ func TenantPermissions(tenant string) *server.Permissions {
 			"$JS.API.CONSUMER.CREATE." + snapshots.StreamName + ".*." + snapshots.SubjectPrefix + "." + t + ".>",
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
-			snapshots.SubjectPrefix + "." + t + ".>",
 			TenantInboxPrefix(tenant) + ".>",
 		}},
 		Response: &server.ResponsePermission{MaxMsgs: 1},
