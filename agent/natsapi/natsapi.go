@@ -122,6 +122,10 @@ type Config struct {
 	// InboxReplies(DefaultOwnInboxPrefix)); a refused one is dropped and
 	// counted.
 	Replies ReplyRule
+	// ReplyReasons are the reasons Replies may give besides
+	// RefusedInvalidSubject and RefusedForeignSubject: the metric shows each
+	// at 0 from the start.
+	ReplyReasons []string
 	// Registerer, when set, gets the handler's metric:
 	//
 	//	screengraph_nats_control_refused_total{reason}  counter, control
@@ -134,7 +138,9 @@ type Config struct {
 
 // Subscribe subscribes cfg.Conn (queue group QueueGroup) to
 // <Prefix>.*.* and records each control request through cfg.Service. When a
-// message has a reply subject, the reply is httpapi.ControlResponse
+// message has a reply subject that cfg.Replies admits (the requester's
+// inbox; any other is dropped and counted, never published to), the reply
+// is httpapi.ControlResponse
 // ({"runId","kind","requestId","recorded":true}), sent only after the
 // request is committed, or the agent error format (httpapi.ErrorBody):
 // invalid_request_error for a body that is not a ControlMessage, an invalid
@@ -153,7 +159,7 @@ func Subscribe(cfg Config) (*nats.Subscription, error) {
 		Help: "NATS control requests whose reply subject is not the requester's inbox: the reply was dropped, never published. By reason.",
 	}, []string{"reason"})}
 	// The rule's usual reasons show from the start, at 0.
-	for _, r := range []string{RefusedInvalidSubject, RefusedForeignSubject} {
+	for _, r := range append([]string{RefusedInvalidSubject, RefusedForeignSubject}, cfg.ReplyReasons...) {
 		h.refused.WithLabelValues(r)
 	}
 	if cfg.Registerer != nil {

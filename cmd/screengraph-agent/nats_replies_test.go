@@ -269,7 +269,10 @@ func checkControlReplies(t *testing.T, d *daemon, natsURL string, tk replyTokens
 		t.Errorf("beta's last event: %v %v, want stream sequence %d", msgSeq(m), err, betaLast.Sequence)
 	}
 	metrics := refusedMetrics(t, d, tk.admin.Token)
-	for reason, want := range map[string]float64{natsbus.RefusedStream: 1, natsbus.RefusedJetStreamAPI: 1, "foreign_subject": 1} {
+	for reason, want := range map[string]float64{natsbus.RefusedStream: 1, natsbus.RefusedJetStreamAPI: 1, "foreign_subject": 1, natsbus.RefusedSystem: 0, "invalid_subject": 0} {
+		if _, ok := metrics[reason]; !ok {
+			t.Errorf("/metrics has no screengraph_nats_control_refused_total{reason=%q}", reason)
+		}
 		if metrics[reason] != want {
 			t.Errorf("screengraph_nats_control_refused_total{reason=%q} = %v, want %v (all: %v)", reason, metrics[reason], want, metrics)
 		}

@@ -74,6 +74,10 @@ const (
 	RefusedStream       = "stream_subject" // captured by AGENT_EVENTS (agent.events.>)
 )
 
+// ControlReplyReasons are ControlReplies' reasons besides natsapi's
+// (natsapi.Config.ReplyReasons).
+var ControlReplyReasons = []string{RefusedJetStreamAPI, RefusedSystem, RefusedStream}
+
 // ControlReplies is the daemon's rule for answering control requests
 // (natsapi.ReplyRule). A request on agent.control.<T>.<run> comes from one
 // of tenant T's users, an admin or the daemon (TenantPermissions let a
