@@ -135,12 +135,15 @@ type PayloadLimiter interface {
 // relay that is the stream's only writer (the embedded store's): rows go out
 // as they are committed, without waiting for the acks of the rows before.
 type ChainPublisher interface {
-	// SendChain sends row without waiting for its ack. Unless row is the
-	// chain's first (after ResetChain), it carries
-	// Nats-Expected-Last-Msg-Id = the previous row sent, so JetStream stores
-	// the rows sent as a prefix of them, back to back: after a row is lost
-	// or rejected, every later one is rejected too. The caller sends a
-	// chain's first row only when every earlier row of its run is stored.
+	// SendChain sends row without waiting for its ack (but for the chain's
+	// first row, after ResetChain, whose ack it waits for). Unless row is
+	// the chain's first, it carries a condition that the row sent before it
+	// is the stream's last message (JetStream: Nats-Expected-Last-Sequence,
+	// never another row's eventId, which would be stored with the message
+	// for its tenant to read), so JetStream stores the rows sent as a prefix
+	// of them, back to back: after a row is lost or rejected, every later
+	// one is rejected too. The caller sends a chain's first row only when
+	// every earlier row of its run is stored.
 	SendChain(ctx context.Context, row agent.OutboxRow) (ChainAck, error)
 	// ResetChain makes the next row sent the first of a new chain.
 	ResetChain()

@@ -5,6 +5,14 @@
 // subject's tenant as the caller's agent.Scope. The tenant check is the
 // service's, never repeated here: a run of another tenant is answered
 // exactly like an unknown run.
+//
+// A reply goes only where the requester may listen (Config.Replies): a
+// request's reply subject is the requester's choice, and the daemon's
+// connection may publish almost anywhere (the stream's subjects, the
+// JetStream API), so answering any reply subject would let a tenant make the
+// daemon write into another tenant's events or purge the stream. A reply
+// subject the rule refuses is dropped, never published, and counted in
+// screengraph_nats_control_refused_total{reason}.
 package natsapi
 
 import (
@@ -14,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
@@ -47,19 +56,91 @@ type Controller interface {
 	Control(ctx context.Context, sc agent.Scope, runID, kind string, policyVersion int) (agent.Control, error)
 }
 
+// ReplyRule decides whether a control request published on tenant's
+// control subject may be answered on reply: "" allows it, anything else
+// refuses it and is the reason (a short label, e.g. "stream_subject", the
+// reason label of screengraph_nats_control_refused_total). Whoever may
+// publish on <prefix>.<tenant>.* (the tenant's own users, admins, the
+// daemon) is the requester, so the rule admits only subjects every such
+// requester may subscribe to and nothing else can capture (a stream, the
+// JetStream API): natsbus.ControlReplies.
+type ReplyRule func(tenant, reply string) (reason string)
+
+// Reasons for refusing a reply subject (the metric's reason label) that
+// InboxReplies gives; other rules may add their own.
+const (
+	RefusedInvalidSubject = "invalid_subject" // not a literal subject: empty token, wildcard, space
+	RefusedForeignSubject = "foreign_subject" // not an inbox of the requester
+)
+
+// DefaultOwnInboxPrefix is the inbox prefix of the daemon's own users
+// (admins, the daemon, and every client while no token exists): nats.go's
+// default, _INBOX.
+const DefaultOwnInboxPrefix = "_INBOX"
+
+// InboxReplies is the rule used when Config.Replies is nil: a reply subject
+// must be a literal subject under the tenant's inbox prefix
+// (_INBOX_<tenant>., natsbus.TenantInboxPrefix) or under own + "." (the
+// daemon's own users' prefix, DefaultOwnInboxPrefix when own is "").
+func InboxReplies(own string) ReplyRule {
+	if own == "" {
+		own = DefaultOwnInboxPrefix
+	}
+	return func(tenant, reply string) string {
+		if !LiteralSubject(reply) {
+			return RefusedInvalidSubject
+		}
+		if strings.HasPrefix(reply, "_INBOX_"+tenant+".") || strings.HasPrefix(reply, own+".") {
+			return ""
+		}
+		return RefusedForeignSubject
+	}
+}
+
+// LiteralSubject reports whether s is a subject a client may publish to:
+// dot-separated non-empty tokens, no wildcard token (* or >), no space,
+// tab, CR or LF.
+func LiteralSubject(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	for _, tok := range strings.Split(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+	}
+	return true
+}
+
 // Config wires the control subscription.
 type Config struct {
 	Conn    *nats.Conn
 	Service Controller
 	// Prefix is the control subjects' prefix (snapshots.ControlSubjectPrefix).
 	Prefix string
+	// Replies decides which reply subjects are answered (nil:
+	// InboxReplies(DefaultOwnInboxPrefix)); a refused one is dropped and
+	// counted.
+	Replies ReplyRule
+	// ReplyReasons are the reasons Replies may give besides
+	// RefusedInvalidSubject and RefusedForeignSubject: the metric shows each
+	// at 0 from the start.
+	ReplyReasons []string
+	// Registerer, when set, gets the handler's metric:
+	//
+	//	screengraph_nats_control_refused_total{reason}  counter, control
+	//	    requests whose reply subject was refused (not answered), by the
+	//	    rule's reason; the request itself is still handled
+	Registerer prometheus.Registerer
 	// Logf reports refused requests; may be nil.
 	Logf func(format string, args ...any)
 }
 
 // Subscribe subscribes cfg.Conn (queue group QueueGroup) to
 // <Prefix>.*.* and records each control request through cfg.Service. When a
-// message has a reply subject, the reply is httpapi.ControlResponse
+// message has a reply subject that cfg.Replies admits (the requester's
+// inbox; any other is dropped and counted, never published to), the reply
+// is httpapi.ControlResponse
 // ({"runId","kind","requestId","recorded":true}), sent only after the
 // request is committed, or the agent error format (httpapi.ErrorBody):
 // invalid_request_error for a body that is not a ControlMessage, an invalid
@@ -70,11 +151,29 @@ func Subscribe(cfg Config) (*nats.Subscription, error) {
 	if cfg.Conn == nil || cfg.Service == nil || cfg.Prefix == "" {
 		return nil, agent.Errorf(agent.ErrInternal, "natsapi: Conn, Service and Prefix are required")
 	}
-	h := handler{cfg: cfg}
+	if cfg.Replies == nil {
+		cfg.Replies = InboxReplies(DefaultOwnInboxPrefix)
+	}
+	h := handler{cfg: cfg, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "screengraph_nats_control_refused_total",
+		Help: "NATS control requests whose reply subject is not the requester's inbox: the reply was dropped, never published. By reason.",
+	}, []string{"reason"})}
+	// The rule's usual reasons show from the start, at 0.
+	for _, r := range append([]string{RefusedInvalidSubject, RefusedForeignSubject}, cfg.ReplyReasons...) {
+		h.refused.WithLabelValues(r)
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(h.refused); err != nil {
+			return nil, agent.Wrap(agent.ErrInternal, err, "natsapi: registering metrics")
+		}
+	}
 	return cfg.Conn.QueueSubscribe(cfg.Prefix+".*.*", QueueGroup, h.handle)
 }
 
-type handler struct{ cfg Config }
+type handler struct {
+	cfg     Config
+	refused *prometheus.CounterVec
+}
 
 func (h handler) logf(format string, args ...any) {
 	if h.cfg.Logf != nil {
@@ -86,15 +185,29 @@ func (h handler) handle(m *nats.Msg) {
 	if IsJetStreamDelivery(m) {
 		return
 	}
+	// The subscription's subject has exactly two tokens after the prefix.
+	tenant, runID, _ := strings.Cut(strings.TrimPrefix(m.Subject, h.cfg.Prefix+"."), ".")
+	// The reply subject is decided on before anything else: a refused one
+	// is never published to, whatever the request's fate. The request is
+	// still handled (as a request without reply subject would be): what
+	// it asks is the requester's own to ask.
+	replyTo := m.Reply
+	if replyTo != "" {
+		if reason := h.cfg.Replies(tenant, replyTo); reason != "" {
+			h.refused.WithLabelValues(reason).Inc()
+			h.logf("control on %s: reply subject refused (%s), not answered", m.Subject, reason)
+			replyTo = ""
+		}
+	}
 	reply := func(v any) {
-		if m.Reply == "" {
+		if replyTo == "" {
 			return
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
 			b = []byte(`{"success":false,"error":"internal_error: encoding the reply failed"}`)
 		}
-		if err := m.Respond(agent.RedactJSON(b)); err != nil {
+		if err := h.cfg.Conn.Publish(replyTo, agent.RedactJSON(b)); err != nil {
 			h.logf("control reply on %s: %v", m.Subject, err)
 		}
 	}
@@ -102,8 +215,6 @@ func (h handler) handle(m *nats.Msg) {
 		h.logf("control on %s: %v", m.Subject, agent.RedactString(err.Error()))
 		reply(httpapi.ErrorBody(err, ""))
 	}
-	// The subscription's subject has exactly two tokens after the prefix.
-	tenant, runID, _ := strings.Cut(strings.TrimPrefix(m.Subject, h.cfg.Prefix+"."), ".")
 	// The subject's tenant is the scope: NATS permissions (natsauth) let a
 	// tenant's user publish on its own control subjects only.
 	sc, err := agent.Tenant(tenant)

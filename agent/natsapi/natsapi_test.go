@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
@@ -42,6 +44,8 @@ type env struct {
 	store *sqlite.Store
 	ctl   *committed
 	nc    *nats.Conn // the test's client (the daemon has its own)
+	url   string
+	sub   *nats.Subscription // the daemon's control subscription
 }
 
 // newEnv is the control subscription of a real service over an embedded
@@ -71,12 +75,13 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(daemon.Close)
-	e := &env{t: t, store: st, ctl: &committed{svc: svc}}
+	e := &env{t: t, store: st, ctl: &committed{svc: svc}, url: url}
 	sub, err := natsapi.Subscribe(natsapi.Config{Conn: daemon, Service: e.ctl, Prefix: snapshots.ControlSubjectPrefix, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sub.Unsubscribe() })
+	e.sub = sub
 	if err := daemon.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -268,5 +273,142 @@ func TestSubscribeNeedsConfig(t *testing.T) {
 	var ae *agent.Error
 	if _, err := natsapi.Subscribe(natsapi.Config{}); !errors.As(err, &ae) || ae.ID != agent.ErrInternal {
 		t.Fatalf("empty config: %v", err)
+	}
+}
+
+// newEnvWith is newEnv with the daemon's control subscription configured by
+// cfg (Conn, Service and Prefix are filled in).
+func newEnvWith(t *testing.T, cfg natsapi.Config) (*env, *nats.Conn) {
+	t.Helper()
+	e := newEnv(t)
+	// newEnv's own subscription answers too (same queue group): replace it
+	// by one of a second daemon connection made here, alone in the group.
+	e.sub.Unsubscribe()
+	daemon, err := nats.Connect(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(daemon.Close)
+	cfg.Conn, cfg.Service, cfg.Prefix = daemon, e.ctl, snapshots.ControlSubjectPrefix
+	sub, err := natsapi.Subscribe(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := daemon.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return e, daemon
+}
+
+// issue 22 item 1: a control request's reply subject is answered only when
+// it is an inbox of the requester. One with its reply subject on another
+// tenant's event subject or on the JetStream API's purge of AGENT_EVENTS is
+// handled but not answered there (the stream keeps its messages, nothing
+// reaches the event subject), and counted by reason; a request on the
+// tenant's own inbox and one on the daemon's users' _INBOX get their answer.
+func TestControlRepliesOnlyToRequesterInbox(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e, _ := newEnvWith(t, natsapi.Config{Registerer: reg, Logf: t.Logf})
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: snapshots.StreamName, Subjects: []string{snapshots.SubjectPrefix + ".>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta := e.run("beta")
+	for i := 0; i < 3; i++ {
+		if _, err := js.Publish(ctx, "agent.events.beta."+beta, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	betaEvents, _ := e.nc.SubscribeSync("agent.events.beta.>")
+	purges, _ := e.nc.SubscribeSync("$JS.API.STREAM.>")
+	others, _ := e.nc.SubscribeSync("_INBOX_beta.>")
+	e.nc.Flush()
+	acme := e.run("acme")
+	subject := snapshots.ControlSubjectPrefix + ".acme." + acme
+	for _, reply := range []string{"agent.events.beta." + beta, "$JS.API.STREAM.PURGE.AGENT_EVENTS", "_INBOX_beta.steal", "agent.events.beta.*", "agent.control.beta." + beta} {
+		if err := e.nc.PublishRequest(subject, reply, []byte(`{"kind":"agent.run.pause_requested"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One subscription handles messages in order: once this request on
+	// acme's own inbox is answered, the ones before it were handled.
+	inbox, _ := e.nc.SubscribeSync("_INBOX_acme.r1")
+	e.nc.Flush()
+	if err := e.nc.PublishRequest(subject, inbox.Subject, []byte(`{"kind":"agent.run.resume_requested"}`)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := inbox.NextMsg(10 * time.Second)
+	if err != nil || !strings.Contains(string(m.Data), `"recorded":true`) {
+		t.Fatalf("the request on acme's inbox: %v %s", err, msgData(m))
+	}
+	// And one on the daemon's users' inbox (nats.go's default).
+	if got := e.request("acme", acme, `{"kind":"agent.run.resume_requested"}`); !strings.Contains(string(got), `"recorded":true`) {
+		t.Fatalf("the request on _INBOX: %s", got)
+	}
+	e.nc.Flush()
+	for _, s := range []*nats.Subscription{betaEvents, purges, others} {
+		if m, err := s.NextMsg(200 * time.Millisecond); err == nil {
+			t.Errorf("the daemon answered on %s: %s", m.Subject, m.Data)
+		}
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.State.Msgs != 3 {
+		t.Fatalf("AGENT_EVENTS after the requests: %+v %v, want its 3 messages", info, err)
+	}
+	refused := func(reason string) float64 { return refusedCount(t, reg, reason) }
+	if got := refused(natsapi.RefusedForeignSubject); got != 4 {
+		t.Errorf("refused foreign_subject %v, want 4", got)
+	}
+	if got := refused(natsapi.RefusedInvalidSubject); got != 1 {
+		t.Errorf("refused invalid_subject %v, want 1", got)
+	}
+	// The requests themselves were handled: their own tenant's to make.
+	if p := e.pending(acme); len(p) != 7 {
+		t.Errorf("acme's run has %d control requests, want 7", len(p))
+	}
+}
+
+// refusedCount is screengraph_nats_control_refused_total{reason} on reg.
+func refusedCount(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "screengraph_nats_control_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no screengraph_nats_control_refused_total{reason=%q}", reason)
+	return 0
+}
+
+func msgData(m *nats.Msg) string {
+	if m == nil {
+		return ""
+	}
+	return string(m.Data)
+}
+
+func TestLiteralSubject(t *testing.T) {
+	for s, want := range map[string]bool{"_INBOX.a.b": true, "a": true, "": false, "a..b": false, ".a": false, "a.": false,
+		"a.*": false, "a.>": false, "a b": false, "a\tb": false, "a\r\nPUB x 1": false, "a.b*": true} {
+		if got := natsapi.LiteralSubject(s); got != want {
+			t.Errorf("LiteralSubject(%q) = %v", s, got)
+		}
 	}
 }

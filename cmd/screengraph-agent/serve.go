@@ -373,6 +373,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 			"nats":   h.bus.Ready,
 		}})
 	sub, err := natsapi.Subscribe(natsapi.Config{Conn: h.nc, Service: svc, Prefix: snapshots.ControlSubjectPrefix,
+		Replies: natsbus.ControlReplies(natsapi.DefaultOwnInboxPrefix), ReplyReasons: natsbus.ControlReplyReasons, Registerer: reg,
 		Logf: func(format string, args ...any) { log.Warn().Msgf(format, args...) }})
 	if err != nil {
 		return c.fail(agent.Wrap(agent.ErrNetwork, err, "NATS control subscription"))

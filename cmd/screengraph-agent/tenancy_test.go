@@ -245,8 +245,19 @@ func TestServeTenantIsolation(t *testing.T) {
 		}
 		forbidden = append(forbidden, sub)
 	}
-	acmeLive, _ := ac.nc.SubscribeSync("agent.events.acme.>")
-	betaLive, _ := bc.nc.SubscribeSync("agent.events.beta.>")
+	// A tenant's own events too, with core NATS (issue 22): it reads them
+	// through its push consumers (below).
+	for _, c := range []struct {
+		c    *tenantConn
+		name string
+	}{{ac, "acme"}, {bc, "beta"}} {
+		s := "agent.events." + c.name + ".>"
+		sub, _ := c.c.nc.SubscribeSync(s)
+		if !c.c.refused(s) {
+			t.Errorf("%s subscribed to %s with core NATS", c.name, s)
+		}
+		forbidden = append(forbidden, sub)
+	}
 	allLive, _ := adm.nc.SubscribeSync("agent.events.>")
 	for _, c := range []*tenantConn{ac, bc, adm} {
 		c.nc.Flush()
@@ -305,16 +316,7 @@ func TestServeTenantIsolation(t *testing.T) {
 	}
 	d.waitStatusAs(t, admin.Token, []string{a, b}, agent.RunCanceled)
 
-	// Live events: each tenant gets its run's only, the admin both.
-	expect := func(sub *nats.Subscription, who, want string) {
-		t.Helper()
-		m, err := sub.NextMsg(10 * time.Second)
-		if err != nil || !strings.HasSuffix(m.Subject, "."+want) {
-			t.Errorf("%s's live events: %v %v", who, msgSubjectOf(m), err)
-		}
-	}
-	expect(acmeLive, "acme", a)
-	expect(betaLive, "beta", b)
+	// Live events: the admin gets both runs'.
 	seen := map[string]bool{}
 	for len(seen) < 2 {
 		m, err := allLive.NextMsg(10 * time.Second)
@@ -331,25 +333,31 @@ func TestServeTenantIsolation(t *testing.T) {
 			t.Errorf("acme's refused subscription %s got %s", sub.Subject, m.Subject)
 		}
 	}
-	// acme's own JetStream consumer replays acme's run only.
-	pc, err := ajs.CreateOrUpdatePushConsumer(context.Background(), snapshots.StreamName, jetstream.ConsumerConfig{Name: "mine",
-		FilterSubject: "agent.events.acme.>", DeliverSubject: natsbus.TenantInboxPrefix("acme") + ".mine"})
-	if err != nil {
-		t.Fatalf("acme's own consumer: %v", err)
-	}
-	got := make(chan string, 16)
-	cc, err := pc.Consume(func(m jetstream.Msg) { got <- m.Subject() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
-	select {
-	case s := <-got:
-		if s != snapshots.Subject("acme", a, "") {
-			t.Errorf("acme's consumer delivered %s", s)
+	// Each tenant's own JetStream consumer replays its run only.
+	for _, c := range []struct {
+		c         *tenantConn
+		name, run string
+	}{{ac, "acme", a}, {bc, "beta", b}} {
+		js, _ := jetstream.New(c.c.nc)
+		pc, err := js.CreateOrUpdatePushConsumer(context.Background(), snapshots.StreamName, jetstream.ConsumerConfig{Name: "mine-" + c.name,
+			FilterSubject: "agent.events." + c.name + ".>", DeliverSubject: natsbus.TenantInboxPrefix(c.name) + ".mine"})
+		if err != nil {
+			t.Fatalf("%s's own consumer: %v", c.name, err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Error("acme's consumer delivered nothing")
+		got := make(chan string, 16)
+		cc, err := pc.Consume(func(m jetstream.Msg) { got <- m.Subject() })
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case s := <-got:
+			if s != snapshots.Subject(c.name, c.run, "") {
+				t.Errorf("%s's consumer delivered %s", c.name, s)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s's consumer delivered nothing", c.name)
+		}
+		cc.Stop()
 	}
 
 	// No token in a run input, an event, or the daemon's log; the stored
@@ -400,11 +408,4 @@ func msgText(m *nats.Msg) string {
 		return ""
 	}
 	return string(m.Data)
-}
-
-func msgSubjectOf(m *nats.Msg) string {
-	if m == nil {
-		return ""
-	}
-	return m.Subject
 }

@@ -175,13 +175,10 @@ func TestNATSAuthTenantIsolation(t *testing.T) {
 			t.Errorf("acme got %s on %s", m.Data, s)
 		}
 	}
-	// Its own events, live.
-	own, _ := acme.nc.SubscribeSync("agent.events.acme.>")
-	acme.nc.Flush()
-	e.daemon.Publish("agent.events.acme.r1", []byte("live"))
-	if m, err := own.NextMsg(2 * time.Second); err != nil || string(m.Data) != "live" {
-		t.Errorf("acme's own live event: %v", err)
-	}
+	// Its own events with core NATS neither (issue 22): the relay's
+	// JetStream publishes carry the daemon's ack inbox, which
+	// allow_responses would let acme answer, forging the stream's ack.
+	checkNoForgedAck(t, e, acme)
 
 	// JetStream: a consumer filtered to beta, an unfiltered one, one whose
 	// request body filters beta under acme's subject, a durable: refused.
@@ -303,4 +300,46 @@ func msgSubject(m *nats.Msg) string {
 		return ""
 	}
 	return m.Subject
+}
+
+// checkNoForgedAck: acme's core subscription to its own event subjects is a
+// permissions violation, so a JetStream publish of the daemon there (a
+// relay's) is not delivered to acme, and the daemon's ack inbox gets the
+// stream's ack only. With a subscription there acme received the publish
+// with its reply subject (_INBOX.…) and, through allow_responses, answered
+// it: an error ack forged by a tenant reached the relay.
+func checkNoForgedAck(t *testing.T, e *natsAuthEnv, acme *natsClient) {
+	t.Helper()
+	own, err := acme.nc.SubscribeSync("agent.events.acme.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !acme.violated(t, `"agent.events.acme.>"`) {
+		t.Error("acme subscribed to its own event subjects with core NATS")
+	}
+	spy, _ := e.daemon.SubscribeSync("_INBOX.>")
+	e.daemon.Flush()
+	f, err := e.js.PublishMsgAsync(&nats.Msg{Subject: "agent.events.acme.r1", Data: []byte(`{"subject":"agent.events.acme.r1"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := own.NextMsg(500 * time.Millisecond); err == nil {
+		t.Errorf("acme got the relay's publish, reply subject %q", m.Reply)
+		m.Respond([]byte(`{"error":{"code":503,"err_code":10999,"description":"forged by acme"}}`))
+		acme.nc.Flush()
+	}
+	select {
+	case <-f.Ok():
+	case err := <-f.Err():
+		t.Fatalf("the daemon's publish: %v", err)
+	}
+	for {
+		m, err := spy.NextMsg(300 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if !strings.Contains(string(m.Data), `"stream":"AGENT_EVENTS"`) {
+			t.Errorf("the daemon's inbox got %s", m.Data)
+		}
+	}
 }

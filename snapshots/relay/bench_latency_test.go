@@ -36,6 +36,9 @@ type latencyRig struct {
 	mu    sync.Mutex
 	at    map[string]time.Time // eventId -> arrival
 	got   chan struct{}        // a message arrived (capacity 1)
+	// tenants > 1 gives wave's devices tenants T00..T<tenants-1> in turn
+	// (else one tenant for all).
+	tenants int
 }
 
 func newLatencyRig(b *testing.B, so sqlite.Options, inProcess bool) *latencyRig {
@@ -111,7 +114,11 @@ func (rig *latencyRig) wave(b *testing.B, devices int, gap time.Duration) latenc
 	per := make([][]commit, devices)
 	runs := make([]agent.Run, devices)
 	for i := range runs {
-		runs[i] = storetest.NewRun("01HZX0TENANT1234567890", fmt.Sprintf("emulator-%d", 5554+2*i))
+		tenant := "01HZX0TENANT1234567890"
+		if rig.tenants > 1 {
+			tenant = fmt.Sprintf("T%02d", i%rig.tenants)
+		}
+		runs[i] = storetest.NewRun(tenant, fmt.Sprintf("emulator-%d", 5554+2*i))
 		if err := rig.store.CreateRun(context.Background(), runs[i]); err != nil {
 			b.Fatal(err)
 		}

@@ -32,13 +32,15 @@ func streamSeed(t *testing.T) uint64 {
 
 // commitWhile commits steps of n runs from n goroutines (one per run, as
 // engines do), steps per run, pausing a random 0-3 ms between steps; it
-// returns the runs and a wait for the committers.
+// returns the runs and a wait for the committers. The runs belong to two
+// tenants in turn, so the streaming relay's chain changes tenant (its
+// condition then names a stream sequence, not an eventId) as well as run.
 func commitWhile(t *testing.T, s agent.Store, rng *rand.Rand, n, steps int) ([]agent.Run, func()) {
 	t.Helper()
 	var runs []agent.Run
 	pauses := make([][]time.Duration, n)
 	for i := range n {
-		r := storetest.NewRun("01HZX0TENANT1234567890", fmt.Sprintf("emulator-%d", 5554+2*i))
+		r := storetest.NewRun(fmt.Sprintf("01HZX0TENANT123456789%d", i%2), fmt.Sprintf("emulator-%d", 5554+2*i))
 		if err := s.CreateRun(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
