@@ -1,0 +1,177 @@
+package evidence
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device"
+)
+
+// Runs reads a run row (agent.Store's GetRun).
+type Runs interface {
+	GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error)
+}
+
+// Handover implements agent.Handover over the lease history: a run whose
+// device's previous lease was another tenant's run (or a run no longer
+// stored) gets the device reset in one adb shell round trip,
+//
+//	am force-stop '<previous app>'; …; input keyevent 3; date +%s.%N
+//
+// (KEYCODE_HOME brings the launcher to the front, and PhoneWindowManager's
+// home handling broadcasts ACTION_CLOSE_SYSTEM_DIALOGS, on which every
+// crash and ANR dialog closes: BaseErrorDialog's receiver, AOSP
+// services/core/java/com/android/server/am/BaseErrorDialog.java); any other
+// run only reads the device clock (`date +%s.%N`, one round trip). The
+// clock read after the reset starts the run's evidence window, so nothing
+// the reset itself logged (the previous app's force-stop) falls inside it.
+type Handover struct {
+	Leases agent.Leases
+	Runs   Runs
+	// DeviceFor returns the device of an adb serial.
+	DeviceFor func(serial string) device.Device
+	// Timeout bounds the round trip (default 10 s).
+	Timeout time.Duration
+	// Logf reports a failed reset to the daemon's log too; may be nil.
+	Logf func(format string, args ...any)
+}
+
+var _ agent.Handover = (*Handover)(nil)
+
+// Handover implements agent.Handover.
+func (h *Handover) Handover(ctx context.Context, req agent.HandoverRequest) agent.HandoverResult {
+	timeout := h.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t0 := time.Now()
+	reason, pkgs, err := h.due(ctx, req)
+	var res agent.HandoverResult
+	var reset *agent.DeviceResetPayload
+	if reason != "" {
+		reset = &agent.DeviceResetPayload{Serial: req.Fence.Serial, Reason: reason, Outcome: agent.OutcomeSuccess}
+		res.Reset = reset
+	}
+	fail := func(err error) agent.HandoverResult {
+		e := agent.Classify(err)
+		if reset == nil {
+			// Only the clock read failed: the window stays unknown (no logs).
+			h.logf("run %s: device %s: reading the device clock: %v", req.Run.RunID, req.Fence.Serial, e)
+			return res
+		}
+		res.Window.Dirty = true
+		id := e.ID
+		reset.Outcome, reset.ErrorID = agent.OutcomeFailure, &id
+		reset.HumanReadableFailureSummary = agent.RedactString("device reset failed: " + e.Error())
+		reset.DurationMillis = time.Since(t0).Milliseconds()
+		h.logf("run %s: device %s: %s", req.Run.RunID, req.Fence.Serial, reset.HumanReadableFailureSummary)
+		return res
+	}
+	if err != nil {
+		return fail(err)
+	}
+	var cmd strings.Builder
+	if reset != nil {
+		for _, p := range pkgs {
+			cmd.WriteString("am force-stop " + shellWord(p) + "; ")
+		}
+		cmd.WriteString("input keyevent 3; ")
+		reset.StoppedApps, reset.WentHome = len(pkgs), true
+	}
+	cmd.WriteString("date +%s.%N")
+	r, err := h.DeviceFor(req.Fence.Serial).Shell(ctx, cmd.String())
+	if err != nil {
+		return fail(err)
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	at, ok := epochTime(lines[len(lines)-1])
+	if r.ExitCode != 0 || !ok {
+		return fail(agent.Errorf(agent.ErrProcess, "the reset's clock read printed %q (exit %d)", firstBytes([]byte(lines[len(lines)-1])), r.ExitCode))
+	}
+	// logcat -T and dropbox compare at the millisecond or finer: the
+	// window starts at the next whole millisecond, after every entry the
+	// reset's own commands wrote.
+	res.Window.Since = at.Truncate(time.Millisecond).Add(time.Millisecond)
+	if reset != nil {
+		reset.DeviceTime = agent.FormatTS(res.Window.Since)
+		reset.DurationMillis = time.Since(t0).Milliseconds()
+	}
+	return res
+}
+
+func (h *Handover) logf(format string, args ...any) {
+	if h.Logf != nil {
+		h.Logf(format, args...)
+	}
+}
+
+// due decides whether the device needs a reset (its reason, "" when not)
+// and which apps of the previous run to stop: the previous lease of the
+// lease's device, older than the lease (a smaller fencing token).
+func (h *Handover) due(ctx context.Context, req agent.HandoverRequest) (string, []string, error) {
+	cur, err := h.Leases.LeasePage(ctx, agent.Admin(), agent.LeaseQuery{RunID: req.Run.RunID, Before: req.Fence.Token + 1, Limit: 1})
+	if err != nil {
+		return "", nil, err
+	}
+	if len(cur) == 0 || cur[0].FencingToken != req.Fence.Token {
+		// Not the lease the run holds: nothing to compare with; reset.
+		return agent.ResetPreviousUnknown, nil, nil
+	}
+	prev, err := h.Leases.LeasePage(ctx, agent.Admin(), agent.LeaseQuery{Device: cur[0].Device, Before: req.Fence.Token, Limit: 1})
+	if err != nil {
+		return "", nil, err
+	}
+	if len(prev) == 0 {
+		// No run ever held the device here (or its history aged out).
+		return "", nil, nil
+	}
+	if prev[0].RunID == req.Run.RunID {
+		return "", nil, nil
+	}
+	pr, err := h.Runs.GetRun(ctx, agent.Admin(), prev[0].RunID)
+	switch {
+	case errors.Is(err, agent.ErrNotFound):
+		return agent.ResetPreviousUnknown, nil, nil
+	case err != nil:
+		return "", nil, err
+	case pr.TenantID == req.Run.TenantID:
+		return "", nil, nil
+	}
+	return agent.ResetTenantChange, packagesOf(pr), nil
+}
+
+// packagesOf lists the app packages a run's request names (ProvisionApp,
+// LaunchOrAttach, WaitIdle), once each.
+func packagesOf(run agent.Run) []string {
+	var out []string
+	for _, n := range []string{"provisionApp", "launchOrAttach", "waitIdle"} {
+		if p := requestPackage(run, n); p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// epochTime reads `date +%s.%N` (epoch seconds, a dot, nanoseconds).
+func epochTime(s string) (time.Time, bool) {
+	sec, frac, _ := strings.Cut(strings.TrimSpace(s), ".")
+	n, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil || n <= 0 || n > 1e11 {
+		return time.Time{}, false
+	}
+	var ns int64
+	if len(frac) > 0 {
+		frac = (frac + "000000000")[:9]
+		if ns, err = strconv.ParseInt(frac, 10, 64); err != nil || ns < 0 {
+			ns = 0
+		}
+	}
+	return time.Unix(n, ns).UTC(), true
+}
