@@ -53,6 +53,11 @@ func (h *Handover) Handover(ctx context.Context, req agent.HandoverRequest) agen
 	defer cancel()
 	t0 := time.Now()
 	reason, pkgs, err := h.due(ctx, req)
+	if err != nil {
+		// Whose run came before is unknown: reset, as for a pruned one.
+		h.logf("run %s: device %s: reading its lease history: %v; resetting it", req.Run.RunID, req.Fence.Serial, err)
+		reason, pkgs = agent.ResetPreviousUnknown, nil
+	}
 	var res agent.HandoverResult
 	var reset *agent.DeviceResetPayload
 	if reason != "" {
@@ -73,9 +78,6 @@ func (h *Handover) Handover(ctx context.Context, req agent.HandoverRequest) agen
 		reset.DurationMillis = time.Since(t0).Milliseconds()
 		h.logf("run %s: device %s: %s", req.Run.RunID, req.Fence.Serial, reset.HumanReadableFailureSummary)
 		return res
-	}
-	if err != nil {
-		return fail(err)
 	}
 	var cmd strings.Builder
 	if reset != nil {
@@ -114,7 +116,8 @@ func (h *Handover) logf(format string, args ...any) {
 
 // due decides whether the device needs a reset (its reason, "" when not)
 // and which apps of the previous run to stop: the previous lease of the
-// lease's device, older than the lease (a smaller fencing token).
+// lease's device, older than the lease (a smaller fencing token). A store
+// error is returned (the caller then resets).
 func (h *Handover) due(ctx context.Context, req agent.HandoverRequest) (string, []string, error) {
 	cur, err := h.Leases.LeasePage(ctx, agent.Admin(), agent.LeaseQuery{RunID: req.Run.RunID, Before: req.Fence.Token + 1, Limit: 1})
 	if err != nil {

@@ -3,6 +3,7 @@ package evidence_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +19,13 @@ import (
 type leaseBook struct {
 	agent.Leases
 	leases []agent.Lease
+	err    error
 }
 
 func (b leaseBook) LeasePage(_ context.Context, _ agent.Scope, q agent.LeaseQuery) ([]agent.Lease, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
 	var out []agent.Lease
 	for i := len(b.leases) - 1; i >= 0 && len(out) < q.Limit; i-- {
 		l := b.leases[i]
@@ -61,27 +66,30 @@ func TestHandoverResetsOnTenantChange(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		leases   []agent.Lease
+		storeErr error
 		run      string
 		answer   device.ShellResult
 		wantCmd  string
 		reason   string
 		wantTime time.Time
 	}{
-		{"tenant change", []agent.Lease{{Device: key, RunID: "B1", FencingToken: 1}, {Device: key, RunID: "A1", FencingToken: 2}}, "A1", clock,
+		{"tenant change", []agent.Lease{{Device: key, RunID: "B1", FencingToken: 1}, {Device: key, RunID: "A1", FencingToken: 2}}, nil, "A1", clock,
 			"am force-stop 'com.beta.app'; input keyevent 3; date +%s.%N", agent.ResetTenantChange, time.Unix(1795856400, 124e6)},
-		{"same tenant", []agent.Lease{{Device: key, RunID: "A1", FencingToken: 1}, {Device: key, RunID: "A2", FencingToken: 2}}, "A2", clock,
+		{"same tenant", []agent.Lease{{Device: key, RunID: "A1", FencingToken: 1}, {Device: key, RunID: "A2", FencingToken: 2}}, nil, "A2", clock,
 			"date +%s.%N", "", time.Unix(1795856400, 124e6)},
-		{"first lease", []agent.Lease{{Device: "host1/emulator-5556", RunID: "B1", FencingToken: 1}, {Device: key, RunID: "A1", FencingToken: 2}}, "A1", clock,
+		{"first lease", []agent.Lease{{Device: "host1/emulator-5556", RunID: "B1", FencingToken: 1}, {Device: key, RunID: "A1", FencingToken: 2}}, nil, "A1", clock,
 			"date +%s.%N", "", time.Unix(1795856400, 124e6)},
-		{"previous run pruned", []agent.Lease{{Device: key, RunID: "GONE", FencingToken: 1}, {Device: key, RunID: "A1", FencingToken: 2}}, "A1", clock,
+		{"previous run pruned", []agent.Lease{{Device: key, RunID: "GONE", FencingToken: 1}, {Device: key, RunID: "A1", FencingToken: 2}}, nil, "A1", clock,
 			"input keyevent 3; date +%s.%N", agent.ResetPreviousUnknown, time.Unix(1795856400, 124e6)},
-		{"reset fails", []agent.Lease{{Device: key, RunID: "B1", FencingToken: 1}, {Device: key, RunID: "A1", FencingToken: 2}}, "A1",
+		{"lease history unreadable", nil, errors.New("database is locked"), "A1", clock,
+			"input keyevent 3; date +%s.%N", agent.ResetPreviousUnknown, time.Unix(1795856400, 124e6)},
+		{"reset fails", []agent.Lease{{Device: key, RunID: "B1", FencingToken: 1}, {Device: key, RunID: "A1", FencingToken: 2}}, nil, "A1",
 			device.ShellResult{ExitCode: 1, Stdout: "date: bad\n"},
 			"am force-stop 'com.beta.app'; input keyevent 3; date +%s.%N", agent.ResetTenantChange, time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := &fakeDevice{answers: map[string]device.ShellResult{"": tc.answer}}
-			h := &evidence.Handover{Leases: leaseBook{leases: tc.leases}, Runs: runs, DeviceFor: func(string) device.Device { return dev }}
+			h := &evidence.Handover{Leases: leaseBook{leases: tc.leases, err: tc.storeErr}, Runs: runs, DeviceFor: func(string) device.Device { return dev }}
 			res := h.Handover(context.Background(), agent.HandoverRequest{Run: runs[tc.run], Fence: agent.Fence{Serial: "emulator-5554", Token: 2}})
 			if len(dev.cmds) != 1 || dev.cmds[0] != tc.wantCmd {
 				t.Errorf("commands %q, want one: %q", dev.cmds, tc.wantCmd)
