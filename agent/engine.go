@@ -196,11 +196,14 @@ func (r *runner) loop(ctx context.Context) (RunStatus, error) {
 			err = r.finish(ctx, KindRunFailed, RunFailed)
 		case r.st.Next == End:
 			err = r.finish(ctx, KindRunFinished, RunFinished)
-		case !r.handed:
-			// Before the first step this pass drives on the device (after
-			// the boundary: a run canceled first touches no device).
-			err = r.handover(ctx)
 		default:
+			if !r.handed {
+				// Before the first step this pass drives on the device, just
+				// after its boundary (a run canceled first touches no device).
+				if err = r.handover(ctx); err != nil {
+					break
+				}
+			}
 			err = r.runStep(ctx)
 		}
 		if err != nil {
