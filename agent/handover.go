@@ -37,6 +37,9 @@ const (
 	// ResetPreviousUnknown: the previous lease's run is gone (pruned), so
 	// whose it was is not known.
 	ResetPreviousUnknown = "previous_run_unknown"
+	// ResetPreviousFailed: a reset due before (for an earlier run) failed,
+	// so the device may still hold another tenant's run.
+	ResetPreviousFailed = "previous_reset_failed"
 )
 
 // DeviceResetPayload is agent.device.reset's payload. It names no other
@@ -44,7 +47,7 @@ const (
 type DeviceResetPayload struct {
 	PayloadBase
 	Serial string `json:"serial"`
-	// Reason is ResetTenantChange or ResetPreviousUnknown.
+	// Reason is ResetTenantChange, ResetPreviousUnknown or ResetPreviousFailed.
 	Reason string `json:"reason"`
 	// StoppedApps counts the previous run's apps force-stopped
 	// (`am force-stop`); WentHome: KEYCODE_HOME was sent, which also

@@ -265,10 +265,13 @@ func (h *host) open(ctx context.Context) (err error) {
 		Logf:      func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
 		Idle:      idle,
 	}, Handover: &evidence.Handover{
-		Leases:    h.store,
-		Runs:      h.store,
-		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.adb, serial) },
-		Logf:      func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
+		Leases: h.store,
+		Runs:   h.store,
+		KV:     h.store,
+		DeviceFor: func(serial string) device.Device {
+			return adbdevice.NewADBDevice(h.adb, serial).WithReconnectGrace(0)
+		},
+		Logf: func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
 	}}
 	return nil
 }

@@ -17,6 +17,13 @@ type Runs interface {
 	GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error)
 }
 
+// KV is the store's small key/value table (the stores' GetKV / PutKV; a
+// missing key is agent.ErrNotFound, an empty value counts as none).
+type KV interface {
+	GetKV(ctx context.Context, key string) ([]byte, error)
+	PutKV(ctx context.Context, key string, value []byte) error
+}
+
 // Handover implements agent.Handover over the lease history: a run whose
 // device's previous lease was another tenant's run (or a run no longer
 // stored) gets the device reset in one adb shell round trip,
@@ -35,7 +42,13 @@ type Handover struct {
 	Runs   Runs
 	// DeviceFor returns the device of an adb serial.
 	DeviceFor func(serial string) device.Device
-	// Timeout bounds the round trip (default 10 s).
+	// KV remembers a device whose due reset failed (key
+	// "handover/unreset/<device key>", the packages still to stop), so the
+	// next run resets it whoever's it is; nil remembers nothing.
+	KV KV
+	// Timeout bounds the round trip (default 10 s). The daemon's DeviceFor
+	// has no reconnect grace here: an absent device fails the reset at once
+	// and EnsureDevice waits for it.
 	Timeout time.Duration
 	// Logf reports a failed reset to the daemon's log too; may be nil.
 	Logf func(format string, args ...any)
@@ -52,11 +65,23 @@ func (h *Handover) Handover(ctx context.Context, req agent.HandoverRequest) agen
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t0 := time.Now()
-	reason, pkgs, err := h.due(ctx, req)
+	devKey, reason, pkgs, err := h.due(ctx, req)
 	if err != nil {
 		// Whose run came before is unknown: reset, as for a pruned one.
 		h.logf("run %s: device %s: reading its lease history: %v; resetting it", req.Run.RunID, req.Fence.Serial, err)
 		reason, pkgs = agent.ResetPreviousUnknown, nil
+	}
+	// A reset that failed before is still due, with the apps it was to stop.
+	unreset := h.unreset(ctx, devKey)
+	if unreset != nil {
+		if reason == "" {
+			reason = agent.ResetPreviousFailed
+		}
+		for _, p := range unreset {
+			if !slices.Contains(pkgs, p) {
+				pkgs = append(pkgs, p)
+			}
+		}
 	}
 	var res agent.HandoverResult
 	var reset *agent.DeviceResetPayload
@@ -72,6 +97,7 @@ func (h *Handover) Handover(ctx context.Context, req agent.HandoverRequest) agen
 			return res
 		}
 		res.Window.Dirty = true
+		h.remember(ctx, devKey, append([]string{}, pkgs...))
 		id := e.ID
 		reset.Outcome, reset.ErrorID = agent.OutcomeFailure, &id
 		reset.HumanReadableFailureSummary = agent.RedactString("device reset failed: " + e.Error())
@@ -104,8 +130,47 @@ func (h *Handover) Handover(ctx context.Context, req agent.HandoverRequest) agen
 	if reset != nil {
 		reset.DeviceTime = agent.FormatTS(res.Window.Since)
 		reset.DurationMillis = time.Since(t0).Milliseconds()
+		if unreset != nil {
+			h.remember(ctx, devKey, nil)
+		}
 	}
 	return res
+}
+
+func unresetKey(devKey string) string { return "handover/unreset/" + devKey }
+
+// unreset returns the packages a failed reset of the device left to stop
+// (non-nil, maybe empty, when one is due), nil when none is.
+func (h *Handover) unreset(ctx context.Context, devKey string) []string {
+	if h.KV == nil || devKey == "" {
+		return nil
+	}
+	b, err := h.KV.GetKV(ctx, unresetKey(devKey))
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	pkgs := []string{}
+	for _, p := range strings.Fields(string(b)) {
+		if validPackage(p) && len(pkgs) < 16 {
+			pkgs = append(pkgs, p)
+		}
+	}
+	return pkgs
+}
+
+// remember records that the device still needs a reset stopping pkgs
+// (nil: it needs none any more).
+func (h *Handover) remember(ctx context.Context, devKey string, pkgs []string) {
+	if h.KV == nil || devKey == "" {
+		return
+	}
+	var v []byte
+	if pkgs != nil {
+		v = []byte(strings.Join(append([]string{"-"}, pkgs...), " ")) // "-": due, even with no package
+	}
+	if err := h.KV.PutKV(context.WithoutCancel(ctx), unresetKey(devKey), v); err != nil {
+		h.logf("device %s: remembering its reset: %v", devKey, err)
+	}
 }
 
 func (h *Handover) logf(format string, args ...any) {
@@ -118,36 +183,35 @@ func (h *Handover) logf(format string, args ...any) {
 // and which apps of the previous run to stop: the previous lease of the
 // lease's device, older than the lease (a smaller fencing token). A store
 // error is returned (the caller then resets).
-func (h *Handover) due(ctx context.Context, req agent.HandoverRequest) (string, []string, error) {
+func (h *Handover) due(ctx context.Context, req agent.HandoverRequest) (devKey, reason string, pkgs []string, err error) {
 	cur, err := h.Leases.LeasePage(ctx, agent.Admin(), agent.LeaseQuery{RunID: req.Run.RunID, Before: req.Fence.Token + 1, Limit: 1})
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	if len(cur) == 0 || cur[0].FencingToken != req.Fence.Token {
 		// Not the lease the run holds: nothing to compare with; reset.
-		return agent.ResetPreviousUnknown, nil, nil
+		return "", agent.ResetPreviousUnknown, nil, nil
 	}
-	prev, err := h.Leases.LeasePage(ctx, agent.Admin(), agent.LeaseQuery{Device: cur[0].Device, Before: req.Fence.Token, Limit: 1})
+	devKey = cur[0].Device
+	prev, err := h.Leases.LeasePage(ctx, agent.Admin(), agent.LeaseQuery{Device: devKey, Before: req.Fence.Token, Limit: 1})
 	if err != nil {
-		return "", nil, err
+		return devKey, "", nil, err
 	}
-	if len(prev) == 0 {
-		// No run ever held the device here (or its history aged out).
-		return "", nil, nil
-	}
-	if prev[0].RunID == req.Run.RunID {
-		return "", nil, nil
+	if len(prev) == 0 || prev[0].RunID == req.Run.RunID {
+		// No run ever held the device here (or its history aged out), or
+		// this run did (resumed).
+		return devKey, "", nil, nil
 	}
 	pr, err := h.Runs.GetRun(ctx, agent.Admin(), prev[0].RunID)
 	switch {
 	case errors.Is(err, agent.ErrNotFound):
-		return agent.ResetPreviousUnknown, nil, nil
+		return devKey, agent.ResetPreviousUnknown, nil, nil
 	case err != nil:
-		return "", nil, err
+		return devKey, "", nil, err
 	case pr.TenantID == req.Run.TenantID:
-		return "", nil, nil
+		return devKey, "", nil, nil
 	}
-	return agent.ResetTenantChange, packagesOf(pr), nil
+	return devKey, agent.ResetTenantChange, packagesOf(pr), nil
 }
 
 // packagesOf lists the app packages a run's request names (ProvisionApp,

@@ -184,3 +184,45 @@ func readBlob(b agent.BlobStore, sum string) (string, error) {
 	data, err := blobs.ReadAll(context.Background(), b, sum)
 	return string(data), err
 }
+
+type memKV map[string][]byte
+
+func (m memKV) GetKV(_ context.Context, k string) ([]byte, error) {
+	v, ok := m[k]
+	if !ok {
+		return nil, agent.ErrNotFound
+	}
+	return v, nil
+}
+func (m memKV) PutKV(_ context.Context, k string, v []byte) error { m[k] = v; return nil }
+
+// TestHandoverRemembersAFailedReset: a due reset that failed (the device
+// absent at the lease's start) stays due: the next run, even of the same
+// tenant as the run that failed to reset it, resets it and stops the
+// previous tenant's app; once done, it is not due any more.
+func TestHandoverRemembersAFailedReset(t *testing.T) {
+	const key = "host1/emulator-5554"
+	runs := runBook{"B1": pkgRun("B1", "beta", "com.beta.app"), "A1": pkgRun("A1", "acme", "com.acme.app"),
+		"A2": pkgRun("A2", "acme", "com.acme.app"), "A3": pkgRun("A3", "acme", "com.acme.app")}
+	book := leaseBook{leases: []agent.Lease{{Device: key, RunID: "B1", FencingToken: 1}, {Device: key, RunID: "A1", FencingToken: 2},
+		{Device: key, RunID: "A2", FencingToken: 3}, {Device: key, RunID: "A3", FencingToken: 4}}}
+	kv := memKV{}
+	absent := &fakeDevice{answers: map[string]device.ShellResult{}}
+	absent.answers[""] = device.ShellResult{ExitCode: 1, Stderr: "error: device 'emulator-5554' not found"}
+	h := &evidence.Handover{Leases: book, Runs: runs, KV: kv, DeviceFor: func(string) device.Device { return absent }}
+	res := h.Handover(context.Background(), agent.HandoverRequest{Run: runs["A1"], Fence: agent.Fence{Serial: "emulator-5554", Token: 2}})
+	if res.Reset == nil || res.Reset.Outcome != agent.OutcomeFailure || !res.Window.Dirty {
+		t.Fatalf("A1 on an absent device: %+v dirty=%v", res.Reset, res.Window.Dirty)
+	}
+	dev := &fakeDevice{answers: map[string]device.ShellResult{"": {Stdout: "1795856400.123456789\n"}}}
+	h.DeviceFor = func(string) device.Device { return dev }
+	res = h.Handover(context.Background(), agent.HandoverRequest{Run: runs["A2"], Fence: agent.Fence{Serial: "emulator-5554", Token: 3}})
+	if res.Reset == nil || res.Reset.Reason != agent.ResetPreviousFailed || res.Reset.Outcome != agent.OutcomeSuccess || res.Window.Dirty ||
+		len(dev.cmds) != 1 || dev.cmds[0] != "am force-stop 'com.beta.app'; input keyevent 3; date +%s.%N" {
+		t.Fatalf("A2 after A1's failed reset: %+v dirty=%v commands %q", res.Reset, res.Window.Dirty, dev.cmds)
+	}
+	res = h.Handover(context.Background(), agent.HandoverRequest{Run: runs["A3"], Fence: agent.Fence{Serial: "emulator-5554", Token: 4}})
+	if res.Reset != nil || len(dev.cmds) != 2 || dev.cmds[1] != "date +%s.%N" {
+		t.Fatalf("A3 after A2's reset: %+v commands %q", res.Reset, dev.cmds)
+	}
+}
