@@ -170,9 +170,24 @@ type EvidenceRequest struct {
 	// Policy is the policy in force (the capturer type-asserts its own).
 	Policy RetryPolicy
 	// Outputs are the outputs of the nodes finished so far plus this
-	// attempt's (common fields included), by node name. Run.CreatedAt is
-	// the start of the run's logcat window.
+	// attempt's (common fields included), by node name.
 	Outputs map[string]json.RawMessage
+	// Window bounds the evidence to the run's device lease (Engine.Handover);
+	// nil when the engine has no Handover or the run holds no lease, and
+	// then Run.CreatedAt starts the logcat window.
+	Window *EvidenceWindow
+}
+
+// EvidenceWindow is what evidence may show of a device under one lease.
+type EvidenceWindow struct {
+	// Since is the device clock (UTC) at the lease's start, after any reset:
+	// logs and crash/ANR reports stamped before it belong to earlier leases.
+	// Zero when the clock could not be read: then no log is captured.
+	Since time.Time
+	// Dirty: a reset was due (another tenant's run held the device before)
+	// and did not complete, so the screen may still show that run; no
+	// screenshot or hierarchy is captured.
+	Dirty bool
 }
 
 // Evidence captures the artifacts the policy asks for. Its blobs are

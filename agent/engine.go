@@ -65,6 +65,12 @@ type Engine struct {
 	// retried); their rows commit with the step and their refs go into the
 	// snapshot and the node's agent.node.finished. nil captures nothing.
 	Evidence Evidence
+	// Handover, when set, prepares the device of a run that holds a lease
+	// (its ctx carries a Fence) once per Run, before the first step: a
+	// reset it did is committed as agent.device.reset, and its window bounds
+	// the run's evidence (EvidenceRequest.Window). nil: no reset, and the
+	// evidence window starts at Run.CreatedAt.
+	Handover Handover
 	// Logf reports what the engine ignored (an unknown policy version in a
 	// switch request); nil drops it.
 	Logf func(format string, args ...any)
@@ -260,6 +266,10 @@ type runner struct {
 	// held are the control requests read and applied in memory but not yet
 	// taken by a commit; the next successful commit takes them.
 	held []Control
+	// handed: Engine.Handover was asked (once per Run); window is its
+	// evidence window (nil without a Handover or a lease).
+	handed bool
+	window *EvidenceWindow
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -337,6 +347,13 @@ func (r *runner) loop(ctx context.Context) (RunStatus, error) {
 		case r.st.Next == End:
 			err = r.finish(ctx, KindRunFinished, RunFinished)
 		default:
+			if !r.handed {
+				// Before the first step this pass drives on the device, just
+				// after its boundary (a run canceled first touches no device).
+				if err = r.handover(ctx); err != nil {
+					break
+				}
+			}
 			err = r.runStep(ctx)
 		}
 		if err != nil {
@@ -442,7 +459,7 @@ func (r *runner) captureEvidence(ctx context.Context, node string, step, attempt
 		return nil, nil
 	}
 	req := EvidenceRequest{Run: r.run, Node: node, StepOrdinal: step, Attempt: attempt, Failed: fe != nil,
-		Policy: r.pol, Outputs: cloneRaw(r.st.Outputs)}
+		Policy: r.pol, Outputs: cloneRaw(r.st.Outputs), Window: r.window}
 	if fe != nil {
 		req.ErrorID = fe.ID
 	}
@@ -459,6 +476,33 @@ func (r *runner) captureEvidence(ctx context.Context, node string, step, attempt
 		}
 	}
 	return arts, lines
+}
+
+// handover asks Engine.Handover to prepare the leased device and commits
+// the reset it reports as agent.device.reset (no snapshot, no status change).
+func (r *runner) handover(ctx context.Context) error {
+	r.handed = true
+	f := FenceFrom(ctx)
+	if r.e.Handover == nil || f == nil {
+		return nil
+	}
+	res := r.e.Handover.Handover(ctx, HandoverRequest{Run: r.run, Fence: *f})
+	if err := ctx.Err(); err != nil {
+		return err // daemon stop: the next pass hands over again
+	}
+	w := res.Window
+	r.window = &w
+	if res.Reset == nil {
+		return nil
+	}
+	p := *res.Reset
+	p.PayloadBase = r.base()
+	ev, err := r.event(r.seq+1, KindDeviceReset, p)
+	if err != nil {
+		return err
+	}
+	_, err = r.commit(ctx, []Event{ev}, nil, nil, "", nil)
+	return err
 }
 
 // setStatus is a CAS without events; false, nil on a conflict (r.run refreshed).

@@ -115,3 +115,78 @@ func TestEvidenceAfterFinalFailureOnly(t *testing.T) {
 	}
 	checkPointers(t, f, "LaunchOrAttach")
 }
+
+// fakeHandover reports a reset and a window, and records its requests.
+type fakeHandover struct {
+	mu    sync.Mutex
+	reqs  []agent.HandoverRequest
+	reset bool
+}
+
+var handoverSince = time.Date(2026, 11, 28, 9, 0, 0, 1e6, time.UTC)
+
+func (h *fakeHandover) Handover(ctx context.Context, req agent.HandoverRequest) agent.HandoverResult {
+	h.mu.Lock()
+	h.reqs = append(h.reqs, req)
+	h.mu.Unlock()
+	res := agent.HandoverResult{Window: agent.EvidenceWindow{Since: handoverSince}}
+	if h.reset {
+		res.Reset = &agent.DeviceResetPayload{Serial: req.Fence.Serial, Reason: agent.ResetTenantChange, StoppedApps: 1, WentHome: true,
+			Outcome: agent.OutcomeSuccess, DeviceTime: agent.FormatTS(handoverSince)}
+	}
+	return res
+}
+
+// TestHandoverBeforeFirstStep: a run under a lease is handed over once,
+// before its first node: the reset is an agent.device.reset event between
+// agent.run.started and the first agent.node.started, in the run's own
+// envelope (its tenant), and the evidence gets the lease's window. Without a
+// lease (no Fence) the Handover is not asked.
+func TestHandoverBeforeFirstStep(t *testing.T) {
+	for _, reset := range []bool{true, false} {
+		a := &agenttest.Node{NodeName: "EnsureDevice"}
+		b := &agenttest.Node{NodeName: "ProvisionApp", FailTimes: -1, FailWith: agent.ErrArtifactUnavailable}
+		f := newFixture(t, agenttest.NewPolicies(policy(1, 1, 0)), a, b)
+		ev, h := &fakeEvidence{}, &fakeHandover{reset: reset}
+		f.eng.Evidence, f.eng.Handover = ev, h
+		ctx := agent.WithFence(context.Background(), agent.Fence{Serial: "emulator-5554", Token: 7})
+		if status, err := f.eng.Run(ctx, testRunID, f.graph); err != nil || status != agent.RunFailed {
+			t.Fatalf("run = %s, %v", status, err)
+		}
+		if len(h.reqs) != 1 || h.reqs[0].Fence.Token != 7 || h.reqs[0].Run.RunID != testRunID {
+			t.Fatalf("handover requests %+v, want one with the lease's fence", h.reqs)
+		}
+		var kinds []string
+		for _, e := range f.store.AllEvents(testRunID) {
+			kinds = append(kinds, e.Kind)
+			if e.Kind == agent.KindDeviceReset {
+				var p agent.DeviceResetPayload
+				if err := json.Unmarshal(e.Payload, &p); err != nil || p.TenantID != "01HZX0TENANT1234567890" || p.RunID != testRunID ||
+					e.TenantID != p.TenantID || p.Reason != agent.ResetTenantChange || p.Outcome != agent.OutcomeSuccess {
+					t.Errorf("reset event %s: %+v %v", e.Payload, p, err)
+				}
+			}
+		}
+		want := []string{agent.KindRunStarted, agent.KindNodeStarted}
+		if reset {
+			want = []string{agent.KindRunStarted, agent.KindDeviceReset, agent.KindNodeStarted}
+		}
+		if strings.Join(kinds[:len(want)], " ") != strings.Join(want, " ") || strings.Count(strings.Join(kinds, " "), agent.KindDeviceReset) != len(want)-2 {
+			t.Errorf("reset %v: events %v", reset, kinds)
+		}
+		reqs := ev.requests()
+		if len(reqs) != 1 || reqs[0].Window == nil || !reqs[0].Window.Since.Equal(handoverSince) {
+			t.Errorf("evidence requests %+v: want the lease's window", reqs)
+		}
+	}
+	// No lease: not asked, no window.
+	f := newFixture(t, agenttest.NewPolicies(policy(1, 1, 0)), &agenttest.Node{NodeName: "ProvisionApp", FailTimes: -1, FailWith: agent.ErrArtifactUnavailable})
+	ev, h := &fakeEvidence{}, &fakeHandover{reset: true}
+	f.eng.Evidence, f.eng.Handover = ev, h
+	if status, err := f.run(t); err != nil || status != agent.RunFailed {
+		t.Fatalf("run = %s, %v", status, err)
+	}
+	if len(h.reqs) != 0 || len(ev.requests()) != 1 || ev.requests()[0].Window != nil {
+		t.Errorf("without a lease: handover %+v, evidence window %+v", h.reqs, ev.requests()[0].Window)
+	}
+}

@@ -57,6 +57,11 @@ const (
 	// so subscribers see control take effect).
 	KindRunPaused  = "agent.run.paused"
 	KindRunResumed = "agent.run.resumed"
+	// KindDeviceReset is committed before a run's first step on a device
+	// whose previous lease was another tenant's run (or one no longer
+	// known): the device was reset for it (Handover). Not in the node spec
+	// either; same envelope and subject as every event of the run.
+	KindDeviceReset = "agent.device.reset"
 
 	KindNodeStarted    = "agent.node.started"
 	KindNodeTokenDelta = "agent.node.token_delta"

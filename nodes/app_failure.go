@@ -316,7 +316,7 @@ func (w *appWatch) crashEvidence(ctx context.Context, p Ports) (*AppFailure, err
 // anrEvidence describes the app's ANR shown by dialog d: the reason from
 // ActivityManager's "ANR in PROC" entry of the system buffer since the node
 // began, else the Subject of the newest data_app_anr dropbox entry of the
-// process. Reading errors leave the dialog as the only evidence.
+// process stamped since then. Reading errors leave the dialog as the only evidence.
 func (w *appWatch) anrEvidence(ctx context.Context, p Ports, d parse.ErrorDialog) *AppFailure {
 	f := &AppFailure{Kind: "anr", Package: w.pkg, Process: d.Process, Source: SourceDialog, Dialog: d.Title}
 	cmd := "logcat -d -b system -v threadtime" + w.logcatSince()
@@ -332,9 +332,14 @@ func (w *appWatch) anrEvidence(ctx context.Context, p Ports, d parse.ErrorDialog
 			return f
 		}
 	}
-	if r, err := p.Device.Shell(ctx, "dumpsys dropbox --print data_app_anr"); err == nil {
+	if r, err := p.Device.Shell(ctx, "dumpsys dropbox --print --file data_app_anr"); err == nil {
 		es := parse.ParseDropbox(r.Stdout)
 		for i := len(es) - 1; i >= 0; i-- {
+			// An entry from before the node (another run's ANR of the same
+			// package) is not this one's.
+			if w.sinceMillis > 0 && es[i].Millis > 0 && es[i].Millis < w.sinceMillis {
+				continue
+			}
 			if es[i].Process() == d.Process {
 				f.Source, f.PID, f.Reason, f.LogTime = SourceDropbox, es[i].PID(), es[i].Headers["Subject"], es[i].Time
 				break

@@ -103,6 +103,26 @@ func TestParseDropboxCapture(t *testing.T) {
 	}
 }
 
+// TestParseDropboxFile: with --file the entry's path follows its line
+// (unindented with --print, as DropBoxManagerService.dump prints it; four
+// spaces without) and its name gives the millis; the headers still parse.
+func TestParseDropboxFile(t *testing.T) {
+	for _, indent := range []string{"", "    "} {
+		out := "Drop box contents: 1 entries\n\n========================================\n" +
+			"2026-11-28 09:00:00 data_app_anr (compressed text, 900 bytes)\n" + indent +
+			"/data/system/dropbox/data_app_anr@1795856400124.txt.gz\nProcess: com.x\nPID: 42\n\ntraces\n"
+		es := ParseDropbox(out)
+		if len(es) != 1 || es[0].Millis != 1795856400124 || es[0].File != "/data/system/dropbox/data_app_anr@1795856400124.txt.gz" ||
+			es[0].Process() != "com.x" || es[0].PID() != 42 || es[0].Body != "traces" {
+			t.Errorf("indent %q: %+v", indent, es)
+		}
+	}
+	// Without --file: no path, no millis.
+	if es := ParseDropbox(capture(t, "dumpsys-dropbox/api34plus-print-data_app_crash-trimmed.txt")); len(es) != 1 || es[0].Millis != 0 || es[0].File != "" {
+		t.Errorf("%+v", es)
+	}
+}
+
 func TestParseErrorDialogsCaptures(t *testing.T) {
 	for rel, want := range map[string]ErrorDialog{
 		"dumpsys-window-dialogs/focus-application-error.txt":     {Title: "Application Error: com.huanhailiuxin.jet2020", Process: "com.huanhailiuxin.jet2020", Focused: true},

@@ -28,6 +28,15 @@ type DropboxEntry struct {
 	Headers map[string]string
 	// Body is the text after the headers (the stack trace, the ANR traces).
 	Body string
+	// File is the entry's file, printed by `--file` on the line after the
+	// entry's (DropBoxManagerService.dump: unindented with --print,
+	// indented by four spaces without), e.g.
+	// /data/system/dropbox/data_app_anr@1764316800123.txt.gz; Millis is the
+	// epoch milliseconds its name carries (the entry's time, to the
+	// millisecond and without the device's time zone). "" and 0 without
+	// --file.
+	File   string
+	Millis int64
 }
 
 // Process is the Process: header; PID the PID: header (0 when missing).
@@ -59,10 +68,12 @@ var (
 	dropboxEntryRe  = regexp.MustCompile(`^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) (\S+) \(([^)]*)\)\s*$`)
 	dropboxSizeRe   = regexp.MustCompile(`(\d+) bytes`)
 	dropboxHeaderRe = regexp.MustCompile(`^([A-Z][A-Za-z0-9-]*): ?(.*)$`)
+	dropboxFileRe   = regexp.MustCompile(`^ {0,4}(/\S*/[A-Za-z0-9_.-]+@(\d{1,15})\.(?:txt|dat)(?:\.gz)?)\s*$`)
 )
 
-// ParseDropbox parses `dumpsys dropbox --print [TAG]` output: each entry is
-// a separator line of '=', a "DATE TAG (text, N bytes)" line, its "Key:
+// ParseDropbox parses `dumpsys dropbox --print [--file] [TAG]` output: each
+// entry is a separator line of '=', a "DATE TAG (text, N bytes)" line, with
+// --file the entry's file path (DropboxEntry.File), its "Key:
 // value" headers up to the first blank line or the first line that is not
 // a header, then its text up to the next separator. "(No entries found.)"
 // and the preamble give no entries. At most maxDropboxEntries entries from
@@ -82,7 +93,7 @@ func ParseDropbox(out string) []DropboxEntry {
 		}
 		cur, body = nil, nil
 	}
-	afterSep := false
+	afterSep, fileNext := false, false
 	for _, l := range lines(out) {
 		if strings.HasPrefix(l, dropboxSeparator) && strings.Trim(l, "=") == "" {
 			flush()
@@ -106,7 +117,16 @@ func ParseDropbox(out string) []DropboxEntry {
 				}
 			}
 			cur, inHeaders = &e, true
+			fileNext = true
 			continue
+		}
+		if fileNext {
+			fileNext = false
+			if m := dropboxFileRe.FindStringSubmatch(l); m != nil {
+				cur.File = m[1]
+				cur.Millis, _ = strconv.ParseInt(m[2], 10, 64)
+				continue
+			}
 		}
 		if cur == nil {
 			continue

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/agenttest"
 	"github.com/screengraph/screengraph-agent/appium"
+	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/policy"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
@@ -224,4 +226,69 @@ func BenchmarkWarmChainVsAppiumAlone(b *testing.B) {
 	b.ReportMetric(float64(chain.Milliseconds())/float64(b.N), "warm-chain-ms")
 	b.ReportMetric(float64(alone.Milliseconds())/float64(b.N), "appium-alone-ms")
 	b.ReportMetric(float64(alone)/float64(chain), "x-faster")
+}
+
+// submitLeased is submit through the one-shot lease path (`run`'s: the
+// device's lease held, the engine's ctx fenced by it), as tenant.
+func submitLeased(ctx context.Context, h *host, c runCmd, tenant string) (agent.RunStatus, time.Duration, error) {
+	req, err := c.request()
+	if err != nil {
+		return "", 0, err
+	}
+	run := agent.Run{RunID: ulid.MustNew(ulid.Now(), rand.Reader).String(), TenantID: tenant, Status: agent.RunPending, Graph: nodes.SetupGraphName}
+	inputs, err := nodes.DecodeSetup(run, req)
+	if err != nil {
+		return "", 0, err
+	}
+	run.Serial = inputs.EnsureDevice.DeviceConfiguration.DeviceName
+	run.Input, _ = json.Marshal(req)
+	run.PolicyVersion = h.policies.Current().PolicyVersion
+	if err := h.store.CreateRun(ctx, run); err != nil {
+		return "", 0, err
+	}
+	o, _ := h.oneShot("bench", false, "")
+	status, took, err := o.Run(ctx, run)
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	h.relay.Drain(dctx)
+	cancel()
+	return status, took, err
+}
+
+// BenchmarkWarmChainHandover: the warm chain under a device lease (the
+// `run` and serve path), interleaved per iteration: the engine without its
+// Handover (before issue 22 item 2), with it and the same tenant as the
+// previous run (only the device clock is read: one round trip), and with
+// it after another tenant's run (the reset: the app force-stopped, HOME,
+// so the chain then launches the app again instead of attaching).
+func BenchmarkWarmChainHandover(b *testing.B) {
+	_, h, c, _ := warmChainHost(b)
+	ctx := context.Background()
+	handover := h.engine.Handover
+	run := func(tenant string, on bool) time.Duration {
+		if on {
+			h.engine.Handover = handover
+		} else {
+			h.engine.Handover = nil
+		}
+		status, took, err := submitLeased(ctx, h, c, tenant)
+		if err != nil || status != agent.RunFinished {
+			b.Fatalf("run as %s (handover %v): %s %v", tenant, on, status, err)
+		}
+		return took
+	}
+	run("local", true) // the lease path warm too
+	var off, same, change time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		off += run("local", false)
+		same += run("local", true)
+		change += run("other", true)
+		b.StopTimer()
+		run("local", true) // back to local (a reset too, outside the timer)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(off.Microseconds())/1000/float64(b.N), "no-handover-ms")
+	b.ReportMetric(float64(same.Microseconds())/1000/float64(b.N), "same-tenant-ms")
+	b.ReportMetric(float64(change.Microseconds())/1000/float64(b.N), "tenant-change-ms")
+	h.engine.Handover = handover
 }

@@ -265,6 +265,14 @@ func (h *host) open(ctx context.Context) (err error) {
 		Kinds:     policy.EvidenceKinds,
 		Logf:      func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
 		Idle:      idle,
+	}, Handover: &evidence.Handover{
+		Leases: h.store,
+		Runs:   h.store,
+		KV:     h.store,
+		DeviceFor: func(serial string) device.Device {
+			return adbdevice.NewADBDevice(h.adb, serial).WithReconnectGrace(0)
+		},
+		Logf: func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
 	}}
 	return nil
 }

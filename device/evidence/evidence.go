@@ -16,6 +16,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -62,7 +63,11 @@ var unreachable = map[agent.ErrorID]bool{agent.ErrDeviceNotFound: true, agent.Er
 // target is what a capture needs to know of the run.
 type target struct {
 	serial, session, pkg string
-	since                time.Time
+	// since starts the log window (device clock); leased: it is the
+	// lease's (EvidenceRequest.Window), zero when unknown; dirty: the
+	// screen may still show another tenant's run.
+	since         time.Time
+	leased, dirty bool
 }
 
 // Capture implements agent.Evidence: the kinds concurrently, under the budget.
@@ -156,6 +161,16 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 // is the run's session's.
 func (c *Capturer) capture(ctx context.Context, dev device.Device, tg target, kind string, idle device.IdleScreen) ([]byte, string, error) {
 	switch kind {
+	case agent.ArtifactScreenshot, agent.ArtifactUIHierarchy:
+		if tg.dirty {
+			return nil, "", errors.New("the device's reset after another tenant's run failed, so the screen is not this run's")
+		}
+	case agent.ArtifactLogcat, agent.ArtifactANRTraces:
+		if tg.leased && tg.since.IsZero() {
+			return nil, "", errors.New("the device clock at the lease's start is unknown, so no log window is this run's")
+		}
+	}
+	switch kind {
 	case agent.ArtifactScreenshot:
 		if idle.Screenshot != nil {
 			return idle.Screenshot, TypePNG, nil
@@ -210,9 +225,11 @@ func (c *Capturer) hierarchy(ctx context.Context, dev device.Device, tg target) 
 	return nil, err
 }
 
-// logcat is `logcat -d -v threadtime -T <run start>` (the app's pid only,
-// when it runs), then the crash buffer over the same window: a dead app's
-// FATAL EXCEPTION is there and nowhere else.
+// logcat is `logcat -d -v threadtime -T <window start>` (the app's pid
+// only, when it runs), then the crash buffer over the same window: a dead
+// app's FATAL EXCEPTION is there and nowhere else. The window starts at
+// the lease's start on the device clock, so an earlier lease's lines (another
+// tenant's run) are never in it, whatever the run names.
 func logcat(ctx context.Context, dev device.Device, tg target) ([]byte, error) {
 	since := "'" + strconv.FormatFloat(float64(tg.since.UnixMilli())/1000, 'f', 3, 64) + "'"
 	var pidArg string
@@ -252,16 +269,22 @@ func logcat(ctx context.Context, dev device.Device, tg target) ([]byte, error) {
 	return out, nil
 }
 
-// anrTraces are the app's data_app_anr dropbox entries (their text holds
-// the traces); nil when there are none.
+// anrTraces are the app's data_app_anr dropbox entries stamped inside the
+// window (`dumpsys dropbox --print --file`: the entry file's name carries
+// its epoch milliseconds, DropBoxManagerService's <tag>@<millis>.txt; an
+// entry without one is left out); their text holds the traces. nil when
+// there are none.
 func anrTraces(ctx context.Context, dev device.Device, tg target) ([]byte, error) {
-	r, err := dev.Shell(ctx, "dumpsys dropbox --print data_app_anr")
+	r, err := dev.Shell(ctx, "dumpsys dropbox --print --file data_app_anr")
 	if err != nil {
 		return nil, err
 	}
 	var b bytes.Buffer
 	for _, e := range parse.ParseDropbox(r.Stdout) {
 		if tg.pkg != "" && e.Process() != tg.pkg {
+			continue
+		}
+		if e.Millis > 0 && e.Millis < tg.since.UnixMilli() || e.Millis <= 0 && tg.leased {
 			continue
 		}
 		fmt.Fprintf(&b, "%s %s\n", e.Time, e.Tag)
@@ -294,9 +317,13 @@ func firstBytes(b []byte) string {
 func shellWord(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // targetOf reads the device, session and package from the run's outputs
-// (EnsureDevice's deviceRuntimeContext) and input (the app descriptor).
+// (EnsureDevice's deviceRuntimeContext) and input (the app descriptor), and
+// the window from the request (the lease's, else the run's submission).
 func targetOf(req agent.EvidenceRequest) target {
 	tg := target{serial: req.Run.Serial, since: req.Run.CreatedAt}
+	if w := req.Window; w != nil {
+		tg.since, tg.leased, tg.dirty = w.Since, true, w.Dirty
+	}
 	var ed struct {
 		DRC *struct {
 			DriverSessionID string `json:"driverSessionId"`
@@ -309,22 +336,30 @@ func targetOf(req agent.EvidenceRequest) target {
 			tg.serial = ed.DRC.DeviceID
 		}
 	}
+	for _, n := range []string{"launchOrAttach", "waitIdle", "provisionApp"} {
+		if p := requestPackage(req.Run, n); p != "" {
+			tg.pkg = p
+			break
+		}
+	}
+	if tg.since.IsZero() && !tg.leased {
+		tg.since = time.Now().Add(-time.Hour)
+	}
+	return tg
+}
+
+// requestPackage is the androidPackageId of node n's app descriptor in the
+// run's request ("" when none or not a package name).
+func requestPackage(run agent.Run, n string) string {
 	var in map[string]struct {
 		AUT struct {
 			Package string `json:"androidPackageId"`
 		} `json:"applicationUnderTestDescriptor"`
 	}
-	if json.Unmarshal(req.Run.Input, &in) == nil {
-		for _, n := range []string{"launchOrAttach", "waitIdle", "provisionApp"} {
-			if p := in[n].AUT.Package; p != "" && tg.pkg == "" && validPackage(p) {
-				tg.pkg = p
-			}
-		}
+	if json.Unmarshal(run.Input, &in) != nil || !validPackage(in[n].AUT.Package) {
+		return ""
 	}
-	if tg.since.IsZero() {
-		tg.since = time.Now().Add(-time.Hour)
-	}
-	return tg
+	return in[n].AUT.Package
 }
 
 // validPackage: an Android package name's characters (it goes into a shell

@@ -105,9 +105,9 @@ func capturer(t *testing.T, dev *fakeDevice, kinds []string, budget time.Duratio
 
 func TestCaptureKinds(t *testing.T) {
 	dev := &fakeDevice{shot: pngBytes, answers: map[string]device.ShellResult{
-		"pidof":                                {Stdout: "4321\n"},
-		"logcat -d -v threadtime -T":           {Stdout: "11-26 05:00:01.000  4321  4321 I App: started\n"},
-		"dumpsys dropbox --print data_app_anr": {Stdout: "Drop box contents: 0 entries\n(No entries found.)\n"},
+		"pidof":                      {Stdout: "4321\n"},
+		"logcat -d -v threadtime -T": {Stdout: "11-26 05:00:01.000  4321  4321 I App: started\n"},
+		"dumpsys dropbox --print --file data_app_anr": {Stdout: "Drop box contents: 0 entries\n(No entries found.)\n"},
 	}}
 	c, dir := capturer(t, dev, []string{agent.ArtifactScreenshot, agent.ArtifactUIHierarchy, agent.ArtifactLogcat, agent.ArtifactANRTraces}, 5*time.Second)
 	arts, lines := c.Capture(context.Background(), request(true))

@@ -855,7 +855,11 @@ func (d *Device) forceStop(pkg string) {
 		if p, alive := d.am.procs[pkg]; alive && pkg != homePackage && pkg != systemUIPackage {
 			d.logAt(now, bufSystem, pidSystemSrv, tidBinder, 'I', "ActivityManager",
 				fmt.Sprintf("Killing %d:%s/u0a%d (adj 0): stop %s due to from pid %d", p.pid, pkg, p.uid%100000-10000, pkg, caller))
-			d.logAt(now.Add(time.Millisecond), bufMain, pidZygote64, pidZygote64, 'I', "Zygote", fmt.Sprintf("Process %d exited due to signal 9 (Killed)", p.pid))
+			// Stamped with the stop: the process is gone when am returns
+			// (pidof no longer finds it), so zygote has reaped it, and a
+			// reader that starts after the command (a lease's log window)
+			// sees none of the stop.
+			d.logAt(now, bufMain, pidZygote64, pidZygote64, 'I', "Zygote", fmt.Sprintf("Process %d exited due to signal 9 (Killed)", p.pid))
 		}
 	}
 	d.closeDialogsOfLocked(pkg)

@@ -121,7 +121,12 @@ func dumpsysDropbox(c *Ctx) int {
 		}
 		fmt.Fprintf(w, "%s %s (text, %d bytes)\n", date, e.tag, len(e.text))
 		if file {
-			fmt.Fprintf(w, "    /data/system/dropbox/%s@%d.txt\n", e.tag, e.t.UnixMilli())
+			// Indented only without --print (DropBoxManagerService.dump).
+			indent := "    "
+			if print {
+				indent = ""
+			}
+			fmt.Fprintf(w, "%s/data/system/dropbox/%s@%d.txt\n", indent, e.tag, e.t.UnixMilli())
 		}
 		if print {
 			io.WriteString(w, e.text)

@@ -630,3 +630,38 @@ func TestAppCrashTimesAndDate(t *testing.T) {
 		t.Errorf("times -1: %v", err)
 	}
 }
+
+// TestHomeClosesErrorDialogs: KEYCODE_HOME sends ACTION_CLOSE_SYSTEM_DIALOGS
+// before the launcher comes up; the app's ANR dialog closes on it with Close
+// app (API 33+: its app is killed), and SystemUI's ANR dialog too. Below API
+// 33 the ANR dialog is only dismissed (the app lives). `dumpsys dropbox
+// --print --file` prints each entry's file unindented, with its millis.
+func TestHomeClosesErrorDialogs(t *testing.T) {
+	for _, api := range []int{34, 30} {
+		p := amProfile(api)
+		p.Faults.AppNotResponding = &AppANRFault{Package: amPkg, AfterMillis: 100}
+		d, clk := newFaultDevice(t, p)
+		amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+		clk.Advance(6 * time.Second)
+		d.ShowSystemUIANR()
+		if w, _, _ := amSh(t, d, "dumpsys window windows"); strings.Count(w, "Application Not Responding: ") < 2 {
+			t.Fatalf("API %d: no ANR dialogs:\n%s", api, w)
+		}
+		amSh(t, d, "input keyevent 3")
+		w, _, _ := amSh(t, d, "dumpsys window windows")
+		if strings.Contains(w, "Application Not Responding") || !strings.Contains(w, homePackage) {
+			t.Errorf("API %d: after HOME:\n%s", api, w)
+		}
+		_, _, code := amSh(t, d, "pidof "+amPkg)
+		if alive := code == 0; alive != (api < 33) {
+			t.Errorf("API %d: app alive after HOME = %v", api, alive)
+		}
+		drop, _, _ := amSh(t, d, "dumpsys dropbox --print --file data_app_anr")
+		if !regexp.MustCompile(`\n\d{4}-\d\d-\d\d \d\d:\d\d:\d\d data_app_anr \(text, \d+ bytes\)\n/data/system/dropbox/data_app_anr@\d{13}\.txt\nProcess: ` + regexp.QuoteMeta(amPkg) + `\n`).MatchString(drop) {
+			t.Errorf("API %d: dropbox --print --file:\n%s", api, drop)
+		}
+		if list, _, _ := amSh(t, d, "dumpsys dropbox --file data_app_anr"); !regexp.MustCompile(`\n    /data/system/dropbox/data_app_anr@\d{13}\.txt\n`).MatchString(list) {
+			t.Errorf("API %d: dropbox --file:\n%s", api, list)
+		}
+	}
+}

@@ -185,12 +185,33 @@ func (d *Device) pressKey(code int) {
 		}
 	case keyHome:
 		if am.awake && !am.keyguard {
+			d.closeSystemDialogsLocked()
 			am.goHomeLocked()
 		}
 	case keyBack:
 		if am.awake && !am.keyguard {
 			am.backLocked()
 		}
+	}
+}
+
+// closeSystemDialogsLocked is ACTION_CLOSE_SYSTEM_DIALOGS, which HOME sends
+// (PhoneWindowManager.startDockOrHome: sendCloseSystemWindows(
+// SYSTEM_DIALOG_REASON_HOME_KEY)) before the launcher comes up. Every error
+// dialog receives it (BaseErrorDialog registers for it in onStart) and
+// calls closeDialog: the crash dialog is cancelable, so cancel, which force
+// quits its app; the ANR dialog's closeDialog presses Close app on current
+// Android (AppNotRespondingDialog overrides it with FORCE_CLOSE; older
+// copies only dismiss the window, kept here below API 33, boundary
+// unverified). Sources in fixtures/captures/SOURCES.md.
+func (d *Device) closeSystemDialogsLocked() {
+	now := d.now()
+	for _, dl := range append([]*errDialog(nil), d.faults.dialogs...) {
+		if dl.kind == dialogANR && d.APILevel() < 33 {
+			d.closeDialogLocked(dl)
+			continue
+		}
+		d.dialogActionLocked(dl, actClose, now)
 	}
 }
 
