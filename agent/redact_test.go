@@ -49,7 +49,24 @@ func TestRedactStringSecrets(t *testing.T) {
 		"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig":                                                       "Authorization: Bearer <REDACTED>",
 		// the regexp folds case the Unicode way: a long s (U+017F) is an s
 		"Authorization: Ba\u017fic dXNlcjpwYXNzd29yZA==": "Authorization: Ba\u017fic <REDACTED>",
+		// quotes and other characters a password may hold (issue 22 §3)
+		"https://bob:Hunt'er2@host/app.apk?token=ab'cd":                 "https://<REDACTED>@host/app.apk?token=<REDACTED>",
+		`fetching "https://bob:Hunt'er2@host/app.apk?token=ab'cd": 404`: `fetching "https://<REDACTED>@host/app.apk?token=<REDACTED>": 404`,
+		`Get "https://u:p\"w@h/x?sig=a\"b": refused`:                    `Get "https://<REDACTED>@h/x?sig=<REDACTED>": refused`,
+		"postgres://u:pa'ss@db:5432/sg":                                 "postgres://<REDACTED>@db:5432/sg",
+		"postgres://u:pa/ss@db:5432/sg":                                 "postgres://<REDACTED>@db:5432/sg", // libpq's first '@'
+		"https://u:pa#ss@h/x":                                           "https://<REDACTED>@h/x",           // does not parse: last '@'
+		"postgres://u:p@h1:5432,h2:5433/sg":                             "postgres://<REDACTED>@h1:5432,h2:5433/sg",
+		"nats://a:p1@n1:4222,nats://b:p2@n2:4222":                       "nats://<REDACTED>@n1:4222,nats://<REDACTED>@n2:4222",
+		"https://h/login?next=https://u:p@h2/x&%74oken=t":               "https://h/login?next=https://<REDACTED>@h2/x&%74oken=<REDACTED>",
+		"https://h/app/index.jsp;jsessionid=0A1B2C?x=1":                 "https://h/app/index.jsp;jsessionid=<REDACTED>",
+		"https://h/cb#access_token=abc&state=1":                         "https://h/cb#access_token=<REDACTED>&state=1",
+		// libpq keyword/value connection strings
+		"host=db user=agent password=s3cr3t dbname=sg":    "host=db user=agent password=<REDACTED> dbname=sg",
+		"host=db password='pa ss\\' x' sslpassword = k3y": "host=db password=<REDACTED> sslpassword = <REDACTED>",
+		"PGPASSWORD=s3cr3t psql":                          "PGPASSWORD=<REDACTED> psql",
 		// nothing secret
+		"https://registry.example.com/@scope/pkg.apk":              "https://registry.example.com/@scope/pkg.apk",
 		"http://127.0.0.1:4723/wd/hub":                             "http://127.0.0.1:4723/wd/hub",
 		"s3://bucket/app.apk":                                      "s3://bucket/app.apk",
 		"mCurrentFocus=Window{1 u0 com.example.app/.HomeActivity}": "mCurrentFocus=Window{1 u0 com.example.app/.HomeActivity}",
