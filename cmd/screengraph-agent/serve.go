@@ -104,7 +104,7 @@ type serveCmd struct {
 	AppiumBinary   string        `help:"Appium executable of the local server (default: the checkout's, appium on PATH, $APPIUM_HOME's, or the one setup appium installed in the data dir)." name:"appium-binary" placeholder:"PATH"`
 	NATSListen     string        `help:"Address the in-process NATS server (JetStream) listens on, for any NATS client (default 127.0.0.1:4222)." name:"nats-listen"`
 	NATSURL        string        `help:"Publish events to this NATS server or cluster (comma-separated URLs) instead of the in-process one." name:"nats-url"`
-	DatabaseURL    string        `help:"Fleet mode: keep runs, events, outbox and device leases in this shared Postgres (a postgres:// URL or libpq keyword/value pairs "host=… user=… dbname=…") instead of the embedded store; migrated at start." name:"database-url"`
+	DatabaseURL    string        `help:"Fleet mode: keep runs, events, outbox and device leases in this shared Postgres (a postgres:// URL or libpq keyword/value pairs such as host=… user=… dbname=…) instead of the embedded store; migrated at start." name:"database-url"`
 	NATSReplicas   int           `help:"Replicas of the AGENT_EVENTS stream (default 1; 3 on a three-node JetStream cluster)." name:"nats-replicas"`
 	Policy         []string      `help:"Policy documents (YAML/JSON) to add; the first becomes current." type:"existingfile"`
 	Tenant         string        `help:"Tenant of runs submitted without tenantId (default local)."`
