@@ -166,6 +166,13 @@ func TestServeSecretsAfterUnescaping(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		see("GET "+p, string(b))
+		if p == "/v1/runs/"+sub.RunID+"/events" {
+			// Issue 22 §6: the fetch error says what failed, not where
+			// localhost resolved to.
+			if !strings.Contains(string(b), "connecting to localhost: connection refused") || strings.Contains(string(b), "127.0.0.1:"+port) || strings.Contains(string(b), "[::1]:"+port) {
+				t.Errorf("the fetch failure should say \"connecting to localhost: connection refused\" and no address:\n%s", b)
+			}
+		}
 	}
 	for _, args := range [][]string{
 		{"runs", "show", sub.RunID, "--server", d.URL(), "--output", "json"},
