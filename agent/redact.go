@@ -91,11 +91,12 @@ func learnSecretKey(k string) bool {
 //
 // URLs are found by their scheme ("xyz://") and cut the way their parsers
 // cut them (net/url: the userinfo runs to the authority's last '@'; libpq,
-// for postgres:// and postgresql://: to the first '@' before a '/'), so a
+// whose reading counts for every scheme: to the first '@' before a '/'), so a
 // quote or any other character a password may hold does not end it early.
 // A URL runs to the next blank (or, when a '"' opens it, to the next '"'
-// not escaped by a backslash, Go's %q). One that url.Parse refuses
-// loses everything up to its last '@'. Values run to the next '&', ';',
+// not escaped by a backslash, Go's %q). One that url.Parse refuses, or
+// whose userinfo is followed by another '@', loses everything up to its
+// last '@'. Values run to the next '&', ';',
 // '#' or the URL's end.
 func RedactString(s string) string {
 	if strings.Contains(s, TokenPrefix) {
@@ -209,10 +210,10 @@ func redactURL(u string, a int) string {
 
 // userinfoEnd is the index in u of the '@' that ends u's userinfo, -1 when
 // u has none. It takes the longest of the readings of u's parsers:
-// net/url's (the last '@' before the first '/', '?' or '#'), libpq's for
-// Postgres URLs (the first '@' before a '/'), and, when url.Parse refuses
-// u (a '/' or '#' in a password strands the '@' in the path), the last '@'
-// of all.
+// net/url's (the last '@' before the first '/', '?' or '#'), libpq's
+// (the first '@' before a '/'; pgx for postgres://), and, when url.Parse refuses
+// u or a userinfo is followed by another '@' (a '/' or '#' in a password
+// strands its '@' in the path), the last '@' of all.
 func userinfoEnd(u string, a int) int {
 	auth := u[a:]
 	if i := strings.IndexAny(auth, "/?#"); i >= 0 {
@@ -222,13 +223,20 @@ func userinfoEnd(u string, a int) int {
 	if i := strings.LastIndexByte(auth, '@'); i >= 0 {
 		at = a + i
 	}
-	scheme := strings.ToLower(u[:a])
-	if scheme == "postgres://" || scheme == "postgresql://" {
-		if i := strings.IndexAny(u[a:], "@/"); i >= 0 && u[a+i] == '@' {
-			at = max(at, a+i)
-		}
+	// libpq's reading, for every scheme: a '?' or '#' in a password would
+	// otherwise end net/url's authority before its '@'
+	// (https://u:p#w@host parses as host "u", port "p").
+	if i := strings.IndexAny(u[a:], "@/"); i >= 0 && u[a+i] == '@' {
+		at = max(at, a+i)
 	}
-	if _, err := url.Parse(strings.TrimRight(u, ".,:;)]'\"")); err != nil {
+	_, err := url.Parse(strings.TrimRight(u, ".,:;)]'\""))
+	scheme := strings.ToLower(u[:a])
+	pg := scheme == "postgres://" || scheme == "postgresql://" // nothing after a DSN's authority holds an '@'
+	if err != nil || at >= 0 || pg {
+		// Refused by url.Parse, or a userinfo followed by another '@': a
+		// '/', '?' or '#' in the password may have ended the authority
+		// early (https://u:p/w#x@host), so everything up to the last '@'
+		// goes; at worst a host and path are hidden too.
 		if i := strings.LastIndexByte(u[a:], '@'); i >= 0 {
 			at = max(at, a+i)
 		}
@@ -239,7 +247,8 @@ func userinfoEnd(u string, a int) int {
 // redactParams hides the values of secret-looking name=value parameters
 // that follow a '?', '&', ';' or '#' in s. A value runs to the next '&',
 // ';', '#', blank or the end of s; prose punctuation and a quote at its end
-// ("…?sig=x: 100%", "\"…?sig=x\"") are not the value's.
+// ("…?sig=x: 100%", "\"…?sig=x\"", at most two such characters) are not
+// the value's.
 func redactParams(s string) string {
 	if strings.IndexAny(s, "?&;#") < 0 {
 		return s
@@ -271,7 +280,10 @@ func redactParams(s string) string {
 			e++
 		}
 		value := s[v:e]
-		value = strings.TrimRight(value, ":,.)]\"'")
+		// At most two: a value that ends in more is not ended by prose.
+		if t := strings.TrimRight(value, ":,.)]\"'"); t != "" && len(value)-len(t) <= 2 {
+			value = t
+		}
 		if value == "" {
 			i = e - 1
 			continue

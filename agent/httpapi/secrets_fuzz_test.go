@@ -133,7 +133,7 @@ func runRequest(field int, s string, spell int) string {
 		"launchOrAttach": `"launchOrAttach":{"applicationUnderTestDescriptor":{"androidPackageId":"com.example.app"}}`,
 	}
 	f := strings.Replace(secretFields[field%len(secretFields)], "{ref}", jsonSpelling(s, spell), 1)
-	key := f[1:strings.Index(f[1:], `"`)+1]
+	key := f[1 : strings.Index(f[1:], `"`)+1]
 	fields[key] = f
 	var parts []string
 	for _, k := range []string{"projectId", "ensureDevice", "provisionApp", "launchOrAttach", "waitIdle"} {
