@@ -196,6 +196,10 @@ func ErrorBody(err error, node string) agent.ErrorReport {
 func statusOf(err error) int {
 	var ae *agent.Error
 	switch {
+	case agent.IsStoreUnavailable(err):
+		// First: whatever wrapped it (a policy lookup of a request, a
+		// token check), the store could not answer.
+		return http.StatusServiceUnavailable
 	case errors.As(err, &ae) && ae.ID == agent.ErrInvalidRequest:
 		// Before ErrNotFound: an unknown policy version in a request is a bad
 		// request, not a missing resource.
@@ -208,7 +212,7 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, agent.ErrControlBacklog):
 		return http.StatusTooManyRequests
-	case errors.Is(err, service.ErrStopping), agent.IsStoreUnavailable(err):
+	case errors.Is(err, service.ErrStopping):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
