@@ -309,13 +309,44 @@ func redactParams(s string) string {
 // ("Baſic" with a long s, U+017F, matches (?i)basic), which ASCII folding
 // would miss.
 func mayHideURLOrHeader[T string | []byte](s T) bool {
+	// One pass: a marker byte, or a 'b'/'p' (any case) starting one of
+	// the words (a log line is read once, not once per word).
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= 0x80, c == '@', c == '?', c == '&', c == ';', c == '#':
+		switch c := s[i]; c {
+		case '@', '?', '&', ';', '#':
 			return true
+		case 'b', 'B':
+			if hasFold(s[i:], "bearer") || hasFold(s[i:], "basic") {
+				return true
+			}
+		case 'p', 'P':
+			if hasFold(s[i:], "passw") {
+				return true
+			}
+		default:
+			if c >= 0x80 {
+				return true
+			}
 		}
 	}
-	return contains(s, "bearer", true) || contains(s, "basic", true) || contains(s, "passw", true)
+	return false
+}
+
+// hasFold: s starts with word (ASCII lower case) in any ASCII case.
+func hasFold[T string | []byte](s T, word string) bool {
+	if len(s) < len(word) {
+		return false
+	}
+	for j := 0; j < len(word); j++ {
+		c := s[j]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != word[j] {
+			return false
+		}
+	}
+	return true
 }
 
 // mayHoldSecret is false only when RedactString(s) == s for certain.
