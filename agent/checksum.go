@@ -151,7 +151,7 @@ func VerifyChecksum(e Event) error {
 
 // NewEvent builds a sealed event of run with the given sequence and kind:
 // a fresh eventId from ids, ts = clock.Now() (TimestampLayout), version
-// EventVersion, the run's tenantId/projectId, and payload marshaled with
+// EventVersion, the run's tenantId/projectId (projectId redacted), and payload marshaled with
 // encoding/json and stored in its RFC 8785 canonical form (so the stored bytes
 // are the hashed bytes). Secrets are redacted first (RedactJSON: URL
 // credentials, signed-URL query parameters, secret-named keys), so no event
@@ -179,7 +179,7 @@ func NewEvent(run Run, sequence int64, kind string, payload any, clock Clock, id
 		EventID:   ids.NewID(),
 		RunID:     run.RunID,
 		TenantID:  run.TenantID,
-		ProjectID: run.ProjectID,
+		ProjectID: RedactString(run.ProjectID), // free text; the run's row holds it redacted already
 		Sequence:  sequence,
 		TS:        FormatTS(clock.Now()),
 		Kind:      kind,

@@ -41,6 +41,9 @@ const (
 	ErrAppCrashed ErrorID = "app_crashed"
 	// ErrAppNotResponding: the app's "isn't responding" (ANR) dialog showed.
 	ErrAppNotResponding ErrorID = "app_not_responding"
+	// ErrStoreUnavailable: the run store (the fleet's Postgres) cannot be
+	// reached (IsStoreUnavailable); HTTP 503. Retryable.
+	ErrStoreUnavailable ErrorID = "store_unavailable"
 )
 
 // ErrorIDs lists every ErrorID above, for validation (policy retryOn lists).
@@ -49,7 +52,7 @@ var ErrorIDs = []ErrorID{
 	ErrNodeStopped, ErrDeviceNotFound, ErrDeviceOffline, ErrDeviceUnauthorized, ErrBootTimeout,
 	ErrAppiumUnreachable, ErrSessionCreateFailed, ErrArtifactUnavailable, ErrSignatureMismatch,
 	ErrInstallFailed, ErrVersionDowngrade, ErrActivityNotFound, ErrLaunchTimeout, ErrIdleTimeout, ErrCanceled,
-	ErrAppCrashed, ErrAppNotResponding,
+	ErrAppCrashed, ErrAppNotResponding, ErrStoreUnavailable,
 }
 
 // retryableByDefault lists the ids that are worth another attempt unless the
@@ -59,6 +62,7 @@ var retryableByDefault = map[ErrorID]bool{
 	ErrSessionCreateFailed: true, ErrArtifactUnavailable: true, ErrLaunchTimeout: true,
 	ErrBootTimeout: false, ErrIdleTimeout: false,
 	ErrAppCrashed: true, ErrAppNotResponding: false,
+	ErrStoreUnavailable: true,
 }
 
 // DefaultRetryable reports whether id is retryable by default.

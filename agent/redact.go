@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"net/url"
 	"reflect"
 	"regexp"
 	"strings"
@@ -17,17 +18,20 @@ var (
 	secretKey = regexp.MustCompile(`(?i)(token|passw(or)?d|secret|api[_-]?key|access[_-]?key|private[_-]?key|authorization|credential|cookie)`)
 	// Keys that match secretKey but carry no secret.
 	notSecretKey = map[string]bool{"resumeToken": true, "fencingToken": true}
-	// scheme://userinfo@ in URLs, also inside longer strings. The userinfo
-	// runs to the authority's last '@' (a password may hold an unescaped one).
-	urlUserinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s"'<>]+@`)
-	// ?x=…/&x=… query parameters (and ;x=… path parameters) whose name looks secret: presigned S3
-	// X-Amz-Signature / X-Amz-Credential / X-Amz-Security-Token, GCS
-	// X-Goog-Signature, Azure SAS sig, CloudFront Signature, token=, api_key=, ….
-	// The value ends at &, #, blanks and quotes (a URL quoted in an error text).
-	secretQuery = regexp.MustCompile(`(?i)([?&;]([^=&;#\s"'<>]*(token|passw(or)?d|secret|key|signature|credential|auth|sig)[^=&;#\s"'<>]*)=)[^&;#\s"']*`)
-	// Query parameter names secretQuery matches that carry no secret.
+	// Names of URL query, fragment and ;path parameters whose values are
+	// secrets, matched case-insensitively anywhere in the (percent-decoded)
+	// name: presigned S3 X-Amz-Signature / X-Amz-Credential /
+	// X-Amz-Security-Token, GCS X-Goog-Signature, Azure SAS sig, CloudFront
+	// Signature, token=, api_key=, password=, servlet and PHP session ids
+	// (jsessionid, PHPSESSID), ….
+	secretParam = regexp.MustCompile(`(?i)(token|passw(or)?d|pwd|secret|key|signature|credential|auth|sig|sess)`)
+	// Query parameter names secretParam matches that carry no secret.
 	notSecretQuery = map[string]bool{"x-amz-signedheaders": true, "x-goog-signedheaders": true}
-	bearer         = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}`)
+	// libpq keyword/value connection strings and KEY=value text:
+	// password=…, sslpassword='…', PGPASSWORD=…. The value is single-quoted
+	// (backslash escapes, as libpq reads it) or runs to the next blank.
+	keywordPassword = regexp.MustCompile(`(?i)(^|[\s(,"'\x60])(\w*passw(?:or)?d\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)`)
+	bearer          = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}`)
 	// API tokens (token.go) wherever they appear, e.g. pasted into a run input.
 	apiToken = regexp.MustCompile(TokenPrefix + `[A-Za-z0-9_-]{8,}`)
 )
@@ -75,12 +79,25 @@ func learnSecretKey(k string) bool {
 	return secret
 }
 
-// RedactString hides credentials inside a string, wherever a URL or header
-// sits in it: URL userinfo ("https://u:p@host/x" -> "https://<REDACTED>@host/x"),
-// the values of secret-looking query parameters
-// ("…/app.apk?X-Amz-Credential=<REDACTED>&X-Amz-Date=20250101T000000Z&X-Amz-Signature=<REDACTED>"),
-// and Bearer/Basic authorization values. The rest stays readable. Applying
-// it twice gives the same string.
+// RedactString hides credentials inside a string, wherever a URL, a
+// connection string or a header sits in it: URL userinfo
+// ("https://u:p@host/x" -> "https://<REDACTED>@host/x"), the values of
+// secret-looking query, fragment and ;path parameters
+// ("…/app.apk?X-Amz-Credential=<REDACTED>&X-Amz-Date=20250101T000000Z&X-Amz-Signature=<REDACTED>",
+// "…/x;jsessionid=<REDACTED>"), libpq keyword passwords
+// ("host=db password=<REDACTED>"), API tokens and Bearer/Basic
+// authorization values. The rest stays readable. Applying it twice gives
+// the same string.
+//
+// URLs are found by their scheme ("xyz://") and cut the way their parsers
+// cut them (net/url: the userinfo runs to the authority's last '@'; libpq,
+// whose reading counts for every scheme: to the first '@' before a '/'), so a
+// quote or any other character a password may hold does not end it early.
+// A URL runs to the next blank (or, when a '"' opens it, to the next '"'
+// not escaped by a backslash, Go's %q). One that url.Parse refuses, or
+// whose userinfo is followed by another '@', loses everything up to its
+// last '@'. Values run to the next '&', ';',
+// '#' or the URL's end.
 func RedactString(s string) string {
 	if strings.Contains(s, TokenPrefix) {
 		s = apiToken.ReplaceAllString(s, Redacted)
@@ -88,19 +105,199 @@ func RedactString(s string) string {
 	if !mayHideURLOrHeader(s) {
 		return s
 	}
-	s = urlUserinfo.ReplaceAllString(s, "${1}"+Redacted+"@")
-	s = secretQuery.ReplaceAllStringFunc(s, func(m string) string {
-		sub := secretQuery.FindStringSubmatch(m)
-		if notSecretQuery[strings.ToLower(sub[2])] {
-			return m
-		}
-		// Prose punctuation right after the URL ("…?sig=x: 100%") is not the value's.
-		value := m[len(sub[1]):]
-		tail := value[len(strings.TrimRight(value, ":;,.)]")):]
-		return sub[1] + Redacted + tail
-	})
+	s = redactText(s)
+	if contains(s, "passw", true) {
+		s = keywordPassword.ReplaceAllStringFunc(s, func(m string) string {
+			sub := keywordPassword.FindStringSubmatch(m)
+			if sub[3] == "" {
+				return m
+			}
+			return sub[1] + sub[2] + Redacted
+		})
+	}
 	s = bearer.ReplaceAllString(s, "${1} "+Redacted)
 	return s
+}
+
+// redactText hides URL userinfo and secret parameters in s (RedactString
+// without tokens, keywords and headers).
+func redactText(s string) string {
+	var b strings.Builder
+	done := 0
+	for i := 0; i < len(s); {
+		p, a := nextScheme(s, i)
+		if p < 0 {
+			break
+		}
+		quoted := p > 0 && s[p-1] == '"'
+		end := urlEnd(s, a, quoted)
+		b.WriteString(redactParams(s[done:p]))
+		b.WriteString(redactURL(s[p:end], a-p))
+		done, i = end, end
+	}
+	if done == 0 {
+		return redactParams(s)
+	}
+	b.WriteString(redactParams(s[done:]))
+	return b.String()
+}
+
+// nextScheme finds the next "scheme://" at or after i: p its first byte,
+// a the byte after "//"; p < 0 when there is none.
+func nextScheme(s string, i int) (p, a int) {
+	for {
+		k := strings.Index(s[i:], "://")
+		if k < 0 {
+			return -1, -1
+		}
+		k += i
+		p = k
+		for p > 0 && isSchemeByte(s[p-1]) {
+			p--
+		}
+		// A scheme starts with a letter (RFC 3986).
+		for p < k && !isLetter(s[p]) {
+			p++
+		}
+		if p < k {
+			return p, k + 3
+		}
+		i = k + 3
+	}
+}
+
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+
+func isSchemeByte(c byte) bool {
+	return isLetter(c) || '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'
+}
+
+func isBlank(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// urlEnd is where the URL whose authority starts at a ends: the next
+// blank, the next unescaped '"' when quoted, or a ',' that starts another
+// URL (NATS server lists).
+func urlEnd(s string, a int, quoted bool) int {
+	for k := a; k < len(s); k++ {
+		switch c := s[k]; {
+		case isBlank(c):
+			return k
+		case quoted && c == '"' && s[k-1] != '\\':
+			return k
+		case c == ',':
+			if p, _ := nextScheme(s, k+1); p == k+1 {
+				return k
+			}
+		}
+	}
+	return len(s)
+}
+
+// redactURL hides the userinfo and secret parameters of u, one URL whose
+// authority starts at u[a:].
+func redactURL(u string, a int) string {
+	if rest, ok := strings.CutPrefix(u[a:], Redacted+"@"); ok {
+		return u[:a] + Redacted + "@" + redactText(rest)
+	}
+	at := userinfoEnd(u, a)
+	if at < 0 {
+		return u[:a] + redactText(u[a:])
+	}
+	return u[:a] + Redacted + "@" + redactText(u[at+1:])
+}
+
+// userinfoEnd is the index in u of the '@' that ends u's userinfo, -1 when
+// u has none. It takes the longest of the readings of u's parsers:
+// net/url's (the last '@' before the first '/', '?' or '#'), libpq's
+// (the first '@' before a '/'; pgx for postgres://), and, when url.Parse refuses
+// u or a userinfo is followed by another '@' (a '/' or '#' in a password
+// strands its '@' in the path), the last '@' of all.
+func userinfoEnd(u string, a int) int {
+	auth := u[a:]
+	if i := strings.IndexAny(auth, "/?#"); i >= 0 {
+		auth = auth[:i]
+	}
+	at := -1
+	if i := strings.LastIndexByte(auth, '@'); i >= 0 {
+		at = a + i
+	}
+	// libpq's reading, for every scheme: a '?' or '#' in a password would
+	// otherwise end net/url's authority before its '@'
+	// (https://u:p#w@host parses as host "u", port "p").
+	if i := strings.IndexAny(u[a:], "@/"); i >= 0 && u[a+i] == '@' {
+		at = max(at, a+i)
+	}
+	_, err := url.Parse(strings.TrimRight(u, ".,:;)]'\""))
+	scheme := strings.ToLower(u[:a])
+	pg := scheme == "postgres://" || scheme == "postgresql://" // nothing after a DSN's authority holds an '@'
+	if err != nil || at >= 0 || pg {
+		// Refused by url.Parse, or a userinfo followed by another '@': a
+		// '/', '?' or '#' in the password may have ended the authority
+		// early (https://u:p/w#x@host), so everything up to the last '@'
+		// goes; at worst a host and path are hidden too.
+		if i := strings.LastIndexByte(u[a:], '@'); i >= 0 {
+			at = max(at, a+i)
+		}
+	}
+	return at
+}
+
+// redactParams hides the values of secret-looking name=value parameters
+// that follow a '?', '&', ';' or '#' in s. A value runs to the next '&',
+// ';', '#', blank or the end of s; prose punctuation and a quote at its end
+// ("…?sig=x: 100%", "\"…?sig=x\"", at most two such characters) are not
+// the value's.
+func redactParams(s string) string {
+	if strings.IndexAny(s, "?&;#") < 0 {
+		return s
+	}
+	var b strings.Builder
+	done := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c != '?' && c != '&' && c != ';' && c != '#' {
+			continue
+		}
+		n := i + 1
+		for n < len(s) && !isBlank(s[n]) && strings.IndexByte("=?&;#\"'<>", s[n]) < 0 {
+			n++
+		}
+		if n == i+1 || n >= len(s) || s[n] != '=' {
+			continue
+		}
+		name := s[i+1 : n]
+		if dec, err := url.QueryUnescape(name); err == nil {
+			name = dec
+		}
+		if !secretParam.MatchString(name) || notSecretQuery[strings.ToLower(name)] {
+			i = n
+			continue
+		}
+		v := n + 1
+		e := v
+		for e < len(s) && !isBlank(s[e]) && strings.IndexByte("&;#", s[e]) < 0 {
+			e++
+		}
+		value := s[v:e]
+		// At most two: a value that ends in more is not ended by prose.
+		if t := strings.TrimRight(value, ":,.)]\"'"); t != "" && len(value)-len(t) <= 2 {
+			value = t
+		}
+		if value == "" {
+			i = e - 1
+			continue
+		}
+		b.WriteString(s[done:v])
+		b.WriteString(Redacted)
+		done = v + len(value)
+		i = e - 1
+	}
+	if done == 0 {
+		return s
+	}
+	b.WriteString(s[done:])
+	return b.String()
 }
 
 // mayHideURLOrHeader: s may hold URL userinfo, a query or path parameter,
@@ -112,13 +309,44 @@ func RedactString(s string) string {
 // ("Baſic" with a long s, U+017F, matches (?i)basic), which ASCII folding
 // would miss.
 func mayHideURLOrHeader[T string | []byte](s T) bool {
+	// One pass: a marker byte, or a 'b'/'p' (any case) starting one of
+	// the words (a log line is read once, not once per word).
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= 0x80, c == '@', c == '?', c == '&', c == ';':
+		switch c := s[i]; c {
+		case '@', '?', '&', ';', '#':
 			return true
+		case 'b', 'B':
+			if hasFold(s[i:], "bearer") || hasFold(s[i:], "basic") {
+				return true
+			}
+		case 'p', 'P':
+			if hasFold(s[i:], "passw") {
+				return true
+			}
+		default:
+			if c >= 0x80 {
+				return true
+			}
 		}
 	}
-	return contains(s, "bearer", true) || contains(s, "basic", true)
+	return false
+}
+
+// hasFold: s starts with word (ASCII lower case) in any ASCII case.
+func hasFold[T string | []byte](s T, word string) bool {
+	if len(s) < len(word) {
+		return false
+	}
+	for j := 0; j < len(word); j++ {
+		c := s[j]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != word[j] {
+			return false
+		}
+	}
+	return true
 }
 
 // mayHoldSecret is false only when RedactString(s) == s for certain.

@@ -2,10 +2,14 @@ package agent_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/screengraph/screengraph-agent/agent"
 )
@@ -49,7 +53,28 @@ func TestRedactStringSecrets(t *testing.T) {
 		"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig":                                                       "Authorization: Bearer <REDACTED>",
 		// the regexp folds case the Unicode way: a long s (U+017F) is an s
 		"Authorization: Ba\u017fic dXNlcjpwYXNzd29yZA==": "Authorization: Ba\u017fic <REDACTED>",
+		// quotes and other characters a password may hold (issue 22 §3)
+		"https://bob:Hunt'er2@host/app.apk?token=ab'cd":                 "https://<REDACTED>@host/app.apk?token=<REDACTED>",
+		`fetching "https://bob:Hunt'er2@host/app.apk?token=ab'cd": 404`: `fetching "https://<REDACTED>@host/app.apk?token=<REDACTED>": 404`,
+		`Get "https://u:p\"w@h/x?sig=a\"b": refused`:                    `Get "https://<REDACTED>@h/x?sig=<REDACTED>": refused`,
+		"postgres://u:pa'ss@db:5432/sg":                                 "postgres://<REDACTED>@db:5432/sg",
+		"postgres://u:pa/ss@db:5432/sg":                                 "postgres://<REDACTED>@db:5432/sg", // libpq's first '@'
+		"https://u:pa#ss@h/x":                                           "https://<REDACTED>@h/x",           // does not parse: last '@'
+		"postgres://u:p@h1:5432,h2:5433/sg":                             "postgres://<REDACTED>@h1:5432,h2:5433/sg",
+		"nats://a:p1@n1:4222,nats://b:p2@n2:4222":                       "nats://<REDACTED>@n1:4222,nats://<REDACTED>@n2:4222",
+		"https://h/login?next=https://u:p@h2/x&%74oken=t":               "https://h/login?next=https://<REDACTED>@h2/x&%74oken=<REDACTED>",
+		"https://h/app/index.jsp;jsessionid=0A1B2C?x=1":                 "https://h/app/index.jsp;jsessionid=<REDACTED>",
+		"https://h/cb#access_token=abc&state=1":                         "https://h/cb#access_token=<REDACTED>&state=1",
+		"https://bob:0#00@artifacts.example.com/app.apk?x=1":            "https://<REDACTED>@artifacts.example.com/app.apk?x=1",
+		"https://bob:a@b/c?d#e@artifacts.example.com/app.apk":           "https://<REDACTED>@artifacts.example.com/app.apk",
+		"postgres://agent:000/@db:5432/sg":                              "postgres://<REDACTED>@db:5432/sg",
+		"https://h/app.apk?token=000\"\"\"\"&v=2":                       "https://h/app.apk?token=<REDACTED>&v=2",
+		// libpq keyword/value connection strings
+		"host=db user=agent password=s3cr3t dbname=sg":    "host=db user=agent password=<REDACTED> dbname=sg",
+		"host=db password='pa ss\\' x' sslpassword = k3y": "host=db password=<REDACTED> sslpassword = <REDACTED>",
+		"PGPASSWORD=s3cr3t psql":                          "PGPASSWORD=<REDACTED> psql",
 		// nothing secret
+		"https://registry.example.com/@scope/pkg.apk":              "https://registry.example.com/@scope/pkg.apk",
 		"http://127.0.0.1:4723/wd/hub":                             "http://127.0.0.1:4723/wd/hub",
 		"s3://bucket/app.apk":                                      "s3://bucket/app.apk",
 		"mCurrentFocus=Window{1 u0 com.example.app/.HomeActivity}": "mCurrentFocus=Window{1 u0 com.example.app/.HomeActivity}",
@@ -168,4 +193,68 @@ func TestNewEventRedactsPayload(t *testing.T) {
 	if err := agent.VerifyChecksum(ev); err != nil {
 		t.Error(err)
 	}
+}
+
+// FuzzRedactURLCredentials: a password of any printable characters but
+// blanks in a URL's userinfo (that its parser, net/url or pgx's, reads as
+// the password, or that does not parse), and a value of a secret query or ;path
+// parameter, leave no piece (4 bytes and longer) in RedactString's output,
+// whether the URL stands alone, follows prose or sits in Go's %q; and
+// RedactString is idempotent on what it returns.
+func FuzzRedactURLCredentials(f *testing.F) {
+	for _, s := range []string{"Hunt'er2", `pa"ss`, "a@b/c?d#e", "x:y;z=1&w", "%zz%41", `\"q`, "<REDACTED>", "sgat_"} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(5))
+	}
+	f.Fuzz(func(t *testing.T, secret string, shape uint8) {
+		var b strings.Builder
+		for _, r := range secret {
+			if r > ' ' && r < 0x7f {
+				b.WriteRune(r)
+			}
+		}
+		p := b.String()
+		if len(p) < 4 || len(p) > 64 || strings.ContainsAny(p, "<>") {
+			return // "<REDACTED>" itself is what the output holds
+		}
+		var u string
+		switch shape % 3 {
+		case 0:
+			u = "https://bob:" + p + "@artifacts.example.com/app.apk?x=1"
+			// A credential is what the URL's parser reads as one.
+			if pu, err := url.Parse(u); err == nil {
+				if pw, _ := pu.User.Password(); pw != p && pu.User.String() != "bob:"+p {
+					return
+				}
+			}
+		case 1:
+			u = "postgres://agent:" + p + "@db:5432/sg"
+			if cfg, err := pgconn.ParseConfig(u); err == nil && cfg.Password != p {
+				return
+			}
+		default:
+			// A value stops at '&', ';' or '#' by definition.
+			v := strings.NewReplacer("&", "", ";", "", "#", "").Replace(p)
+			if len(v) < 4 {
+				return
+			}
+			p = v
+			u = "https://h/app.apk?X-Amz-Date=1&token=" + v + "&v=2"
+		}
+		for _, text := range []string{u, "fetch " + u + ": refused", fmt.Sprintf("Get %q: EOF", u)} {
+			got := agent.RedactString(text)
+			if shape%3 != 2 && !strings.Contains(got, agent.Redacted) {
+				t.Fatalf("%q -> %q: nothing redacted", text, got)
+			}
+			for i := 0; i+4 <= len(p); i++ {
+				piece := p[i : i+4]
+				if strings.Contains(got, piece) && !strings.Contains(agent.Redacted, piece) && !strings.Contains(strings.Replace(text, p, "", 1), piece) {
+					t.Fatalf("%q -> %q keeps %q of %q", text, got, piece, p)
+				}
+			}
+			if again := agent.RedactString(got); again != got {
+				t.Fatalf("not idempotent: %q -> %q -> %q", text, got, again)
+			}
+		}
+	})
 }

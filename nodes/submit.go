@@ -42,8 +42,10 @@ func NewSetupRun(runID string, body []byte, defaultTenant string, currentPolicy 
 	if err := strictjson.Decode(body, &req); err != nil {
 		return agent.Run{}, err
 	}
+	// projectId is free text that rides in every event envelope: it is
+	// stored and published redacted (agent.RedactString), like payloads.
 	run := agent.Run{
-		RunID: runID, TenantID: req.TenantID, ProjectID: req.ProjectID, Status: agent.RunPending,
+		RunID: runID, TenantID: req.TenantID, ProjectID: agent.RedactString(req.ProjectID), Status: agent.RunPending,
 		Graph: SetupGraphName, PolicyVersion: req.PolicyVersion,
 	}
 	if run.TenantID == "" {

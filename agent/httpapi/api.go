@@ -200,6 +200,10 @@ func ErrorBody(err error, node string) agent.ErrorReport {
 func statusOf(err error) int {
 	var ae *agent.Error
 	switch {
+	case agent.IsStoreUnavailable(err):
+		// First: whatever wrapped it (a policy lookup of a request, a
+		// token check), the store could not answer.
+		return http.StatusServiceUnavailable
 	case errors.Is(err, service.ErrQueueFull):
 		return http.StatusTooManyRequests
 	case errors.As(err, &ae) && ae.ID == agent.ErrInvalidRequest:
@@ -245,7 +249,24 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if st >= 500 && a.cfg.Logf != nil {
 		a.cfg.Logf("%s %s: %v", r.Method, r.URL.Path, agent.RedactString(err.Error()))
 	}
+	if agent.IsStoreUnavailable(err) {
+		// The log keeps the detail; the answer names no address, user or
+		// database but to an admin (StoreUnavailable).
+		w.Header().Set("Retry-After", "5")
+		err = StoreUnavailable(err, seesDetails(r))
+	}
 	writeError(w, st, err)
+}
+
+// StoreUnavailable is what a caller is told of err, a failure to reach the
+// store (agent.IsStoreUnavailable): an *agent.Error store_unavailable that
+// wraps err when details (an admin caller), and names nothing of the store
+// otherwise (pgconn's errors name its address, user and database).
+func StoreUnavailable(err error, details bool) error {
+	if details {
+		return agent.Wrap(agent.ErrStoreUnavailable, err, "the run store is unavailable")
+	}
+	return agent.Errorf(agent.ErrStoreUnavailable, "the run store is unavailable; retry later")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

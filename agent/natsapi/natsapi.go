@@ -213,6 +213,9 @@ func (h handler) handle(m *nats.Msg) {
 	}
 	fail := func(err error) {
 		h.logf("control on %s: %v", m.Subject, agent.RedactString(err.Error()))
+		if agent.IsStoreUnavailable(err) {
+			err = httpapi.StoreUnavailable(err, false) // a tenant's message: nothing of the store
+		}
 		reply(httpapi.ErrorBody(err, ""))
 	}
 	// The subject's tenant is the scope: NATS permissions (natsauth) let a

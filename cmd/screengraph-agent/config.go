@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 )
 
 // serve's flags and its config file share their names: a config key is a
@@ -146,6 +147,8 @@ func editDistance(a, b string) int {
 // printed database-url with credentials is not read back as it was; give the
 // password through PGPASSWORD or a service file instead).
 func configMap(cfg daemonConfig) (map[string]any, error) {
+	// The connection string by pgx's parser too (either of libpq's forms).
+	cfg.DatabaseURL = postgres.RedactConnString(cfg.DatabaseURL)
 	m := map[string]any{}
 	v := reflect.ValueOf(cfg)
 	for i := 0; i < v.NumField(); i++ {

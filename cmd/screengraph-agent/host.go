@@ -161,7 +161,7 @@ func (h *host) open(ctx context.Context) (err error) {
 		// migrate once.
 		pg, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Log: cfg.Log})
 		if err != nil {
-			return agent.Wrap(agent.ErrNetwork, err, "Postgres %s", agent.RedactString(cfg.DatabaseURL))
+			return agent.Wrap(agent.ErrNetwork, err, "Postgres %s", postgres.RedactConnString(cfg.DatabaseURL))
 		}
 		h.store = pg
 	} else {

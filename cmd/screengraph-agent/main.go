@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -79,11 +80,31 @@ func newLogger(w io.Writer, level string, jsonLines bool) zerolog.Logger {
 		lvl = zerolog.InfoLevel
 	}
 	if jsonLines {
-		return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+		return zerolog.New(redactingWriter{w}).Level(lvl).With().Timestamp().Logger()
 	}
 	_, noColor := os.LookupEnv("NO_COLOR")
 	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: noColor || !isTTY(w)}
-	return zerolog.New(cw).Level(lvl).With().Timestamp().Logger()
+	return zerolog.New(redactingWriter{cw}).Level(lvl).With().Timestamp().Logger()
+}
+
+// redactingWriter takes zerolog's events (one JSON object per Write) and
+// passes them on with their secrets hidden (agent.RedactJSON: every string
+// field, the message included, decoded first), whatever the code that
+// logged them did: the log is a place secrets must not reach. An event
+// without secrets passes unchanged; one with secrets is re-encoded (keys
+// sorted).
+type redactingWriter struct{ w io.Writer }
+
+func (r redactingWriter) Write(p []byte) (int, error) {
+	line := bytes.TrimRight(p, "\n")
+	out := agent.RedactJSON(line)
+	if bytes.Equal(out, line) {
+		return r.w.Write(p)
+	}
+	if _, err := r.w.Write(append(out, '\n')); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // isTTY reports whether w is a character device (a terminal), not a

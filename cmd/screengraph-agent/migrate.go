@@ -12,7 +12,7 @@ import (
 )
 
 type migrateCmd struct {
-	DatabaseURL string `help:"Postgres to migrate (postgres://…); also database-url in --config or SCREENGRAPH_DATABASE_URL." name:"database-url"`
+	DatabaseURL string `help:"Postgres to migrate (a postgres:// URL or libpq keyword/value pairs); also database-url in --config or SCREENGRAPH_DATABASE_URL." name:"database-url"`
 	Config      string `help:"Config file (YAML or JSON), as serve's." type:"existingfile"`
 	Output      string `help:"Output format: text or json." default:"text" enum:"text,json"`
 }
@@ -34,7 +34,7 @@ func (c *migrateCmd) Run(ctx context.Context) error {
 	}
 	res, err := postgres.Migrate(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return fail(agent.Wrap(agent.ErrNetwork, err, "migrating %s", agent.RedactString(cfg.DatabaseURL)))
+		return fail(agent.Wrap(agent.ErrNetwork, err, "migrating %s", postgres.RedactConnString(cfg.DatabaseURL)))
 	}
 	if c.Output == "json" {
 		printJSON(res)

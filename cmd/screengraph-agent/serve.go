@@ -34,6 +34,7 @@ import (
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 	"github.com/screengraph/screengraph-agent/snapshots/relay"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
@@ -54,7 +55,7 @@ type daemonConfig struct {
 	AppiumBinary string `koanf:"appium-binary" json:"appiumBinary"`
 	NATSListen   string `koanf:"nats-listen" json:"natsListen"`
 	NATSURL      string `koanf:"nats-url" json:"natsUrl"`
-	// DatabaseURL: fleet mode on a shared Postgres (postgres://…).
+	// DatabaseURL: fleet mode on a shared Postgres (a postgres:// URL or keyword/value pairs).
 	DatabaseURL  string        `koanf:"database-url" json:"databaseUrl"`
 	NATSReplicas int           `koanf:"nats-replicas" json:"natsReplicas"`
 	Policies     []string      `koanf:"policy" json:"policy"`
@@ -108,7 +109,7 @@ type serveCmd struct {
 	AppiumBinary   string        `help:"Appium executable of the local server (default: the checkout's, appium on PATH, $APPIUM_HOME's, or the one setup appium installed in the data dir)." name:"appium-binary" placeholder:"PATH"`
 	NATSListen     string        `help:"Address the in-process NATS server (JetStream) listens on, for any NATS client (default 127.0.0.1:4222)." name:"nats-listen"`
 	NATSURL        string        `help:"Publish events to this NATS server or cluster (comma-separated URLs) instead of the in-process one." name:"nats-url"`
-	DatabaseURL    string        `help:"Fleet mode: keep runs, events, outbox and device leases in this shared Postgres (postgres://…) instead of the embedded store; migrated at start." name:"database-url"`
+	DatabaseURL    string        `help:"Fleet mode: keep runs, events, outbox and device leases in this shared Postgres (a postgres:// URL or libpq keyword/value pairs such as host=… user=… dbname=…) instead of the embedded store; migrated at start." name:"database-url"`
 	NATSReplicas   int           `help:"Replicas of the AGENT_EVENTS stream (default 1; 3 on a three-node JetStream cluster)." name:"nats-replicas"`
 	Policy         []string      `help:"Policy documents (YAML/JSON) to add; the first becomes current." type:"existingfile"`
 	Tenant         string        `help:"Tenant of runs submitted without tenantId (default local)."`
@@ -219,8 +220,11 @@ func (c *serveCmd) load() (daemonConfig, error) {
 			return cfg, err
 		}
 	}
-	if cfg.DatabaseURL != "" && !strings.HasPrefix(cfg.DatabaseURL, "postgres://") && !strings.HasPrefix(cfg.DatabaseURL, "postgresql://") {
-		return cfg, agent.Errorf(agent.ErrInvalidRequest, "database-url must be a postgres:// URL, not %q", agent.RedactString(cfg.DatabaseURL))
+	// Both of libpq's forms (a URL, keyword/value pairs), as pgx reads them.
+	if cfg.DatabaseURL != "" {
+		if err := postgres.CheckConnString(cfg.DatabaseURL); err != nil {
+			return cfg, err
+		}
 	}
 	return cfg, nil
 }

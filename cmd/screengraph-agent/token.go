@@ -34,7 +34,7 @@ type tokenCmd struct {
 // a data dir, or a fleet's Postgres.
 type tokenStoreFlags struct {
 	DataDir     string `help:"Data directory of the embedded store (default: ~/.local/share/screengraph-agent)." name:"data-dir" type:"path" env:"SCREENGRAPH_DATA_DIR"`
-	DatabaseURL string `help:"The fleet's Postgres (postgres://…) instead of the embedded store." name:"database-url" env:"SCREENGRAPH_DATABASE_URL"`
+	DatabaseURL string `help:"The fleet's Postgres (a postgres:// URL or libpq keyword/value pairs) instead of the embedded store." name:"database-url" env:"SCREENGRAPH_DATABASE_URL"`
 }
 
 // tokenStore is a store the admin commands open themselves (token …, runs
@@ -49,7 +49,7 @@ func (f tokenStoreFlags) open(ctx context.Context) (tokenStore, error) {
 	if f.DatabaseURL != "" {
 		s, err := postgres.Open(ctx, f.DatabaseURL, postgres.Options{NoListen: true})
 		if err != nil {
-			return nil, agent.Wrap(agent.ErrNetwork, err, "Postgres %s", agent.RedactString(f.DatabaseURL))
+			return nil, agent.Wrap(agent.ErrNetwork, err, "Postgres %s", postgres.RedactConnString(f.DatabaseURL))
 		}
 		return s, nil
 	}

@@ -43,6 +43,9 @@ func (f *Fetcher) fetchHTTP(ctx context.Context, ref string, u *url.URL, progres
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			ue.URL = redact(u)
+			ue.Err = quietNet(ue.Err, u.Hostname())
+		} else {
+			err = quietNet(err, u.Hostname())
 		}
 		return apk.Artifact{}, unavailable(!finalTransportErr(err), err, "GET %s", redact(u))
 	}

@@ -163,13 +163,41 @@ func openConfined(roots []string, ref, path string) (*os.File, os.FileInfo, erro
 }
 
 // deniedRule names the rule that refuses ip, or "" when none does. ip is
-// unmapped first (::ffff:127.0.0.1 is loopback), and a NAT64 address
-// (64:ff9b::/96) is judged by the IPv4 address it embeds.
+// unmapped first (::ffff:127.0.0.1 is loopback), and an address that embeds
+// an IPv4 address is judged by it too: NAT64 (64:ff9b::/96),
+// IPv4-compatible (::/96, deprecated), 6to4 (2002::/16, the IPv4 address in
+// bits 16-47) and Teredo (2001::/32, the server's IPv4 address in bits
+// 32-63 and the client's, inverted, in the last 32). While tenanted it also
+// refuses site-local (fec0::/10, deprecated) addresses and, through
+// Policy.control, the host's own interface addresses.
 func deniedRule(ip netip.Addr, tenanted bool) string {
 	ip = ip.Unmap()
-	if ip.Is6() && nat64.Contains(ip) {
+	if ip.Is6() {
 		b := ip.As16()
-		ip = netip.AddrFrom4([4]byte(b[12:]))
+		var embedded []netip.Addr
+		kind := ""
+		switch {
+		case nat64.Contains(ip):
+			kind, embedded = "NAT64 addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[12:]))}
+		case ipv4Compatible.Contains(ip) && !ip.IsUnspecified() && !ip.IsLoopback():
+			kind, embedded = "IPv4-compatible (::/96) addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[12:]))}
+		case sixToFour.Contains(ip):
+			kind, embedded = "6to4 (2002::/16) addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[2:6]))}
+		case teredo.Contains(ip):
+			client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+			kind, embedded = "Teredo (2001::/32) addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[4:8])), netip.AddrFrom4(client)}
+		}
+		for _, v4 := range embedded {
+			if rule := deniedRule(v4, tenanted); rule != "" {
+				if kind == "NAT64 addresses" {
+					return rule // 64:ff9b::7f00:1 is as loopback as 127.0.0.1
+				}
+				return kind + " embedding " + rule
+			}
+		}
+		if kind == "IPv4-compatible (::/96) addresses" && tenanted {
+			return kind // deprecated (RFC 4291): nothing public is reached this way
+		}
 	}
 	if ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() {
 		return "link-local (cloud metadata) addresses"
@@ -184,6 +212,8 @@ func deniedRule(ip netip.Addr, tenanted bool) string {
 		return "unspecified addresses"
 	case ip.IsPrivate():
 		return "private addresses (RFC 1918, fc00::/7)"
+	case siteLocal.Contains(ip):
+		return "site-local (fec0::/10) addresses"
 	case cgnat.Contains(ip):
 		return "shared (CGNAT, 100.64.0.0/10) addresses"
 	case ip.IsMulticast() || ip == broadcast:
@@ -193,11 +223,50 @@ func deniedRule(ip netip.Addr, tenanted bool) string {
 }
 
 var (
-	nat64       = netip.MustParsePrefix("64:ff9b::/96")
-	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
-	cgnat       = netip.MustParsePrefix("100.64.0.0/10")
-	broadcast   = netip.MustParseAddr("255.255.255.255")
+	nat64          = netip.MustParsePrefix("64:ff9b::/96")
+	ipv4Compatible = netip.MustParsePrefix("::/96")
+	sixToFour      = netip.MustParsePrefix("2002::/16")
+	teredo         = netip.MustParsePrefix("2001::/32")
+	siteLocal      = netip.MustParsePrefix("fec0::/10")
+	thisNetwork    = netip.MustParsePrefix("0.0.0.0/8")
+	cgnat          = netip.MustParsePrefix("100.64.0.0/10")
+	broadcast      = netip.MustParseAddr("255.255.255.255")
 )
+
+// interfaceAddrs lists the host's own addresses (every interface's), read
+// at each dial: addresses come and go with interfaces. A var for tests.
+var interfaceAddrs = func() ([]netip.Addr, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(as))
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
+// ownAddress reports whether ip is one of the host's own interface
+// addresses (a public address of the host reaches its own services, e.g.
+// the daemon's API or an admin port bound to 0.0.0.0). When the interfaces
+// cannot be read, every address counts as the host's own.
+func ownAddress(ip netip.Addr) bool {
+	as, err := interfaceAddrs()
+	if err != nil {
+		return true
+	}
+	for _, a := range as {
+		if a == ip {
+			return true
+		}
+	}
+	return false
+}
 
 // errDestination marks a dial the policy refused (kept in the chain for
 // errors.As; it carries the agent error to report).
@@ -211,7 +280,7 @@ func (p *Policy) control(tenanted bool) func(ctx context.Context, network, addre
 	return func(ctx context.Context, network, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
-			return &errDestination{refused(CodeDestination, "destination %q is not an IP address and port", address)}
+			return &errDestination{refused(CodeDestination, "destination refused: not an IP address and port")}
 		}
 		ip := ap.Addr().Unmap()
 		for _, c := range p.AllowCIDRs {
@@ -219,8 +288,14 @@ func (p *Policy) control(tenanted bool) func(ctx context.Context, network, addre
 				return nil
 			}
 		}
-		if rule := deniedRule(ip, tenanted); rule != "" {
-			return &errDestination{refused(CodeDestination, "destination %s refused: %s are not fetched on a tenant's behalf (allow a range with --artifact-allow-cidr)", ip, rule)}
+		rule := deniedRule(ip, tenanted)
+		if rule == "" && tenanted && ownAddress(ip) {
+			rule = "this host's own addresses"
+		}
+		if rule != "" {
+			// The address itself is not named: it is the host's network
+			// layout (what a name resolves to), not the tenant's to learn.
+			return &errDestination{refused(CodeDestination, "destination refused: %s are not fetched on a tenant's behalf (allow a range with --artifact-allow-cidr)", rule)}
 		}
 		return nil
 	}

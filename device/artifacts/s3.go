@@ -123,8 +123,11 @@ func s3Failure(err error, what string) error {
 	if errors.As(err, &re) {
 		code := re.HTTPStatusCode()
 		// Status 0: the request never got a response (refused, reset, DNS).
+		if code == 0 {
+			err = quietNet(err, "the S3 endpoint")
+		}
 		return unavailable(code == 0 || retryableStatus(code) || code == http.StatusPreconditionFailed, err, "%s", what)
 	}
 	// No HTTP response at all: connection refused, DNS, reset, timeout.
-	return unavailable(true, err, "%s", what)
+	return unavailable(true, quietNet(err, "the S3 endpoint"), "%s", what)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/screengraph/screengraph-agent/migrations"
@@ -22,7 +21,7 @@ type MigrateResult struct {
 // together migrate once). Errors: the database unreachable, or a migration
 // failing (its transaction rolled back, later ones not applied).
 func Migrate(ctx context.Context, url string) (MigrateResult, error) {
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := newPool(ctx, url)
 	if err != nil {
 		return MigrateResult{}, fmt.Errorf("snapshots: postgres: %w", err)
 	}

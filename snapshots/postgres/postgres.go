@@ -82,7 +82,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if o.Clock == nil {
 		o.Clock = agent.SystemClock{}
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := newPool(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: postgres: %w", err)
 	}
