@@ -56,6 +56,7 @@ func RunLeases(t *testing.T, newLeases func(t *testing.T, clock agent.Clock) age
 		{"AcquireFree", testLeaseAcquireFree},
 		{"HeldByAnotherRun", testLeaseHeld},
 		{"ReacquireRenews", testLeaseReacquireRenews},
+		{"ReacquireExpiredIsNewAcquisition", testLeaseReacquireExpired},
 		{"SameRunOtherHolderTakesOverAfterExpiry", testLeaseTakeover},
 		{"ExpiredNotHandedOutDuringGrace", testLeaseGrace},
 		{"ExpiredTakenOver", testLeaseExpiry},
@@ -299,6 +300,32 @@ func testLeaseReacquireRenews(t *testing.T, s agent.Leases, c *Clock) {
 	c.Advance(40 * time.Second)
 	_, err = s.AcquireLease(ctx(t), "emulator-5554", "daemon-2", runB, leaseTTL)
 	wantErr(t, "another run after the re-acquisition", err, agent.ErrLeaseHeld)
+}
+
+// A holder re-acquiring its own lease after it expired (a run stopped by a
+// store outage, resumed by the same daemon) makes a new acquisition with a
+// larger fencing token: the old token no longer passes the fence, so a late
+// commit of the stopped attempt cannot land. Inside the grace as after it.
+func testLeaseReacquireExpired(t *testing.T, s agent.Leases, c *Clock) {
+	for _, wait := range []time.Duration{leaseTTL, handOut} {
+		runA := newRunID()
+		old := mustAcquire(t, s, "emulator-5554", "daemon-1", runA, leaseTTL)
+		c.Advance(wait)
+		nl, err := s.AcquireLease(ctx(t), "emulator-5554", "daemon-1", runA, leaseTTL)
+		if err != nil {
+			t.Fatalf("re-acquire %v after: %v", wait, err)
+		}
+		checkFresh(t, nl, "emulator-5554", "daemon-1", runA, c.Now(), leaseTTL)
+		if nl.FencingToken <= old.FencingToken {
+			t.Fatalf("re-acquired %v after expiry: fencing token %d, want > %d (a new acquisition)", wait-leaseTTL, nl.FencingToken, old.FencingToken)
+		}
+		h := history(t, s, "emulator-5554")
+		sameLeases(t, "last two leases", h[len(h)-2:], released(old, c.Now(), agent.LeaseExpired), nl)
+		sameLeases(t, "active", active(t, s), nl)
+		_, err = s.RenewLease(ctx(t), "emulator-5554", old.FencingToken, leaseTTL)
+		wantErr(t, "renew under the old token", err, agent.ErrLeaseLost)
+		mustRelease(t, s, nl, agent.LeaseFinished)
+	}
 }
 
 func testLeaseTakeover(t *testing.T, s agent.Leases, c *Clock) {
