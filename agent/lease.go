@@ -93,8 +93,11 @@ type Leases interface {
 	ReleaseLease(ctx context.Context, serial string, fencingToken int64, reason LeaseReleaseReason) error
 	// ReleaseHolderLeases ends every active lease whose holder satisfies
 	// match (a daemon taking back the leases of a dead predecessor) and
-	// returns them.
-	ReleaseHolderLeases(ctx context.Context, match func(holder string) bool, reason LeaseReleaseReason) ([]Lease, error)
+	// returns them. With expiredOnly it ends only those whose expiry has
+	// passed by the store's clock: on a shared store a local record that
+	// names a holder dead (a data dir's lock, which a copied data dir
+	// carries too) is no proof, a heartbeat the store saw stop is.
+	ReleaseHolderLeases(ctx context.Context, match func(holder string) bool, expiredOnly bool, reason LeaseReleaseReason) ([]Lease, error)
 	// ActiveLeases lists the active leases; LeaseHistory every lease of the
 	// device (its DeviceKey; "" = all devices), by acquisition. A tenant
 	// scope sees only the leases of its tenant's runs; the zero Scope is

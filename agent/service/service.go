@@ -117,6 +117,15 @@ type Config struct {
 	// lock it now holds; "" takes back nothing).
 	Holder       string
 	HolderPrefix string
+	// SharedLeases: the lease store is shared with daemons of other data
+	// dirs and hosts (a fleet's Postgres). Then HolderPrefix's leases are
+	// taken back only once expired by the store's clock: a data dir copied
+	// while its daemon runs carries that live daemon's instance in its
+	// lock, so the lock says which data dir is in use on this host, never
+	// that a holder is dead. A live one's lease is left to expire (the
+	// scheduler's takeover then ends it holder_lost). False (the embedded
+	// store, a file of the data dir whose lock this daemon holds): at once.
+	SharedLeases bool
 	// HostID identifies the machine of this daemon's adb server (see
 	// device.HostID): a run's device lease is keyed agent.DeviceKey(HostID,
 	// serial of the device chosen for it), so the daemons of a fleet that
@@ -281,7 +290,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.HolderPrefix != "" {
 		taken, err := s.cfg.Leases.ReleaseHolderLeases(ctx, func(h string) bool {
 			return h != s.cfg.Holder && strings.HasPrefix(h, s.cfg.HolderPrefix)
-		}, agent.LeaseHolderLost)
+		}, s.cfg.SharedLeases, agent.LeaseHolderLost)
 		if err != nil {
 			return fmt.Errorf("service: take back leases: %w", err)
 		}

@@ -268,7 +268,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	newID := func() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
 	// The lease holder is this process's instance id: it names neither the
 	// host nor the data dir (it shows in /v1/devices). The data dir's lock
-	// names the previous daemon's, whose leases Start takes back at once.
+	// names the previous daemon's, whose leases Start takes back (at once on
+	// the embedded store; in a fleet once Postgres saw them expire).
 	holder := "serve:" + newID()
 	lock, predecessor, err := sqlite.LockDataDir(cfg.DataDir, holder)
 	if err != nil {
@@ -324,7 +325,9 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		Policy:        h.policies,
 		DefaultTenant: cfg.Tenant,
 		Holder:        holder, HolderPrefix: sqlite.PredecessorPrefix(cfg.DataDir, predecessor), HostID: h.hostID,
-		LeaseTTL: cfg.LeaseTTL, NewID: newID,
+		// Fleet: the predecessor's leases only once the store saw them expire.
+		SharedLeases: cfg.DatabaseURL != "",
+		LeaseTTL:     cfg.LeaseTTL, NewID: newID,
 		Probe: adbdevice.NewBootCompletedProbe(h.adb), Reachable: appium.Gate{Reachability: reach, Down: &appiumDown}, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
 		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
 		Artifacts: h.store, Blobs: h.blobs,
