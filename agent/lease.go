@@ -9,11 +9,12 @@ import (
 )
 
 // DeviceKey is a device's identity in the fleet, the key of its leases:
-// host + "/" + serial, where host identifies the machine of the adb server
-// the device is attached to (device.HostID) and serial is the adb serial (or
-// the AVD name a run asks for). Two daemons that reach one device through
-// one adb server compute one key; every host's emulator-5554 has its own.
-// An empty host gives the bare serial (a single host, and leases of before
+// host + "/" + serial, where serial is the adb serial (or the AVD name a run
+// asks for) and host is, for a connected device, the identity read from the
+// device itself (service.DeviceIdentity: every daemon that reaches it, from
+// any machine, computes one key), and for an AVD to boot the machine of the
+// adb server (device.HostID). Every host's emulator-5554 has its own. An
+// empty host gives the bare serial (a single host, and leases of before
 // the key existed).
 func DeviceKey(host, serial string) string {
 	if host == "" {

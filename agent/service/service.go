@@ -62,8 +62,10 @@ func (f RunnerFunc) Run(ctx context.Context, runID string) (agent.RunStatus, err
 
 // Device is one device the adb server knows, as GET /v1/devices shows it.
 type Device struct {
-	// ID is the device's identity in the fleet (agent.DeviceKey of the
-	// daemon's HostID and the serial), the key of its leases.
+	// ID is the device's identity in the fleet, the key of its leases
+	// (agent.DeviceKey of its identity read from the device and its
+	// serial; Keys.Key). Omitted for a device whose identity cannot be
+	// read (offline, unauthorized, not answering yet).
 	ID        string `json:"id,omitempty"`
 	Serial    string `json:"serial"`
 	State     string `json:"state"` // adb state: device, offline, unauthorized, …
@@ -127,12 +129,17 @@ type Config struct {
 	// store, a file of the data dir whose lock this daemon holds): at once.
 	SharedLeases bool
 	// HostID identifies the machine of this daemon's adb server (see
-	// device.HostID): a run's device lease is keyed agent.DeviceKey(HostID,
-	// serial of the device chosen for it), so the daemons of a fleet that
-	// reach one device through one adb server contend for one lease, and
-	// every host's emulator-5554 is a device of its own. "" keys leases by
-	// the bare serial (one host).
+	// device.HostID): the lease of an AVD this host boots is keyed
+	// agent.DeviceKey(HostID, AVD name), and so is every device when
+	// Identity is nil. "" keys those by the bare name (one host).
 	HostID string
+	// Identity reads a connected device's identity from the device: its
+	// lease is keyed agent.DeviceKey(identity, serial), so every daemon
+	// that reaches the device (from any host, with any machine id, through
+	// any spelling of the adb server's address) contends for one lease,
+	// and every host's emulator-5554 is still a device of its own. nil:
+	// HostID keys every device.
+	Identity DeviceIdentity
 	// LeaseTTL (default 30 s) and Heartbeat (default TTL/3): a lease not
 	// renewed within its TTL may be taken by another run.
 	LeaseTTL  time.Duration
@@ -446,7 +453,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		if isActive || now.Before(other) || (hasEnded && !endedAt.Before(listed)) {
 			continue
 		}
-		devices := s.devicesFor(r.Serial, cands, s.cfg.Reachable != nil)
+		devices := s.devicesFor(ctx, r.Serial, cands, s.cfg.Reachable != nil)
 		if now.Before(wait) {
 			// It keeps its device: later runs naming only it wait behind
 			// it. A run several devices serve holds none back.
@@ -483,8 +490,13 @@ func (s *Service) schedule(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				key, err := s.leaseKey(ctx, c.device, cands)
+				if err != nil {
+					errs[i] = err
+					return
+				}
 				sent[i] = time.Now()
-				leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, agent.DeviceKey(s.cfg.HostID, c.device), s.cfg.Holder, c.run.RunID, s.cfg.LeaseTTL)
+				leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, key, s.cfg.Holder, c.run.RunID, s.cfg.LeaseTTL)
 			}()
 		}
 		wg.Wait()
@@ -698,7 +710,7 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 		return agent.Run{}, agent.Wrap(agent.ErrPermission, agent.ErrForbidden,
 			"$.tenantId: the token of tenant %s cannot submit runs for tenant %s", sc.TenantID(), run.TenantID)
 	}
-	if err := s.checkDeviceName(run.Serial); err != nil {
+	if err := s.checkDeviceName(ctx, run.Serial); err != nil {
 		return agent.Run{}, err
 	}
 	run.Status = agent.RunPending
@@ -956,8 +968,10 @@ func (s *Service) Devices(ctx context.Context, sc agent.Scope) ([]Device, error)
 	}
 	s.mu.Unlock()
 	for i := range devs {
-		devs[i].ID = agent.DeviceKey(s.cfg.HostID, devs[i].Serial)
-		if l, ok := byKey[devs[i].ID]; ok {
+		if s.cfg.Identity == nil || devs[i].State == "device" {
+			devs[i].ID, _ = s.keys().Key(ctx, devs[i].Serial)
+		}
+		if l, ok := byKey[devs[i].ID]; ok && devs[i].ID != "" {
 			devs[i].HeldBy, devs[i].Lease = l.RunID, &l
 		}
 		if devs[i].Readiness == "" {
@@ -984,8 +998,14 @@ func (s *Service) Leases(ctx context.Context, sc agent.Scope, all bool) ([]agent
 }
 
 // DeviceKey is the lease key of this daemon's device with that serial
-// (agent.DeviceKey of Config.HostID).
-func (s *Service) DeviceKey(serial string) string { return agent.DeviceKey(s.cfg.HostID, serial) }
+// (Keys.Key); a device whose identity cannot be read now is keyed by the
+// host id (the key its leases had before identities were read from devices).
+func (s *Service) DeviceKey(ctx context.Context, serial string) string {
+	if k, err := s.keys().Key(ctx, serial); err == nil {
+		return k
+	}
+	return agent.DeviceKey(s.cfg.HostID, serial)
+}
 
 // LeasePage returns one page of the lease history sc sees, newest first
 // (agent.Leases.LeasePage; invalid_request_error for a query outside

@@ -29,7 +29,6 @@ import (
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
-	"github.com/screengraph/screengraph-agent/emulator"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
@@ -308,7 +307,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// runs, and a run none of them matches is left to the daemons that can
 	// serve it; one host: such a run starts on its name as given, so
 	// EnsureDevice tells what is wrong (device_not_found, offline).
-	reach := adbdevice.NewReachable(h.adb, emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil).ListAVDs)
+	reach := h.reach
 	tick := time.Second
 	if cfg.DatabaseURL != "" {
 		// Other daemons' commits and lease releases wake no one here: poll
@@ -324,7 +323,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		Devices:       adbdevice.Inventory{ADB: h.adb},
 		Policy:        h.policies,
 		DefaultTenant: cfg.Tenant,
-		Holder:        holder, HolderPrefix: sqlite.PredecessorPrefix(cfg.DataDir, predecessor), HostID: h.hostID,
+		Holder:        holder, HolderPrefix: sqlite.PredecessorPrefix(cfg.DataDir, predecessor), HostID: h.hostID, Identity: reach,
 		// Fleet: the predecessor's leases only once the store saw them expire.
 		SharedLeases: cfg.DatabaseURL != "",
 		LeaseTTL:     cfg.LeaseTTL, NewID: newID,
