@@ -186,7 +186,11 @@ func (o OneShot) Run(ctx context.Context, run agent.Run) (agent.RunStatus, time.
 	}
 	key, err := keys.Key(ctx, local)
 	if err != nil {
-		return "", 0, agent.Wrap(agent.ErrDeviceOffline, err, "device %s", local)
+		// The device's identity cannot be read (adb server down, device not
+		// answering): nothing can drive it now, so the host's key does, and
+		// EnsureDevice says what is wrong (a resumed run with no device node
+		// left still finishes). One host's store only: `run` has no fleet.
+		key = agent.DeviceKey(o.HostID, local)
 	}
 	ttl := o.LeaseTTL
 	if ttl <= 0 {

@@ -160,7 +160,7 @@ type Config struct {
 	// Reachable, when set, lists the devices this daemon can drive (adb
 	// devices in state "device", AVDs it can boot); the scheduler gives a
 	// run one free device its device name matches (Candidate.Matches: a
-	// serial, "<host id>/<serial>", an AVD name, a model, "android-<API
+	// serial, "<id>/<serial>", an AVD name, a model, "android-<API
 	// level>"), keys the lease by that device and drives the run on it (the
 	// lease's serial, which EnsureDevice resolves). A run that matches none
 	// is left to the daemons of the fleet that can serve it, unless
