@@ -405,3 +405,66 @@ func (k *pausingKV) PutKV(ctx context.Context, key string, v []byte) error {
 	}
 	return err
 }
+
+// Issue 23 item 3, through the real binary on real Postgres: a run holds
+// its device (its APK download held by the test) when Postgres stops for
+// longer than the lease TTL; the daemon stops the run; once Postgres is back
+// and the lease has expired by its clock, the same daemon re-acquires the
+// device for the same run — a new acquisition: the old lease ends expired
+// and the new one has a larger fencing token. Before, it renewed the
+// expired lease and kept token and all, so a late commit of the stopped
+// attempt would have passed the fence.
+func TestFleetExpiredLeaseReacquiredWithNewToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real daemon, Postgres and Appium")
+	}
+	pg, db := startPostgres(t)
+	srv := simtest.StartADBServer(t)
+	emu, _ := launchDefault(t, srv)
+	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
+	g := newGatedAPKs(t, apk)
+	const ttl = 2 * time.Second
+	a := startDaemonEnv(t, srv, []string{"SSL_CERT_FILE=" + g.CertFile(t)}, "--database-url", db, "--lease-ttl", ttl.String())
+	id := a.submit(t, runBody(emu.Serial(), g.URL("held"), signerDigest(t, apk), "ALWAYS_REINSTALL", "FORCE_RESTART", nil))
+	g.waitFetch(t, "held")
+	held := a.leases(t, false)
+	if len(held) != 1 || held[0].RunID != id {
+		t.Fatalf("active leases %+v, want the run's", held)
+	}
+	if err := pg.StopServer("fast"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	// The daemon stops the run when it cannot renew; the lease expires by
+	// Postgres's clock (this machine's) at most TTL after its last renewal.
+	for !strings.Contains(a.log(), "stopping the run here") || time.Since(stopped) < ttl+ttl/3 {
+		if time.Since(stopped) > time.Minute {
+			pg.StartServer()
+			t.Fatalf("the daemon did not stop the run a minute into the outage\n%s", a.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := pg.StartServer(); err != nil {
+		t.Fatal(err)
+	}
+	g.Release("held")
+	a.waitStatus(t, []string{id}, 2*time.Minute, agent.RunFinished, agent.RunFailed, agent.RunCanceled)
+	if st := a.run(t, id).Status; st != agent.RunFinished {
+		t.Fatalf("run ended %s\n%s", st, a.log())
+	}
+	var mine []agent.Lease
+	for _, l := range a.leases(t, true) {
+		if l.RunID == id {
+			mine = append(mine, l)
+		}
+	}
+	if len(mine) < 2 || mine[0].FencingToken != held[0].FencingToken || mine[0].ReleaseReason != agent.LeaseExpired {
+		t.Fatalf("the run's leases %+v: want its first lease %d ended expired and a new one after the outage\n%s", mine, held[0].FencingToken, a.log())
+	}
+	for _, l := range mine[1:] {
+		if l.FencingToken <= held[0].FencingToken || l.Holder != held[0].Holder {
+			t.Fatalf("lease after the outage %+v: want the same daemon with a token > %d", l, held[0].FencingToken)
+		}
+	}
+	t.Logf("leases of the run: %d, tokens %d -> %d", len(mine), mine[0].FencingToken, mine[len(mine)-1].FencingToken)
+}
