@@ -9,11 +9,12 @@ import (
 )
 
 // DeviceKey is a device's identity in the fleet, the key of its leases:
-// host + "/" + serial, where host identifies the machine of the adb server
-// the device is attached to (device.HostID) and serial is the adb serial (or
-// the AVD name a run asks for). Two daemons that reach one device through
-// one adb server compute one key; every host's emulator-5554 has its own.
-// An empty host gives the bare serial (a single host, and leases of before
+// host + "/" + serial, where serial is the adb serial (or the AVD name a run
+// asks for) and host is, for a connected device, the identity read from the
+// device itself (service.DeviceIdentity: every daemon that reaches it, from
+// any machine, computes one key), and for an AVD to boot the machine of the
+// adb server (device.HostID). Every host's emulator-5554 has its own. An
+// empty host gives the bare serial (a single host, and leases of before
 // the key existed).
 func DeviceKey(host, serial string) string {
 	if host == "" {
@@ -93,8 +94,11 @@ type Leases interface {
 	ReleaseLease(ctx context.Context, serial string, fencingToken int64, reason LeaseReleaseReason) error
 	// ReleaseHolderLeases ends every active lease whose holder satisfies
 	// match (a daemon taking back the leases of a dead predecessor) and
-	// returns them.
-	ReleaseHolderLeases(ctx context.Context, match func(holder string) bool, reason LeaseReleaseReason) ([]Lease, error)
+	// returns them. With expiredOnly it ends only those whose expiry has
+	// passed by the store's clock: on a shared store a local record that
+	// names a holder dead (a data dir's lock, which a copied data dir
+	// carries too) is no proof, a heartbeat the store saw stop is.
+	ReleaseHolderLeases(ctx context.Context, match func(holder string) bool, expiredOnly bool, reason LeaseReleaseReason) ([]Lease, error)
 	// ActiveLeases lists the active leases; LeaseHistory every lease of the
 	// device (its DeviceKey; "" = all devices), by acquisition. A tenant
 	// scope sees only the leases of its tenant's runs; the zero Scope is

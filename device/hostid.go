@@ -66,11 +66,20 @@ func HostID(ctx context.Context, addr string) (string, error) {
 // hostname is os.Hostname, a variable so tests can take it away.
 var hostname = os.Hostname
 
-// machineID is the machine-id(5), or, where there is none (a container image
+// MachineIDEnv names the environment variable that, when set, is this
+// machine's id instead of machine-id(5): for containers that share one (an
+// image built with it) or have none, and for tests that play several hosts
+// on one machine. Any non-empty value; it is hashed, never shown.
+const MachineIDEnv = "SCREENGRAPH_MACHINE_ID"
+
+// machineID is $SCREENGRAPH_MACHINE_ID, else the machine-id(5), or, where there is none (a container image
 // built without systemd or D-Bus usually has neither file), the kernel's
 // hostname, which container runtimes set to the container's own id. A
 // hostname that every machine shares ("localhost", empty) is no identity.
 func machineID() (string, error) {
+	if id := strings.TrimSpace(os.Getenv(MachineIDEnv)); id != "" {
+		return "env\x00" + id, nil
+	}
 	for _, f := range machineIDFiles {
 		b, err := os.ReadFile(f)
 		if err != nil {

@@ -77,3 +77,20 @@ func TestHostIDWithoutMachineID(t *testing.T) {
 		}
 	}
 }
+
+// $SCREENGRAPH_MACHINE_ID stands in for the machine id: two values are two
+// machines (two containers on one host, or a test's two hosts).
+func TestHostIDMachineIDEnv(t *testing.T) {
+	ids := map[string]bool{}
+	for _, v := range []string{"0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"} {
+		t.Setenv(MachineIDEnv, v)
+		id, err := HostID(context.Background(), "127.0.0.1:15037")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = true
+	}
+	if len(ids) != 2 {
+		t.Errorf("two machine ids gave one host id: %v", ids)
+	}
+}

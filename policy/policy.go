@@ -233,7 +233,7 @@ func Default() *Policy {
 		Retries: Retry{
 			MaxAttempts: 3, InitialBackoff: Duration(time.Second), MaxBackoff: Duration(10 * time.Second), Multiplier: 2,
 			RetryOn: []agent.ErrorID{agent.ErrTimeout, agent.ErrNetwork, agent.ErrDeviceOffline, agent.ErrAppiumUnreachable,
-				agent.ErrSessionCreateFailed, agent.ErrArtifactUnavailable, agent.ErrLaunchTimeout, agent.ErrAppCrashed},
+				agent.ErrSessionCreateFailed, agent.ErrArtifactUnavailable, agent.ErrLaunchTimeout, agent.ErrAppCrashed, agent.ErrStoreUnavailable},
 			MaxAttemptsByError: map[agent.ErrorID]int{agent.ErrAppCrashed: 2},
 		},
 		DriverReusePolicy:  DriverReuseOrCreate,

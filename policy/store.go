@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
 )
@@ -42,51 +44,176 @@ type Store struct {
 
 var _ agent.PolicySource = (*Store)(nil)
 
+// KVInit is a KV that can set several keys in one transaction, each only
+// where it is not set yet (an insert that does nothing on conflict): the
+// fleet's Postgres and the embedded store. Keys already set keep their
+// values, so daemons initialising one shared store at once all succeed
+// and agree on what the first of them wrote.
+type KVInit interface {
+	InitKV(ctx context.Context, kvs map[string][]byte) error
+}
+
+// errHalfWritten: the KV lists versions but lacks a listed document or the
+// current version (another daemon's initialisation or Add in flight, or one
+// that crashed half-way before initialisation was one transaction).
+var errHalfWritten = errors.New("policy store half-written")
+
+// halfWrittenWait bounds how long NewStore reads a half-written KV again
+// before it completes the missing current version itself.
+const halfWrittenWait = 3 * time.Second
+
 // NewStore returns a Store holding Default() as current, or, when kv holds
-// documents, those (re-validated) and the stored current version. kv may be nil.
+// documents, those (re-validated) and the stored current version. kv may be
+// nil. An empty kv is initialised with Default() as version 1, current: in
+// one transaction, only where absent, when kv is a KVInit (daemons starting
+// together on a fresh shared store all succeed and agree). A kv found
+// half-written (versions listed, a document or the current version not
+// there yet) is read again, up to halfWrittenWait, after which a missing
+// current version is set, only where still absent, to the lowest listed
+// one. Errors: the KV's, a stored document that does not validate, a
+// listed document still missing after the wait, ctx's.
 func NewStore(ctx context.Context, kv KV) (*Store, error) {
 	s := &Store{kv: kv, versions: map[int]*Policy{}}
-	if kv != nil {
-		raw, err := kv.GetKV(ctx, kvVersions)
-		switch {
-		case errors.Is(err, agent.ErrNotFound):
-		case err != nil:
+	if kv == nil {
+		if err := s.Add(ctx, Default()); err != nil {
 			return nil, err
-		default:
-			var vs []int
-			if err := json.Unmarshal(raw, &vs); err != nil {
-				return nil, fmt.Errorf("policy store: %s: %w", kvVersions, err)
-			}
-			for _, v := range vs {
-				doc, err := kv.GetKV(ctx, kvDoc(v))
-				if err != nil {
-					return nil, fmt.Errorf("policy store: version %d: %w", v, err)
-				}
-				// Over Default(), as Parse does: a field added after the
-				// document was stored takes its default.
-				p := Default()
-				if err := json.Unmarshal(doc, p); err != nil {
-					return nil, fmt.Errorf("policy store: version %d: %w", v, err)
-				}
-				if err := p.Validate(); err != nil {
-					return nil, fmt.Errorf("policy store: version %d: %w", v, err)
-				}
-				s.versions[v] = p
-			}
-			cur, err := kv.GetKV(ctx, kvCurrent)
-			if err != nil {
-				return nil, fmt.Errorf("policy store: current: %w", err)
-			}
-			if s.current, err = strconv.Atoi(string(cur)); err != nil || s.versions[s.current] == nil {
-				return nil, fmt.Errorf("policy store: current version %q unknown", cur)
-			}
+		}
+		return s, s.Switch(ctx, 1)
+	}
+	deadline := time.Now().Add(halfWrittenWait)
+	pause := 20 * time.Millisecond
+	for {
+		found, lowest, err := s.load(ctx)
+		switch {
+		case err == nil && found:
 			return s, nil
+		case err == nil:
+			if err := s.initKV(ctx); err != nil {
+				return nil, err
+			}
+			continue // read back what the first initialisation wrote
+		case !errors.Is(err, errHalfWritten):
+			return nil, err
+		case time.Now().Before(deadline):
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 250*time.Millisecond)
+			continue
+		case lowest == 0:
+			return nil, err // a listed document is missing
+		}
+		// Still no current version: a start that crashed half-way.
+		if err := s.putAbsent(ctx, map[string][]byte{kvCurrent: []byte(strconv.Itoa(lowest))}); err != nil {
+			return nil, err
+		}
+		deadline = time.Now().Add(halfWrittenWait)
+	}
+}
+
+// load reads the versions, their documents and the current version from
+// s.kv into s. found is false for a KV without versions. A half-written KV
+// gives errHalfWritten, with lowest the lowest listed version when only the
+// current version is missing (0 otherwise).
+func (s *Store) load(ctx context.Context) (found bool, lowest int, err error) {
+	raw, err := s.kv.GetKV(ctx, kvVersions)
+	switch {
+	case errors.Is(err, agent.ErrNotFound):
+		return false, 0, nil
+	case err != nil:
+		return false, 0, err
+	}
+	var vs []int
+	if err := json.Unmarshal(raw, &vs); err != nil {
+		return false, 0, fmt.Errorf("policy store: %s: %w", kvVersions, err)
+	}
+	versions := map[int]*Policy{}
+	for _, v := range vs {
+		doc, err := s.kv.GetKV(ctx, kvDoc(v))
+		if errors.Is(err, agent.ErrNotFound) {
+			return false, 0, fmt.Errorf("policy store: version %d listed, %w: %w", v, errHalfWritten, err)
+		}
+		if err != nil {
+			return false, 0, fmt.Errorf("policy store: version %d: %w", v, err)
+		}
+		// Over Default(), as Parse does: a field added after the
+		// document was stored takes its default.
+		p := Default()
+		if err := json.Unmarshal(doc, p); err != nil {
+			return false, 0, fmt.Errorf("policy store: version %d: %w", v, err)
+		}
+		if err := p.Validate(); err != nil {
+			return false, 0, fmt.Errorf("policy store: version %d: %w", v, err)
+		}
+		versions[v] = p
+	}
+	cur, err := s.kv.GetKV(ctx, kvCurrent)
+	if errors.Is(err, agent.ErrNotFound) && len(vs) > 0 {
+		return false, slices.Min(vs), fmt.Errorf("policy store: current: %w: %w", errHalfWritten, err)
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("policy store: current: %w", err)
+	}
+	current, err := strconv.Atoi(string(cur))
+	if err != nil || versions[current] == nil {
+		return false, 0, fmt.Errorf("policy store: current version %q unknown", cur)
+	}
+	s.mu.Lock()
+	s.versions, s.current = versions, current
+	s.mu.Unlock()
+	return true, 0, nil
+}
+
+// initKV writes Default() as version 1, the list [1] and current 1, each
+// only where absent, in one transaction when the KV can (KVInit).
+func (s *Store) initKV(ctx context.Context) error {
+	p := Default()
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	doc, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	list, _ := json.Marshal([]int{p.PolicyVersion})
+	return s.putAbsent(ctx, map[string][]byte{kvDoc(p.PolicyVersion): doc, kvVersions: list, kvCurrent: []byte(strconv.Itoa(p.PolicyVersion))})
+}
+
+// putAbsent sets the keys of kvs that are not set, in one transaction on a
+// KVInit. Another KV (one process's: tests, an in-memory store) gets them
+// one by one, documents before the list and the list before the current
+// version, so a reader waits rather than fails.
+func (s *Store) putAbsent(ctx context.Context, kvs map[string][]byte) error {
+	if ki, ok := s.kv.(KVInit); ok {
+		if err := ki.InitKV(ctx, kvs); err != nil {
+			return fmt.Errorf("policy store: initialise: %w", err)
+		}
+		return nil
+	}
+	keys := slices.Collect(maps.Keys(kvs))
+	order := func(k string) int {
+		switch k {
+		case kvVersions:
+			return 1
+		case kvCurrent:
+			return 2
+		}
+		return 0
+	}
+	slices.SortFunc(keys, func(a, b string) int { return order(a) - order(b) })
+	for _, k := range keys {
+		if _, err := s.kv.GetKV(ctx, k); err == nil {
+			continue
+		} else if !errors.Is(err, agent.ErrNotFound) {
+			return err
+		}
+		if err := s.kv.PutKV(ctx, k, kvs[k]); err != nil {
+			return err
 		}
 	}
-	if err := s.Add(ctx, Default()); err != nil {
-		return nil, err
-	}
-	return s, s.Switch(ctx, 1)
+	return nil
 }
 
 // Add stores p under its version after validation. Adding the same content

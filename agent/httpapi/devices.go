@@ -83,7 +83,7 @@ func (a *api) leases(w http.ResponseWriter, r *http.Request) {
 			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "serial: must be 1-255 bytes"))
 			return
 		}
-		q.Device = a.cfg.Service.DeviceKey(s)
+		q.Device = a.cfg.Service.DeviceKey(r.Context(), s)
 	}
 	if len(q.RunID) > 255 {
 		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "runId: over 255 bytes"))

@@ -64,7 +64,7 @@ func (s *Service) LatestScreenshot(ctx context.Context, sc agent.Scope, serial s
 	if s.cfg.Artifacts == nil || s.cfg.Blobs == nil {
 		return agent.Artifact{}, nil, notFound
 	}
-	ls, err := s.cfg.Leases.LeasePage(ctx, sc, agent.LeaseQuery{Device: agent.DeviceKey(s.cfg.HostID, serial), Limit: ScreenshotRuns})
+	ls, err := s.cfg.Leases.LeasePage(ctx, sc, agent.LeaseQuery{Device: s.DeviceKey(ctx, serial), Limit: ScreenshotRuns})
 	if err != nil {
 		return agent.Artifact{}, nil, err
 	}

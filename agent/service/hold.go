@@ -155,9 +155,11 @@ func heartbeat(ctx context.Context, l agent.Leases, lease agent.Lease, since tim
 type OneShot struct {
 	Leases agent.Leases
 	Runner Runner
-	// HostID is the adb server's machine (device.HostID): the lease is
-	// agent.DeviceKey(HostID, the run's local device name).
-	HostID string
+	// HostID is the adb server's machine (device.HostID) and Identity
+	// reads a connected device's identity: the lease is Keys.Key of the
+	// run's local device name, as a daemon's scheduler keys it.
+	HostID   string
+	Identity DeviceIdentity
 	// Holder names this process in the lease ("run:<pid>", "resume:<pid>").
 	Holder string
 	// LeaseTTL is the lease's TTL (0: 30 s).
@@ -177,15 +179,24 @@ type OneShot struct {
 // device is free; the runner's error, or agent.ErrLeaseLost when the lease
 // was lost under the node in flight (the run stays resumable).
 func (o OneShot) Run(ctx context.Context, run agent.Run) (agent.RunStatus, time.Duration, error) {
-	local, err := LocalName(run.Serial, o.HostID)
+	keys := Keys{HostID: o.HostID, Identity: o.Identity}
+	local, err := keys.Local(ctx, run.Serial)
 	if err != nil {
 		return "", 0, err
+	}
+	key, err := keys.Key(ctx, local)
+	if err != nil {
+		// The device's identity cannot be read (adb server down, device not
+		// answering): nothing can drive it now, so the host's key does, and
+		// EnsureDevice says what is wrong (a resumed run with no device node
+		// left still finishes). One host's store only: `run` has no fleet.
+		key = agent.DeviceKey(o.HostID, local)
 	}
 	ttl := o.LeaseTTL
 	if ttl <= 0 {
 		ttl = 30 * time.Second
 	}
-	_, runCtx, release, err := Hold(ctx, o.Leases, agent.DeviceKey(o.HostID, local), o.Holder, run.RunID, ttl, o.Waiting)
+	_, runCtx, release, err := Hold(ctx, o.Leases, key, o.Holder, run.RunID, ttl, o.Waiting)
 	if err != nil {
 		return "", 0, agent.Wrap(agent.ErrInterrupted, err, "waiting for device %s", run.Serial)
 	}

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"strconv"
 	"strings"
 
@@ -15,6 +16,10 @@ type Candidate struct {
 	// name of an AVD this host can boot that is not running (its lease is
 	// then keyed by that name, as EnsureDevice boots it).
 	Serial string
+	// ID is a connected device's identity (DeviceIdentity.DeviceID): its
+	// lease is keyed agent.DeviceKey(ID, Serial). "" for an AVD to boot,
+	// keyed by the host id.
+	ID string
 	// AVD is the AVD name of a running emulator (ro.boot.qemu.avd_name).
 	AVD string
 	// Model, Product and Device are adb's (`adb devices -l`: model with
@@ -26,7 +31,9 @@ type Candidate struct {
 
 // Matches reports whether the device name selects c on the daemon whose
 // adb server's host id is hostID. A name is, in this order of strictness:
-//   - "<host id>/<serial>": that host's device with exactly that serial;
+//   - "<id>/<serial>": the device with exactly that serial whose identity
+//     is id (c.ID: the id GET /v1/devices shows), or this host's (hostID)
+//     device or AVD of that serial;
 //   - an adb serial: the device of that serial on any host;
 //   - an AVD name, a model, product or device name (case-insensitive,
 //     spaces as '_', as adb writes models): any device of that name;
@@ -35,8 +42,8 @@ type Candidate struct {
 //
 // A name several devices match is served by any free one of them.
 func (c Candidate) Matches(name, hostID string) bool {
-	if host, serial := agent.SplitDeviceKey(name); host != "" {
-		return host == hostID && serial == c.Serial
+	if id, serial := agent.SplitDeviceKey(name); id != "" {
+		return serial == c.Serial && (id == hostID || (c.ID != "" && id == c.ID))
 	}
 	if name == "" {
 		return false
@@ -66,10 +73,10 @@ func normName(s string) string {
 // name, in the order the scheduler tries them: the reachable devices it
 // matches. Without a Reachable port, or with StartUnmatched when no
 // reachable device matches, it is the name itself (the serial, for this
-// host's "<host id>/<serial>"): the run is started here and EnsureDevice
-// resolves the name (or boots the AVD), or fails device_not_found naming
-// it. Another host's "<host id>/<serial>" is never served here.
-func (s *Service) devicesFor(name string, cands []Candidate, reachable bool) []string {
+// host's or device's "<id>/<serial>"): the run is started here and
+// EnsureDevice resolves the name (or boots the AVD), or fails
+// device_not_found naming it. Another's "<id>/<serial>" is never served here.
+func (s *Service) devicesFor(ctx context.Context, name string, cands []Candidate, reachable bool) []string {
 	var out []string
 	if reachable {
 		for _, c := range cands {
@@ -81,7 +88,7 @@ func (s *Service) devicesFor(name string, cands []Candidate, reachable bool) []s
 			return out
 		}
 	}
-	if local, err := LocalName(name, s.cfg.HostID); err == nil {
+	if local, err := s.keys().Local(ctx, name); err == nil {
 		return []string{local}
 	}
 	return nil
@@ -90,11 +97,11 @@ func (s *Service) devicesFor(name string, cands []Candidate, reachable bool) []s
 // checkDeviceName refuses, on a daemon that serves every run itself
 // (StartUnmatched or no Reachable: one host), a device name of another
 // host, which it would never serve.
-func (s *Service) checkDeviceName(name string) error {
+func (s *Service) checkDeviceName(ctx context.Context, name string) error {
 	if s.cfg.Reachable != nil && !s.cfg.StartUnmatched {
 		return nil // a fleet: that host's daemon serves it
 	}
-	_, err := LocalName(name, s.cfg.HostID)
+	_, err := s.keys().Local(ctx, name)
 	return err
 }
 

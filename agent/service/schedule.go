@@ -88,7 +88,12 @@ func mergeOldestFirst(lists ...[]agent.Run) []agent.Run {
 // deviceNames are the device names that select c on this daemon's host
 // (what Candidate.Matches accepts), for the queue's reads and sightings.
 func (s *Service) deviceNames(c Candidate) []string {
+	// Both "<id>/<serial>" spellings Matches accepts: the device's own
+	// identity (fleetid: read from the device) and this host's.
 	out := []string{c.Serial, agent.DeviceKey(s.cfg.HostID, c.Serial)}
+	if c.ID != "" && c.ID != s.cfg.HostID {
+		out = append(out, agent.DeviceKey(c.ID, c.Serial))
+	}
 	for _, v := range []string{c.AVD, c.Model, c.Product, c.Device} {
 		if v != "" {
 			out = append(out, v)
@@ -211,7 +216,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		if isActive || now.Before(other) || (hasEnded && !endedAt.Before(listed)) {
 			continue
 		}
-		devices := s.devicesFor(r.Serial, cands, s.cfg.Reachable != nil)
+		devices := s.devicesFor(ctx, r.Serial, cands, s.cfg.Reachable != nil)
 		if now.Before(wait) {
 			// It keeps its device: later runs naming only it wait behind
 			// it. A run several devices serve holds none back.
@@ -280,8 +285,13 @@ func (s *Service) schedule(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				key, err := s.leaseKey(ctx, c.device, cands)
+				if err != nil {
+					errs[i] = err
+					return
+				}
 				sent[i] = time.Now()
-				leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, agent.DeviceKey(s.cfg.HostID, c.device), s.cfg.Holder, c.run.RunID, s.cfg.LeaseTTL)
+				leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, key, s.cfg.Holder, c.run.RunID, s.cfg.LeaseTTL)
 			}()
 		}
 		wg.Wait()

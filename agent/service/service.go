@@ -61,8 +61,10 @@ func (f RunnerFunc) Run(ctx context.Context, runID string) (agent.RunStatus, err
 
 // Device is one device the adb server knows, as GET /v1/devices shows it.
 type Device struct {
-	// ID is the device's identity in the fleet (agent.DeviceKey of the
-	// daemon's HostID and the serial), the key of its leases.
+	// ID is the device's identity in the fleet, the key of its leases
+	// (agent.DeviceKey of its identity read from the device and its
+	// serial; Keys.Key). Omitted for a device whose identity cannot be
+	// read (offline, unauthorized, not answering yet).
 	ID        string `json:"id,omitempty"`
 	Serial    string `json:"serial"`
 	State     string `json:"state"` // adb state: device, offline, unauthorized, …
@@ -116,13 +118,27 @@ type Config struct {
 	// lock it now holds; "" takes back nothing).
 	Holder       string
 	HolderPrefix string
+	// SharedLeases: the lease store is shared with daemons of other data
+	// dirs and hosts (a fleet's Postgres). Then HolderPrefix's leases are
+	// taken back only once expired by the store's clock: a data dir copied
+	// while its daemon runs carries that live daemon's instance in its
+	// lock, so the lock says which data dir is in use on this host, never
+	// that a holder is dead. A live one's lease is left to expire (the
+	// scheduler's takeover then ends it holder_lost). False (the embedded
+	// store, a file of the data dir whose lock this daemon holds): at once.
+	SharedLeases bool
 	// HostID identifies the machine of this daemon's adb server (see
-	// device.HostID): a run's device lease is keyed agent.DeviceKey(HostID,
-	// serial of the device chosen for it), so the daemons of a fleet that
-	// reach one device through one adb server contend for one lease, and
-	// every host's emulator-5554 is a device of its own. "" keys leases by
-	// the bare serial (one host).
+	// device.HostID): the lease of an AVD this host boots is keyed
+	// agent.DeviceKey(HostID, AVD name), and so is every device when
+	// Identity is nil. "" keys those by the bare name (one host).
 	HostID string
+	// Identity reads a connected device's identity from the device: its
+	// lease is keyed agent.DeviceKey(identity, serial), so every daemon
+	// that reaches the device (from any host, with any machine id, through
+	// any spelling of the adb server's address) contends for one lease,
+	// and every host's emulator-5554 is still a device of its own. nil:
+	// HostID keys every device.
+	Identity DeviceIdentity
 	// LeaseTTL (default 30 s) and Heartbeat (default TTL/3): a lease not
 	// renewed within its TTL may be taken by another run.
 	LeaseTTL  time.Duration
@@ -157,7 +173,7 @@ type Config struct {
 	// Reachable, when set, lists the devices this daemon can drive (adb
 	// devices in state "device", AVDs it can boot); the scheduler gives a
 	// run one free device its device name matches (Candidate.Matches: a
-	// serial, "<host id>/<serial>", an AVD name, a model, "android-<API
+	// serial, "<id>/<serial>", an AVD name, a model, "android-<API
 	// level>"), keys the lease by that device and drives the run on it (the
 	// lease's serial, which EnsureDevice resolves). A run that matches none
 	// is left to the daemons of the fleet that can serve it, unless
@@ -307,7 +323,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.HolderPrefix != "" {
 		taken, err := s.cfg.Leases.ReleaseHolderLeases(ctx, func(h string) bool {
 			return h != s.cfg.Holder && strings.HasPrefix(h, s.cfg.HolderPrefix)
-		}, agent.LeaseHolderLost)
+		}, s.cfg.SharedLeases, agent.LeaseHolderLost)
 		if err != nil {
 			return fmt.Errorf("service: take back leases: %w", err)
 		}
@@ -578,7 +594,7 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 		return agent.Run{}, agent.Wrap(agent.ErrPermission, agent.ErrForbidden,
 			"$.tenantId: the token of tenant %s cannot submit runs for tenant %s", sc.TenantID(), run.TenantID)
 	}
-	if err := s.checkDeviceName(run.Serial); err != nil {
+	if err := s.checkDeviceName(ctx, run.Serial); err != nil {
 		return agent.Run{}, err
 	}
 	if err := s.checkQueueRoom(ctx, run.TenantID); err != nil {
@@ -859,8 +875,10 @@ func (s *Service) Devices(ctx context.Context, sc agent.Scope) ([]Device, error)
 	}
 	s.mu.Unlock()
 	for i := range devs {
-		devs[i].ID = agent.DeviceKey(s.cfg.HostID, devs[i].Serial)
-		if l, ok := byKey[devs[i].ID]; ok {
+		if s.cfg.Identity == nil || devs[i].State == "device" {
+			devs[i].ID, _ = s.keys().Key(ctx, devs[i].Serial)
+		}
+		if l, ok := byKey[devs[i].ID]; ok && devs[i].ID != "" {
 			devs[i].HeldBy, devs[i].Lease = l.RunID, &l
 		}
 		if devs[i].Readiness == "" {
@@ -887,8 +905,14 @@ func (s *Service) Leases(ctx context.Context, sc agent.Scope, all bool) ([]agent
 }
 
 // DeviceKey is the lease key of this daemon's device with that serial
-// (agent.DeviceKey of Config.HostID).
-func (s *Service) DeviceKey(serial string) string { return agent.DeviceKey(s.cfg.HostID, serial) }
+// (Keys.Key); a device whose identity cannot be read now is keyed by the
+// host id (the key its leases had before identities were read from devices).
+func (s *Service) DeviceKey(ctx context.Context, serial string) string {
+	if k, err := s.keys().Key(ctx, serial); err == nil {
+		return k
+	}
+	return agent.DeviceKey(s.cfg.HostID, serial)
+}
 
 // LeasePage returns one page of the lease history sc sees, newest first
 // (agent.Leases.LeasePage; invalid_request_error for a query outside

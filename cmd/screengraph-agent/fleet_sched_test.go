@@ -16,24 +16,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
-	"github.com/screengraph/screengraph-agent/snapshots/pgtest"
 )
-
-// startPostgres starts a real Postgres of the test's own and returns the
-// URL of a fresh database.
-func startPostgres(t testing.TB) string {
-	t.Helper()
-	pg, err := pgtest.Start("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Close)
-	db, err := pg.NewDatabase(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
 
 // copyRun inserts, straight into Postgres, a PENDING run like run id of
 // tenant tenant with policy version policy (what the API would refuse),
@@ -95,7 +78,7 @@ func TestFleetMixedPolicySets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two daemons on a real Postgres")
 	}
-	db := startPostgres(t)
+	_, db := startPostgres(t)
 	srvA, srvB := simtest.StartADBServer(t), simtest.StartADBServer(t)
 	emu, _ := launchDefault(t, srvA)
 	appiumURL := "http://127.0.0.1:" + strconv.Itoa(simtest.FreePort(t)) // nobody: a run only has to start
@@ -166,7 +149,7 @@ func TestFleetPendingTimeoutAndCap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two daemons on a real Postgres")
 	}
-	db := startPostgres(t)
+	_, db := startPostgres(t)
 	srv := simtest.StartADBServer(t)
 	emu, _ := launchDefault(t, srv)
 	appiumURL := "http://127.0.0.1:" + strconv.Itoa(simtest.FreePort(t))

@@ -91,6 +91,12 @@ type hostStore interface {
 	agent.StoreClock
 }
 
+// Both stores initialise the policy store's keys in one transaction.
+var (
+	_ policy.KVInit = (*postgres.Store)(nil)
+	_ policy.KVInit = (*sqlite.Store)(nil)
+)
+
 // host holds the running pieces; Close stops them in reverse order, after the
 // relay has published what the runs committed.
 type host struct {
@@ -104,9 +110,13 @@ type host struct {
 	relay   *relay.Relay
 	relayBg *relay.Background
 	adb     *adb.Client
-	// hostID identifies the adb server's machine (device.HostID): device
-	// leases are keyed agent.DeviceKey(hostID, serial).
+	// hostID identifies the adb server's machine (device.HostID): the
+	// leases of AVDs this host boots are keyed agent.DeviceKey(hostID,
+	// AVD name). reach lists the devices and reads their identities
+	// (service.Keys): a connected device's lease is keyed by what the
+	// device says of itself, whichever host or daemon asks.
 	hostID string
+	reach  *adbdevice.Reachable
 	driver *appium.Client
 	engine *agent.Engine
 	graph  *agent.Graph
@@ -156,6 +166,7 @@ func (h *host) open(ctx context.Context) (err error) {
 	if h.hostID, err = device.HostID(ctx, cfg.ADBServer); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "identifying the adb server's machine")
 	}
+	h.reach = adbdevice.NewReachable(h.adb, emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil).ListAVDs)
 	if cfg.DatabaseURL != "" {
 		// Migrates under goose's advisory lock: daemons starting together
 		// migrate once.
@@ -300,7 +311,7 @@ func (h *host) Close(ctx context.Context) {
 func (h *host) oneShot(holder string, text bool, started string) (o service.OneShot, begun *bool) {
 	begun = new(bool)
 	return service.OneShot{Leases: h.store, Runner: agent.GraphRunner{Engine: h.engine, Graph: h.graph},
-		HostID: h.hostID, Holder: holder, LeaseTTL: 30 * time.Second,
+		HostID: h.hostID, Identity: h.reach, Holder: holder, LeaseTTL: 30 * time.Second,
 		Waiting: func(err error) {
 			if text {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)

@@ -147,8 +147,8 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(os.Stderr, "started a local Appium server in %v\n", h.AppiumStart.Round(time.Millisecond))
 	}
 	run.PolicyVersion = h.policies.Current().PolicyVersion
-	// "<host id>/<serial>" names this host's device or is refused.
-	if _, err := service.LocalName(run.Serial, h.hostID); err != nil {
+	// "<id>/<serial>" names this host's device or AVD or is refused.
+	if _, err := (service.Keys{HostID: h.hostID, Identity: h.reach}).Local(ctx, run.Serial); err != nil {
 		return c.fail(nil, err)
 	}
 	if err := h.store.CreateRun(ctx, run); err != nil {

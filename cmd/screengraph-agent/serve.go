@@ -30,7 +30,6 @@ import (
 	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device/adbdevice"
 	"github.com/screengraph/screengraph-agent/device/artifacts"
-	"github.com/screengraph/screengraph-agent/emulator"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
@@ -286,7 +285,8 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	newID := func() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
 	// The lease holder is this process's instance id: it names neither the
 	// host nor the data dir (it shows in /v1/devices). The data dir's lock
-	// names the previous daemon's, whose leases Start takes back at once.
+	// names the previous daemon's, whose leases Start takes back (at once on
+	// the embedded store; in a fleet once Postgres saw them expire).
 	holder := "serve:" + newID()
 	lock, predecessor, err := sqlite.LockDataDir(cfg.DataDir, holder)
 	if err != nil {
@@ -331,7 +331,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// runs, and a run none of them matches is left to the daemons that can
 	// serve it; one host: such a run starts on its name as given, so
 	// EnsureDevice tells what is wrong (device_not_found, offline).
-	reach := adbdevice.NewReachable(h.adb, emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil).ListAVDs)
+	reach := h.reach
 	// Other daemons' new runs and lease releases wake the scheduler through
 	// the store (Postgres NOTIFY); the tick is the fallback for what
 	// notifies no one (a lease that expired, a notification lost with a
@@ -346,8 +346,10 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		Devices:       adbdevice.Inventory{ADB: h.adb},
 		Policy:        h.policies,
 		DefaultTenant: cfg.Tenant,
-		Holder:        holder, HolderPrefix: sqlite.PredecessorPrefix(cfg.DataDir, predecessor), HostID: h.hostID,
-		LeaseTTL: cfg.LeaseTTL, NewID: newID, PendingTimeout: cfg.PendingTimeout, MaxPendingPerTenant: cfg.MaxPendingPerTenant,
+		Holder:        holder, HolderPrefix: sqlite.PredecessorPrefix(cfg.DataDir, predecessor), HostID: h.hostID, Identity: reach,
+		// Fleet: the predecessor's leases only once the store saw them expire.
+		SharedLeases: cfg.DatabaseURL != "",
+		LeaseTTL:     cfg.LeaseTTL, NewID: newID, PendingTimeout: cfg.PendingTimeout, MaxPendingPerTenant: cfg.MaxPendingPerTenant,
 		Probe: adbdevice.NewBootCompletedProbe(h.adb), Reachable: appium.Gate{Reachability: reach, Down: &appiumDown}, StartUnmatched: cfg.DatabaseURL == "", Tick: tick,
 		Logf:      func(format string, args ...any) { log.Info().Msgf(format, args...) },
 		Artifacts: h.store, Blobs: h.blobs,

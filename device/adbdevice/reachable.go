@@ -2,6 +2,8 @@ package adbdevice
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,11 +19,13 @@ import (
 // (service.Config.Reachable): the adb server's devices in state "device",
 // with their model, product and device names (`adb devices -l`), AVD name
 // (getprop ro.boot.qemu.avd_name, else ro.kernel.qemu.avd_name, for
-// emulator-P serials) and API level (getprop ro.build.version.sdk), read
-// once per device connection (cached by serial and transport id, dropped
-// when the connection is gone); and the AVDs the host can boot that no
-// running emulator runs (listed at most every AVDsEvery, since listing
-// starts a process). Make one with NewReachable; safe for concurrent use.
+// emulator-P serials), API level (getprop ro.build.version.sdk) and
+// identity (DeviceID), read once per device connection (cached by serial
+// and transport id, dropped when the connection is gone); and the AVDs the
+// host can boot that no running emulator runs (listed at most every
+// AVDsEvery, since listing starts a process). It is the daemon's
+// service.DeviceIdentity too. Make one with NewReachable; safe for
+// concurrent use.
 type Reachable struct {
 	adb       *adb.Client
 	listAVDs  func(ctx context.Context) ([]string, error)
@@ -38,9 +42,13 @@ type Reachable struct {
 type deviceProps struct {
 	avd      string
 	apiLevel int
+	id       string // DeviceID; "" until the device answered
 }
 
-var _ service.Reachability = (*Reachable)(nil)
+var (
+	_ service.Reachability   = (*Reachable)(nil)
+	_ service.DeviceIdentity = (*Reachable)(nil)
+)
 
 // AVDsEvery is how long a listing of the host's AVDs is reused (30 s).
 const AVDsEvery = 30 * time.Second
@@ -53,10 +61,11 @@ func NewReachable(c *adb.Client, listAVDs func(ctx context.Context) ([]string, e
 }
 
 // Candidates returns the reachable devices: each adb device in state
-// "device" as its serial, then each AVD not running as its name (Serial
-// and AVD both the name). Errors: the adb server's, wrapped ("adb server:
-// …"); a device whose getprop fails is listed without AVD and API level
-// and read again next time.
+// "device" as its serial, with its identity (DeviceID), then each AVD not
+// running as its name (Serial and AVD both the name, no ID). Errors: the
+// adb server's, wrapped ("adb server: …"); a device whose identity cannot
+// be read (it does not answer getprop yet) is left out and read again next
+// time: keyed otherwise, its lease would not be the one other daemons take.
 func (r *Reachable) Candidates(ctx context.Context) ([]service.Candidate, error) {
 	infos, err := r.adb.Devices(ctx)
 	if err != nil {
@@ -75,7 +84,10 @@ func (r *Reachable) Candidates(ctx context.Context) ([]service.Candidate, error)
 		if p.avd != "" {
 			running[p.avd] = true
 		}
-		out = append(out, service.Candidate{Serial: d.Serial, AVD: p.avd, Model: d.Model, Product: d.Product,
+		if p.id == "" {
+			continue
+		}
+		out = append(out, service.Candidate{Serial: d.Serial, ID: p.id, AVD: p.avd, Model: d.Model, Product: d.Product,
 			Device: d.Device, APILevel: p.apiLevel})
 	}
 	r.mu.Lock()
@@ -93,8 +105,57 @@ func (r *Reachable) Candidates(ctx context.Context) ([]service.Candidate, error)
 	return out, nil
 }
 
-// propsOf reads a device's AVD name and API level once per connection; a
-// device that does not answer (yet) is read again at the next round.
+// DeviceID implements service.DeviceIdentity: the identity of the device
+// with adb serial serial in state "device", read once per connection (see
+// identity). Errors: service.ErrNoDevice when the adb server lists no such
+// device in state "device"; the adb server's; one saying the device did not
+// answer (it is asked again next time).
+func (r *Reachable) DeviceID(ctx context.Context, serial string) (string, error) {
+	infos, err := r.adb.Devices(ctx)
+	if err != nil {
+		return "", fmt.Errorf("adb server: %w", err)
+	}
+	for _, d := range infos {
+		if d.Serial != serial || d.State != parse.StateDevice {
+			continue
+		}
+		if p := r.propsOf(ctx, d.Serial+"#"+strconv.FormatInt(d.TransportID, 10), d.Serial); p.id != "" {
+			return p.id, nil
+		}
+		return "", fmt.Errorf("device %s: its properties could not be read yet", serial)
+	}
+	return "", fmt.Errorf("device %s: %w", serial, service.ErrNoDevice)
+}
+
+// identityCmd prints what identifies a device whoever asks: its serial
+// number properties (a phone's hardware serial) and the android_id the
+// device generated at its first boot (an emulator's, whose serial number
+// properties its image fixes).
+const identityCmd = "getprop ro.serialno; getprop ro.boot.serialno; settings get secure android_id"
+
+// identity is a device's id: 12 hex digits of a SHA-256 over identityCmd's
+// three lines and the AVD name ("" but for emulators), the same for every
+// daemon that reaches the device. "" until the device prints all of it: a
+// device still booting answers getprop before its settings provider, and
+// an id read without the android_id would differ from the one read after.
+func identity(out, avd string) string {
+	lines := strings.Split(strings.TrimRight(strings.ReplaceAll(out, "\r\n", "\n"), "\n"), "\n")
+	if len(lines) != 3 {
+		return ""
+	}
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	if lines[2] == "" || lines[2] == "null" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte("screengraph device\x00" + strings.Join(lines, "\x00") + "\x00" + avd))
+	return hex.EncodeToString(sum[:6])
+}
+
+// propsOf reads a device's AVD name, API level and identity once per
+// connection; a device that does not answer (yet) is read again at the
+// next round.
 func (r *Reachable) propsOf(ctx context.Context, key, serial string) deviceProps {
 	r.mu.Lock()
 	p, ok := r.props[key]
@@ -119,6 +180,13 @@ func (r *Reachable) propsOf(ctx context.Context, key, serial string) deviceProps
 				break
 			}
 		}
+	}
+	out, err := r.adb.ShellOutput(gctx, serial, identityCmd)
+	if err != nil {
+		return p
+	}
+	if p.id = identity(out, p.avd); p.id == "" {
+		return p
 	}
 	r.mu.Lock()
 	if r.props == nil {

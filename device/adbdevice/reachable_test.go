@@ -101,3 +101,51 @@ func TestReachableCandidates(t *testing.T) {
 		t.Errorf("adb server down: %v", err)
 	}
 }
+
+// A device's identity is what the device says of itself, not who asks: two
+// Reachables on one adb server under two spellings of its address (as two
+// daemons with different machine ids would be) read one id for a device;
+// two devices differ; a name no connected device has is ErrNoDevice (an AVD
+// to boot, keyed by the host id); candidates carry the same id.
+func TestReachableDeviceID(t *testing.T) {
+	srv := simtest.StartADBServer(t)
+	phone := launch(t, srv, android.Profile{Name: "phone", APILevel: 33,
+		Props: map[string]string{"ro.serialno": "R58N12ABCDE", "ro.boot.serialno": "R58N12ABCDE"}})
+	emu := launch(t, srv, android.Profile{Name: "emu", APILevel: 34, Props: map[string]string{"ro.boot.qemu.avd_name": "Pixel_A"}})
+	srv.WaitState(t, phone.Serial(), "device", 10*time.Second)
+	srv.WaitState(t, emu.Serial(), "device", 10*time.Second)
+	_, port, _ := net.SplitHostPort(srv.Addr())
+	ctx := context.Background()
+	r1 := adbdevice.NewReachable(adb.New(srv.Addr()), nil)
+	r2 := adbdevice.NewReachable(adb.New("localhost:"+port), nil)
+	ids := map[string]string{}
+	for _, serial := range []string{phone.Serial(), emu.Serial()} {
+		a, err := r1.DeviceID(ctx, serial)
+		if err != nil {
+			t.Fatalf("DeviceID(%s): %v", serial, err)
+		}
+		b, err := r2.DeviceID(ctx, serial)
+		if err != nil || a != b {
+			t.Fatalf("DeviceID(%s) = %s through %s, %s, %v through localhost", serial, a, srv.Addr(), b, err)
+		}
+		if len(a) != 12 || strings.Trim(a, "0123456789abcdef") != "" {
+			t.Fatalf("DeviceID(%s) = %q, want 12 hex digits", serial, a)
+		}
+		ids[serial] = a
+	}
+	if ids[phone.Serial()] == ids[emu.Serial()] {
+		t.Errorf("two devices share the id %s", ids[phone.Serial()])
+	}
+	if _, err := r1.DeviceID(ctx, "Pixel_B"); !errors.Is(err, service.ErrNoDevice) {
+		t.Errorf("DeviceID of an AVD name: %v, want ErrNoDevice", err)
+	}
+	cands, err := r2.Candidates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cands {
+		if c.ID != ids[c.Serial] {
+			t.Errorf("candidate %s has id %q, DeviceID says %q", c.Serial, c.ID, ids[c.Serial])
+		}
+	}
+}

@@ -197,8 +197,9 @@ func (s *Store) ReleaseLease(ctx context.Context, serial string, token int64, re
 // ReleaseHolderLeases implements agent.Leases and returns the leases it
 // ended, released, in acquisition order. The release is one UPDATE of the
 // matching tokens still active, so a lease released or taken over meanwhile
-// is left alone and not returned.
-func (s *Store) ReleaseHolderLeases(ctx context.Context, match func(string) bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
+// is left alone and not returned; with expiredOnly the same UPDATE leaves a
+// lease unexpired by the database's clock alone.
+func (s *Store) ReleaseHolderLeases(ctx context.Context, match func(string) bool, expiredOnly bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
 	if reason == "" {
 		return nil, fmt.Errorf("release holder leases without a reason: %w", snapshots.ErrInvalid)
 	}
@@ -216,8 +217,8 @@ func (s *Store) ReleaseHolderLeases(ctx context.Context, match func(string) bool
 		return nil, nil
 	}
 	out, err := collect(pgScanLease)(s.pool.Query(ctx, `UPDATE device_leases SET released_at = `+pgNow(1)+`, release_reason = $2
-		WHERE fencing_token = ANY($3) AND released_at IS NULL RETURNING `+storekit.LeaseCols,
-		s.leaseClockArg(), string(reason), tokens))
+		WHERE fencing_token = ANY($3) AND released_at IS NULL AND (NOT $4 OR expires_at <= `+pgNow(1)+`) RETURNING `+storekit.LeaseCols,
+		s.leaseClockArg(), string(reason), tokens, expiredOnly))
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -628,6 +630,29 @@ func (s *Store) PutKV(ctx context.Context, key string, value []byte) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES ($1, $2, $3)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, storekit.StoreTime(s.clock.Now()))
 	return err
+}
+
+// InitKV sets each key of kvs that is not set yet, all in one transaction
+// (INSERT … ON CONFLICT DO NOTHING): keys already set keep their values, so
+// daemons initialising the shared store at once all succeed, and none sees
+// part of another's initialisation (policy.KVInit).
+func (s *Store) InitKV(ctx context.Context, kvs map[string][]byte) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	now := storekit.StoreTime(s.clock.Now())
+	for _, k := range slices.Sorted(maps.Keys(kvs)) {
+		v := kvs[k]
+		if v == nil {
+			v = []byte{}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING`, k, v, now); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
 }
 
 // collect(scan)(rows, err) is pgx.AppendRows from a nil slice with scan for

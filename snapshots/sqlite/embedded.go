@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -864,6 +866,31 @@ func (s *Store) PutKV(ctx context.Context, key string, value []byte) error {
 	_, err = w.ExecContext(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES (?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, storekit.FmtTime(s.clock.Now()))
 	return err
+}
+
+// InitKV sets each key of kvs that is not set yet, all in one transaction;
+// keys already set keep their values (policy.KVInit).
+func (s *Store) InitKV(ctx context.Context, kvs map[string][]byte) error {
+	w, err := s.writer()
+	if err != nil {
+		return err
+	}
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	now := storekit.FmtTime(s.clock.Now())
+	for _, k := range slices.Sorted(maps.Keys(kvs)) {
+		v := kvs[k]
+		if v == nil {
+			v = []byte{}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING`, k, v, now); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // ownerOnly creates the database file mode 0600 (SQLite gives its -wal and

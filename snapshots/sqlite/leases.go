@@ -221,8 +221,9 @@ func (s *Store) ReleaseLease(ctx context.Context, serial string, token int64, re
 }
 
 // ReleaseHolderLeases implements agent.Leases in one IMMEDIATE transaction
-// and returns the leases it ended, released, in acquisition order.
-func (s *Store) ReleaseHolderLeases(ctx context.Context, match func(string) bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
+// and returns the leases it ended, released, in acquisition order (with
+// expiredOnly, those expired by the store's clock).
+func (s *Store) ReleaseHolderLeases(ctx context.Context, match func(string) bool, expiredOnly bool, reason agent.LeaseReleaseReason) ([]agent.Lease, error) {
 	if reason == "" {
 		return nil, fmt.Errorf("release holder leases without a reason: %w", snapshots.ErrInvalid)
 	}
@@ -242,7 +243,7 @@ func (s *Store) ReleaseHolderLeases(ctx context.Context, match func(string) bool
 	}
 	var out []agent.Lease
 	for _, l := range active {
-		if !match(l.Holder) {
+		if !match(l.Holder) || (expiredOnly && l.ExpiresAt.After(now)) {
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE device_leases SET released_at = ?, release_reason = ? WHERE fencing_token = ?`,

@@ -56,6 +56,7 @@ func RunLeases(t *testing.T, newLeases func(t *testing.T, clock agent.Clock) age
 		{"AcquireFree", testLeaseAcquireFree},
 		{"HeldByAnotherRun", testLeaseHeld},
 		{"ReacquireRenews", testLeaseReacquireRenews},
+		{"ReacquireExpiredIsNewAcquisition", testLeaseReacquireExpired},
 		{"SameRunOtherHolderTakesOverAfterExpiry", testLeaseTakeover},
 		{"ExpiredNotHandedOutDuringGrace", testLeaseGrace},
 		{"ExpiredTakenOver", testLeaseExpiry},
@@ -63,6 +64,7 @@ func RunLeases(t *testing.T, newLeases func(t *testing.T, clock agent.Clock) age
 		{"Release", testLeaseRelease},
 		{"StaleFencingToken", testLeaseStaleToken},
 		{"ReleaseHolderLeases", testLeaseReleaseHolder},
+		{"ReleaseHolderLeasesExpiredOnly", testLeaseReleaseHolderExpired},
 		{"ActiveAndHistoryOrder", testLeaseHistoryOrder},
 		{"PageNewestFirst", testLeasePage},
 		{"FencingTokensIncrease", testLeaseTokensIncrease},
@@ -301,6 +303,32 @@ func testLeaseReacquireRenews(t *testing.T, s agent.Leases, c *Clock) {
 	wantErr(t, "another run after the re-acquisition", err, agent.ErrLeaseHeld)
 }
 
+// A holder re-acquiring its own lease after it expired (a run stopped by a
+// store outage, resumed by the same daemon) makes a new acquisition with a
+// larger fencing token: the old token no longer passes the fence, so a late
+// commit of the stopped attempt cannot land. Inside the grace as after it.
+func testLeaseReacquireExpired(t *testing.T, s agent.Leases, c *Clock) {
+	for _, wait := range []time.Duration{leaseTTL, handOut} {
+		runA := newRunID()
+		old := mustAcquire(t, s, "emulator-5554", "daemon-1", runA, leaseTTL)
+		c.Advance(wait)
+		nl, err := s.AcquireLease(ctx(t), "emulator-5554", "daemon-1", runA, leaseTTL)
+		if err != nil {
+			t.Fatalf("re-acquire %v after: %v", wait, err)
+		}
+		checkFresh(t, nl, "emulator-5554", "daemon-1", runA, c.Now(), leaseTTL)
+		if nl.FencingToken <= old.FencingToken {
+			t.Fatalf("re-acquired %v after expiry: fencing token %d, want > %d (a new acquisition)", wait-leaseTTL, nl.FencingToken, old.FencingToken)
+		}
+		h := history(t, s, "emulator-5554")
+		sameLeases(t, "last two leases", h[len(h)-2:], released(old, c.Now(), agent.LeaseExpired), nl)
+		sameLeases(t, "active", active(t, s), nl)
+		_, err = s.RenewLease(ctx(t), "emulator-5554", old.FencingToken, leaseTTL)
+		wantErr(t, "renew under the old token", err, agent.ErrLeaseLost)
+		mustRelease(t, s, nl, agent.LeaseFinished)
+	}
+}
+
 func testLeaseTakeover(t *testing.T, s agent.Leases, c *Clock) {
 	runA := newRunID()
 	old := mustAcquire(t, s, "emulator-5554", "daemon-1", runA, leaseTTL)
@@ -486,7 +514,7 @@ func testLeaseReleaseHolder(t *testing.T, s agent.Leases, c *Clock) {
 		seen = append(seen, h)
 		mu.Unlock()
 		return strings.HasPrefix(h, "daemon-1/") && h != "daemon-1/pid-200"
-	}, agent.LeaseHolderLost)
+	}, false, agent.LeaseHolderLost)
 	if err != nil {
 		t.Fatalf("ReleaseHolderLeases: %v", err)
 	}
@@ -502,17 +530,41 @@ func testLeaseReleaseHolder(t *testing.T, s agent.Leases, c *Clock) {
 		released(d, dRel, agent.LeaseFinished), e)
 	_, err = s.RenewLease(ctx(t), a.Serial, a.FencingToken, leaseTTL)
 	wantErr(t, "renew a lease taken back", err, agent.ErrLeaseLost)
-	again, err := s.ReleaseHolderLeases(ctx(t), func(h string) bool { return strings.HasPrefix(h, "daemon-1/pid-100") }, agent.LeaseHolderLost)
+	again, err := s.ReleaseHolderLeases(ctx(t), func(h string) bool { return strings.HasPrefix(h, "daemon-1/pid-100") }, false, agent.LeaseHolderLost)
 	if err != nil || len(again) != 0 {
 		t.Errorf("second ReleaseHolderLeases = %d leases, %v; want none", len(again), err)
 	}
-	none, err := s.ReleaseHolderLeases(ctx(t), func(string) bool { return false }, agent.LeaseShutdown)
+	none, err := s.ReleaseHolderLeases(ctx(t), func(string) bool { return false }, false, agent.LeaseShutdown)
 	if err != nil || len(none) != 0 {
 		t.Errorf("ReleaseHolderLeases(match nothing) = %d leases, %v; want none", len(none), err)
 	}
 	sameLeases(t, "active at the end", active(t, s), cli, e)
 	// The devices taken back are free.
 	mustAcquire(t, s, a.Serial, "daemon-1/pid-300", a.RunID, leaseTTL)
+}
+
+// With expiredOnly a holder's leases are ended only once expired by the
+// store's clock: a live holder that a local record calls dead (a copied
+// data dir's lock) keeps its lease, renews it and commits under it.
+func testLeaseReleaseHolderExpired(t *testing.T, s agent.Leases, c *Clock) {
+	live := mustAcquire(t, s, "emulator-5554", "daemon-1", newRunID(), leaseTTL)
+	c.Advance(leaseTTL / 2)
+	dead := mustAcquire(t, s, "emulator-5556", "daemon-1", newRunID(), leaseTTL/4)
+	c.Advance(leaseTTL / 4)
+	dead2 := mustAcquire(t, s, "emulator-5558", "daemon-1", newRunID(), leaseTTL/8)
+	c.Advance(leaseTTL / 8)
+	// live: 3/8 TTL left; dead: expired 0 s ago (expiry = now); dead2 too.
+	got, err := s.ReleaseHolderLeases(ctx(t), func(h string) bool { return h == "daemon-1" }, true, agent.LeaseHolderLost)
+	if err != nil {
+		t.Fatalf("ReleaseHolderLeases(expiredOnly): %v", err)
+	}
+	slices.SortFunc(got, byToken)
+	now := c.Now()
+	sameLeases(t, "ended", got, released(dead, now, agent.LeaseHolderLost), released(dead2, now, agent.LeaseHolderLost))
+	sameLeases(t, "active", active(t, s), live)
+	if _, err := s.RenewLease(ctx(t), live.Serial, live.FencingToken, leaseTTL); err != nil {
+		t.Errorf("the live holder renews after the take-back: %v", err)
+	}
 }
 
 // Interleaved acquisitions, releases and takeovers on three devices:

@@ -42,16 +42,23 @@ func RunElsewhere(other agent.Lease, now time.Time) error {
 }
 
 // TakeOver decides an acquisition of a device whose active lease is cur:
-// "" when it is cur's own (same run and holder: renew it), the reason to
-// release cur with when it may be taken over, ErrLeaseHeld otherwise.
+// "" when it is cur's own and unexpired (same run and holder: renew it), the
+// reason to release cur with when it may be taken over, ErrLeaseHeld
+// otherwise. A holder re-acquiring its own expired lease gets a new lease
+// (LeaseExpired ends the old one): the fencing token grows with every
+// acquisition, so a commit still in flight under the old token (the attempt
+// that stopped when the lease expired) fails its fence.
 func TakeOver(cur agent.Lease, holder, runID string, now time.Time) (agent.LeaseReleaseReason, error) {
 	// An expired lease is handed out one of its holder's heartbeats (its TTL/3)
 	// after its expiry: the holder stops driving the device when it cannot
 	// renew in time, and gets that long to let go of a node in flight.
 	handOut := PastGrace(cur, now)
 	switch {
-	case cur.RunID == runID && cur.Holder == holder:
+	case cur.RunID == runID && cur.Holder == holder && cur.ExpiresAt.After(now):
 		return "", nil
+	case cur.RunID == runID && cur.Holder == holder:
+		// Its own holder asks again: no grace to wait for.
+		return agent.LeaseExpired, nil
 	case cur.RunID == runID && handOut:
 		return agent.LeaseHolderLost, nil
 	case handOut:
