@@ -388,6 +388,9 @@ func (r *runner) commit(ctx context.Context, events []Event, snap *Snapshot, fro
 		NoOtherControl: to.Terminal(), Artifacts: arts}
 	for _, c := range ctrl {
 		st.Controls = append(st.Controls, c.ID)
+		if c.Kind == KindPolicySwitchRequested {
+			st.PolicyVersion = r.st.PolicyVersion // the row shows the version in force
+		}
 	}
 	err := r.e.Store.CommitStep(ctx, st)
 	if errors.Is(err, ErrStatusConflict) || errors.Is(err, ErrControlPending) {

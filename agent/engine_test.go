@@ -775,6 +775,10 @@ func TestPolicySwitchSurvivesStopDuringNextNode(t *testing.T) {
 		if p, _ := f.store.PendingControl(context.Background(), testRunID); len(p) != 1 || p[0].ID != id {
 			t.Fatalf("pending after the stop: %+v, want the switch %s", p, id)
 		}
+		// Not taken yet, so the run row still names the submitted version.
+		if r, _ := f.store.GetRun(context.Background(), agent.Admin(), testRunID); r.PolicyVersion != 1 {
+			t.Fatalf("run row policy version %d before the switch was taken, want 1", r.PolicyVersion)
+		}
 
 		b.BlockUntilDone, b.OnRun = false, nil
 		f.eng.IDs = agent.NewULIDs(agent.SystemClock{}, rand.New(rand.NewSource(8))) // a new daemon
@@ -792,6 +796,11 @@ func TestPolicySwitchSurvivesStopDuringNextNode(t *testing.T) {
 		}
 		if p, _ := f.store.PendingControl(context.Background(), testRunID); len(p) != 0 {
 			t.Fatalf("pending at the end: %+v", p)
+		}
+		// The commit that took the switch set the row's version: run lists
+		// (which read rows) agree with the detail (which reads events).
+		if r, _ := f.store.GetRun(context.Background(), agent.Admin(), testRunID); r.PolicyVersion != 2 {
+			t.Fatalf("run row policy version %d after the switch, want 2", r.PolicyVersion)
 		}
 	})
 }

@@ -38,6 +38,10 @@ type Step struct {
 	// written) when the run has a pending request not in Controls: a terminal
 	// transition must not strand a request the engine has not seen.
 	NoOtherControl bool
+	// PolicyVersion, when > 0, becomes the run row's policy_version: the
+	// version in force after the policy switch this step takes, so that
+	// run lists show what the run's detail and events say.
+	PolicyVersion int
 	// Artifacts are evidence rows (ArtifactIndex) written in the step's
 	// transaction; their blobs are already in the BlobStore. A row that
 	// breaks CheckArtifact fails the commit with ErrInvalidArtifact and

@@ -199,6 +199,10 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 		}
 		s.snapshots[st.RunID][st.Snapshot.StepOrdinal] = *st.Snapshot
 	}
+	if st.PolicyVersion > 0 {
+		r.PolicyVersion = st.PolicyVersion
+		s.runs[st.RunID] = r
+	}
 	if st.StatusTo != "" {
 		r.Status = st.StatusTo
 		r.UpdatedAt = time.Now().UTC()

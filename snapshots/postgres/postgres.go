@@ -338,6 +338,11 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 			return err
 		}
 	}
+	if st.PolicyVersion > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE runs SET policy_version = $1 WHERE run_id = $2`, st.PolicyVersion, st.RunID); err != nil {
+			return err
+		}
+	}
 	var step *int
 	if st.Snapshot != nil {
 		step = &st.Snapshot.StepOrdinal

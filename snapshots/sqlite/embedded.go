@@ -442,6 +442,11 @@ func (s *Store) commitStepTx(ctx context.Context, tx *sql.Tx, st agent.Step, evs
 			return err
 		}
 	}
+	if st.PolicyVersion > 0 {
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET policy_version = ? WHERE run_id = ?`, st.PolicyVersion, st.RunID); err != nil {
+			return err
+		}
+	}
 	var step any
 	if st.Snapshot != nil {
 		step = st.Snapshot.StepOrdinal

@@ -84,6 +84,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Runs", testRuns},
 		{"ListRunsPages", testListRunsPages},
 		{"CommitStep", testCommitStep},
+		{"CommitStepPolicyVersion", testCommitStepPolicyVersion},
 		{"CommitStepCASFailureWritesNothing", testCASFailureWritesNothing},
 		{"CommitStepDuplicateSequenceWritesNothing", testDuplicateSequence},
 		{"CommitStepGapAndInvalid", testGapAndInvalid},
@@ -984,5 +985,35 @@ func testEventsAfter(t *testing.T, s agent.Store) {
 	}
 	if last, err := s.LastSequence(ctx(t), ulid.Make().String()); err != nil || last != 0 {
 		t.Errorf("LastSequence(no events) = %d, %v; want 0", last, err)
+	}
+}
+
+// A step that takes a policy switch (Step.PolicyVersion) sets the run row's
+// policy_version in its transaction, so run lists agree with the run's
+// detail; a step without one leaves it.
+func testCommitStepPolicyVersion(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("01HZX0TENANT1234567890", "emulator-5554"))
+	mustCommit(t, s, agent.Step{RunID: r.RunID, Events: []agent.Event{Event(r, 1, agent.KindRunStarted, `{"graph":"setup"}`)},
+		StatusFrom: []agent.RunStatus{agent.RunPending}, StatusTo: agent.RunRunning})
+	step := NodeStep(r, 2, 0, "EnsureDevice")
+	mustCommit(t, s, step)
+	if got, err := s.GetRun(ctx(t), agent.Admin(), r.RunID); err != nil || got.PolicyVersion != r.PolicyVersion {
+		t.Fatalf("policy version %d (%v) after a step without a switch, want %d", got.PolicyVersion, err, r.PolicyVersion)
+	}
+	step = NodeStep(r, 5, 1, "ProvisionApp")
+	step.PolicyVersion = r.PolicyVersion + 1
+	mustCommit(t, s, step)
+	got, err := s.GetRun(ctx(t), agent.Admin(), r.RunID)
+	if err != nil || got.PolicyVersion != r.PolicyVersion+1 {
+		t.Fatalf("policy version %d (%v) after the switch's step, want %d", got.PolicyVersion, err, r.PolicyVersion+1)
+	}
+	runs, err := s.ListRuns(ctx(t), agent.Admin(), agent.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range runs {
+		if l.RunID == r.RunID && l.PolicyVersion != r.PolicyVersion+1 {
+			t.Errorf("ListRuns shows policy version %d, want %d", l.PolicyVersion, r.PolicyVersion+1)
+		}
 	}
 }
