@@ -208,6 +208,9 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, agent.ErrControlBacklog):
 		return http.StatusTooManyRequests
+	case errors.As(err, &ae) && ae.ID == agent.ErrResourceExhausted:
+		// The daemon's host is out of disk or descriptors: come back later.
+		return http.StatusServiceUnavailable
 	case errors.Is(err, service.ErrStopping):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
@@ -216,7 +219,16 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
+// RetryAfterExhausted is the Retry-After (seconds) of a 503 for
+// resource_exhausted: a full disk or a descriptor shortage rarely passes
+// within a second, and clients retrying at once would add to it.
+const RetryAfterExhausted = 5
+
 func writeError(w http.ResponseWriter, status int, err error) {
+	var ae *agent.Error
+	if status == http.StatusServiceUnavailable && errors.As(err, &ae) && ae.ID == agent.ErrResourceExhausted {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterExhausted))
+	}
 	node := ""
 	var ne interface{ NodeName() string }
 	if errors.As(err, &ne) {

@@ -367,7 +367,12 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// prune at a time and the others find nothing left.
 	cleaner := &retention.Cleaner{Store: h.store, Retention: cfg.Retention, Evidence: h.store, Blobs: h.blobs,
 		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) }}
-	err = service.Daemon{Service: svc, Server: httpapi.NewServer(api, httpapi.DefaultLimits), Listener: ln,
+	// Floods: the HTTP connections are capped below the descriptor limit,
+	// whose rest stays for adb, Appium, the store and NATS (httpapi/conns.go).
+	srv := httpapi.NewServer(api, httpapi.DefaultLimits)
+	lln, conns := httpapi.LimitConns(srv, ln, httpapi.ConnLimitsFor(httpapi.DescriptorLimit()))
+	reg.MustRegister(conns.Metrics()...)
+	err = service.Daemon{Service: svc, Server: srv, Listener: lln,
 		Background: []func(context.Context){cleaner.Run},
 		Ready: func() {
 			// systemd (Type=notify): ready once the API listens and runs resume.
@@ -375,6 +380,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 				log.Warn().Err(err).Msg("sd_notify READY=1")
 			}
 			log.Info().Str("http", "http://"+ln.Addr().String()).Str("nats", agent.RedactString(h.NATSClientURL)).
+				Int("http_max_conns", conns.Limits().MaxConns).Int("http_max_conns_per_addr", conns.Limits().MaxConnsPerAddr).
 				Str("data_dir", cfg.DataDir).Str("holder", svc.Holder()).Msg("serving")
 		},
 		Log: func(level slog.Level, msg string, err error) { log.WithLevel(zerologLevel(level)).Err(err).Msg(msg) },
