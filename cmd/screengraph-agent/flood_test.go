@@ -43,6 +43,8 @@ func startDaemonLimited(t *testing.T, srv *simtest.ADBServer, nofile int, dataDi
 	}
 	if dataDir == "" {
 		dataDir = t.TempDir()
+	} else if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		t.Fatal(err)
 	}
 	d := &daemon{t: t, bin: bin, srv: srv, dataDir: dataDir,
 		httpPort: simtest.FreePort(t), natsPort: simtest.FreePort(t), extra: extra}
