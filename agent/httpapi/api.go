@@ -61,6 +61,10 @@ type Config struct {
 	// Tokens, when set, turns on Bearer authentication and tenant scoping
 	// once the store holds a token (auth.go); nil: no authentication.
 	Tokens agent.Tokens
+	// Revocations, when set, ends a token's requests (SSE streams
+	// included) once the token is revoked (auth.go); nil: a request
+	// authenticated at its start runs to its end.
+	Revocations *agent.RevocationWatch
 	// AllowedHosts are the Host names accepted besides the address a
 	// connection arrived on (serve --allowed-host; guard.go): "NAME" (any
 	// port) or "NAME:PORT". Validate each with CheckAllowedHost.
@@ -459,6 +463,15 @@ func (a *api) sse(w http.ResponseWriter, r *http.Request, body func(send func(id
 	if err == nil {
 		rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
 		fmt.Fprint(w, "event: end\ndata: {}\n\n")
+		fl.Flush()
+		return
+	}
+	if errors.Is(context.Cause(r.Context()), agent.ErrTokenRevoked) {
+		// The stream's token was revoked: say so (the agent error format of
+		// the 401 a new request gets), then close.
+		b, _ := json.Marshal(ErrorBody(agent.Wrap(agent.ErrPermission, agent.ErrUnauthenticated, "%v", agent.ErrTokenRevoked), ""))
+		rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
+		fmt.Fprintf(w, "event: error\ndata: %s\n\n", agent.RedactJSON(b))
 		fl.Flush()
 	}
 }

@@ -344,7 +344,21 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	if err := svc.RegisterMetrics(reg, h.store); err != nil {
 		return c.fail(err)
 	}
-	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Registerer: reg, Tokens: storeTokens(h.store), AllowedHosts: cfg.AllowedHosts,
+	// Revocation: a revoked token's open HTTP requests and embedded-NATS
+	// connections end within agent.RevocationBound (the store is polled, so
+	// a revoke by the CLI or another daemon of the fleet counts too).
+	var revocations *agent.RevocationWatch
+	var background []func(context.Context)
+	if ts := storeTokens(h.store); ts != nil {
+		revocations = &agent.RevocationWatch{Tokens: ts, Logf: func(format string, args ...any) { log.Warn().Msgf(format, args...) }}
+		if h.bus.Server != nil {
+			revocations.OnPoll(func(revoked func(string) bool) {
+				natsbus.DisconnectRevoked(h.bus.Server, revoked, func(format string, args ...any) { log.Info().Msgf(format, args...) })
+			})
+		}
+		background = append(background, revocations.Run)
+	}
+	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Registerer: reg, Tokens: storeTokens(h.store), Revocations: revocations, AllowedHosts: cfg.AllowedHosts,
 		Logf: func(format string, args ...any) { log.Error().Msgf(format, args...) },
 		Ready: map[string]func(context.Context) error{
 			"store":  service.StoreReady(h.store),
@@ -373,7 +387,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	lln, conns := httpapi.LimitConns(srv, ln, httpapi.ConnLimitsFor(httpapi.DescriptorLimit()))
 	reg.MustRegister(conns.Metrics()...)
 	err = service.Daemon{Service: svc, Server: srv, Listener: lln,
-		Background: []func(context.Context){cleaner.Run},
+		Background: append(background, cleaner.Run),
 		Ready: func() {
 			// systemd (Type=notify): ready once the API listens and runs resume.
 			if err := notifySystemd("READY=1"); err != nil {
