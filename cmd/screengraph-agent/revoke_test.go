@@ -116,6 +116,9 @@ func statusAs(t *testing.T, url, tok string) int {
 // HTTP request 401. An admin's stream on the same daemon stays open. The
 // old daemon kept every one of them open (authorised once, at the start).
 func TestServeRevokeEndsStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs serve and the token CLI")
+	}
 	srv := simtest.StartADBServer(t)
 	d := startDaemon(t, srv)
 	store := []string{"--data-dir", d.dataDir}

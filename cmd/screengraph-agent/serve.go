@@ -291,6 +291,11 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	ac := cfg.artifacts()
 	hc.Artifacts = &ac
 	hc.ArtifactStore, hc.ArtifactStoreEndpoint = cfg.ArtifactStore, cfg.ArtifactStoreEndpoint
+	// Descriptors: HTTP gets its share (LimitConns below), the in-process
+	// NATS server's clients a quarter of that, the rest stays for adb,
+	// Appium, the store and downloads.
+	connLimits := httpapi.ConnLimitsFor(httpapi.DescriptorLimit())
+	hc.NATSMaxConns = max(16, connLimits.MaxConns/4)
 	hc.NATSTokens, hc.NATSLog = true, func(format string, args ...any) { log.Warn().Msgf(format, args...) } // tenancy: the embedded NATS checks API tokens
 	h, err := openHost(ctx, hc)
 	if err != nil {
@@ -384,7 +389,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// Floods: the HTTP connections are capped below the descriptor limit,
 	// whose rest stays for adb, Appium, the store and NATS (httpapi/conns.go).
 	srv := httpapi.NewServer(api, httpapi.DefaultLimits)
-	lln, conns := httpapi.LimitConns(srv, ln, httpapi.ConnLimitsFor(httpapi.DescriptorLimit()))
+	lln, conns := httpapi.LimitConns(srv, ln, connLimits)
 	reg.MustRegister(conns.Metrics()...)
 	err = service.Daemon{Service: svc, Server: srv, Listener: lln,
 		Background: append(background, cleaner.Run),
