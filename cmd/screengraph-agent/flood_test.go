@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -77,15 +79,16 @@ func runStatusInStore(t *testing.T, st *sqlite.Store, id string) agent.RunStatus
 }
 
 // TestServeConnectionFlood (issue 22, item 5): serve under `ulimit -n 1024`
-// with a run in flight on the simulator (the signed demo APK through adb and
-// Appium); 1,500 keep-alive connections are opened to the API from 30
-// loopback addresses (127.0.0.2-31, 50 each: no address reaches its own
-// cap), each sends GET /healthz and then sits idle, held until the run
-// ends. The old daemon accepted them all, ran out of descriptors and the
-// run failed with network_error "socket: too many open files" (and the API
-// answered nobody); now the connection cap and the keep-alive pressure
-// shed the flood: the daemon never holds more descriptors than its limit
-// allows, the API answers during and after the flood, and the run finishes.
+// (prlimit) and the simulator. 1,500 clients from 30 loopback addresses
+// (127.0.0.2-31, 50 each: no address reaches its own cap) each keep one
+// keep-alive connection to the API open for 25 s: GET /healthz, then idle,
+// and a new connection a second after the daemon closes theirs. A run (the
+// signed demo APK, installed and launched through adb and Appium) is in
+// flight when the flood begins, another is submitted under it: both must
+// finish, the daemon's descriptors stay under its limit, the API answers
+// during and after. The old daemon accepted every connection, reached 1,024
+// descriptors, failed the run in flight ("socket: too many open files"
+// dialing adb) and answered no one.
 func TestServeConnectionFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs serve, Appium and a 1,500-connection flood")
@@ -104,44 +107,71 @@ func TestServeConnectionFlood(t *testing.T) {
 	}
 	defer st.Close()
 
+	// The flood, for 25 s at least and until the run ends: 1,500 clients,
+	// each keeping one keep-alive connection open. A client sends one
+	// request, reads its answer (if it gets one) and then holds the
+	// connection idle; when the daemon closes it, the client opens another
+	// a second later (pacing the load generator, not waiting for a state).
+	const hold = 25 * time.Second
+	// A run is in flight when the flood begins.
 	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
-	id := d.submit(t, runBody(emu.Serial(), "file://"+apk, signerDigest(t, apk), "ALWAYS_REINSTALL", "FORCE_RESTART", nil))
-
-	// The flood: every connection sends one request, reads its answer (if
-	// it gets one) and then holds the connection idle until released.
+	body := runBody(emu.Serial(), "file://"+apk, signerDigest(t, apk), "ALWAYS_REINSTALL", "FORCE_RESTART", nil)
+	inFlight := d.submit(t, body)
 	release := make(chan struct{})
 	var wg sync.WaitGroup
-	var dialed, answered, dialFailed, closedByServer atomic.Int64
+	var firstRound, dials, answered, dialFailed, closedByServer atomic.Int64
 	host := "127.0.0.1:" + strconv.Itoa(d.httpPort)
+	pause := func() bool {
+		select {
+		case <-release:
+			return false
+		case <-time.After(time.Second):
+			return true
+		}
+	}
+	t0 := time.Now()
 	for i := range flood {
 		src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%addrs))}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dl := net.Dialer{LocalAddr: src, Timeout: 10 * time.Second}
-			c, err := dl.Dial("tcp", host)
-			if err != nil {
-				dialFailed.Add(1)
-				return
-			}
-			defer c.Close()
-			dialed.Add(1)
-			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", host)
-			gone := make(chan struct{})
-			go func() {
-				defer close(gone)
-				br := bufio.NewReader(c)
-				if resp, err := http.ReadResponse(br, nil); err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					answered.Add(1)
+			for round := 0; ; round++ {
+				dl := net.Dialer{LocalAddr: src, Timeout: 10 * time.Second}
+				c, err := dl.Dial("tcp", host)
+				if round == 0 {
+					firstRound.Add(1)
 				}
-				br.ReadByte() // blocks while the connection stays open
-			}()
-			select {
-			case <-release:
-			case <-gone:
-				closedByServer.Add(1)
+				if err != nil {
+					dialFailed.Add(1)
+					if !pause() {
+						return
+					}
+					continue
+				}
+				dials.Add(1)
+				fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+				gone := make(chan struct{})
+				go func() {
+					defer close(gone)
+					br := bufio.NewReader(c)
+					if resp, err := http.ReadResponse(br, nil); err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						answered.Add(1)
+					}
+					br.ReadByte() // blocks while the connection stays open
+				}()
+				select {
+				case <-release:
+					c.Close()
+					return
+				case <-gone:
+					c.Close()
+					closedByServer.Add(1)
+				}
+				if !pause() {
+					return
+				}
 			}
 		}()
 	}
@@ -153,45 +183,61 @@ func TestServeConnectionFlood(t *testing.T) {
 		}
 		wg.Wait()
 	}()
-
-	// While the flood is held: the daemon's descriptors stay under its
-	// limit, the API answers a newcomer, and the run goes on.
 	maxFDs := 0
-	var during time.Duration
+	for firstRound.Load() < flood {
+		maxFDs = max(maxFDs, openFDs(pid))
+		if time.Since(t0) > time.Minute {
+			t.Fatalf("1,500 dials did not return within a minute (%d did)", firstRound.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// Under the flood: the API takes another run, both runs go on to the
+	// end, and the daemon's descriptors stay under its limit.
+	b, _ := json.Marshal(body)
+	ts := time.Now()
+	resp, err := (&http.Client{Timeout: time.Minute}).Post(d.URL()+"/v1/runs", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the API does not answer during the flood (%d connections opened, %d dials failed; the run in flight: %s): %v\n%s",
+			dials.Load(), dialFailed.Load(), runStatusInStore(t, st, inFlight), err, d.log())
+	}
+	during := time.Since(ts)
+	var sub struct {
+		RunID string `json:"runId"`
+	}
+	json.NewDecoder(resp.Body).Decode(&sub)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("submit during the flood: %d", resp.StatusCode)
+	}
+	ids := []string{inFlight, sub.RunID}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		maxFDs = max(maxFDs, openFDs(pid))
-		if during == 0 && dialed.Load()+dialFailed.Load() == flood {
-			t0 := time.Now()
-			c := http.Client{Timeout: 30 * time.Second}
-			resp, err := c.Get(d.URL() + "/healthz")
-			if err != nil {
-				t.Fatalf("the API does not answer during the flood (%d connections open, %d failed): %v\n%s", dialed.Load(), dialFailed.Load(), err, d.log())
-			}
-			resp.Body.Close()
-			during = time.Since(t0)
-		}
-		s := runStatusInStore(t, st, id)
-		if s.Terminal() && during > 0 {
+		a, b := runStatusInStore(t, st, ids[0]), runStatusInStore(t, st, ids[1])
+		if a.Terminal() && b.Terminal() && time.Since(t0) >= hold {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("run %s still %s after 3 minutes of flood\n%s", id, s, d.log())
+			t.Fatalf("runs %s, %s after 3 minutes of flood\n%s", a, b, d.log())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	held := time.Since(t0)
 	close(release)
 	wg.Wait()
-	t.Logf("flood: %d connected, %d dial failures, %d answered, %d closed by the daemon; daemon held at most %d descriptors (limit %d); /healthz during the flood took %v",
-		dialed.Load(), dialFailed.Load(), answered.Load(), closedByServer.Load(), maxFDs, nofile, during)
+	t.Logf("flood of %v: %d connections opened, %d dial failures, %d answered, %d closed by the daemon; the daemon held at most %d descriptors (limit %d); the submit during the flood took %v",
+		held.Round(time.Second), dials.Load(), dialFailed.Load(), answered.Load(), closedByServer.Load(), maxFDs, nofile, during.Round(time.Millisecond))
 
-	// After: the API answers, the run finished with gapless events.
-	v := d.run(t, id)
-	evs := d.events(t, id)
-	if v.Status != agent.RunFinished {
-		t.Fatalf("run %s: %s under the flood; events:\n%v\n%s", id, v.Status, evs, d.log())
+	// After: the API answers, both runs finished with gapless events.
+	for _, id := range ids {
+		v := d.run(t, id)
+		evs := d.events(t, id)
+		if v.Status != agent.RunFinished {
+			t.Fatalf("run %s: %s under the flood; events:\n%v\n%s", id, v.Status, evs, d.log())
+		}
+		checkRunEvents(t, evs, agent.KindRunFinished)
 	}
-	checkRunEvents(t, evs, agent.KindRunFinished)
 	if maxFDs >= nofile {
 		t.Fatalf("the daemon reached its descriptor limit (%d of %d)", maxFDs, nofile)
 	}
