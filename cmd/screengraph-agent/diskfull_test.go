@@ -61,9 +61,10 @@ func fillTo(t *testing.T, dir string, left int64) string {
 
 // TestServeDiskFull (issue 22, item 5): serve's data dir on a 40 MB tmpfs,
 // filled to 8 KiB free while a run is in flight (after its ProvisionApp):
-// a submit is 503 resource_exhausted with Retry-After (the old daemon: 500
-// internal_error "database or disk is full (13)"), /readyz is 503 with the
-// store check saying the disk is full (the old one: ready throughout); once
+// a submit is 503 resource_exhausted with Retry-After (the old daemon took
+// it, 202, while the WAL had room, and answered 500 internal_error "database
+// or disk is full (13)" once it had none), /readyz is 503 with the store
+// check saying the disk is full (the old one: ready throughout); once
 // the filler is deleted /readyz is ready again, the run in flight finishes
 // with gapless events, and a submit is accepted.
 func TestServeDiskFull(t *testing.T) {
