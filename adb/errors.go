@@ -30,6 +30,7 @@ const (
 	IDActivityNotFound   = parse.IDActivityNotFound
 	IDProcessError       = parse.IDProcessError
 	IDPermissionError    = parse.IDPermissionError
+	IDResourceExhausted  = parse.IDResourceExhausted
 )
 
 // IDOf returns the error id of err, "" for nil, IDProcessError for an error that
@@ -87,6 +88,11 @@ func classify(ctx context.Context, op string, err error) error {
 		}
 	}
 	switch {
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		// "socket: too many open files": this process (or the host) is out
+		// of descriptors. Retrying after a back-off can help once the load
+		// passes; it says nothing about the adb server or the device.
+		return &Error{ID: IDResourceExhausted, Retryable: true, Msg: op + ": out of file descriptors", Err: err}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return &Error{ID: IDTimeout, Retryable: true, Msg: op + ": deadline exceeded", Err: err}
 	case errors.Is(err, context.Canceled):

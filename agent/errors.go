@@ -44,6 +44,13 @@ const (
 	// ErrStoreUnavailable: the run store (the fleet's Postgres) cannot be
 	// reached (IsStoreUnavailable); HTTP 503. Retryable.
 	ErrStoreUnavailable ErrorID = "store_unavailable"
+	// ErrResourceExhausted: the daemon's host ran out of a resource it
+	// needs, not the device or the network failing: file descriptors
+	// (EMFILE/ENFILE: "too many open files"), or disk space for the store
+	// (SQLite SQLITE_FULL, Postgres disk_full). Retryable after a back-off:
+	// exhaustion passes when the load or the files go. The HTTP API answers
+	// it 503 with Retry-After.
+	ErrResourceExhausted ErrorID = "resource_exhausted"
 )
 
 // ErrorIDs lists every ErrorID above, for validation (policy retryOn lists).
@@ -52,7 +59,7 @@ var ErrorIDs = []ErrorID{
 	ErrNodeStopped, ErrDeviceNotFound, ErrDeviceOffline, ErrDeviceUnauthorized, ErrBootTimeout,
 	ErrAppiumUnreachable, ErrSessionCreateFailed, ErrArtifactUnavailable, ErrSignatureMismatch,
 	ErrInstallFailed, ErrVersionDowngrade, ErrActivityNotFound, ErrLaunchTimeout, ErrIdleTimeout, ErrCanceled,
-	ErrAppCrashed, ErrAppNotResponding, ErrStoreUnavailable,
+	ErrAppCrashed, ErrAppNotResponding, ErrStoreUnavailable, ErrResourceExhausted,
 }
 
 // retryableByDefault lists the ids that are worth another attempt unless the
@@ -62,7 +69,7 @@ var retryableByDefault = map[ErrorID]bool{
 	ErrSessionCreateFailed: true, ErrArtifactUnavailable: true, ErrLaunchTimeout: true,
 	ErrBootTimeout: false, ErrIdleTimeout: false,
 	ErrAppCrashed: true, ErrAppNotResponding: false,
-	ErrStoreUnavailable: true,
+	ErrStoreUnavailable: true, ErrResourceExhausted: true,
 }
 
 // DefaultRetryable reports whether id is retryable by default.

@@ -531,6 +531,9 @@ func classifyTransport(parent context.Context, err error, what string) *agent.Er
 		return agent.Wrap(agent.ErrInterrupted, err, "appium: %s", what)
 	case errors.Is(err, context.DeadlineExceeded) || isNetTimeout(err):
 		return agent.Wrap(agent.ErrTimeout, err, "appium: %s: no answer in time", what)
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		// This process is out of descriptors: Appium is not at fault.
+		return agent.Wrap(agent.ErrResourceExhausted, err, "appium: %s: out of file descriptors", what)
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):

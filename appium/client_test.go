@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -286,6 +287,15 @@ func TestProbeVerdicts(t *testing.T) {
 
 func TestTransportClassification(t *testing.T) {
 	ctx := context.Background()
+
+	t.Run("out of descriptors is resource_exhausted", func(t *testing.T) {
+		for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE} {
+			e := classifyTransport(ctx, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", errno)}, "status")
+			if e.ID != agent.ErrResourceExhausted || !e.Retryable {
+				t.Errorf("%v: got %+v", errno, e)
+			}
+		}
+	})
 
 	t.Run("reset mid-request", func(t *testing.T) {
 		_, c := newFake(t, map[string]func(http.ResponseWriter, *http.Request){

@@ -216,6 +216,9 @@ var _ agent.RetryPolicy = (*Policy)(nil)
 //     depends on leftover state or timing gets one more chance; a crash
 //     that repeats is the app's bug, and more attempts only repeat it.
 //     app_not_responding is not retried.
+//   - resource_exhausted (the host out of file descriptors or disk): retried
+//     like a transient failure, after the back-off; it is the daemon's host
+//     that is short, so it is not reported as a network failure.
 //   - modes: the spec's examples; REUSE_OR_CREATE saves the ~20 s session
 //     creation per run.
 //   - idle: 500 ms quiet within 10 s, as UiAutomation.waitForIdle(500, 10000);
@@ -233,7 +236,8 @@ func Default() *Policy {
 		Retries: Retry{
 			MaxAttempts: 3, InitialBackoff: Duration(time.Second), MaxBackoff: Duration(10 * time.Second), Multiplier: 2,
 			RetryOn: []agent.ErrorID{agent.ErrTimeout, agent.ErrNetwork, agent.ErrDeviceOffline, agent.ErrAppiumUnreachable,
-				agent.ErrSessionCreateFailed, agent.ErrArtifactUnavailable, agent.ErrLaunchTimeout, agent.ErrAppCrashed, agent.ErrStoreUnavailable},
+				agent.ErrSessionCreateFailed, agent.ErrArtifactUnavailable, agent.ErrLaunchTimeout, agent.ErrAppCrashed,
+				agent.ErrStoreUnavailable, agent.ErrResourceExhausted},
 			MaxAttemptsByError: map[agent.ErrorID]int{agent.ErrAppCrashed: 2},
 		},
 		DriverReusePolicy:  DriverReuseOrCreate,

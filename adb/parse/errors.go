@@ -17,6 +17,9 @@ const (
 	IDInstallFailed      = "install_failed"
 	IDActivityNotFound   = "activity_not_found"
 	IDProcessError       = "process_error"
+	// IDResourceExhausted: this host is out of file descriptors (EMFILE,
+	// ENFILE) when dialing the adb server: not the network, not the device.
+	IDResourceExhausted = "resource_exhausted"
 )
 
 // Error is the one error type every call of this package returns (wrapped in nothing):

@@ -65,6 +65,10 @@ type Config struct {
 	// Tokens, when set, turns on Bearer authentication and tenant scoping
 	// once the store holds a token (auth.go); nil: no authentication.
 	Tokens agent.Tokens
+	// Revocations, when set, ends a token's requests (SSE streams
+	// included) once the token is revoked (auth.go); nil: a request
+	// authenticated at its start runs to its end.
+	Revocations *agent.RevocationWatch
 	// AllowedHosts are the Host names accepted besides the address a
 	// connection arrived on (serve --allowed-host; guard.go): "NAME" (any
 	// port) or "NAME:PORT". Validate each with CheckAllowedHost.
@@ -218,6 +222,9 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, agent.ErrControlBacklog):
 		return http.StatusTooManyRequests
+	case errors.As(err, &ae) && ae.ID == agent.ErrResourceExhausted:
+		// The daemon's host is out of disk or descriptors: come back later.
+		return http.StatusServiceUnavailable
 	case errors.Is(err, service.ErrStopping):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
@@ -226,7 +233,16 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
+// RetryAfterExhausted is the Retry-After (seconds) of a 503 for
+// resource_exhausted: a full disk or a descriptor shortage rarely passes
+// within a second, and clients retrying at once would add to it.
+const RetryAfterExhausted = 5
+
 func writeError(w http.ResponseWriter, status int, err error) {
+	var ae *agent.Error
+	if status == http.StatusServiceUnavailable && errors.As(err, &ae) && ae.ID == agent.ErrResourceExhausted {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterExhausted))
+	}
 	node := ""
 	var ne interface{ NodeName() string }
 	if errors.As(err, &ne) {
@@ -474,6 +490,15 @@ func (a *api) sse(w http.ResponseWriter, r *http.Request, body func(send func(id
 	if err == nil {
 		rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
 		fmt.Fprint(w, "event: end\ndata: {}\n\n")
+		fl.Flush()
+		return
+	}
+	if errors.Is(context.Cause(r.Context()), agent.ErrTokenRevoked) {
+		// The stream's token was revoked: say so (the agent error format of
+		// the 401 a new request gets), then close.
+		b, _ := json.Marshal(ErrorBody(agent.Wrap(agent.ErrPermission, agent.ErrUnauthenticated, "%v", agent.ErrTokenRevoked), ""))
+		rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
+		fmt.Fprintf(w, "event: error\ndata: %s\n\n", agent.RedactJSON(b))
 		fl.Flush()
 	}
 }

@@ -104,7 +104,15 @@ func (a *api) guard(p string, h http.HandlerFunc) http.HandlerFunc {
 			forbidden(w, "%s needs an admin token", p)
 			return
 		}
-		h(w, r.WithContext(agent.WithPrincipal(r.Context(), pr)))
+		ctx := agent.WithPrincipal(r.Context(), pr)
+		if a.cfg.Revocations != nil {
+			// The request (an SSE stream, a long poll) lives no longer than
+			// its token: canceled within the watch's interval of a revoke.
+			var stop func()
+			ctx, stop = a.cfg.Revocations.Watch(ctx, pr.TokenID)
+			defer stop()
+		}
+		h(w, r.WithContext(ctx))
 	}
 }
 

@@ -44,11 +44,18 @@ func WaitPublished(ctx context.Context, st agent.Store, runID string, poll time.
 }
 
 // StoreReady is the daemon's readiness check of its store (GET /readyz):
-// listing one run answers within ctx. Errors: the store's.
+// listing one run answers within ctx, and a store that can tell whether it
+// takes writes (the embedded store's Writable: its disk is not full) does.
+// Errors: the store's (resource_exhausted for a full disk).
 func StoreReady(st agent.Store) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		_, err := st.ListRuns(ctx, agent.Admin(), agent.RunFilter{Limit: 1})
-		return err
+		if _, err := st.ListRuns(ctx, agent.Admin(), agent.RunFilter{Limit: 1}); err != nil {
+			return err
+		}
+		if w, ok := st.(writable); ok {
+			return w.Writable(ctx)
+		}
+		return nil
 	}
 }
 
@@ -65,4 +72,9 @@ func ClockSkew(st agent.StoreClock) func(ctx context.Context) (time.Duration, er
 		after := time.Now()
 		return before.Add(after.Sub(before) / 2).Sub(now), nil
 	}
+}
+
+// writable is a store that knows whether it can take writes now.
+type writable interface {
+	Writable(ctx context.Context) error
 }

@@ -67,6 +67,9 @@ type hostConfig struct {
 	// reports the connections it refuses (may be nil).
 	NATSTokens bool
 	NATSLog    func(format string, args ...any)
+	// NATSMaxConns caps the in-process NATS server's clients (0: its
+	// default): they hold this process's descriptors (serve).
+	NATSMaxConns int
 	// Artifacts, when set (serve), confines artifact fetching on tenants'
 	// behalf; nil (run) fetches what the user's own process may.
 	Artifacts *artifacts.Config
@@ -198,6 +201,7 @@ func (h *host) open(ctx context.Context) (err error) {
 		NotReady: func(err error) {
 			cfg.Log.Warn().Err(err).Str("nats", agent.RedactString(cfg.NATSURL)).Msg("NATS JetStream not ready; events wait in the outbox until it is")
 		}}
+	bc.MaxConns = cfg.NATSMaxConns
 	if cfg.NATSTokens {
 		bc.Tokens, bc.TokenLog = h.store, cfg.NATSLog
 	}

@@ -309,6 +309,11 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	ac := cfg.artifacts()
 	hc.Artifacts = &ac
 	hc.ArtifactStore, hc.ArtifactStoreEndpoint = cfg.ArtifactStore, cfg.ArtifactStoreEndpoint
+	// Descriptors: HTTP gets its share (LimitConns below), the in-process
+	// NATS server's clients a quarter of that, the rest stays for adb,
+	// Appium, the store and downloads.
+	connLimits := httpapi.ConnLimitsFor(httpapi.DescriptorLimit())
+	hc.NATSMaxConns = max(16, connLimits.MaxConns/4)
 	hc.NATSTokens, hc.NATSLog = true, func(format string, args ...any) { log.Warn().Msgf(format, args...) } // tenancy: the embedded NATS checks API tokens
 	h, err := openHost(ctx, hc)
 	if err != nil {
@@ -369,7 +374,21 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	if err := svc.RegisterMetrics(reg, h.store); err != nil {
 		return c.fail(err)
 	}
-	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Registerer: reg, Tokens: storeTokens(h.store), AllowedHosts: cfg.AllowedHosts,
+	// Revocation: a revoked token's open HTTP requests and embedded-NATS
+	// connections end within agent.RevocationBound (the store is polled, so
+	// a revoke by the CLI or another daemon of the fleet counts too).
+	var revocations *agent.RevocationWatch
+	var background []func(context.Context)
+	if ts := storeTokens(h.store); ts != nil {
+		revocations = &agent.RevocationWatch{Tokens: ts, Logf: func(format string, args ...any) { log.Warn().Msgf(format, args...) }}
+		if h.bus.Server != nil {
+			revocations.OnPoll(func(revoked func(string) bool) {
+				natsbus.DisconnectRevoked(h.bus.Server, revoked, func(format string, args ...any) { log.Info().Msgf(format, args...) })
+			})
+		}
+		background = append(background, revocations.Run)
+	}
+	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.graph, Gatherer: reg, Registerer: reg, Tokens: storeTokens(h.store), Revocations: revocations, AllowedHosts: cfg.AllowedHosts,
 		Logf:      func(format string, args ...any) { log.Error().Msgf(format, args...) },
 		ClockSkew: service.ClockSkew(h.store),
 		Ready: map[string]func(context.Context) error{
@@ -394,14 +413,20 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 	// prune at a time and the others find nothing left.
 	cleaner := &retention.Cleaner{Store: h.store, Retention: cfg.Retention, Evidence: h.store, Blobs: h.blobs,
 		Logf: func(format string, args ...any) { log.Info().Msgf(format, args...) }}
-	err = service.Daemon{Service: svc, Server: httpapi.NewServer(api, httpapi.DefaultLimits), Listener: ln,
-		Background: []func(context.Context){cleaner.Run},
+	// Floods: the HTTP connections are capped below the descriptor limit,
+	// whose rest stays for adb, Appium, the store and NATS (httpapi/conns.go).
+	srv := httpapi.NewServer(api, httpapi.DefaultLimits)
+	lln, conns := httpapi.LimitConns(srv, ln, connLimits)
+	reg.MustRegister(conns.Metrics()...)
+	err = service.Daemon{Service: svc, Server: srv, Listener: lln,
+		Background: append(background, cleaner.Run),
 		Ready: func() {
 			// systemd (Type=notify): ready once the API listens and runs resume.
 			if err := notifySystemd("READY=1"); err != nil {
 				log.Warn().Err(err).Msg("sd_notify READY=1")
 			}
 			log.Info().Str("http", "http://"+ln.Addr().String()).Str("nats", agent.RedactString(h.NATSClientURL)).
+				Int("http_max_conns", conns.Limits().MaxConns).Int("http_max_conns_per_addr", conns.Limits().MaxConnsPerAddr).
 				Str("data_dir", cfg.DataDir).Str("holder", svc.Holder()).Msg("serving")
 		},
 		Log: func(level slog.Level, msg string, err error) { log.WithLevel(zerologLevel(level)).Err(err).Msg(msg) },

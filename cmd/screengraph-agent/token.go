@@ -27,7 +27,7 @@ import (
 type tokenCmd struct {
 	Create tokenCreateCmd `cmd:"" help:"Make an API token scoped to a tenant (or an admin token) and print it once."`
 	List   tokenListCmd   `cmd:"" help:"List the API tokens: id, tenant, admin, created, revoked (never the token)."`
-	Revoke tokenRevokeCmd `cmd:"" help:"Revoke an API token by id: refused from then on (HTTP at once, NATS at its next connect)."`
+	Revoke tokenRevokeCmd `cmd:"" help:"Revoke an API token by id: refused from then on; its open HTTP streams and embedded-NATS connections end within 5 s (every daemon on the store)."`
 }
 
 // tokenStoreFlags locate the store holding the tokens: the embedded store of

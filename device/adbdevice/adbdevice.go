@@ -213,6 +213,8 @@ func AgentError(err error) error {
 		id = agent.ErrPermission
 	case adb.IDProcessError:
 		id = agent.ErrProcess
+	case adb.IDResourceExhausted:
+		id = agent.ErrResourceExhausted
 	}
 	return &agent.Error{ID: id, Code: e.Code, Retryable: agent.DefaultRetryable(id), Msg: e.Msg, Err: e.Err}
 }

@@ -146,8 +146,8 @@ const DaemonNATSUser = "screengraph-agent"
 // While the store holds no token every client is let in with every subject
 // (the single-host default: anonymous subscribers as before); once it holds
 // one, a client needs Internal (the daemon) or a valid token. A connection
-// keeps the permissions it connected with: a token revoked later is refused
-// at the client's next connect.
+// keeps the permissions it connected with; once its token is revoked,
+// DisconnectRevoked closes it and its reconnect is refused.
 type TokenAuthenticator struct {
 	Tokens agent.Tokens
 	// Internal is the daemon's own secret (random per start, never stored):

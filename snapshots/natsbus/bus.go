@@ -27,6 +27,9 @@ type BusConfig struct {
 	// the connections it refuses (may be nil).
 	Tokens   agent.Store
 	TokenLog func(format string, args ...any)
+	// MaxConns caps the in-process server's client connections
+	// (EmbeddedOptions.MaxConns; 0: the server's default).
+	MaxConns int
 	// Replicas of the AGENT_EVENTS stream on an external cluster (0: 1);
 	// MaxAge and MaxBytes its limits (0: DefaultStreamMaxAge,
 	// DefaultStreamMaxBytes).
@@ -88,7 +91,7 @@ func OpenBus(ctx context.Context, cfg BusConfig) (b *Bus, err error) {
 	}
 	// The in-process server keeps its JetStream files in Dir, so events
 	// published survive a restart (the outbox holds the unpublished ones).
-	o := EmbeddedOptions{Dir: cfg.Dir}
+	o := EmbeddedOptions{Dir: cfg.Dir, MaxConns: cfg.MaxConns}
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {

@@ -203,6 +203,10 @@ type EmbeddedOptions struct {
 	// Auth, when set, authenticates every client (e.g. *TokenAuthenticator:
 	// tenant tokens, natsauth.go); nil lets every client in.
 	Auth server.Authentication
+	// MaxConns caps the client connections (the server refuses the next
+	// with "maximum connections exceeded"): they hold the daemon's own
+	// file descriptors. 0: the server's default (64K).
+	MaxConns int
 }
 
 // StartEmbedded starts an in-process NATS server with JetStream storing
@@ -240,6 +244,7 @@ func StartEmbeddedWith(o EmbeddedOptions) (*server.Server, string, error) {
 		NoSigs:                     true, // the daemon owns the process's signals
 		NoLog:                      true,
 		CustomClientAuthentication: o.Auth,
+		MaxConn:                    o.MaxConns,
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshots: embedded NATS: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -213,6 +214,18 @@ func (s *Store) CreateRun(ctx context.Context, r agent.Run) error {
 		r.RunID, r.TenantID, r.ProjectID, string(r.Status), r.Serial, r.Graph, jsonArg(r.Input), r.PolicyVersion, timeArg(r.CreatedAt), timeArg(r.UpdatedAt))
 	if pgConstraint(err, pgUniqueViolation, "runs_pkey") {
 		return fmt.Errorf("run %s: %w", r.RunID, snapshots.ErrRunExists)
+	}
+	return pgExhausted(err)
+}
+
+// pgExhausted classifies Postgres's "insufficient resources" errors
+// (SQLSTATE class 53: disk_full, out_of_memory, too_many_connections) as
+// resource_exhausted (retryable; the HTTP API's 503 with Retry-After), like
+// the embedded store's full disk; other errors are returned as they are.
+func pgExhausted(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "53") {
+		return agent.Wrap(agent.ErrResourceExhausted, err, "Postgres is out of resources (SQLSTATE %s)", pe.Code)
 	}
 	return err
 }

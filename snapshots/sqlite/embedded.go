@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	sqlitedrv "modernc.org/sqlite"
@@ -37,6 +38,9 @@ type Store struct {
 	ws, rs  *stmtCache // prepared statements of w and r (stmts.go)
 	group   *groupCommitter
 	ckpt    *checkpointer // nil: read-only, or CheckpointInCommit
+	// full: the last write failed for want of space and none succeeded
+	// since (full.go).
+	full atomic.Bool
 }
 
 var (
@@ -275,6 +279,11 @@ func (s *Store) CreateRun(ctx context.Context, r agent.Run) error {
 	}
 	r, err := storekit.NormalizeRun(r, s.clock)
 	if err != nil {
+		return err
+	}
+	// A new run is refused while the disk is nearly full: what space is
+	// left goes to the runs in flight (full.go).
+	if err := s.checkSpace(); err != nil {
 		return err
 	}
 	var input any
@@ -870,7 +879,7 @@ func (s *Store) PutKV(ctx context.Context, key string, value []byte) error {
 	}
 	_, err = w.ExecContext(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES (?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, storekit.FmtTime(s.clock.Now()))
-	return err
+	return s.exhausted(err)
 }
 
 // InitKV sets each key of kvs that is not set yet, all in one transaction;

@@ -107,6 +107,10 @@ func (g *groupCommitter) lead() {
 	if err == nil && g.s.ckpt != nil {
 		g.s.ckpt.commit()
 	}
+	if err == nil {
+		// The transaction committed: the disk took it (full.go).
+		g.s.full.Store(false)
+	}
 	wrote := false
 	for i, r := range batch {
 		e := err
@@ -114,7 +118,8 @@ func (g *groupCommitter) lead() {
 			e = errs[i]
 			wrote = wrote || (e == nil && r.notify)
 		}
-		r.done <- e
+		// A full disk is resource_exhausted, whichever write met it.
+		r.done <- g.s.exhausted(e)
 	}
 	if wrote {
 		select {

@@ -373,7 +373,8 @@ func (c *Client) control(ctx context.Context, runID, route string, body any) (ht
 // /v1/runs/{id}/events?follow=1 (Server-Sent Events) and calls fn with each,
 // in sequence order, until the daemon ends the stream (the run ended: nil),
 // fn fails (its error), or ctx ends (ctx.Err()). A stream closed before
-// its end event is an *agent.Error network_error; a refusal an *Error.
+// its end event is an *agent.Error network_error; a refusal an *Error (also
+// when the daemon ends the stream because its token was revoked: 401).
 // Follow is not bounded by CallTimeout: a run may take long.
 func (c *Client) Follow(ctx context.Context, runID string, after int64, fn func(agent.Event) error) error {
 	req, err := http.NewRequestWithContext(ctx, "GET", c.base+RunPath(runID, "/events?follow=1&after="+strconv.FormatInt(after, 10)), nil)
@@ -403,6 +404,11 @@ func (c *Client) Follow(ctx context.Context, runID string, after int64, fn func(
 		case line == "":
 			if kind == "end" {
 				return nil
+			}
+			if kind == "error" {
+				// The daemon ended the stream: its token was revoked
+				// (the agent error format of the 401 a new request gets).
+				return c.refused(http.StatusUnauthorized, []byte(data), runID)
 			}
 			if data != "" {
 				var e agent.Event
