@@ -58,4 +58,26 @@ func TestServeInspector(t *testing.T) {
 		t.Errorf("the live event log lacks run.paused / run.resumed")
 	}
 	uitest.SavePNG(t, ctx, "finished")
+
+	// Node outputs in chain order (not the outputs map's alphabetical one).
+	if got := uitest.Eval[string](t, ctx, `[...document.querySelectorAll("#outputs details")].map((d) => d.dataset.node).join(",")`); got != "EnsureDevice,ProvisionApp,LaunchOrAttach,WaitIdle" {
+		t.Errorf("node outputs in the order %s", got)
+	}
+	// The screenshot is a thumbnail; a click shows it at its full size, another shrinks it.
+	const shot = `[...document.querySelectorAll("#evidence img.screenshot")].find((i) => i.naturalWidth > 0)`
+	if w := uitest.Eval[int](t, ctx, shot+`.clientWidth`); w > 260 {
+		t.Errorf("thumbnail %d px wide", w)
+	}
+	uitest.Run(t, ctx, short, "click the screenshot", chromedp.Evaluate[chromedp.Void](shot+`.click()`),
+		chromedp.Poll[chromedp.Void](`(() => { const i = `+shot+`; return i.clientWidth === i.naturalWidth && i.naturalWidth > 260; })()`,
+			chromedp.WithPollingInterval(50*time.Millisecond)))
+	uitest.SavePNG(t, ctx, "screenshot-full-size")
+	uitest.Run(t, ctx, short, "click it again", chromedp.Evaluate[chromedp.Void](shot+`.click()`),
+		chromedp.Poll[chromedp.Void](shot+`.clientWidth <= 260`, chromedp.WithPollingInterval(50*time.Millisecond)))
+
+	// The runs table has the run's time, as the CLI's runs list (TOOK).
+	uitest.Run(t, ctx, short, "the runs table's Took", chromedp.Navigate(d.URL()+"/ui/"),
+		chromedp.Poll[chromedp.Void](`(() => { const td = document.querySelector('tr[data-run="`+id+`"] td.took'); return !!td && /^\d+(\.\d)? (ms|s)|min/.test(td.textContent); })()`,
+			chromedp.WithPollingInterval(100*time.Millisecond)))
+	uitest.SavePNG(t, ctx, "runs-took")
 }

@@ -159,8 +159,17 @@ export async function render(main, params, ctx) {
       rep && rep.error ? el("p", { class: "error", id: "failure-summary" }, rep.error) : null, parts));
   }
 
+  // inChainOrder sorts [node, output] entries as the nodes ran (the timeline,
+  // d.nodes, is in event order); nodes it does not name come last.
+  function inChainOrder(d, entries) {
+    const order = new Map();
+    for (const n of d.nodes || []) if (!order.has(n.node)) order.set(n.node, order.size);
+    const at = (node) => (order.has(node) ? order.get(node) : order.size);
+    return entries.sort((a, b) => at(a[0]) - at(b[0]));
+  }
+
   function renderOutputs(d) {
-    const entries = Object.entries(outputsOf(d));
+    const entries = inChainOrder(d, Object.entries(outputsOf(d)));
     if (!entries.length) { replace(outputs, el("p", { class: "muted" }, "No output yet.")); return; }
     replace(outputs, entries.map(([node, out]) => el("details", { "data-node": node },
       el("summary", {}, node + (out && out.nodeExecutionOutcomeStatus ? " — " + out.nodeExecutionOutcomeStatus : "")),
@@ -223,7 +232,12 @@ export async function render(main, params, ctx) {
   function artifactView(a, node, step) {
     const url = base + "/artifacts/" + encodeURIComponent(a.artifactId);
     if (a.contentType === "image/png" || a.kind === "screenshot") {
-      const img = el("img", { alt: "Screenshot after " + node + " (step " + step + ")", class: "screenshot", "data-artifact": a.artifactId });
+      // A click (or Enter) shows it at its full size, another shrinks it back.
+      const img = el("img", { alt: "Screenshot after " + node + " (step " + step + ")", class: "screenshot", "data-artifact": a.artifactId,
+        tabindex: "0", role: "button", "aria-pressed": "false", title: "Click for full size" });
+      const zoom = () => { const on = img.classList.toggle("full"); img.setAttribute("aria-pressed", String(on)); };
+      img.addEventListener("click", zoom);
+      img.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); zoom(); } });
       apiBlob(url, abort.signal).then((b) => { const u = URL.createObjectURL(b); blobs.push(u); img.src = u; })
         .catch((e) => img.replaceWith(errorBox(e)));
       return el("figure", {}, img, el("figcaption", { class: "muted" }, a.kind + " · " + a.bytes + " bytes"));

@@ -1,10 +1,11 @@
 // /ui/: the runs table, newest first, paged with the API's cursor, filtered
 // by status, serial and (admin) tenant; kept live by ONE stream of run
 // changes (GET /v1/runs?follow=1) — no polling.
-import { el, replace, api, stream, errorBox, statusBadge, fmtTime, link, AuthError } from "./lib.js";
+import { el, replace, api, stream, errorBox, statusBadge, fmtTime, fmtMillis, link, AuthError } from "./lib.js";
 
 const STATUSES = ["PENDING", "RUNNING", "PAUSED", "CANCELED_REQUESTED", "CANCELED", "FINISHED", "FAILED"];
 const PAGE = 50;
+const ENDED = new Set(["CANCELED", "FINISHED", "FAILED"]);
 
 export async function render(main, _params, ctx) {
   const q = new URLSearchParams(location.search);
@@ -29,7 +30,7 @@ export async function render(main, _params, ctx) {
 
   const tbody = el("tbody", { id: "runs-body" });
   const table = el("div", { class: "table-wrap" }, el("table", { id: "runs" },
-    el("thead", {}, el("tr", {}, ["Run", "Status", "Serial", "Tenant", "Graph", "Policy", "Created", "Updated"].map((h) => el("th", { scope: "col" }, h)))),
+    el("thead", {}, el("tr", {}, ["Run", "Status", "Serial", "Tenant", "Graph", "Policy", "Created", "Updated", "Took"].map((h) => el("th", { scope: "col" }, h)))),
     tbody));
   const more = el("button", { type: "button", id: "more", hidden: true }, "Older runs");
   const live = el("p", { class: "muted", id: "live", "aria-live": "polite" }, "");
@@ -48,6 +49,8 @@ export async function render(main, _params, ctx) {
       el("td", {}, String(run.policyVersion ?? "")),
       el("td", {}, fmtTime(run.createdAt)),
       el("td", {}, fmtTime(run.updatedAt)),
+      // As the CLI's runs list: an ended run's time from submit to its end.
+      el("td", { class: "took" }, ENDED.has(run.status) ? fmtMillis(Date.parse(run.updatedAt) - Date.parse(run.createdAt)) : ""),
     ];
   }
   function matches(run) {
