@@ -11,9 +11,11 @@ setup:
 	@tools/setup.sh
 
 build:
-	@echo "build: go build -o $(BIN) ./cmd/screengraph-agent (a first build compiles ~300 packages: minutes; -v lists them)"
-	@start=$$(date +%s); go build -v -o $(BIN) ./cmd/screengraph-agent 2>&1 | awk '/[ :#]/ {print; next} {n++; if (n % 25 == 0) printf "build: %d packages compiled (%s)\n", n, $$0; fflush()}'; \
-	  test $${PIPESTATUS[0]} -eq 0 && echo "build: $(BIN) in $$(( $$(date +%s) - start )) s"
+	@echo "build: go build -o $(BIN) ./cmd/screengraph-agent (a first build compiles ~300 packages: minutes; a line every 25 packages and every 10 s)"
+	@start=$$(date +%s); ( while sleep 10; do echo "build: still compiling ($$(( $$(date +%s) - start )) s)"; done ) & beat=$$!; \
+	  go build -v -o $(BIN) ./cmd/screengraph-agent 2>&1 | awk '/[ :#]/ {print; next} {n++; if (n % 25 == 0) printf "build: %d packages compiled (%s)\n", n, $$0; fflush()}'; \
+	  rc=$${PIPESTATUS[0]}; kill $$beat 2>/dev/null; wait $$beat 2>/dev/null; \
+	  test $$rc -eq 0 && echo "build: $(BIN) in $$(( $$(date +%s) - start )) s"
 
 # The main job on a fresh machine: set up, then run it against the attached
 # devices, starting simulated emulators when none is attached. Prints the time
