@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,5 +173,42 @@ func TestRunsSubmitFollow(t *testing.T) {
 	var body agent.ErrorReport
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || json.Unmarshal(b, &body) != nil || body.Success || body.Error == "" {
 		t.Fatalf("no daemon: %v %s", err, b)
+	}
+}
+
+// runs submit --follow on a device still booting (the slow-boot profile,
+// 20 s): the boot wait's lines are printed while it waits, each with the
+// time since the run started, not all at EnsureDevice's end.
+func TestRunsSubmitFollowSlowBoot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: serve, Appium and a simulated emulator booting for 20 s")
+	}
+	srv := simtest.StartADBServer(t)
+	d := startDaemon(t, srv)
+	emu, _ := simtest.Launch(t, srv, simtest.Profile(t, "slow-boot"))
+	srv.WaitState(t, emu.Serial(), "device", 10*time.Second)
+	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
+	cmd := exec.Command(d.bin, "runs", "submit", "--server", d.URL(), "--device", emu.Serial(), "--package", appPkg,
+		"--apk", apk, "--sha256", signerDigest(t, apk), "--follow")
+	out, err := cmd.CombinedOutput()
+	t.Logf("runs submit --follow:\n%s", out)
+	if err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	// The elapsed seconds printed on the boot wait's lines: live, they
+	// climb through the 20 s boot; committed at the node's end they would
+	// all read the same.
+	seen := map[int]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.Contains(line, "EnsureDevice") || !strings.Contains(line, "to boot") {
+			continue
+		}
+		var sec float64
+		if _, err := fmt.Sscanf(strings.TrimSpace(line), "%fs", &sec); err == nil {
+			seen[int(sec)] = true
+		}
+	}
+	if len(seen) < 10 {
+		t.Errorf("the boot wait's lines were printed at %d distinct seconds, want at least 10 of the 20 s boot", len(seen))
 	}
 }
