@@ -134,11 +134,17 @@ func TestLimitConnsPressure(t *testing.T) {
 		}
 		cs = append(cs, conn{c, br})
 	}
-	for i, c := range cs {
+	// The five idle when the sixth brought the pressure are closed. The
+	// sixth itself may stay: closing the five takes the count under
+	// MaxConns/2, which switches keep-alives back on, and whether that
+	// happens before the sixth's response goes idle is a race of the
+	// guard's goroutines (CI's -race run lost it once).
+	for i, c := range cs[:5] {
 		if !closedByServer(c.c, c.br) {
 			t.Fatalf("idle connection %d still open under pressure", i+1)
 		}
 	}
+	cs[5].c.Close()
 	if g.Pressured.Load() != 1 {
 		t.Fatalf("pressured %d times, want 1", g.Pressured.Load())
 	}
