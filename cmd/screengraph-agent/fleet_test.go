@@ -64,6 +64,9 @@ func (f *fleet) daemonArgs(extra ...string) []string {
 // subscriber outside the daemons got every event exactly once, in order.
 // Replay a failure with SCREENGRAPH_CHAOS_SEED=<the seed logged>.
 func TestFleetChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: three daemons, Postgres and NATS killed and restarted (about 3 minutes)")
+	}
 	rng := chaosRNG(t, 0xf1ee7)
 	f := startFleet(t)
 
