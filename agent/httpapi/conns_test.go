@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,16 +33,30 @@ func TestConnLimitsFor(t *testing.T) {
 
 // limitedServer serves a 200 on every path under l, on loopback.
 func limitedServer(t *testing.T, l httpapi.ConnLimits) (string, *httpapi.ConnGuard) {
+	addr, g, _ := limitedServerIdle(t, l)
+	return addr, g
+}
+
+// limitedServerIdle is limitedServer that also counts the server's
+// transitions of a connection to idle (its response written), chained
+// before the guard's ConnState hook.
+func limitedServerIdle(t *testing.T, l httpapi.ConnLimits) (string, *httpapi.ConnGuard, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httpapi.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), httpapi.Limits{})
+	idle := &atomic.Int64{}
+	srv.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateIdle {
+			idle.Add(1)
+		}
+	}
 	lln, g := httpapi.LimitConns(srv, ln, l)
 	go srv.Serve(lln)
 	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String(), g
+	return ln.Addr().String(), g, idle
 }
 
 // keepAlive dials addr from src, sends one keep-alive request and returns
@@ -121,13 +136,24 @@ func TestLimitConnsTotal(t *testing.T) {
 // From PressureConns open connections on, idle keep-alive connections are
 // closed, and keep-alives come back once the count falls under MaxConns/2.
 func TestLimitConnsPressure(t *testing.T) {
-	addr, g := limitedServer(t, httpapi.ConnLimits{MaxConns: 10, MaxConnsPerAddr: 10, PressureConns: 6})
+	addr, g, idle := limitedServerIdle(t, httpapi.ConnLimits{MaxConns: 10, MaxConnsPerAddr: 10, PressureConns: 6})
 	type conn struct {
 		c  net.Conn
 		br *bufio.Reader
 	}
 	var cs []conn
 	for i := range 6 {
+		if i == 5 {
+			// The client reads a response before the server marks its
+			// connection idle: wait for the server's five idle marks, so
+			// the sixth finds five idle connections to close (one still
+			// active when keep-alives go off escapes the switch; CI's -race
+			// run saw it).
+			deadline := time.Now().Add(10 * time.Second)
+			for idle.Load() < 5 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+		}
 		c, br, ok := keepAlive(t, addr, net.IPv4(127, 0, 0, 1), 5*time.Second)
 		if !ok {
 			t.Fatalf("connection %d not answered", i+1)
