@@ -65,13 +65,14 @@ var allowed = map[string][]string{
 	"snapshots/...":               {"snapshots"},
 	"migrations":                  {},
 	"fixtures":                    {},
+	"examples":                    {},
 	"tools/...":                   {},
 	"cmd/...":                     {"..."},
 }
 
 // leaves import no project package at all, not even agent/: the parsers,
 // the schema, the shipped data, the repository's own checks.
-var leaves = []string{"adb/parse", "migrations", "fixtures", "tools/..."}
+var leaves = []string{"adb/parse", "migrations", "fixtures", "examples", "tools/..."}
 
 // nodesBanned are what nodes/ must never reach, even through another
 // package (style.md habit 10): a store, NATS, HTTP, processes, and the
