@@ -32,7 +32,7 @@ func startDaemonLimited(t *testing.T, srv *simtest.ADBServer, nofile int, dataDi
 	t.Helper()
 	pl, err := exec.LookPath("prlimit")
 	if err != nil {
-		t.Skip("prlimit (util-linux) not installed")
+		t.Fatal("prlimit not found: tools/setup.sh installs Debian's util-linux, which has it")
 	}
 	bin := buildAgent(t)
 	if nofile > 0 {
