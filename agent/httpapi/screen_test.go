@@ -222,7 +222,9 @@ func TestScreenStreamSlowViewer(t *testing.T) {
 	if st.Dropped <= st.Captured-frames {
 		t.Errorf("no frame dropped for the stalled viewer: %+v", st)
 	}
-	if st.Captured < uint64(first+frames-1) || st.Viewers != 2 {
+	// (The stalled viewer may be gone already: one that takes no bytes for
+	// the write timeout, 10 s, is dropped; a slow run under -race gets there.)
+	if st.Captured < uint64(first+frames-1) {
 		t.Errorf("stats %+v", st)
 	}
 }

@@ -227,16 +227,16 @@ func TestServeLiveScreenBrowser(t *testing.T) {
 	// The gated APK server is on loopback, which a tenant's run may reach
 	// only when allowed.
 	d := startDaemonEnv(t, srv, []string{"SSL_CERT_FILE=" + g.CertFile(t)}, "--artifact-allow-cidr", "127.0.0.0/8")
-	token := func(tenant string) tenantClient {
+	token := func(tenant string, more ...string) tenantClient {
 		t.Helper()
-		out, err := exec.Command(buildAgent(t), "token", "create", "--data-dir", d.dataDir, "--tenant", tenant, "--output", "json").Output()
+		out, err := exec.Command(buildAgent(t), append([]string{"token", "create", "--data-dir", d.dataDir, "--tenant", tenant, "--output", "json"}, more...)...).Output()
 		var ct createdToken
 		if err != nil || json.Unmarshal(out, &ct) != nil || !agent.LooksLikeToken(ct.Token) {
 			t.Fatalf("token create --tenant %s: %v %s", tenant, err, out)
 		}
 		return tenantClient{d: d, token: ct.Token}
 	}
-	acme, beta := token("acme"), token("beta")
+	acme, beta, ops := token("acme"), token("beta"), token("ops", "--admin")
 	id := acme.submit(t, runBody(serial, g.URL("live"), sha, "ALWAYS_REINSTALL", "FORCE_RESTART", nil))
 	select { // ProvisionApp downloads: the run holds the device's lease
 	case got := <-g.fetched:
@@ -342,6 +342,27 @@ func TestServeLiveScreenBrowser(t *testing.T) {
 		t.Error("acme's page still shows a frame once refused")
 	}
 	uitest.SavePNG(t, ctx, "acme-after-run")
+
+	// No viewer left (the page is refused, the stream ended): no capture
+	// loop runs in the daemon.
+	metric := func(name string) string {
+		_, b := ops.do(t, "GET", "/metrics", nil)
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(wait)
+	for metric("screengraph_screen_capture_loops") != "0" || metric("screengraph_screen_viewers") != "0" {
+		if time.Now().After(deadline) {
+			t.Fatalf("capture loops %s, viewers %s once every viewer left; want 0", metric("screengraph_screen_capture_loops"), metric("screengraph_screen_viewers"))
+		}
+		time.Sleep(50 * time.Millisecond) // polled condition
+	}
+	t.Logf("frames: captured %s, delivered %s, dropped %s", metric(`screengraph_screen_frames_total{result="captured"}`),
+		metric(`screengraph_screen_frames_total{result="delivered"}`), metric(`screengraph_screen_frames_total{result="dropped"}`))
 }
 
 // shellOut runs a shell command on the simulated device and returns its
