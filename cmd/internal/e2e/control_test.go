@@ -163,7 +163,9 @@ func TestServeControl(t *testing.T) {
 		switchTo2()
 		g.Release(gate)
 		d.waitStatus(t, []string{id}, time.Minute, agent.RunPaused)
-		time.Sleep(700 * time.Millisecond) // longer than the engine's pause poll: nothing may run while PAUSED
+		// Nothing may run while PAUSED: no fixed wait for that, the stored
+		// order shows it (below, once resumed: run.resumed is the very next
+		// event after run.paused, however long the pause polls ran).
 		evs := d.events(t, id)
 		got := strings.Join(kindsOf(evs), " ")
 		want := "run.started node.started:EnsureDevice node.finished:EnsureDevice node.started:ProvisionApp node.finished:ProvisionApp run.paused"
@@ -176,6 +178,11 @@ func TestServeControl(t *testing.T) {
 		checkRunEvents(t, evs, agent.KindRunFinished)
 		if count(evs, agent.KindRunResumed) != 1 {
 			t.Fatalf("resumed events: %v", kindsOf(evs))
+		}
+		for i, e := range evs {
+			if e.Kind == agent.KindRunPaused && (i+1 == len(evs) || evs[i+1].Kind != agent.KindRunResumed) {
+				t.Fatalf("an event between run.paused and run.resumed (something ran while PAUSED): %v", kindsOf(evs))
+			}
 		}
 		v := d.run(t, id)
 		versions := map[string]int{}

@@ -3,8 +3,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,7 +118,8 @@ func TestFleetChaos(t *testing.T) {
 	}
 
 	const kills = 20
-	var outageEnd time.Time
+	outage := false
+	var outageTook time.Duration // written by the outage's goroutine before it sends on outageDone
 	outageDone := make(chan error, 1)
 	natsKilled := -1
 	for k := range kills {
@@ -141,15 +147,25 @@ func TestFleetChaos(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("chaos %d: Postgres restarted (-m %s)", k, mode)
-		case 6: // the whole NATS cluster down for 60 s
+		case 6: // the whole NATS cluster down until both daemons' relays felt it
+			base := []int64{relayFailures(ds[0].URL()), relayFailures(ds[1].URL())}
 			if err := f.nats.StopAll(); err != nil {
 				t.Fatal(err)
 			}
-			outageEnd = time.Now().Add(60 * time.Second)
-			t.Logf("chaos %d: NATS cluster stopped for 60 s", k)
+			outage = true
+			down := time.Now()
+			t.Logf("chaos %d: NATS cluster stopped", k)
 			go func() {
-				time.Sleep(60 * time.Second)
-				outageDone <- f.nats.StartAll()
+				// The outage lasts until each daemon's relay failed to
+				// publish three times (retried after its back-offs while
+				// its daemon kept committing), not a fixed minute: that
+				// is the state the restart must recover from.
+				err := waitOutage(base, ds[0].URL(), ds[1].URL())
+				outageTook = time.Since(down)
+				if err == nil {
+					err = f.nats.StartAll()
+				}
+				outageDone <- err
 			}()
 		case 9: // the adb server restarts; the emulators register again
 			restartADBServer(t, srv)
@@ -171,11 +187,11 @@ func TestFleetChaos(t *testing.T) {
 	for len(ids) < runs {
 		submit()
 	}
-	if !outageEnd.IsZero() {
+	if outage {
 		if err := <-outageDone; err != nil {
 			t.Fatalf("NATS cluster restart: %v\n%s", err, f.nats.Logs())
 		}
-		t.Logf("NATS cluster back")
+		t.Logf("NATS cluster back after an outage of %v", outageTook.Round(time.Millisecond))
 	}
 	alive(0).waitStatus(t, ids, 5*time.Minute, agent.RunFinished, agent.RunFailed, agent.RunCanceled)
 
@@ -300,4 +316,52 @@ func TestFleetRunGoesToTheHostWithTheDevice(t *testing.T) {
 func restartADBServer(t testing.TB, srv *simtest.ADBServer) {
 	t.Helper()
 	srv.Restart(t)
+}
+
+// relayFailures reads screengraph_relay_failures_total from a daemon's
+// /metrics: -1 when the daemon does not answer (killed, restarting).
+func relayFailures(url string) int64 {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "screengraph_relay_failures_total "); ok {
+			if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return int64(n)
+			}
+		}
+	}
+	return -1
+}
+
+// waitOutage polls the daemons' relay failure counters until each counted
+// three more failures than base (a restarted daemon counts from 0: all its
+// failures fell in the outage); an error after two minutes.
+func waitOutage(base []int64, urls ...string) error {
+	felt := make([]bool, len(urls))
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		all := true
+		for i, u := range urls {
+			n := relayFailures(u)
+			if n >= 0 && n < base[i] {
+				base[i] = 0 // restarted since: its counter began again
+			}
+			if n >= 0 && n-base[i] >= 3 {
+				felt[i] = true
+			}
+			all = all && felt[i]
+		}
+		if all {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("NATS outage: the relays counted no three failures each in 2 minutes (felt %v)", felt)
+		}
+	}
 }
