@@ -207,6 +207,7 @@ func TestHostCloseStopsRelayBeforeDrain(t *testing.T) {
 // It is timing-dependent; TestHostCloseStopsRelayBeforeDrain is the
 // deterministic check of the same defect.
 func TestRunPublishesAllEventsBeforeReturning(t *testing.T) {
+	slow(t, "a chain through Appium and NATS")
 	env := newChainEnv(t)
 	apk := fixtureAPK("demo-v2.apk")
 	res := runCLI(t, env.runCmd(apk, signerDigest(t, apk)))

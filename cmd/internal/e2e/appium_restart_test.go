@@ -28,6 +28,7 @@ func readLocalAppium(t testing.TB, dataDir string) appium.LocalState {
 // port, and the next run re-creates the uiautomator2 session the old server
 // took with it (REUSE_OR_CREATE finds the stored session gone) and FINISHES.
 func TestServeAppiumRestart(t *testing.T) {
+	slow(t, "chains through a local Appium it kills and restarts")
 	srv := simtest.StartADBServer(t)
 	emu, _ := launchDefault(t, srv)
 	d := startDaemon(t, srv)

@@ -80,6 +80,7 @@ func tlsServerOn(t *testing.T, ip string, h http.Handler, accepts *atomic.Int32)
 // with the rule's code; no connection reaches the refused server, nothing
 // lands in the cache but what was allowed, the daemon stays healthy.
 func TestServeArtifactFetchConfined(t *testing.T) {
+	slow(t, "chains through Appium with artifact servers")
 	srv := simtest.StartADBServer(t)
 	emu, _ := launchDefault(t, srv)
 	apkPath, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))

@@ -23,6 +23,7 @@ import (
 // is parked at the next start while another run's events all arrive on the
 // real NATS, and the daemon stays ready.
 func TestServeBoundsAndParkedPoison(t *testing.T) {
+	slow(t, "chains through Appium to the daemon's bounds")
 	srv := simtest.StartADBServer(t)
 	emu, _ := launchDefault(t, srv)
 	d := startDaemon(t, srv)

@@ -138,6 +138,7 @@ func (c *controlClient) waitHealthy(stop <-chan struct{}) {
 // (a switch is never lost to a crash), and each 409 came after the run's
 // terminal commit. Replay with SCREENGRAPH_CHAOS_SEED=<the seed logged>.
 func TestServeControlStress(t *testing.T) {
+	slow(t, "chaos: 200 control requests, the daemon SIGKILLed")
 	rng := chaosRNG(t, 0xc0de)
 	srv := simtest.StartADBServer(t)
 	var serials []string

@@ -138,6 +138,7 @@ func (d *daemon) cli(t *testing.T, args ...string) (string, int) {
 // finished run -> 409, of an unknown run -> 404; another tenant's subject is
 // refused.
 func TestServeControl(t *testing.T) {
+	slow(t, "chains on 3 devices through Appium, paused and switched")
 	srv := simtest.StartADBServer(t)
 	var serials []string
 	for range 3 {
@@ -327,6 +328,7 @@ func mustCLI(t *testing.T, d *daemon, wantCode int, args ...string) string {
 // fails), no goroutine hangs on the device, and the lease is released
 // device_absent.
 func TestServeDeviceGoneMidRun(t *testing.T) {
+	slow(t, "a chain through Appium whose device leaves")
 	srv := simtest.StartADBServer(t)
 	emu, _ := launchDefault(t, srv)
 	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))

@@ -22,6 +22,7 @@ import (
 // Two graceful stops (SIGTERM) in between leave runs resumable too.
 // Replay a failure with SCREENGRAPH_CHAOS_SEED=<the seed logged>.
 func TestServeCrashResume(t *testing.T) {
+	slow(t, "chaos: 20 SIGKILLs of the daemon mid-run")
 	rng := chaosRNG(t, 0x5eed)
 
 	srv := simtest.StartADBServer(t)

@@ -28,6 +28,17 @@ import (
 // directory in the module.
 const agentPkg = "github.com/screengraph/screengraph-agent/cmd/screengraph-agent"
 
+// slow skips t under go test -short, saying why it is slow: chains through
+// a real Appium, chaos, Postgres and NATS clusters. go test -short ./...
+// keeps the binary's quick checks and one chain (TestServeRunsOnFourDevices);
+// make test runs everything.
+func slow(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("slow under -short (" + why + "); make test runs it")
+	}
+}
+
 // The daemon tests run the real binary (SIGKILL needs a process of its own),
 // built once per test process.
 var agentBin struct {

@@ -18,6 +18,7 @@ import (
 // (from the crash buffer); an app that stops responding fails WaitIdle
 // with app_not_responding and keeps its ANR traces.
 func TestServeEvidenceOnFailure(t *testing.T) {
+	slow(t, "chains through Appium to a failure's evidence")
 	srv := simtest.StartADBServer(t)
 	launch := func(edit func(*android.Profile)) string {
 		prof := simtest.Profile(t, "default")

@@ -20,6 +20,7 @@ import (
 // metadata): the artifacts of a run driven by either land in the bucket,
 // not in a data dir, and both daemons serve them.
 func TestFleetEvidenceInBucket(t *testing.T) {
+	slow(t, "a fleet on Postgres and NATS with an S3 bucket")
 	f := startFleet(t)
 	be := s3mem.New()
 	if err := be.CreateBucket("evidence"); err != nil {

@@ -138,6 +138,7 @@ func checkSuccessEvidence(t testing.TB, d *daemon, adbAddr, serial, id string) [
 // CLI; the snapshot and node.finished point at them; the NATS events carry
 // no artifact bytes.
 func TestServeEvidence(t *testing.T) {
+	slow(t, "chains through Appium with evidence")
 	srv := simtest.StartADBServer(t)
 	emu, _ := launchDefault(t, srv)
 	d := startDaemon(t, srv)

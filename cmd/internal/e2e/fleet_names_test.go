@@ -20,6 +20,7 @@ import (
 // each driven on the device its lease holds (EnsureDevice's deviceId is the
 // lease's serial, never a device resolved from the name).
 func TestFleetDeviceNamesAcrossHosts(t *testing.T) {
+	slow(t, "a fleet on Postgres and NATS, two hosts")
 	f := startFleet(t)
 	var ds []*daemon
 	var devs []service.Device

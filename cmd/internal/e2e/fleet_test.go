@@ -251,6 +251,7 @@ func TestFleetChaos(t *testing.T) {
 // executed by B (their leases are B's), all end FINISHED, and an outside
 // NATS subscriber gets every event once, in order.
 func TestFleetRunGoesToTheHostWithTheDevice(t *testing.T) {
+	slow(t, "a fleet on Postgres and NATS, two hosts")
 	f := startFleet(t)
 	type host struct {
 		srv     *simtest.ADBServer

@@ -18,6 +18,7 @@ import (
 // PAUSED without a reload; Resume finishes it, and the page shows the four
 // nodes with their durations and the screenshot kept as evidence.
 func TestServeInspector(t *testing.T) {
+	slow(t, "chains through Appium to the inspector")
 	ctx := uitest.Browser(t) // first: no Chromium skips (locally) before the simulator starts
 	srv := simtest.StartADBServer(t)
 	emu, _ := launchDefault(t, srv)

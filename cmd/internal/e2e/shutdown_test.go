@@ -21,6 +21,7 @@ import (
 // store), the daemon exits 0, and after a restart the run resumes and
 // finishes with its events once each.
 func TestServeStopsWithAFollowerAttached(t *testing.T) {
+	slow(t, "a chain through Appium, then a stop")
 	srv := simtest.StartADBServer(t)
 	emu, _ := launchDefault(t, srv)
 	apk, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))

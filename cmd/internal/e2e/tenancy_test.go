@@ -54,6 +54,7 @@ func (c *tenantConn) refused(subject string) bool { return c.Refused(`"` + subje
 // while the same actions on the tenant's own run, and everything with the
 // admin token, work. No token is ever in a run input, an event or the log.
 func TestServeTenantIsolation(t *testing.T) {
+	slow(t, "chains of two tenants through Appium, NATS accounts")
 	srv := simtest.StartADBServer(t)
 	d := startDaemon(t, srv)
 	bin := buildAgent(t)

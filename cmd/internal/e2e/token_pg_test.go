@@ -17,6 +17,7 @@ import (
 // the store keeps the hash, Authenticate accepts the printed token until it
 // is revoked, list shows neither token nor hash.
 func TestTokenCommandsOnPostgres(t *testing.T) {
+	slow(t, "a Postgres cluster")
 	pg, err := pgtest.Start("")
 	if err != nil {
 		t.Fatal(err)
