@@ -45,7 +45,7 @@ func launchDefault(t testing.TB, srv *simtest.ADBServer) (*sim.Emulator, *androi
 	return emu, dev
 }
 
-func fixtureAPK(name string) string { return filepath.Join("..", "..", "fixtures", "apks", name) }
+func fixtureAPK(name string) string { return filepath.Join(repoRoot, "fixtures", "apks", name) }
 
 var signerDigestRE = regexp.MustCompile(`(?m)^Signer #1 certificate SHA-256 digest: ([0-9a-f]{64})$`)
 

@@ -78,7 +78,7 @@ func TestServeBusyListenStopsItsAppium(t *testing.T) {
 	}
 	defer busy.Close()
 	data := t.TempDir()
-	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	root, _ := filepath.Abs(repoRoot)
 	cmd := exec.Command(buildAgent(t), "serve", "--data-dir", data, "--listen", busy.Addr().String(),
 		"--nats-listen", "127.0.0.1:"+strconv.Itoa(simtest.FreePort(t)), "--adb-server", srv.Addr())
 	cmd.Dir = root

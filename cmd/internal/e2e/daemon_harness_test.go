@@ -28,6 +28,10 @@ import (
 // directory in the module.
 const agentPkg = "github.com/screengraph/screengraph-agent/cmd/screengraph-agent"
 
+// repoRoot is the repository's root from this package's directory (go test
+// runs a package's tests in its directory): fixtures/, the local Appium.
+var repoRoot = filepath.Join("..", "..", "..")
+
 // slow skips t under go test -short, saying why it is slow: chains through
 // a real Appium, chaos, Postgres and NATS clusters. go test -short ./...
 // keeps the binary's quick checks and one chain (TestServeRunsOnFourDevices);
@@ -116,7 +120,7 @@ func (d *daemon) start() {
 		"--nats-listen", "127.0.0.1:" + strconv.Itoa(d.natsPort), "--adb-server", d.srv.Addr(),
 		"--artifact-file-root", filepath.Join("fixtures", "apks")}, d.extra...) // the tests' file:// APKs
 	cmd := exec.Command(d.bin, args...)
-	cmd.Dir = filepath.Join("..", "..") // the repo root: the local Appium is found there
+	cmd.Dir = repoRoot // the repo root: the local Appium is found there
 	root, _ := filepath.Abs(cmd.Dir)
 	cmd.Env = append(os.Environ(), "ANDROID_ADB_SERVER_PORT="+strconv.Itoa(d.srv.Port), "ADB_EMU=0",
 		"APPIUM_HOME="+filepath.Join(root, ".cache", "appium-home"))

@@ -291,7 +291,7 @@ func (d *daemon) launch() error {
 	args := append([]string{"--log-level", "debug", "serve", "--data-dir", d.dataDir, "--listen", "127.0.0.1:" + strconv.Itoa(d.httpPort),
 		"--nats-listen", "127.0.0.1:" + strconv.Itoa(d.natsPort), "--adb-server", d.srv.Addr()}, d.extra...)
 	cmd := exec.Command(d.bin, args...)
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "ANDROID_ADB_SERVER_PORT="+strconv.Itoa(d.srv.Port), "ADB_EMU=0")
 	cmd.Env = append(cmd.Env, d.env...)
 	logf, err := os.OpenFile(filepath.Join(d.dataDir, "serve.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
