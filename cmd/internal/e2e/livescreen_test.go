@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -230,7 +230,7 @@ func TestServeLiveScreenBrowser(t *testing.T) {
 	token := func(tenant string, more ...string) tenantClient {
 		t.Helper()
 		out, err := exec.Command(buildAgent(t), append([]string{"token", "create", "--data-dir", d.dataDir, "--tenant", tenant, "--output", "json"}, more...)...).Output()
-		var ct createdToken
+		var ct tokenCreated
 		if err != nil || json.Unmarshal(out, &ct) != nil || !agent.LooksLikeToken(ct.Token) {
 			t.Fatalf("token create --tenant %s: %v %s", tenant, err, out)
 		}
