@@ -15,9 +15,11 @@ package service
 // decided again. Lease changes this daemon makes (acquire, release, take
 // back, a lost renewal) bump a generation before the new holder's run can
 // touch the device, and a frame whose capture overlapped a bump is
-// discarded; changes made by other daemons of a fleet are seen by a re-read
-// of the active leases at most ScreenLeasePoll old (one query per daemon,
-// shared by every loop).
+// discarded (the generation is the daemon's, not the device's: a change on
+// any device costs the captures in flight on every device, a few per run);
+// changes made by other daemons of a fleet are seen by a re-read of the
+// active leases at most ScreenLeasePoll old (one query per daemon, shared
+// by every loop).
 
 import (
 	"context"
@@ -185,7 +187,9 @@ func (s *Service) WatchScreen(ctx context.Context, sc agent.Scope, serial string
 	}
 	l := h.loops[serial]
 	if l == nil {
-		lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		// The loop outlives the request that started it (it serves every
+		// viewer of the device): its own context, canceled by the last Close.
+		lctx, stop := context.WithCancel(context.Background())
 		l = &screenLoop{serial: serial, key: key, viewers: map[*ScreenWatch]struct{}{}, stop: stop, done: make(chan struct{})}
 		h.loops[serial] = l
 		go h.run(lctx, l)
