@@ -217,6 +217,7 @@ const screenHash = `(() => {
 // ("lease_changed") and the page, opening it again, is refused. PNGs of
 // each step are saved.
 func TestServeLiveScreenBrowser(t *testing.T) {
+	slow(t, "Chromium, the real chain with Appium")
 	ctx := uitest.Browser(t) // first: no Chromium skips (locally) before the simulator starts
 	srv := simtest.StartADBServer(t)
 	emu, dev := launchDefault(t, srv)
