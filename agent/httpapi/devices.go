@@ -214,13 +214,20 @@ func (a *api) screen(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	if r.Context().Err() != nil {
-		return
+	revoked := errors.Is(context.Cause(r.Context()), agent.ErrTokenRevoked)
+	if r.Context().Err() != nil && !revoked {
+		return // the viewer left
 	}
 	var last []byte
-	if errors.Is(err, service.ErrScreenLeaseChanged) {
+	switch {
+	case revoked:
+		// The stream's token was revoked: say so as SSE streams do (the
+		// agent error format of the 401 a new request gets), then close.
+		last, _ = json.Marshal(ErrorBody(agent.Wrap(agent.ErrPermission, agent.ErrUnauthenticated, "%v", agent.ErrTokenRevoked), ""))
+		last = agent.RedactJSON(last)
+	case errors.Is(err, service.ErrScreenLeaseChanged):
 		last, _ = json.Marshal(map[string]string{"end": "lease_changed", "message": err.Error()})
-	} else {
+	default:
 		last, _ = json.Marshal(ErrorBody(err, ""))
 		last = agent.RedactJSON(last)
 	}

@@ -48,7 +48,7 @@ func (f *frameSource) CaptureScreen(ctx context.Context, serial string) ([]byte,
 
 // newScreenEnv is the API with tokens (acme, beta, admin) over a service
 // whose screens come from src every interval.
-func newScreenEnv(t *testing.T, src *frameSource, interval time.Duration) (*tenantEnv, *service.Service) {
+func newScreenEnv(t *testing.T, src *frameSource, interval time.Duration, rev ...*agent.RevocationWatch) (*tenantEnv, *service.Service) {
 	t.Helper()
 	st, dir := openEvidence(t)
 	svc, err := service.New(service.Config{Store: st, Leases: st, Prepare: servicetest.Prepare(tenantPrepare), NewID: func() string { return ulid.Make().String() },
@@ -56,7 +56,12 @@ func newScreenEnv(t *testing.T, src *frameSource, interval time.Duration) (*tena
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Service: svc, Tokens: st}))
+	cfg := httpapi.Config{Service: svc, Tokens: st}
+	if len(rev) > 0 {
+		rev[0].Tokens = st
+		cfg.Revocations = rev[0]
+	}
+	srv := httptest.NewServer(httpapi.New(cfg))
 	t.Cleanup(srv.Close)
 	return (&tenantEnv{t: t, st: st, blobs: dir, url: srv.URL}).withTokens("acme", "beta", "admin"), svc
 }
@@ -238,4 +243,53 @@ func waitCond(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond) // polled condition
 	}
+}
+
+// A revoked token's live screen ends: a last part in the agent error format
+// (permission_error, the token revoked), then the closing boundary, as its
+// SSE streams do.
+func TestScreenStreamEndsOnRevocation(t *testing.T) {
+	rev := &agent.RevocationWatch{}
+	e, svc := newScreenEnv(t, &frameSource{}, 20*time.Millisecond, rev)
+	e.runOn("acme", "emulator-5556", nil, true)
+	resp := e.screenStream(context.Background(), "acme", "emulator-5556")
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("acme's stream: %d", resp.StatusCode)
+	}
+	next := parts(t, resp)
+	if p, err := next(); err != nil || p.contentType != "image/png" {
+		t.Fatalf("first part: %v %s", err, p.contentType)
+	}
+	ts, err := e.st.ListTokens(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range ts {
+		if tk.TenantID == "acme" {
+			if _, err := e.st.RevokeToken(context.Background(), tk.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := rev.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p, err := next()
+		if err != nil {
+			t.Fatalf("the stream ended without saying the token was revoked: %v", err)
+		}
+		if p.contentType == "image/png" {
+			continue
+		}
+		if p.contentType != "application/json" || !strings.Contains(string(p.body), "permission_error") || !strings.Contains(string(p.body), "revoked") {
+			t.Fatalf("last part %s %s", p.contentType, p.body)
+		}
+		break
+	}
+	if _, err := next(); err != io.EOF {
+		t.Errorf("after the end part: %v, want the closing boundary", err)
+	}
+	waitCond(t, "no viewer once the token is revoked", func() bool { return svc.ScreenStats().Viewers == 0 })
 }
