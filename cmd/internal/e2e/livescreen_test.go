@@ -298,8 +298,14 @@ func TestServeLiveScreenBrowser(t *testing.T) {
 		})
 		ended <- e
 	}()
+	// acme reaches the device page from the devices table's serial link.
 	uitest.Run(t, ctx, wait, "sign out", chromedp.Click("#signout"), chromedp.WaitVisible("#signin"))
-	signIn(acme, "acme signs in")
+	uitest.Run(t, ctx, wait, "acme signs in on the devices page", chromedp.Navigate(d.URL()+"/ui/devices"), chromedp.WaitVisible("#signin"),
+		chromedp.SendKeys("#token", acme.token), chromedp.Click(`#signin button[type="submit"]`),
+		chromedp.Click(`#devices tr[data-serial="`+serial+`"] a.device-link`), chromedp.WaitVisible("#device-serial"))
+	if p := uitest.Eval[string](t, ctx, `location.pathname`); p != "/ui/devices/"+serial {
+		t.Errorf("the serial link led to %s", p)
+	}
 	uitest.Run(t, ctx, wait, "acme's screen live", chromedp.Poll[chromedp.Void](`Number(document.getElementById("screen").dataset.frames || 0) >= 3`,
 		chromedp.WithPollingInterval(50*time.Millisecond)))
 	before := uitest.Eval[string](t, ctx, screenHash)
