@@ -13,8 +13,6 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var _ snapshots.OutboxClaimer = (*Store)(nil)
-
 // ClaimOutbox implements OutboxClaimer: in one transaction it locks the head
 // row (the lowest unpublished sequence) of up to maxRuns runs, oldest rows
 // first, with FOR UPDATE SKIP LOCKED, then reads up to rowsPerRun unpublished
