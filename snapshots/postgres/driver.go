@@ -110,10 +110,11 @@ func (p pgTx) UpdatePolicyVersion(ctx context.Context, runID string, version int
 func (p pgTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, stepOrdinal *int) error {
 	b := &pgx.Batch{}
 	for _, e := range evs {
-		b.Queue(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9)`,
-			e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.PayloadJSON, e.Checksum, e.Envelope, stepOrdinal)
-		b.Queue(`INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES ($1, $2, $3, $4, $5)`,
-			e.RunID, e.Sequence, e.EventID, e.Subject, e.Envelope)
+		b.Queue(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.Checksum, e.Envelope, stepOrdinal)
+		// The outbox entry points at its event (migration 00009).
+		b.Queue(`INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES ($1, $2, $3, $4)`,
+			e.RunID, e.Sequence, e.EventID, e.Subject)
 	}
 	b.Queue(`SELECT pg_notify($1, $2)`, OutboxChannel, evs[0].RunID)
 	return p.tx.SendBatch(ctx, b).Close()

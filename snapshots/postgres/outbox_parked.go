@@ -23,8 +23,8 @@ func (d pgDriver) ParkedRows(ctx context.Context, limit int) ([]agent.ParkedEven
 		err := r.Scan(&p.RunID, &p.Sequence, &p.EventID, &p.Subject, &p.Bytes, &p.Reason, &p.ParkedAt)
 		p.ParkedAt = p.ParkedAt.UTC()
 		return p, err
-	})(d.s.pool.Query(ctx, `SELECT run_id, sequence, event_id, subject, octet_length(body), parked_reason, parked_at FROM run_outbox
-		WHERE parked_at IS NOT NULL ORDER BY parked_at DESC, id DESC LIMIT $1`, limit))
+	})(d.s.pool.Query(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, octet_length(e.envelope), o.parked_reason, o.parked_at FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence
+		WHERE o.parked_at IS NOT NULL ORDER BY o.parked_at DESC, o.id DESC LIMIT $1`, limit))
 }
 
 // OutboxCounts implements OutboxCounter.

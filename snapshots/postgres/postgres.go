@@ -422,7 +422,7 @@ func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, 
 	if limit <= 0 {
 		limit = 100
 	}
-	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT $1`, limit))
+	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL ORDER BY o.run_id, o.sequence LIMIT $1`, limit))
 }
 
 // MarkPublished: see sqlite.Store.MarkPublished.

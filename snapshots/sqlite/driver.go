@@ -115,8 +115,9 @@ func (w writeTx) UpdatePolicyVersion(ctx context.Context, runID string, version 
 	return err
 }
 
-// InsertEvents implements storekit.StepTx: an event row and an outbox row
-// each, through the writer's prepared statements.
+// InsertEvents implements storekit.StepTx: an event row (the envelope, the
+// event's one copy) and an outbox row pointing at it each, through the
+// writer's prepared statements.
 func (w writeTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, stepOrdinal *int) error {
 	var step any
 	if stepOrdinal != nil {
@@ -131,10 +132,12 @@ func (w writeTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent,
 		return err
 	}
 	for _, e := range evs {
-		if _, err := insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.PayloadJSON, e.Checksum, string(e.Envelope), step); err != nil {
+		if _, err := insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.Checksum, string(e.Envelope), step); err != nil {
 			return err
 		}
-		if _, err := insOb.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Subject, e.Envelope); err != nil {
+		// The outbox entry points at its event (migration 00009): the
+		// envelope is written once, in run_events.
+		if _, err := insOb.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Subject); err != nil {
 			return err
 		}
 	}

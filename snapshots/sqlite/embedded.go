@@ -251,8 +251,8 @@ const (
 	sqlStepRun        = `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?), 0) FROM runs WHERE run_id = ?`
 	sqlFenceLease     = `SELECT ` + storekit.LeaseCols + ` FROM device_leases WHERE serial = ? AND fencing_token = ?`
 	sqlStepStatus     = `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`
-	sqlInsertEvent    = `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	sqlInsertOutbox   = `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES (?, ?, ?, ?, ?)`
+	sqlInsertEvent    = `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertOutbox   = `INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES (?, ?, ?, ?)`
 	sqlInsertSnapshot = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
 	sqlMarkUpTo       = `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
 	sqlInsertRun      = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
@@ -525,7 +525,7 @@ func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, 
 	if limit <= 0 {
 		limit = 100
 	}
-	q, err := s.rs.get(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT ?`)
+	q, err := s.rs.get(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL ORDER BY o.run_id, o.sequence LIMIT ?`)
 	if err != nil {
 		return nil, err
 	}
@@ -540,9 +540,11 @@ func (s *Store) UnpublishedAfter(ctx context.Context, after int64, limit int) ([
 	// From the start, the partial index of unpublished rows (published rows
 	// are never deleted, so the id range would be the whole table); after a
 	// point, the id range (only rows committed since).
-	q := `SELECT id, run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`
+	// The body is the event's envelope (one copy, in run_events).
+	q := `SELECT o.id, o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL AND o.id > ? ORDER BY o.id LIMIT ?`
 	if after <= 0 {
-		q = `SELECT id, run_id, sequence, event_id, subject, body FROM run_outbox INDEXED BY run_outbox_unpublished_key WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`
+		q = `SELECT o.id, o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o INDEXED BY run_outbox_unpublished_key
+			JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL AND o.id > ? ORDER BY o.id LIMIT ?`
 	}
 	rows, err := s.query(ctx, q, after, limit)
 	if err != nil {

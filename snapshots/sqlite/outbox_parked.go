@@ -32,8 +32,8 @@ func (d driver) ParkedRows(ctx context.Context, limit int) ([]agent.ParkedEvent,
 		var err error
 		p.ParkedAt, err = storekit.ParseTime(at)
 		return p, err
-	})(d.s.query(ctx, `SELECT run_id, sequence, event_id, subject, length(body), parked_reason, parked_at FROM run_outbox
-		WHERE parked_at IS NOT NULL ORDER BY parked_at DESC, id DESC LIMIT ?`, limit))
+	})(d.s.query(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, length(CAST(e.envelope AS BLOB)), o.parked_reason, o.parked_at FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence
+		WHERE o.parked_at IS NOT NULL ORDER BY o.parked_at DESC, o.id DESC LIMIT ?`, limit))
 }
 
 // OutboxCounts implements OutboxCounter.
