@@ -154,11 +154,11 @@ func TestDecodeTreeMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	for body, msg := range map[string]string{
-		`{"a":1,"a":2}`:          `duplicate key "a" at $`,
-		`{"a":1,"A":2}`:          `keys "a" and "A" at $ differ only by case`,
-		`{"tenantID":"x"}`:       `key "tenantID" at $ matches field "tenantId" only by case`,
-		`{"tenantId":"x"} {}`:    `data after the JSON value`,
-		`{"tenantId":"x","z":1}`: `unknown key "z" at $`,
+		`{"deviceName":"a","deviceName":"b"}`: `duplicate key "deviceName" at $`,
+		`{"deviceName":"a","DeviceName":"b"}`: `keys "deviceName" and "DeviceName" at $ differ only by case`,
+		`{"tenantID":"x"}`:                    `key "tenantID" at $ matches field "tenantId" only by case`,
+		`{"tenantId":"x"} {}`:                 `data after the JSON value`,
+		`{"tenantId":"x","z":1}`:              `unknown key "z" at $`,
 	} {
 		_, err := strictjson.DecodeTree("$", []byte(body), reflect.TypeFor[device](), strictjson.Options{})
 		if err == nil || !strings.Contains(err.Error(), msg) {
