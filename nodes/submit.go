@@ -79,7 +79,9 @@ func newSetupPlan(runID string, body []byte, defaultTenant string, currentPolicy
 // (agent.RedactString), like payloads.
 func decodePlanIDs(runID string, body []byte, defaultTenant string, currentPolicy int) (*Plan, error) {
 	return decodePlanWith(runID, body, func(h *PlanHeader) error {
-		if err := checkRequestIDs(SubmitRequest{TenantID: h.TenantID, ProjectID: h.ProjectID}); err != nil {
+		// The tenant is validated once, by the service's Submit
+		// (agent.ValidTenantID, the rule of tokens too).
+		if err := checkID("$.projectId", h.ProjectID); err != nil {
 			return err
 		}
 		if h.PolicyVersion < 0 {
@@ -134,11 +136,12 @@ func ArtifactRef(run agent.Run) string {
 }
 
 // SetupPreparer is the daemon's service.Preparer for the setup graph: it
-// decodes a run request with NewSetupRun (current policy version as the
-// default), checks the artifact reference against the daemon's artifact
-// rules before anything is stored (Artifacts.CheckRef), and refuses a
-// policy version neither the daemon nor the fleet's store holds
-// (invalid_request_error naming $.policyVersion). The tenant is left "" so that Submit sets the caller's.
+// decodes a run request with NewSetupRun (the tenant Submit passes and the
+// current policy version as the defaults), checks the artifact reference
+// against the daemon's artifact rules before anything is stored
+// (Artifacts.CheckRef), and refuses a policy version neither the daemon nor
+// the fleet's store holds (invalid_request_error naming $.policyVersion).
+// Submit validates the tenant.
 type SetupPreparer struct {
 	Policies interface {
 		Current() *policy.Policy
@@ -151,8 +154,8 @@ type SetupPreparer struct {
 }
 
 // Prepare builds the PENDING run row of the request body; see SetupPreparer.
-func (p SetupPreparer) Prepare(ctx context.Context, runID string, body []byte) (agent.Run, error) {
-	run, plan, err := newSetupPlan(runID, body, "", p.Policies.Current().PolicyVersion)
+func (p SetupPreparer) Prepare(ctx context.Context, runID, tenant string, body []byte) (agent.Run, error) {
+	run, plan, err := newSetupPlan(runID, body, tenant, p.Policies.Current().PolicyVersion)
 	if err != nil {
 		return run, err
 	}

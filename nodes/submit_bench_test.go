@@ -31,13 +31,13 @@ func BenchmarkSubmit(b *testing.B) {
 	}
 	p := nodes.SetupPreparer{Policies: pols, Artifacts: refRule{}}
 	body := []byte(submitBody)
-	if _, err := p.Prepare(ctx, "01J0000000000000000000000", body); err != nil {
+	if _, err := p.Prepare(ctx, "01J0000000000000000000000", "t1", body); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := p.Prepare(ctx, "01J0000000000000000000000", body); err != nil {
+		if _, err := p.Prepare(ctx, "01J0000000000000000000000", "t1", body); err != nil {
 			b.Fatal(err)
 		}
 	}
