@@ -284,97 +284,114 @@ func assignTree(dst reflect.Value, v any) error {
 		dst.Set(reflect.ValueOf(plainJSON(v)))
 		return nil
 	case reflect.Struct:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Errorf("expected an object for %s, received %s", dst.Type(), received(v))
-		}
-		t := dst.Type()
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" || !f.IsExported() {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			fv, ok := obj[name]
-			if !ok {
-				continue
-			}
-			if err := assignTree(dst.Field(i), fv); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-		}
-		return nil
+		return assignStruct(dst, v)
 	case reflect.Map:
-		obj, ok := v.(map[string]any)
-		if !ok || dst.Type().Key().Kind() != reflect.String {
-			return fmt.Errorf("expected an object for %s, received %s", dst.Type(), received(v))
-		}
-		m := reflect.MakeMapWithSize(dst.Type(), len(obj))
-		for k, e := range obj {
-			ev := reflect.New(dst.Type().Elem()).Elem()
-			if err := assignTree(ev, e); err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
-			m.SetMapIndex(reflect.ValueOf(k).Convert(dst.Type().Key()), ev)
-		}
-		dst.Set(m)
-		return nil
+		return assignMap(dst, v)
 	case reflect.Slice:
-		arr, ok := v.([]any)
+		return assignSlice(dst, v)
+	}
+	return assignScalar(dst, v)
+}
+
+func assignStruct(dst reflect.Value, v any) error {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("expected an object for %s, received %s", dst.Type(), received(v))
+	}
+	t := dst.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fv, ok := obj[name]
 		if !ok {
-			return fmt.Errorf("expected an array for %s, received %s", dst.Type(), received(v))
+			continue
 		}
-		s := reflect.MakeSlice(dst.Type(), len(arr), len(arr))
-		for i, e := range arr {
-			if err := assignTree(s.Index(i), e); err != nil {
-				return fmt.Errorf("[%d]: %w", i, err)
-			}
+		if err := assignTree(dst.Field(i), fv); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		dst.Set(s)
-		return nil
+	}
+	return nil
+}
+
+func assignMap(dst reflect.Value, v any) error {
+	obj, ok := v.(map[string]any)
+	if !ok || dst.Type().Key().Kind() != reflect.String {
+		return fmt.Errorf("expected an object for %s, received %s", dst.Type(), received(v))
+	}
+	m := reflect.MakeMapWithSize(dst.Type(), len(obj))
+	for k, e := range obj {
+		ev := reflect.New(dst.Type().Elem()).Elem()
+		if err := assignTree(ev, e); err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		m.SetMapIndex(reflect.ValueOf(k).Convert(dst.Type().Key()), ev)
+	}
+	dst.Set(m)
+	return nil
+}
+
+func assignSlice(dst reflect.Value, v any) error {
+	arr, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("expected an array for %s, received %s", dst.Type(), received(v))
+	}
+	s := reflect.MakeSlice(dst.Type(), len(arr), len(arr))
+	for i, e := range arr {
+		if err := assignTree(s.Index(i), e); err != nil {
+			return fmt.Errorf("[%d]: %w", i, err)
+		}
+	}
+	dst.Set(s)
+	return nil
+}
+
+// assignScalar stores a string, boolean or json.Number of a decoded value.
+func assignScalar(dst reflect.Value, v any) error {
+	bad := fmt.Errorf("expected %s, received %s", dst.Type(), received(v))
+	switch dst.Kind() {
 	case reflect.String:
 		s, ok := v.(string)
 		if !ok {
-			return fmt.Errorf("expected a string for %s, received %s", dst.Type(), received(v))
+			return bad
 		}
 		dst.SetString(s)
-		return nil
 	case reflect.Bool:
 		b, ok := v.(bool)
 		if !ok {
-			return fmt.Errorf("expected a boolean, received %s", received(v))
+			return bad
 		}
 		dst.SetBool(b)
-		return nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		n, ok := v.(json.Number)
+		n, _ := v.(json.Number)
 		i, err := n.Int64()
-		if !ok || err != nil || dst.OverflowInt(i) {
-			return fmt.Errorf("expected an integer for %s, received %s", dst.Type(), received(v))
+		if err != nil || dst.OverflowInt(i) {
+			return bad
 		}
 		dst.SetInt(i)
-		return nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		n, ok := v.(json.Number)
+		n, _ := v.(json.Number)
 		i, err := n.Int64()
-		if !ok || err != nil || i < 0 || dst.OverflowUint(uint64(i)) {
-			return fmt.Errorf("expected an unsigned integer for %s, received %s", dst.Type(), received(v))
+		if err != nil || i < 0 || dst.OverflowUint(uint64(i)) {
+			return bad
 		}
 		dst.SetUint(uint64(i))
-		return nil
 	case reflect.Float32, reflect.Float64:
-		n, ok := v.(json.Number)
+		n, _ := v.(json.Number)
 		f, err := n.Float64()
-		if !ok || err != nil {
-			return fmt.Errorf("expected a number, received %s", received(v))
+		if err != nil {
+			return bad
 		}
 		dst.SetFloat(f)
-		return nil
+	default:
+		return fmt.Errorf("cannot decode into %s", dst.Type())
 	}
-	return fmt.Errorf("cannot decode into %s", dst.Type())
+	return nil
 }
 
 // plainJSON converts json.Number to float64 throughout v, as encoding/json
