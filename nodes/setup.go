@@ -16,9 +16,10 @@ import (
 // SetupGraphName names the setup chain graph.
 const SetupGraphName = "setup"
 
-// SetupRequest is a setup run's input, stored as the run's Input: each node's
-// input in the spec's JSON (screengraph-nodes.md), validated and coerced by the
-// node's JSON Schema. runId, tenantId and projectId are filled from the run;
+// SetupRequest is a setup run's request: each node's input in the spec's
+// JSON (screengraph-nodes.md), validated and coerced by the node's JSON
+// Schema. The daemon stores its Plan as the run's Input; `run --input` and
+// runs stored before plans hold it as submitted. runId, tenantId and projectId are filled from the run;
 // deviceRuntimeContext flows from EnsureDevice's output to the later nodes.
 // Modes a node input leaves out come from the policy in force.
 type SetupRequest struct {
