@@ -536,3 +536,23 @@ func bootStatus(ctx context.Context, dev device.Device) (parse.BootStatus, error
 	}
 	return parse.ParseBootStatus(bootOut, services), nil
 }
+
+// ensureDeviceNode is EnsureDevice as a setup node: the policy's driver
+// reuse mode unless the input names one, and its emulator section.
+type ensureDeviceNode struct{ sessions SessionMemory }
+
+func (ensureDeviceNode) Name() string   { return NodeEnsureDevice }
+func (ensureDeviceNode) Uses() []string { return []string{NodeEnsureDevice} }
+
+func (ensureDeviceNode) Prepare(in *EnsureDeviceInput, s StepContext) {
+	in.IterationOrdinalNumber = s.Step.IterationOrdinalNumber
+	if in.DriverReusePolicy == "" {
+		in.DriverReusePolicy = DriverReusePolicy(s.Policy.DriverReusePolicy)
+	}
+	e := s.Policy.Emulator
+	in.Emulator = EmulatorOptions{IdleKill: time.Duration(e.IdleKillMinutes) * time.Minute, ColdBoot: !e.QuickBoot, SaveSnapshot: e.SaveSnapshot}
+}
+
+func (n ensureDeviceNode) Run(ctx context.Context, in EnsureDeviceInput, _ StepContext, p Ports) (EnsureDeviceOutput, error) {
+	return EnsureDevice(ctx, in, p, n.sessions)
+}

@@ -566,3 +566,38 @@ func ParseLauncherActivity(out, pkg string) (parse.Component, bool) {
 	}
 	return flush()
 }
+
+// launchOrAttachNode is LaunchOrAttach as a setup node: ProvisionApp's
+// application descriptor unless the input names one, the policy's launch
+// mode, and the engine's attempt (a retry starts a fresh process).
+type launchOrAttachNode struct{}
+
+func (launchOrAttachNode) Name() string { return NodeLaunchOrAttach }
+func (launchOrAttachNode) Uses() []string {
+	return []string{NodeLaunchOrAttach, NodeProvisionApp}
+}
+
+func (launchOrAttachNode) Prepare(in *LaunchOrAttachInput, s StepContext) {
+	in.IterationOrdinalNumber = s.Step.IterationOrdinalNumber
+	in.DeviceRuntimeContext = mergeContext(in.DeviceRuntimeContext, s.Context)
+	if in.ApplicationUnderTestDescriptor.AndroidPackageID == "" {
+		in.ApplicationUnderTestDescriptor = s.Inputs.ProvisionApp.ApplicationUnderTestDescriptor
+	}
+	if in.LaunchAttachMode == "" {
+		in.LaunchAttachMode = LaunchAttachMode(s.Policy.LaunchAttachMode)
+	}
+	in.Attempt = s.Step.Attempt
+}
+
+// Run launches; a crash at launch is retryable while the policy grants
+// another attempt (retries.maxAttemptsByError, default one retry), and the
+// last attempt's error says it is not.
+func (launchOrAttachNode) Run(ctx context.Context, in LaunchOrAttachInput, s StepContext, p Ports) (LaunchOrAttachOutput, error) {
+	out, err := LaunchOrAttach(ctx, in, p)
+	if e := agent.Classify(err); e != nil && e.ID == agent.ErrAppCrashed && e.Retryable {
+		if again, _ := s.Policy.Decide(NodeLaunchOrAttach, e.ID, s.Step.Attempt); !again {
+			e.Retryable = false
+		}
+	}
+	return out, err
+}

@@ -849,3 +849,22 @@ func short(ds []string) string {
 	}
 	return strings.Join(s, ",")
 }
+
+// provisionAppNode is ProvisionApp as a setup node: the policy's
+// installation mode unless the input names one.
+type provisionAppNode struct{ deps ProvisionDeps }
+
+func (provisionAppNode) Name() string   { return NodeProvisionApp }
+func (provisionAppNode) Uses() []string { return []string{NodeProvisionApp} }
+
+func (provisionAppNode) Prepare(in *ProvisionAppInput, s StepContext) {
+	in.IterationOrdinalNumber = s.Step.IterationOrdinalNumber
+	in.DeviceRuntimeContext = mergeContext(in.DeviceRuntimeContext, s.Context)
+	if in.InstallationPolicy == "" {
+		in.InstallationPolicy = InstallationPolicy(s.Policy.InstallationPolicy)
+	}
+}
+
+func (n provisionAppNode) Run(ctx context.Context, in ProvisionAppInput, _ StepContext, p Ports) (ProvisionAppOutput, error) {
+	return ProvisionApp(ctx, in, p, n.deps)
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/policy"
 )
 
 // Defaults of WaitIdle (the schema's "default" values say the same).
@@ -724,4 +725,53 @@ func NetworkStatus(tables string, uid int) NetworkInFlightStatus {
 		}
 	}
 	return NetworkNone
+}
+
+// waitIdleNode is WaitIdle as a setup node: the application descriptor of
+// LaunchOrAttach (else ProvisionApp) unless the input names one, the
+// policy's idle heuristics for what the input leaves out, and, with an
+// IdleScreens port, what the policy's onSuccess evidence keeps of the idle
+// screen (WaitIdle ends the graph, so its last sample may serve it).
+type waitIdleNode struct{}
+
+func (waitIdleNode) Name() string { return NodeWaitIdle }
+func (waitIdleNode) Uses() []string {
+	return []string{NodeWaitIdle, NodeLaunchOrAttach, NodeProvisionApp}
+}
+
+func (waitIdleNode) Prepare(in *WaitIdleInput, s StepContext) {
+	in.IterationOrdinalNumber = s.Step.IterationOrdinalNumber
+	in.DeviceRuntimeContext = mergeContext(in.DeviceRuntimeContext, s.Context)
+	if in.ApplicationUnderTestDescriptor == nil {
+		a := s.Inputs.LaunchOrAttach.ApplicationUnderTestDescriptor
+		if a.AndroidPackageID == "" {
+			a = s.Inputs.ProvisionApp.ApplicationUnderTestDescriptor
+		}
+		in.ApplicationUnderTestDescriptor = &a
+	}
+	h, idle := &in.IdleHeuristicsConfiguration, s.Policy.Idle
+	setDefault(&h.MinQuietMillis, idle.MinQuietMillis)
+	setDefault(&h.MaxWaitMillis, idle.MaxWaitMillis)
+	setDefault(&h.SamplingIntervalMillis, idle.SampleIntervalMillis)
+	if h.CountQuietFromLastFrame == nil {
+		b := idle.CountQuietFromLastFrame
+		h.CountQuietFromLastFrame = &b
+	}
+	kinds, _ := policy.EvidenceKinds(s.Policy, false)
+	in.Evidence = IdleEvidence{StepOrdinal: s.Step.StepOrdinal, Attempt: s.Step.Attempt,
+		Screenshot: slices.Contains(kinds, agent.ArtifactScreenshot), Hierarchy: slices.Contains(kinds, agent.ArtifactUIHierarchy)}
+}
+
+func (waitIdleNode) Run(ctx context.Context, in WaitIdleInput, _ StepContext, p Ports) (WaitIdleOutput, error) {
+	if p.IdleScreens == nil {
+		in.Evidence = IdleEvidence{} // nothing keeps the idle screen
+	}
+	return WaitIdle(ctx, in, p)
+}
+
+func setDefault(p **int64, v int) {
+	if *p == nil && v > 0 {
+		x := int64(v)
+		*p = &x
+	}
 }
