@@ -293,7 +293,14 @@ func (w *appWatch) crashEvidence(ctx context.Context, p Ports) (*AppFailure, err
 		}
 		return f, nil
 	}
-	es := parse.ParseDropbox(r.Stdout)
+	w.dropboxCrash(f, r.Stdout)
+	return f, nil
+}
+
+// dropboxCrash fills f from the newest data_app_crash entry of `dumpsys
+// dropbox --print data_app_crash` output (out) of one of the pids seen.
+func (w *appWatch) dropboxCrash(f *AppFailure, out string) {
+	es := parse.ParseDropbox(out)
 	for i := len(es) - 1; i >= 0; i-- {
 		e := es[i]
 		if !ownProcess(e.Process(), w.pkg) || !slices.Contains(w.pids, e.PID()) {
@@ -308,9 +315,8 @@ func (w *appWatch) crashEvidence(ctx context.Context, p Ports) (*AppFailure, err
 				break
 			}
 		}
-		break
+		return
 	}
-	return f, nil
 }
 
 // anrEvidence describes the app's ANR shown by dialog d: the reason from

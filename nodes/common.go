@@ -229,6 +229,22 @@ type DeviceRuntimeContext struct {
 	HealthProbeStatus device.Health  `json:"healthProbeStatus"`
 }
 
+// sessionID is the Appium session of c, "" when c is nil.
+func (c *DeviceRuntimeContext) sessionID() string {
+	if c == nil {
+		return ""
+	}
+	return c.DriverSessionID
+}
+
+// positiveMillis is ms milliseconds, def when ms is not positive.
+func positiveMillis(ms int64, def time.Duration) time.Duration {
+	if ms <= 0 {
+		return def
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 // ApplicationUnderTestDescriptor names the app under test
 // (applicationUnderTestDescriptor of ProvisionApp, LaunchOrAttach, WaitIdle).
 type ApplicationUnderTestDescriptor struct {

@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -197,16 +198,30 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 	if p.Driver == nil || memory == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "EnsureDevice needs a Driver and a SessionMemory port")
 	}
-	start := p.Now()
-	bootTimeout := DefaultBootTimeout
-	if ms := in.DeviceConfiguration.BootTimeoutMillis; ms > 0 {
-		bootTimeout = time.Duration(ms) * time.Millisecond
+	deadline, bound := bootDeadline(ctx, p.Now(), positiveMillis(in.DeviceConfiguration.BootTimeoutMillis, DefaultBootTimeout))
+	name, err := deviceName(ctx, in, p, policy, deadline, life)
+	if err != nil {
+		return nil, err
 	}
-	deadline, bound := bootDeadline(ctx, start, bootTimeout)
+	dev, err := resolveDevice(ctx, name, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureBooted(ctx, dev, p, deadline, bound); err != nil {
+		return nil, err
+	}
+	adbPort := cmp.Or(in.DeviceConfiguration.ADBServerPort, p.ADBServerPort, DefaultADBServerPort)
+	sess := sessionSetup{p: p, memory: memory, policy: policy, serial: dev.Serial()}
+	return sess.ensure(ctx, adbPort, in.DeviceConfiguration.PlatformVersion)
+}
+
+// deviceName is the name of the device to drive: the leased serial when
+// the run's device lease holds one other than deviceName (the scheduler
+// chose it for the name: a model, an AVD, "android-34", "<host id>/<serial>"
+// may name several, and never another the name matches is driven), or the
+// serial of the AVD ensureAVD reused or booted.
+func deviceName(ctx context.Context, in EnsureDeviceInput, p Ports, policy DriverReusePolicy, deadline time.Time, life **EmulatorLifecycle) (string, error) {
 	name := in.DeviceConfiguration.DeviceName
-	// The daemon's scheduler chose the device for the name (a model, an
-	// AVD, "android-34", "<host id>/<serial>" may name several) and holds
-	// its lease: that one is driven, never another the name matches.
 	leased := ""
 	if f := agent.FenceFrom(ctx); f != nil && f.Serial != name {
 		leased = f.Serial
@@ -227,108 +242,133 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 			}
 		}
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 	}
 	if leased != "" {
 		p.Logf("deviceName %q runs on leased device %s", in.DeviceConfiguration.DeviceName, leased)
 		name = leased
 	}
-	dev, err := resolveDevice(ctx, name, p)
-	if err != nil {
-		return nil, err
-	}
-	serial := dev.Serial()
-	// A device whose first boot probe says Ready is online: a shell reaches
-	// only a device in adb state "device" or "recovery", and recovery runs
-	// no activity/package/window services. So the adb state is asked (one
-	// more connection through the adb server) only when it is not.
-	if st, err := bootStatus(ctx, dev); err != nil || !st.Ready {
-		if err := waitOnline(ctx, dev, p, min(bound, OfflineGrace)); err != nil {
-			return nil, err
-		}
-		var first *parse.BootStatus
-		if err == nil {
-			first = &st // the wait's first probe: it answered, not ready yet
-		}
-		if err := waitBooted(ctx, dev, p, deadline, bound, first); err != nil {
-			return nil, err
-		}
-	}
+	return name, nil
+}
 
-	adbPort := in.DeviceConfiguration.ADBServerPort
-	if adbPort == 0 {
-		adbPort = p.ADBServerPort
+// ensureBooted: a device whose first boot probe says Ready is online (a
+// shell reaches only a device in adb state "device" or "recovery", and
+// recovery runs no activity/package/window services), so the adb state is
+// asked (one more connection through the adb server) only when it is not;
+// then the boot is waited for.
+func ensureBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration) error {
+	st, err := bootStatus(ctx, dev)
+	if err == nil && st.Ready {
+		return nil
 	}
-	if adbPort == 0 {
-		adbPort = DefaultADBServerPort
+	if err := waitOnline(ctx, dev, p, min(bound, OfflineGrace)); err != nil {
+		return err
 	}
-	remembered, err := memory.Get(ctx, serial)
+	var first *parse.BootStatus
+	if err == nil {
+		first = &st // the wait's first probe: it answered, not ready yet
+	}
+	return waitBooted(ctx, dev, p, deadline, bound, first)
+}
+
+// sessionSetup finds or creates the Appium session of one serial under a
+// driverReusePolicy (see EnsureDevice, step 3).
+type sessionSetup struct {
+	p      Ports
+	memory SessionMemory
+	policy DriverReusePolicy
+	serial string
+}
+
+func (s sessionSetup) memoryErr(err error) error {
+	return agent.Wrap(agent.ErrInternal, err, "session memory for %s", s.serial)
+}
+
+// ensure reuses the remembered session when the policy lets it and it
+// probes live, else creates one (REUSE_ONLY fails instead).
+func (s sessionSetup) ensure(ctx context.Context, adbPort int, platformVersion string) (*DeviceRuntimeContext, error) {
+	remembered, err := s.memory.Get(ctx, s.serial)
 	if err != nil {
-		return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+		return nil, s.memoryErr(err)
 	}
-	if policy == CreateNew && remembered != "" {
-		p.Logf("driverReusePolicy CREATE_NEW: deleting remembered session %s", remembered)
-		if derr := p.Driver.DeleteSession(ctx, remembered); derr != nil {
+	if s.policy == CreateNew && remembered != "" {
+		s.p.Logf("driverReusePolicy CREATE_NEW: deleting remembered session %s", remembered)
+		if derr := s.p.Driver.DeleteSession(ctx, remembered); derr != nil {
 			// A new UiAutomator2 session on this udid ends the old one anyway.
-			p.Logf("delete session %s: %v (continuing)", remembered, derr)
+			s.p.Logf("delete session %s: %v (continuing)", remembered, derr)
 		}
-		if err := memory.Forget(ctx, serial); err != nil {
-			return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+		if err := s.memory.Forget(ctx, s.serial); err != nil {
+			return nil, s.memoryErr(err)
 		}
 		remembered = ""
 	}
 	if remembered != "" {
-		drc, why, err := tryReuse(ctx, p, serial, remembered)
-		if err != nil {
-			return nil, err
+		drc, err := s.reuse(ctx, remembered)
+		if err != nil || drc != nil {
+			return drc, err
 		}
-		if drc != nil {
-			p.Logf("reusing Appium session %s on %s (%s)", remembered, serial, drc.HealthProbeStatus)
-			return drc, nil
-		}
-		p.Logf("remembered session %s not reusable: %s", remembered, why)
-		if err := memory.Forget(ctx, serial); err != nil {
-			return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
-		}
-		if policy == ReuseOnly {
-			return nil, &agent.Error{ID: agent.ErrInvalidRequest, Code: NoReusableSession,
-				Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: session %s remembered for %s is not live: %s", remembered, serial, why)}
-		}
-	} else if policy == ReuseOnly {
+	} else if s.policy == ReuseOnly {
 		return nil, &agent.Error{ID: agent.ErrInvalidRequest, Code: NoReusableSession,
-			Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: no Appium session remembered for %s", serial)}
+			Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: no Appium session remembered for %s", s.serial)}
 	}
+	return s.create(ctx, adbPort, platformVersion)
+}
 
-	caps, err := SessionCapabilities(p, serial, adbPort, in.DeviceConfiguration.PlatformVersion)
+// reuse returns the remembered session's context when it probes live; nil
+// (forgotten) when not, an error when REUSE_ONLY then has nothing to use.
+func (s sessionSetup) reuse(ctx context.Context, remembered string) (*DeviceRuntimeContext, error) {
+	drc, why, err := tryReuse(ctx, s.p, s.serial, remembered)
 	if err != nil {
 		return nil, err
 	}
-	p.Logf("creating Appium session on %s", serial)
-	sess, err := p.Driver.CreateSession(ctx, caps)
+	if drc != nil {
+		s.p.Logf("reusing Appium session %s on %s (%s)", remembered, s.serial, drc.HealthProbeStatus)
+		return drc, nil
+	}
+	s.p.Logf("remembered session %s not reusable: %s", remembered, why)
+	if err := s.memory.Forget(ctx, s.serial); err != nil {
+		return nil, s.memoryErr(err)
+	}
+	if s.policy == ReuseOnly {
+		return nil, &agent.Error{ID: agent.ErrInvalidRequest, Code: NoReusableSession,
+			Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: session %s remembered for %s is not live: %s", remembered, s.serial, why)}
+	}
+	return nil, nil
+}
+
+// create opens a new session (SessionCapabilities), remembers it and
+// probes it: UNHEALTHY is session_create_failed.
+func (s sessionSetup) create(ctx context.Context, adbPort int, platformVersion string) (*DeviceRuntimeContext, error) {
+	caps, err := SessionCapabilities(s.p, s.serial, adbPort, platformVersion)
+	if err != nil {
+		return nil, err
+	}
+	s.p.Logf("creating Appium session on %s", s.serial)
+	sess, err := s.p.Driver.CreateSession(ctx, caps)
 	if err != nil {
 		return nil, err
 	}
 	if sess.ID == "" {
 		return nil, agent.Errorf(agent.ErrSessionCreateFailed, "Appium answered without a session id")
 	}
-	if err := memory.Put(ctx, serial, sess.ID); err != nil {
-		return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+	if err := s.memory.Put(ctx, s.serial, sess.ID); err != nil {
+		return nil, s.memoryErr(err)
 	}
-	health, _, perr := p.Driver.Probe(ctx, sess.ID)
+	health, _, perr := s.p.Driver.Probe(ctx, sess.ID)
 	if perr != nil {
 		return nil, perr
 	}
 	if health == device.Unhealthy {
-		_ = memory.Forget(ctx, serial)
+		_ = s.memory.Forget(ctx, s.serial)
 		return nil, agent.Errorf(agent.ErrSessionCreateFailed, "new session %s probes UNHEALTHY", sess.ID)
 	}
 	echo := sess.Capabilities
 	if len(echo) == 0 {
 		echo = caps
 	}
-	p.Logf("Appium session %s ready on %s (%s)", sess.ID, serial, health)
-	return &DeviceRuntimeContext{DriverSessionID: sess.ID, DeviceID: serial, CapabilitiesEcho: echo, HealthProbeStatus: health}, nil
+	s.p.Logf("Appium session %s ready on %s (%s)", sess.ID, s.serial, health)
+	return &DeviceRuntimeContext{DriverSessionID: sess.ID, DeviceID: s.serial, CapabilitiesEcho: echo, HealthProbeStatus: health}, nil
 }
 
 // SessionCapabilities returns the capabilities of a new session on serial:

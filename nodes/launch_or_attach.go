@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,85 +150,97 @@ func failApp(f *AppFailure, retryable bool) error {
 
 func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports, w *appWatch) (*ApplicationForegroundContext, error) {
 	pkg := in.ApplicationUnderTestDescriptor.AndroidPackageID
-	if pkg == "" {
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "applicationUnderTestDescriptor.androidPackageId is empty")
+	mode, err := launchMode(in, p)
+	if err != nil {
+		return nil, err
 	}
-	mode := in.LaunchAttachMode
-	if mode == "" {
-		mode = LaunchOrAttachMode
-	}
-	if mode != LaunchOrAttachMode && mode != ForceRestart && mode != AttachOnly {
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "launchAttachMode %q: expected LAUNCH_OR_ATTACH, FORCE_RESTART or ATTACH_ONLY", mode)
-	}
-	if p.Device == nil {
-		return nil, agent.Errorf(agent.ErrInternal, "LaunchOrAttach needs a Device port")
-	}
-	sessionID := ""
-	if in.DeviceRuntimeContext != nil {
-		sessionID = in.DeviceRuntimeContext.DriverSessionID
-	}
-	bound := DefaultLaunchTimeout
-	if ms := in.LaunchTimeoutMillis; ms > 0 {
-		bound = time.Duration(ms) * time.Millisecond
-	}
+	sessionID := in.DeviceRuntimeContext.sessionID()
+	bound := positiveMillis(in.LaunchTimeoutMillis, DefaultLaunchTimeout)
 	deadline := p.Now().Add(bound)
-
-	if mode == AttachOnly {
+	switch {
+	case mode == AttachOnly:
 		fc, last, err := awaitForeground(ctx, p, pkg, p.Now().Add(min(bound, AttachConfirmWindow)), w, sessionID, false)
 		if err != nil || fc != nil {
 			return fc, err
 		}
 		return nil, &agent.Error{ID: agent.ErrActivityNotFound, Code: NotInForeground,
 			Msg: fmt.Sprintf("launchAttachMode ATTACH_ONLY: %s is not in the foreground (foreground: %s)", pkg, describe0(last))}
-	}
-	if mode == LaunchOrAttachMode && in.Attempt > 1 {
+	case mode == LaunchOrAttachMode && in.Attempt > 1:
 		p.Logf("attempt %d: starting %s in a fresh process (am start -S)", in.Attempt, pkg)
 		mode = ForceRestart
+	case mode == LaunchOrAttachMode:
+		if fc, err := attachInFront(ctx, p, pkg, w, sessionID); err != nil || fc != nil {
+			return fc, err
+		}
 	}
-	if mode == LaunchOrAttachMode {
-		// Already in front: attach without touching the task (after
-		// answering a system dialog over it, failing on the app's own).
-		for {
-			fg, win, err := foregroundWithWindows(ctx, p.Device)
-			if err != nil {
-				return nil, err
-			}
-			if fg.Package != pkg {
-				break
-			}
-			f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
-			if err != nil {
-				return nil, err
-			}
-			if f != nil {
-				return nil, failApp(f, true)
-			}
-			if dismissed {
-				continue
-			}
+	act, err := launchActivity(ctx, p.Device, pkg, in.ApplicationUnderTestDescriptor.AndroidLaunchActivityName)
+	if err != nil {
+		return nil, err
+	}
+	if err := launch(ctx, p, w, LaunchCommand(act, mode == ForceRestart), act, deadline, bound); err != nil {
+		return nil, err
+	}
+	fc, last, err := awaitForeground(ctx, p, pkg, deadline, w, sessionID, true)
+	if err != nil || fc != nil {
+		return fc, err
+	}
+	return nil, agent.Errorf(agent.ErrLaunchTimeout, "%s not in the foreground within %v after launch (foreground: %s)", pkg, bound, describe0(last))
+}
+
+// launchMode checks the input and returns its mode (LAUNCH_OR_ATTACH when
+// it names none).
+func launchMode(in LaunchOrAttachInput, p Ports) (LaunchAttachMode, error) {
+	if in.ApplicationUnderTestDescriptor.AndroidPackageID == "" {
+		return "", agent.Errorf(agent.ErrInvalidRequest, "applicationUnderTestDescriptor.androidPackageId is empty")
+	}
+	mode := cmp.Or(in.LaunchAttachMode, LaunchOrAttachMode)
+	if mode != LaunchOrAttachMode && mode != ForceRestart && mode != AttachOnly {
+		return "", agent.Errorf(agent.ErrInvalidRequest, "launchAttachMode %q: expected LAUNCH_OR_ATTACH, FORCE_RESTART or ATTACH_ONLY", mode)
+	}
+	if p.Device == nil {
+		return "", agent.Errorf(agent.ErrInternal, "LaunchOrAttach needs a Device port")
+	}
+	return mode, nil
+}
+
+// attachInFront attaches to pkg when it is in front already, without
+// touching its task (after answering a system dialog over it, failing on
+// the app's own); nil when it is not in front.
+func attachInFront(ctx context.Context, p Ports, pkg string, w *appWatch, sessionID string) (*ApplicationForegroundContext, error) {
+	for {
+		fg, win, err := foregroundWithWindows(ctx, p.Device)
+		if err != nil || fg.Package != pkg {
+			return nil, err
+		}
+		f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			return nil, failApp(f, true)
+		}
+		if !dismissed {
 			p.Logf("%s already in front (%s): attaching", pkg, fg.Activity)
 			return &ApplicationForegroundContext{CurrentPackageID: fg.Package, CurrentActivityName: fg.Activity,
 				AppBroughtToForegroundTimestamp: Timestamp(p.Now())}, nil
 		}
 	}
+}
 
-	act, err := launchActivity(ctx, p.Device, pkg, in.ApplicationUnderTestDescriptor.AndroidLaunchActivityName)
-	if err != nil {
-		return nil, err
-	}
-	cmd := LaunchCommand(act, mode == ForceRestart)
+// launch runs cmd (am start) bounded by deadline, with its exit status and
+// the device clock on the same shell: crash reports count from the launch
+// (w.sinceMillis: the device time after am, less the round trip).
+func launch(ctx context.Context, p Ports, w *appWatch, cmd string, act parse.Component, deadline time.Time, bound time.Duration) error {
 	p.Logf("%s", cmd)
 	lctx, cancel := context.WithTimeout(ctx, max(deadline.Sub(p.Now()), time.Millisecond))
 	started := p.Now()
-	// am's status and the device clock ride on the same shell: crash reports
-	// count from the launch (the device time after am, less the round trip).
 	res, err := p.Device.Shell(lctx, cmd+"; echo "+sampleSplit+" $?; date +%s.%N")
 	cancel()
 	if err != nil {
 		if e := agent.Classify(err); e.ID == agent.ErrTimeout && ctx.Err() == nil {
-			return nil, agent.Wrap(agent.ErrLaunchTimeout, err, "%s did not return within %v", cmd, bound)
+			return agent.Wrap(agent.ErrLaunchTimeout, err, "%s did not return within %v", cmd, bound)
 		}
-		return nil, err
+		return err
 	}
 	stdout, code := res.Stdout, res.ExitCode
 	if head, tail, ok := strings.Cut(res.Stdout, sampleSplit); ok {
@@ -243,19 +256,15 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports, w *app
 	}
 	am, err := parse.ParseAmStart(stdout + "\n" + res.Stderr)
 	if err != nil {
-		return nil, amError(err, act)
+		return amError(err, act)
 	}
 	if code != 0 {
-		return nil, agent.Errorf(agent.ErrProcess, "%s exited %d: %s", cmd, code, strings.TrimSpace(stdout+" "+res.Stderr))
+		return agent.Errorf(agent.ErrProcess, "%s exited %d: %s", cmd, code, strings.TrimSpace(stdout+" "+res.Stderr))
 	}
 	if am.Warning != "" {
 		p.Logf("am: %s", am.Warning)
 	}
-	fc, last, err := awaitForeground(ctx, p, pkg, deadline, w, sessionID, true)
-	if err != nil || fc != nil {
-		return fc, err
-	}
-	return nil, agent.Errorf(agent.ErrLaunchTimeout, "%s not in the foreground within %v after launch (foreground: %s)", pkg, bound, describe0(last))
+	return nil
 }
 
 func describe0(c parse.Component) string {
@@ -298,36 +307,17 @@ func amError(err error, act parse.Component) error {
 func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time, w *appWatch, sessionID string, launched bool) (*ApplicationForegroundContext, parse.Component, error) {
 	var last parse.Component
 	for {
-		fg, win, pids, err := launchProbe(ctx, p.Device, pkg, launched)
-		if err != nil {
-			if e := agent.Classify(err); !e.Retryable {
-				return nil, last, e
-			}
-		} else {
-			f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
-			if err != nil {
-				return nil, last, err
-			}
-			if f != nil {
-				return nil, last, failApp(f, true)
-			}
-			if dismissed {
-				continue
-			}
-			if launched && pids != nil {
-				if len(*pids) > 0 {
-					w.notePIDs(*pids)
-				} else if f, err := w.processGone(ctx, p); err != nil || f != nil {
-					if err != nil {
-						return nil, last, err
-					}
-					return nil, last, failApp(f, true)
-				}
-			}
-			last = fg
+		fg, again, err := foregroundPoll(ctx, p, pkg, w, sessionID, launched)
+		switch {
+		case err != nil:
+			return nil, last, err
+		case again:
+			continue
+		case fg != nil:
+			last = *fg
 			if fg.Package == pkg {
 				return &ApplicationForegroundContext{CurrentPackageID: fg.Package, CurrentActivityName: fg.Activity,
-					AppBroughtToForegroundTimestamp: Timestamp(p.Now())}, fg, nil
+					AppBroughtToForegroundTimestamp: Timestamp(p.Now())}, last, nil
 			}
 		}
 		left := until.Sub(p.Now())
@@ -338,6 +328,36 @@ func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time, 
 			return nil, last, ctxErr(ctx, "waiting for "+pkg+" in the foreground")
 		}
 	}
+}
+
+// foregroundPoll is one poll of awaitForeground: the foreground seen (nil
+// when a retryable error hid it), again when a system dialog was dismissed
+// (poll at once), or the app's crash / ANR as the error.
+func foregroundPoll(ctx context.Context, p Ports, pkg string, w *appWatch, sessionID string, launched bool) (*parse.Component, bool, error) {
+	fg, win, pids, err := launchProbe(ctx, p.Device, pkg, launched)
+	if err != nil {
+		if e := agent.Classify(err); !e.Retryable {
+			return nil, false, e
+		}
+		return nil, false, nil
+	}
+	f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
+	if err != nil || dismissed {
+		return nil, dismissed, err
+	}
+	if f != nil {
+		return nil, false, failApp(f, true)
+	}
+	if launched && pids != nil {
+		if len(*pids) > 0 {
+			w.notePIDs(*pids)
+		} else if f, err := w.processGone(ctx, p); err != nil {
+			return nil, false, err
+		} else if f != nil {
+			return nil, false, failApp(f, true)
+		}
+	}
+	return &fg, false, nil
 }
 
 // launchProbe reads the foreground (ForegroundActivity's chain) and returns

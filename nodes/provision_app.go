@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -238,15 +239,38 @@ type provisioner struct {
 }
 
 func (r *provisioner) run(ctx context.Context) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	// 1. Device.
+	lvl, app, err := ReadDeviceApp(ctx, r.p.Device, r.pkg)
+	if err != nil {
+		return err
+	}
+	r.apiLevel, r.app, r.read = lvl, app, true
+	if r.app.Present {
+		r.p.Logf("%s on %s: versionCode %d (%s), lastUpdateTime %s", r.pkg, r.serial, r.app.VersionCode, r.app.VersionName, dumpsysTime(r.app.LastUpdateTime))
+	} else {
+		r.p.Logf("%s is not installed on %s", r.pkg, r.serial)
+	}
+	if r.policy == NeverInstall {
+		return r.neverInstall(ctx)
+	}
+	// 2. Artifact, verified before anything touches the device.
+	if err := r.fetch(ctx); err != nil {
+		return err
+	}
+	return r.decide(ctx)
+}
+
+// check reads and checks the input and the ports.
+func (r *provisioner) check() error {
 	d := r.in.ApplicationUnderTestDescriptor
 	r.pkg = strings.TrimSpace(d.AndroidPackageID)
 	if r.pkg == "" {
 		return agent.Errorf(agent.ErrInvalidRequest, "applicationUnderTestDescriptor.androidPackageId is empty")
 	}
-	r.policy = r.in.InstallationPolicy
-	if r.policy == "" {
-		r.policy = InstallIfMissing
-	}
+	r.policy = cmp.Or(r.in.InstallationPolicy, InstallIfMissing)
 	switch r.policy {
 	case InstallIfMissing, ReinstallIfDifferent, AlwaysReinstall, NeverInstall:
 	default:
@@ -269,38 +293,26 @@ func (r *provisioner) run(ctx context.Context) error {
 		return agent.Errorf(agent.ErrInternal, "ProvisionApp: no artifact fetcher")
 	}
 	r.serial = r.p.Device.Serial()
+	return nil
+}
 
-	// 1. Device.
-	lvl, app, err := ReadDeviceApp(ctx, r.p.Device, r.pkg)
-	if err != nil {
-		return err
+// neverInstall: the app must be there; its signer is checked when an
+// expected digest is given.
+func (r *provisioner) neverInstall(ctx context.Context) error {
+	if !r.app.Present {
+		e := agent.Errorf(agent.ErrInvalidRequest, "%s is not installed on %s and installationPolicy NEVER_INSTALL forbids installing it", r.pkg, r.serial)
+		e.Code = NotInstalledCode
+		return e
 	}
-	r.apiLevel, r.app, r.read = lvl, app, true
-	if r.app.Present {
-		r.p.Logf("%s on %s: versionCode %d (%s), lastUpdateTime %s", r.pkg, r.serial, r.app.VersionCode, r.app.VersionName, dumpsysTime(r.app.LastUpdateTime))
-	} else {
-		r.p.Logf("%s is not installed on %s", r.pkg, r.serial)
+	if r.expected == "" {
+		return nil
 	}
+	r.installedSigners(ctx)
+	return r.checkInstalledSigner()
+}
 
-	if r.policy == NeverInstall {
-		if !r.app.Present {
-			e := agent.Errorf(agent.ErrInvalidRequest, "%s is not installed on %s and installationPolicy NEVER_INSTALL forbids installing it", r.pkg, r.serial)
-			e.Code = NotInstalledCode
-			return e
-		}
-		if r.expected == "" {
-			return nil
-		}
-		r.installedSigners(ctx)
-		return r.checkInstalledSigner()
-	}
-
-	// 2. Artifact, verified before anything touches the device.
-	if err := r.fetch(ctx); err != nil {
-		return err
-	}
-
-	// 3 + 4. Decide.
+// decide acts per the table of ProvisionApp's doc (steps 3 and 4).
+func (r *provisioner) decide(ctx context.Context) error {
 	state := CompareInstalled(r.app, r.info.VersionCode)
 	r.p.Logf("install state %s (installed %s, artifact versionCode %d %q), policy %s", state, versionText(r.app), r.info.VersionCode, r.info.VersionName, r.policy)
 	switch {
@@ -315,22 +327,16 @@ func (r *provisioner) run(ctx context.Context) error {
 			r.pkg, r.app.VersionCode, r.serial, r.info.VersionCode, r.policy)
 	}
 	signerDiffers := r.signers != nil && !apk.SameSigners(r.signers, r.info.SignerSHA256)
-	switch r.policy {
-	case InstallIfMissing:
-		if signerDiffers {
-			return r.installedSignerError()
-		}
-		if state == StateOlder {
-			return r.install(ctx, true)
-		}
-	case ReinstallIfDifferent:
-		switch {
-		case signerDiffers:
-			r.p.Logf("installed %s is signed by %s, the artifact by %s: uninstall + install", r.pkg, short(r.signers), short(r.info.SignerSHA256))
-			return r.reinstall(ctx)
-		case state == StateOlder, r.signers == nil, r.app.VersionName != r.info.VersionName:
-			return r.install(ctx, true)
-		}
+	switch {
+	case r.policy == InstallIfMissing && signerDiffers:
+		return r.installedSignerError()
+	case r.policy == InstallIfMissing && state == StateOlder:
+		return r.install(ctx, true)
+	case r.policy == ReinstallIfDifferent && signerDiffers:
+		r.p.Logf("installed %s is signed by %s, the artifact by %s: uninstall + install", r.pkg, short(r.signers), short(r.info.SignerSHA256))
+		return r.reinstall(ctx)
+	case r.policy == ReinstallIfDifferent && (state == StateOlder || r.signers == nil || r.app.VersionName != r.info.VersionName):
+		return r.install(ctx, true)
 	}
 	r.p.Logf("%s on %s is already the artifact's build; nothing installed", r.pkg, r.serial)
 	return r.checkInstalledSigner()

@@ -400,62 +400,56 @@ func (w *coercer) enumCase(s string, enum []any, path []string) any {
 // convert tries each allowed type in schema order; the first rule that applies wins.
 func (w *coercer) convert(v any, types []string, path []string) any {
 	for _, t := range types {
-		switch t {
-		case "integer":
-			if s, ok := v.(string); ok {
-				if n, ok := parseInteger(s); ok {
-					w.note(path, RuleStringToInteger, v, n)
-					return n
-				}
-			}
-		case "number":
-			if s, ok := v.(string); ok {
-				if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
-					n := json.Number(strconv.FormatFloat(f, 'g', -1, 64))
-					w.note(path, RuleStringToNumber, v, n)
-					return n
-				}
-			}
-		case "boolean":
-			if s, ok := v.(string); ok {
-				switch strings.ToLower(strings.TrimSpace(s)) {
-				case "true":
-					w.note(path, RuleStringToBoolean, v, true)
-					return true
-				case "false":
-					w.note(path, RuleStringToBoolean, v, false)
-					return false
-				}
-			}
-		case "string":
-			switch x := v.(type) {
-			case json.Number:
-				w.note(path, RuleScalarToString, v, x.String())
-				return x.String()
-			case bool:
-				s := strconv.FormatBool(x)
-				w.note(path, RuleScalarToString, v, s)
-				return s
-			}
-		case "array":
-			if obj, ok := v.(map[string]any); ok {
-				if arr, ok := indexedArray(obj); ok {
-					w.note(path, RuleObjectToArray, v, arr)
-					return arr
-				}
-				if numericKeys(obj) {
-					// {"0":a,"2":b}: a broken index list, not one element.
-					continue
-				}
-			}
-			if v != nil {
-				arr := []any{v}
-				w.note(path, RuleValueToArray, v, arr)
-				return arr
-			}
+		if to, rule, ok := convertTo(t, v); ok {
+			w.note(path, rule, v, to)
+			return to
 		}
 	}
 	return v
+}
+
+// convertTo converts v to JSON type t by the rule that applies, if one does.
+func convertTo(t string, v any) (any, string, bool) {
+	s, isString := v.(string)
+	switch {
+	case t == "integer" && isString:
+		n, ok := parseInteger(s)
+		return n, RuleStringToInteger, ok
+	case t == "number" && isString:
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		ok := err == nil && !math.IsInf(f, 0) && !math.IsNaN(f)
+		return json.Number(strconv.FormatFloat(f, 'g', -1, 64)), RuleStringToNumber, ok
+	case t == "boolean" && isString:
+		l := strings.ToLower(strings.TrimSpace(s))
+		return l == "true", RuleStringToBoolean, l == "true" || l == "false"
+	case t == "string":
+		switch x := v.(type) {
+		case json.Number:
+			return x.String(), RuleScalarToString, true
+		case bool:
+			return strconv.FormatBool(x), RuleScalarToString, true
+		}
+	case t == "array":
+		return toArray(v)
+	}
+	return nil, "", false
+}
+
+// toArray: {"0":a,"1":b} -> [a,b] (object-to-array); a broken index list
+// ({"0":a,"2":b}) is not one element; anything else non-null -> [v].
+func toArray(v any) (any, string, bool) {
+	if obj, ok := v.(map[string]any); ok {
+		if arr, ok := indexedArray(obj); ok {
+			return arr, RuleObjectToArray, true
+		}
+		if numericKeys(obj) {
+			return nil, "", false
+		}
+	}
+	if v == nil {
+		return nil, "", false
+	}
+	return []any{v}, RuleValueToArray, true
 }
 
 // parseInteger accepts "5000", " 5000 ", "5000.0" and "5e3" (integral values).
@@ -589,35 +583,9 @@ func describe(e *jsonschema.ValidationError, inst any, doc map[string]any) []Sch
 	case *kind.Const:
 		return []SchemaProblem{{Path: path, Expected: jsonText(k.Want), Received: received(got)}}
 	case *kind.Required:
-		var ps []SchemaProblem
-		for _, m := range k.Missing {
-			sub := append(append([]string(nil), loc...), m)
-			exp := "a value"
-			if s := schemaAt(doc, sub); s != nil {
-				exp = expectation(s)
-			}
-			ps = append(ps, SchemaProblem{Path: pointer(sub), Expected: exp + " (required)", Received: "nothing"})
-		}
-		return ps
+		return missing(k, loc, doc)
 	case *kind.AdditionalProperties:
-		var ps []SchemaProblem
-		allowed := "none"
-		if s := schemaAt(doc, loc); s != nil {
-			if props, ok := s["properties"].(map[string]any); ok {
-				names := make([]string, 0, len(props))
-				for n := range props {
-					names = append(names, n)
-				}
-				sort.Strings(names)
-				allowed = strings.Join(names, ", ")
-			}
-		}
-		for _, p := range k.Properties {
-			sub := append(append([]string(nil), loc...), p)
-			ps = append(ps, SchemaProblem{Path: pointer(sub), Expected: "no such property (known: " + allowed + ")",
-				Received: received(valueAt(inst, sub))})
-		}
-		return ps
+		return unknownProperties(k, loc, inst, doc)
 	case *kind.Minimum:
 		return []SchemaProblem{{Path: path, Expected: "a number >= " + k.Want.RatString(), Received: received(got)}}
 	case *kind.Maximum:
@@ -630,6 +598,43 @@ func describe(e *jsonschema.ValidationError, inst any, doc map[string]any) []Sch
 		return []SchemaProblem{{Path: path, Expected: "a " + k.Want + " string", Received: received(got)}}
 	}
 	return []SchemaProblem{{Path: path, Expected: e.ErrorKind.LocalizedString(printer), Received: received(got)}}
+}
+
+// missing describes the required properties k found missing at loc.
+func missing(k *kind.Required, loc []string, doc map[string]any) []SchemaProblem {
+	var ps []SchemaProblem
+	for _, m := range k.Missing {
+		sub := append(append([]string(nil), loc...), m)
+		exp := "a value"
+		if s := schemaAt(doc, sub); s != nil {
+			exp = expectation(s)
+		}
+		ps = append(ps, SchemaProblem{Path: pointer(sub), Expected: exp + " (required)", Received: "nothing"})
+	}
+	return ps
+}
+
+// unknownProperties describes the properties k found at loc that the
+// schema there does not declare, naming those it does.
+func unknownProperties(k *kind.AdditionalProperties, loc []string, inst any, doc map[string]any) []SchemaProblem {
+	var ps []SchemaProblem
+	allowed := "none"
+	if s := schemaAt(doc, loc); s != nil {
+		if props, ok := s["properties"].(map[string]any); ok {
+			names := make([]string, 0, len(props))
+			for n := range props {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			allowed = strings.Join(names, ", ")
+		}
+	}
+	for _, p := range k.Properties {
+		sub := append(append([]string(nil), loc...), p)
+		ps = append(ps, SchemaProblem{Path: pointer(sub), Expected: "no such property (known: " + allowed + ")",
+			Received: received(valueAt(inst, sub))})
+	}
+	return ps
 }
 
 // expectation describes a schema in a few words: its types or enum.
