@@ -10,6 +10,9 @@ type ShellResult struct {
 	Stdout   string
 	Stderr   string
 	ExitCode int
+	// TransportID is the adb transport the command ran on (adb's
+	// transport_id, new after every reconnect or reboot); 0 when unknown.
+	TransportID int64
 }
 
 // InstallOptions are `pm install` flags.

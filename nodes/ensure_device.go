@@ -13,6 +13,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/android"
 )
 
 // DriverReusePolicy is EnsureDevice's driverReusePolicy.
@@ -90,6 +91,11 @@ type EnsureDeviceInput struct {
 	// Emulator is the policy's emulator section (not part of the input
 	// JSON: the setup graph fills it from the policy in force).
 	Emulator EmulatorOptions `json:"-"`
+	// BootProofs, when set, keeps which devices were found boot-ready on
+	// which adb transport, so a later run on the same transport rechecks in
+	// one small shell (android.BootProofs); the setup graph shares one
+	// across its runs. Not part of the input JSON.
+	BootProofs *android.BootProofs `json:"-"`
 }
 
 // EnsureDeviceOutput is EnsureDevice's Output; DeviceRuntimeContext is null on failure.
@@ -157,7 +163,7 @@ var _ SessionMemory = (*MemorySessions)(nil)
 //     (offline, authorizing, connecting) is waited for up to OfflineGrace and
 //     then device_offline (retryable); bootloader/recovery/sideload are
 //     device_offline, not retryable.
-//  2. Boot: one shell running adb.BootCommand and `service list` (bootProbe)
+//  2. Boot: one shell running adb.BootCommand and `service list` (android.BootProbe)
 //     every BootPollInterval until parse.ParseBootStatus says Ready
 //     (sys.boot_completed=1, boot animation stopped, activity/package/window
 //     services up), bounded by bootTimeoutMillis from the node's start and,
@@ -207,7 +213,7 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureBooted(ctx, dev, p, deadline, bound); err != nil {
+	if err := ensureBooted(ctx, dev, p, deadline, bound, in.BootProofs); err != nil {
 		return nil, err
 	}
 	adbPort := cmp.Or(in.DeviceConfiguration.ADBServerPort, p.ADBServerPort, DefaultADBServerPort)
@@ -252,24 +258,36 @@ func deviceName(ctx context.Context, in EnsureDeviceInput, p Ports, policy Drive
 	return name, nil
 }
 
-// ensureBooted: a device whose first boot probe says Ready is online (a
-// shell reaches only a device in adb state "device" or "recovery", and
-// recovery runs no activity/package/window services), so the adb state is
-// asked (one more connection through the adb server) only when it is not;
-// then the boot is waited for.
-func ensureBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration) error {
-	st, err := bootStatus(ctx, dev)
+// ensureBooted: a device proven Ready on the same adb transport before
+// (proofs, see android.BootProofs) is rechecked in one small shell. Else a
+// device whose first boot probe says Ready is online (a shell reaches only
+// a device in adb state "device" or "recovery", and recovery runs no
+// activity/package/window services), so the adb state is asked (one more
+// connection through the adb server) only when it is not; then the boot is
+// waited for. A Ready answer is recorded in proofs.
+func ensureBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, proofs *android.BootProofs) error {
+	if ok, why := proofs.Recheck(ctx, dev); ok {
+		return nil
+	} else if why != "" {
+		p.Logf("%s changed since it was found boot-ready (%s): checking it fully", dev.Serial(), why)
+	}
+	st, err := android.BootStatus(ctx, dev)
 	if err == nil && st.Ready {
+		proofs.Proven(dev.Serial(), st.TransportID)
 		return nil
 	}
 	if err := waitOnline(ctx, dev, p, min(bound, OfflineGrace)); err != nil {
 		return err
 	}
-	var first *parse.BootStatus
+	var first *android.Boot
 	if err == nil {
 		first = &st // the wait's first probe: it answered, not ready yet
 	}
-	return waitBooted(ctx, dev, p, deadline, bound, first)
+	ready, err := waitBooted(ctx, dev, p, deadline, bound, first)
+	if err == nil {
+		proofs.Proven(dev.Serial(), ready.TransportID)
+	}
+	return err
 }
 
 // sessionSetup finds or creates the Appium session of one serial under a
@@ -504,28 +522,28 @@ func waitOnline(ctx context.Context, dev device.Device, p Ports, grace time.Dura
 }
 
 // waitBooted polls boot readiness until deadline; first, when set, is the
-// first probe's answer (taken already).
-func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, first *parse.BootStatus) error {
+// first probe's answer (taken already). It returns the Ready answer.
+func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, first *android.Boot) (android.Boot, error) {
 	last := "no answer yet"
 	var lastLine time.Time
 	for attempt := 0; ; attempt++ {
-		var st parse.BootStatus
+		var st android.Boot
 		var err error
 		if attempt == 0 && first != nil {
 			st = *first
 		} else {
-			st, err = bootStatus(ctx, dev)
+			st, err = android.BootStatus(ctx, dev)
 		}
 		if err == nil && st.Ready {
 			if attempt > 0 {
 				p.Logf("%s boot-ready", dev.Serial())
 			}
-			return nil
+			return st, nil
 		}
 		if err != nil {
 			e := agent.Classify(err)
 			if !e.Retryable || errors.Is(err, context.Canceled) {
-				return e
+				return st, e
 			}
 			last = e.Error()
 		} else {
@@ -540,56 +558,31 @@ func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.T
 			lastLine = now
 		}
 		if !p.Now().Before(deadline) {
-			return agent.Errorf(agent.ErrBootTimeout, "%s not boot-ready after %v: %s", dev.Serial(), bound.Round(time.Millisecond), last)
+			return st, agent.Errorf(agent.ErrBootTimeout, "%s not boot-ready after %v: %s", dev.Serial(), bound.Round(time.Millisecond), last)
 		}
 		if err := p.Wait(ctx, min(BootPollInterval, max(deadline.Sub(p.Now()), time.Millisecond))); err != nil {
-			return ctxErr(ctx, "waiting for "+dev.Serial()+" to boot")
+			return st, ctxErr(ctx, "waiting for "+dev.Serial()+" to boot")
 		}
 	}
-}
-
-// bootSplit is the marker line between the two parts of bootProbe's output.
-const bootSplit = "--SCREENGRAPH-BOOT-SPLIT--"
-
-// bootProbe is EnsureDevice's boot readiness probe, one shell round trip:
-// adb.BootCommand's three lines, the bootSplit line, then `service list`
-// ("Found N services:" and "N\tname: [interface]" lines). A plain `;` list,
-// which Android's mksh runs under adbd's `sh -c`.
-const bootProbe = parse.BootCommand + "; echo " + bootSplit + "; service list"
-
-// bootStatus runs bootProbe and judges it with parse.ParseBootStatus: Ready only
-// when the getprop part says booted and `service list` names BootServices.
-// The exit status (`service list`'s) is not looked at; output without the
-// marker counts as an empty service list. err is the shell's transport error.
-func bootStatus(ctx context.Context, dev device.Device) (parse.BootStatus, error) {
-	r, err := dev.Shell(ctx, bootProbe)
-	if err != nil {
-		return parse.BootStatus{}, err
-	}
-	bootOut, services, _ := strings.Cut(r.Stdout, bootSplit)
-	st := parse.ParseBootStatus(bootOut, "")
-	if !st.Ready {
-		return st, nil
-	}
-	if strings.TrimSpace(services) == "" {
-		return parse.BootStatus{Reason: "service list is empty"}, nil
-	}
-	return parse.ParseBootStatus(bootOut, services), nil
 }
 
 // ensureDeviceNode is EnsureDevice as a setup node: the policy's driver
 // reuse mode unless the input names one, and its emulator section.
-type ensureDeviceNode struct{ sessions SessionMemory }
+type ensureDeviceNode struct {
+	sessions SessionMemory
+	proofs   *android.BootProofs
+}
 
 func (ensureDeviceNode) Name() string   { return NodeEnsureDevice }
 func (ensureDeviceNode) Uses() []string { return []string{NodeEnsureDevice} }
 
-func (ensureDeviceNode) Prepare(in *EnsureDeviceInput, s StepContext) {
+func (n ensureDeviceNode) Prepare(in *EnsureDeviceInput, s StepContext) {
 	in.IterationOrdinalNumber = s.Step.IterationOrdinalNumber
 	if in.DriverReusePolicy == "" {
 		in.DriverReusePolicy = DriverReusePolicy(s.Policy.DriverReusePolicy)
 	}
 	e := s.Policy.Emulator
+	in.BootProofs = n.proofs
 	in.Emulator = EmulatorOptions{IdleKill: time.Duration(e.IdleKillMinutes) * time.Minute, ColdBoot: !e.QuickBoot, SaveSnapshot: e.SaveSnapshot}
 }
 

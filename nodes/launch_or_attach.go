@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/android"
 )
 
 // LaunchAttachMode is LaunchOrAttach's launchAttachMode.
@@ -208,7 +208,7 @@ func launchMode(in LaunchOrAttachInput, p Ports) (LaunchAttachMode, error) {
 // the app's own); nil when it is not in front.
 func attachInFront(ctx context.Context, p Ports, pkg string, w *appWatch, sessionID string) (*ApplicationForegroundContext, error) {
 	for {
-		fg, win, err := foregroundWithWindows(ctx, p.Device)
+		fg, win, err := android.ForegroundWithWindows(ctx, p.Device)
 		if err != nil || fg.Package != pkg {
 			return nil, err
 		}
@@ -249,7 +249,7 @@ func launch(ctx context.Context, p Ports, w *appWatch, cmd string, act parse.Com
 			if n, err := strconv.Atoi(f[0]); err == nil {
 				code = n
 			}
-			if e := parseEpochMillis(f[1]); e > 0 {
+			if e := parse.ParseEpochMillis(f[1]); e > 0 {
 				w.sinceMillis = e - p.Now().Sub(started).Milliseconds() - 1
 			}
 		}
@@ -365,7 +365,7 @@ func foregroundPoll(ctx context.Context, p Ports, pkg string, w *appWatch, sessi
 // the same shell (pids nil when pidof is missing or its output unreadable).
 func launchProbe(ctx context.Context, dev device.Device, pkg string, withPID bool) (parse.Component, string, *[]int, error) {
 	if !withPID {
-		fg, win, err := foregroundWithWindows(ctx, dev)
+		fg, win, err := android.ForegroundWithWindows(ctx, dev)
 		return fg, win, nil, err
 	}
 	r, err := dev.Shell(ctx, "dumpsys window displays; echo "+sampleSplit+"; pidof "+pkg+"; echo "+sampleSplit)
@@ -382,10 +382,10 @@ func launchProbe(ctx context.Context, dev device.Device, pkg string, withPID boo
 	}
 	var pids *[]int
 	if len(parts) == 3 && !strings.Contains(r.Stderr, "pidof") {
-		ps := parsePIDs(parts[1])
+		ps := parse.ParsePIDs(parts[1])
 		pids = &ps
 	}
-	fg, err := foregroundFrom(ctx, dev, parts[0])
+	fg, err := android.ForegroundFrom(ctx, dev, parts[0])
 	return fg, parts[0], pids, err
 }
 
@@ -400,87 +400,11 @@ func (w *appWatch) processGone(ctx context.Context, p Ports) (*AppFailure, error
 	return nil, nil
 }
 
-// foregroundWithWindows is ForegroundActivity returning the `dumpsys window
-// displays` output as well (for its error dialogs).
-func foregroundWithWindows(ctx context.Context, dev device.Device) (parse.Component, string, error) {
-	out, err := shellOut(ctx, dev, "dumpsys window displays")
-	if err != nil {
-		return parse.Component{}, "", err
-	}
-	fg, err := foregroundFrom(ctx, dev, out)
-	return fg, out, err
-}
-
-// ForegroundActivity returns the activity in front and which source said so,
-// through the fallback chain of android-recipes.md (adbutils' order):
-//  1. `dumpsys window displays` (API >= 29; `dumpsys window windows` when it
-//     has no focus lines), mCurrentFocus / mFocusedApp, intersected across
-//     displays (adb.Foreground);
-//  2. `dumpsys activity activities`: mResumedActivity / topResumedActivity;
-//  3. `dumpsys activity top`: the last ACTIVITY line.
-//
-// A zero Component with a nil error means nothing is focused right now
-// (transitions): callers poll.
-func ForegroundActivity(ctx context.Context, dev device.Device) (parse.Component, string, error) {
-	out, err := shellOut(ctx, dev, "dumpsys window displays")
-	if err != nil {
-		return parse.Component{}, "", err
-	}
-	return foregroundChain(ctx, dev, out)
-}
-
-// foregroundFrom is ForegroundActivity given the `dumpsys window displays` output.
-func foregroundFrom(ctx context.Context, dev device.Device, displays string) (parse.Component, error) {
-	c, _, err := foregroundChain(ctx, dev, displays)
-	return c, err
-}
-
-func foregroundChain(ctx context.Context, dev device.Device, out string) (parse.Component, string, error) {
-	var err error
-	ds := parse.ParseWindowFocus(out)
-	if len(ds) == 0 {
-		if out, err = shellOut(ctx, dev, "dumpsys window windows"); err != nil {
-			return parse.Component{}, "", err
-		}
-		ds = parse.ParseWindowFocus(out)
-	}
-	if c, ok := parse.Foreground(ds); ok {
-		return c, "dumpsys window", nil
-	}
-	if out, err = shellOut(ctx, dev, "dumpsys activity activities"); err != nil {
-		return parse.Component{}, "", err
-	}
-	if c, ok := parse.ParseResumedActivity(out); ok {
-		return c, "dumpsys activity activities", nil
-	}
-	if out, err = shellOut(ctx, dev, "dumpsys activity top"); err != nil {
-		return parse.Component{}, "", err
-	}
-	if tops := parse.ParseActivityTop(out); len(tops) > 0 {
-		return tops[len(tops)-1].Component, "dumpsys activity top", nil
-	}
-	return parse.Component{}, "", nil
-}
-
-// shellOut runs cmd on dev and returns its stdout; a non-zero exit is
-// process_error naming the command, its exit code and output. Every node's
-// shell command goes through it.
-func shellOut(ctx context.Context, dev device.Device, cmd string) (string, error) {
-	r, err := dev.Shell(ctx, cmd)
-	if err != nil {
-		return "", err
-	}
-	if r.ExitCode != 0 {
-		return r.Stdout, agent.Errorf(agent.ErrProcess, "`%s` exited %d: %s", cmd, r.ExitCode, strings.TrimSpace(r.Stderr+" "+r.Stdout))
-	}
-	return r.Stdout, nil
-}
-
 // launchActivity returns the component to start: the named activity (".X"
 // and "pkg/act" forms accepted) or the resolved launcher activity.
 func launchActivity(ctx context.Context, dev device.Device, pkg, name string) (parse.Component, error) {
 	if name == "" {
-		return ResolveLauncherActivity(ctx, dev, pkg)
+		return android.ResolveLauncherActivity(ctx, dev, pkg)
 	}
 	if strings.Contains(name, "/") {
 		c, ok := parse.ParseComponent(name)
@@ -493,98 +417,6 @@ func launchActivity(ctx context.Context, dev device.Device, pkg, name string) (p
 		name = pkg + name
 	}
 	return parse.Component{Package: pkg, Activity: name}, nil
-}
-
-// ResolveLauncherActivity finds pkg's MAIN/LAUNCHER activity with `cmd package
-// resolve-activity --brief -c android.intent.category.LAUNCHER PKG` (API >= 24;
-// the last line is the component; "No activity found" when there is none),
-// falling back to the Activity Resolver Table of `dumpsys package PKG` when
-// the command is missing (capture:
-// fixtures/captures/dumpsys-package/api34-emulator-adb-installed.txt).
-// Errors: activity_not_found when the package has no launcher activity.
-func ResolveLauncherActivity(ctx context.Context, dev device.Device, pkg string) (parse.Component, error) {
-	r, err := dev.Shell(ctx, "cmd package resolve-activity --brief -c android.intent.category.LAUNCHER "+pkg)
-	if err != nil {
-		return parse.Component{}, err
-	}
-	if r.ExitCode == 0 {
-		if c, ok := ParseResolveActivity(r.Stdout); ok && c.Package == pkg {
-			return c, nil
-		}
-		if strings.Contains(r.Stdout, "No activity found") {
-			return parse.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity (not installed, or no MAIN/LAUNCHER filter)", pkg)
-		}
-	}
-	out, err := shellOut(ctx, dev, "dumpsys package "+pkg)
-	if err != nil {
-		return parse.Component{}, err
-	}
-	if c, ok := ParseLauncherActivity(out, pkg); ok {
-		return c, nil
-	}
-	return parse.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity in dumpsys package", pkg)
-}
-
-// ParseResolveActivity reads `cmd package resolve-activity --brief` output: a
-// match line ("priority=0 preferredOrder=0 match=0x108000 …") then the
-// component ("com.example.app/.HomeActivity"); the last component line wins.
-func ParseResolveActivity(out string) (parse.Component, bool) {
-	var c parse.Component
-	found := false
-	for _, l := range strings.Split(out, "\n") {
-		t := strings.TrimSpace(l)
-		if strings.Contains(t, "=") || t == "" {
-			continue
-		}
-		if x, ok := parse.ParseComponent(t); ok {
-			c, found = x, true
-		}
-	}
-	return c, found
-}
-
-var resolverEntryRe = regexp.MustCompile(`^\s+[0-9a-f]+ (\S+/\S+) filter [0-9a-f]+`)
-
-// ParseLauncherActivity finds pkg's activity with Action
-// "android.intent.action.MAIN" and Category "android.intent.category.LAUNCHER"
-// in the Activity Resolver Table of `dumpsys package PKG` ("      797c103
-// com.example.foodies/.MainActivity filter 3be4880" then its Action:/Category:
-// lines).
-func ParseLauncherActivity(out, pkg string) (parse.Component, bool) {
-	var cur parse.Component
-	var main, launcher bool
-	flush := func() (parse.Component, bool) {
-		if !cur.IsZero() && cur.Package == pkg && main && launcher {
-			return cur, true
-		}
-		return parse.Component{}, false
-	}
-	for _, l := range strings.Split(out, "\n") {
-		l = strings.TrimRight(l, "\r")
-		if strings.HasPrefix(l, "Activity Resolver Table:") || (l != "" && l[0] != ' ' && !cur.IsZero()) {
-			if c, ok := flush(); ok {
-				return c, true
-			}
-			cur, main, launcher = parse.Component{}, false, false
-			continue
-		}
-		if m := resolverEntryRe.FindStringSubmatch(l); m != nil {
-			if c, ok := flush(); ok {
-				return c, true
-			}
-			cur, _ = parse.ParseComponent(m[1])
-			main, launcher = false, false
-			continue
-		}
-		t := strings.TrimSpace(l)
-		switch t {
-		case `Action: "android.intent.action.MAIN"`:
-			main = true
-		case `Category: "android.intent.category.LAUNCHER"`:
-			launcher = true
-		}
-	}
-	return flush()
 }
 
 // launchOrAttachNode is LaunchOrAttach as a setup node: ProvisionApp's

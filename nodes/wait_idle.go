@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/android"
 	"github.com/screengraph/screengraph-agent/policy"
 )
 
@@ -321,7 +321,7 @@ func (sm *sampler) target(sctx context.Context) error {
 		sm.pkg = a.AndroidPackageID
 	}
 	if sm.pkg == "" {
-		fg, _, err := ForegroundActivity(sctx, sm.p.Device)
+		fg, _, err := android.ForegroundActivity(sctx, sm.p.Device)
 		if err != nil {
 			return err
 		}
@@ -652,7 +652,7 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 		}
 		s.changedByError = true
 		if readUID {
-			s.uid = pmListUID(ctx, p, pkg)
+			s.uid = android.PmListUID(ctx, p.Device, pkg)
 		}
 		return s, nil
 	}
@@ -660,12 +660,12 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 	if readUID {
 		s.uid = -1
 		if len(parts) == want+2 {
-			s.epochMillis = parseEpochMillis(parts[want])
-			s.uid = dumpsysUID(parts[want+1], pkg)
+			s.epochMillis = parse.ParseEpochMillis(parts[want])
+			s.uid = android.DumpsysUID(parts[want+1], pkg)
 			parts = parts[:want]
 		}
 		if s.uid < 0 {
-			s.uid = pmListUID(ctx, p, pkg)
+			s.uid = android.PmListUID(ctx, p.Device, pkg)
 		}
 	}
 	if len(parts) != want {
@@ -706,7 +706,7 @@ func (s *idleSample) readParts(parts []string, pkg, stderr string) {
 			}
 		}
 		if !strings.Contains(stderr, "pidof") {
-			ps := parsePIDs(parts[1])
+			ps := parse.ParsePIDs(parts[1])
 			s.pids = &ps
 		}
 		parts = parts[2:]
@@ -753,76 +753,12 @@ func watchSample(ctx context.Context, p Ports, w *appWatch, sessionID string, s 
 	return nil, false, nil
 }
 
-// dumpsysUID returns pkg's uid from `dumpsys package PKG` output (userId=,
-// or appId= on older releases; parse.ParseDumpsysPackage), -1 when it names none.
-func dumpsysUID(out, pkg string) int {
-	if info, ok := parse.ParseDumpsysPackage(out, pkg); ok && info.UserID > 0 {
-		return int(info.UserID)
-	}
-	return -1
-}
-
-// pmListUID returns pkg's uid from `pm list packages -U PKG` ("package:PKG
-// uid:N"), -1 when the shell fails or the line is not there.
-func pmListUID(ctx context.Context, p Ports, pkg string) int {
-	r, err := p.Device.Shell(ctx, "pm list packages -U "+pkg)
-	if err != nil {
-		return -1
-	}
-	for _, l := range strings.Split(r.Stdout, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 2 && f[0] == "package:"+pkg && strings.HasPrefix(f[1], "uid:") {
-			if n, err := strconv.Atoi(strings.TrimPrefix(f[1], "uid:")); err == nil {
-				return n
-			}
-		}
-	}
-	return -1
-}
-
-// TCPRow is one socket row of /proc/net/tcp or /proc/net/tcp6.
-type TCPRow struct {
-	State   int // st, hex in the table (01 ESTABLISHED, 0A LISTEN, …)
-	TxQueue int64
-	RxQueue int64
-	UID     int
-}
-
-// ParseProcNetTCP parses /proc/net/tcp and /proc/net/tcp6 (one or both,
-// concatenated): a header line "  sl  local_address rem_address   st
-// tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode", then rows
-// "   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 00000000:00000000 00:00000000
-// 00000000 10123 0 12345 …" (Linux net/ipv4/tcp_ipv4.c get_tcp4_sock,
-// net/ipv6/tcp_ipv6.c get_tcp6_sock: fields 4 = st, 5 = tx:rx in hex, 8 = uid).
-func ParseProcNetTCP(out string) []TCPRow {
-	var rows []TCPRow
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) < 8 || !strings.HasSuffix(f[0], ":") {
-			continue
-		}
-		if _, err := strconv.Atoi(strings.TrimSuffix(f[0], ":")); err != nil {
-			continue
-		}
-		st, err1 := strconv.ParseInt(f[3], 16, 32)
-		tx, rx, ok := strings.Cut(f[4], ":")
-		txq, err2 := strconv.ParseInt(tx, 16, 64)
-		rxq, err3 := strconv.ParseInt(rx, 16, 64)
-		uid, err4 := strconv.Atoi(f[7])
-		if !ok || err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-			continue
-		}
-		rows = append(rows, TCPRow{State: int(st), TxQueue: txq, RxQueue: rxq, UID: uid})
-	}
-	return rows
-}
-
 // NetworkStatus classifies the socket tables for uid (see WaitIdle).
 func NetworkStatus(tables string, uid int) NetworkInFlightStatus {
 	if uid < 0 || !strings.Contains(tables, "local_address") {
 		return NetworkUnknown
 	}
-	for _, r := range ParseProcNetTCP(tables) {
+	for _, r := range parse.ParseProcNetTCP(tables) {
 		if r.UID == uid && (r.TxQueue > 0 || r.RxQueue > 0) {
 			return NetworkActive
 		}

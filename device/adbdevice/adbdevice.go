@@ -135,7 +135,7 @@ func (d *ADBDevice) Shell(ctx context.Context, cmd string) (device.ShellResult, 
 	if err != nil {
 		return device.ShellResult{}, AgentError(err)
 	}
-	return device.ShellResult{Stdout: string(r.Stdout), Stderr: string(r.Stderr), ExitCode: r.ExitCode}, nil
+	return device.ShellResult{Stdout: string(r.Stdout), Stderr: string(r.Stderr), ExitCode: r.ExitCode, TransportID: r.TransportID}, nil
 }
 
 // Install installs the local APK (streamed install with feature cmd, else push
