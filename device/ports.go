@@ -79,3 +79,12 @@ type ExecOuter interface {
 	// ExecOut returns cmd's stdout, at most max bytes (more is an error).
 	ExecOut(ctx context.Context, cmd string, max int64) ([]byte, error)
 }
+
+// AliveProber is a Driver that probes a session without reading its
+// capabilities (one round trip to the server instead of two): same
+// verdicts as Driver.Probe, details without "capabilities". The Appium
+// adapter implements it; EnsureDevice uses it for a session whose
+// capabilities an earlier probe of this process read.
+type AliveProber interface {
+	ProbeAlive(ctx context.Context, sessionID string) (Health, map[string]any, error)
+}

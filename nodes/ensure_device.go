@@ -91,11 +91,9 @@ type EnsureDeviceInput struct {
 	// Emulator is the policy's emulator section (not part of the input
 	// JSON: the setup graph fills it from the policy in force).
 	Emulator EmulatorOptions `json:"-"`
-	// BootProofs, when set, keeps which devices were found boot-ready on
-	// which adb transport, so a later run on the same transport rechecks in
-	// one small shell (android.BootProofs); the setup graph shares one
-	// across its runs. Not part of the input JSON.
-	BootProofs *android.BootProofs `json:"-"`
+	// Warm, when set, is what earlier runs proved (see Warm); the setup
+	// graph shares one across its runs. Not part of the input JSON.
+	Warm *Warm `json:"-"`
 }
 
 // EnsureDeviceOutput is EnsureDevice's Output; DeviceRuntimeContext is null on failure.
@@ -213,11 +211,12 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureBooted(ctx, dev, p, deadline, bound, in.BootProofs); err != nil {
+	warm := cmp.Or(in.Warm, &Warm{}) // none kept: this run proves for itself
+	if err := ensureBooted(ctx, dev, p, deadline, bound, &warm.Boot); err != nil {
 		return nil, err
 	}
 	adbPort := cmp.Or(in.DeviceConfiguration.ADBServerPort, p.ADBServerPort, DefaultADBServerPort)
-	sess := sessionSetup{p: p, memory: memory, policy: policy, serial: dev.Serial()}
+	sess := sessionSetup{p: p, memory: memory, policy: policy, serial: dev.Serial(), warm: warm}
 	return sess.ensure(ctx, adbPort, in.DeviceConfiguration.PlatformVersion)
 }
 
@@ -297,6 +296,7 @@ type sessionSetup struct {
 	memory SessionMemory
 	policy DriverReusePolicy
 	serial string
+	warm   *Warm
 }
 
 func (s sessionSetup) memoryErr(err error) error {
@@ -336,7 +336,7 @@ func (s sessionSetup) ensure(ctx context.Context, adbPort int, platformVersion s
 // reuse returns the remembered session's context when it probes live; nil
 // (forgotten) when not, an error when REUSE_ONLY then has nothing to use.
 func (s sessionSetup) reuse(ctx context.Context, remembered string) (*DeviceRuntimeContext, error) {
-	drc, why, err := tryReuse(ctx, s.p, s.serial, remembered)
+	drc, why, err := tryReuse(ctx, s.p, s.serial, remembered, s.warm)
 	if err != nil {
 		return nil, err
 	}
@@ -424,8 +424,10 @@ func SessionCapabilities(p Ports, serial string, adbPort int, platformVersion st
 
 // tryReuse probes a remembered session. It returns the context to use, or a
 // reason it cannot be used; err only when the Appium server cannot be asked.
-func tryReuse(ctx context.Context, p Ports, serial, id string) (*DeviceRuntimeContext, string, error) {
-	health, details, err := p.Driver.Probe(ctx, id)
+// A session whose capabilities warm knows is probed in one call
+// (device.AliveProber) when the driver can.
+func tryReuse(ctx context.Context, p Ports, serial, id string, warm *Warm) (*DeviceRuntimeContext, string, error) {
+	health, details, err := warm.Sessions.Probe(ctx, p.Driver, id)
 	if err != nil {
 		e := agent.Classify(err)
 		if e.ID == agent.ErrAppiumUnreachable || e.ID == agent.ErrTimeout || e.ID == agent.ErrInterrupted || e.ID == agent.ErrNetwork {
@@ -434,6 +436,7 @@ func tryReuse(ctx context.Context, p Ports, serial, id string) (*DeviceRuntimeCo
 		return nil, "probe: " + e.Error(), nil
 	}
 	if health == device.Unhealthy {
+		warm.Sessions.Forget(id)
 		why := "probe says UNHEALTHY"
 		if r, ok := details["reason"].(string); ok && r != "" {
 			why += ": " + r
@@ -444,7 +447,18 @@ func tryReuse(ctx context.Context, p Ports, serial, id string) (*DeviceRuntimeCo
 	if udid := capUDID(caps); udid != "" && udid != serial {
 		return nil, fmt.Sprintf("session drives %s, not %s", udid, serial), nil
 	}
+	warm.Sessions.Keep(id, caps)
 	return &DeviceRuntimeContext{DriverSessionID: id, DeviceID: serial, CapabilitiesEcho: caps, HealthProbeStatus: health}, "", nil
+}
+
+// Warm is what earlier runs of this process proved, so a warm device
+// costs one round trip per check: the adb transport each device was found
+// boot-ready on (android.BootProofs) and the capabilities each reused
+// Appium session reported (android.SessionCaps). The zero value is empty;
+// the setup graph shares one across its runs.
+type Warm struct {
+	Boot     android.BootProofs
+	Sessions android.SessionCaps
 }
 
 // capUDID reads the device a session's capabilities name (Appium echoes
@@ -570,7 +584,7 @@ func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.T
 // reuse mode unless the input names one, and its emulator section.
 type ensureDeviceNode struct {
 	sessions SessionMemory
-	proofs   *android.BootProofs
+	warm     *Warm
 }
 
 func (ensureDeviceNode) Name() string   { return NodeEnsureDevice }
@@ -582,7 +596,7 @@ func (n ensureDeviceNode) Prepare(in *EnsureDeviceInput, s StepContext) {
 		in.DriverReusePolicy = DriverReusePolicy(s.Policy.DriverReusePolicy)
 	}
 	e := s.Policy.Emulator
-	in.BootProofs = n.proofs
+	in.Warm = n.warm
 	in.Emulator = EmulatorOptions{IdleKill: time.Duration(e.IdleKillMinutes) * time.Minute, ColdBoot: !e.QuickBoot, SaveSnapshot: e.SaveSnapshot}
 }
 

@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -52,7 +53,7 @@ func TestEnsureDeviceWarmRecheck(t *testing.T) {
 	serial := em.Serial()
 	srv.WaitState(t, serial, "device", 10*time.Second)
 	dev := &shellLog{Device: adbdevice.NewADBDevice(adb.New(srv.Addr()), serial)}
-	proofs := &droid.BootProofs{}
+	warm := &Warm{}
 	var mu sync.Mutex
 	var lines []string
 	p := Ports{Device: dev, Driver: &fakeDriver{}, Progress: func(l string) { mu.Lock(); lines = append(lines, l); mu.Unlock() }}
@@ -64,7 +65,7 @@ func TestEnsureDeviceWarmRecheck(t *testing.T) {
 		in := ensureIn("")
 		in.DeviceConfiguration.DeviceName = serial
 		in.DeviceConfiguration.BootTimeoutMillis = 30000
-		in.BootProofs = proofs
+		in.Warm = warm
 		if _, err := EnsureDevice(ctx, in, p, mem); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
@@ -118,5 +119,73 @@ func TestEnsureDeviceWarmRecheck(t *testing.T) {
 	}
 	if c := run("warm after reboot"); !slices.Equal(c, warmCmds) {
 		t.Fatalf("warm run after the reboot ran %q", c)
+	}
+}
+
+// aliveDriver is fakeDriver with ProbeAlive, counting both probes.
+type aliveDriver struct {
+	*fakeDriver
+	full, alive int
+}
+
+func (d *aliveDriver) Probe(ctx context.Context, id string) (device.Health, map[string]any, error) {
+	d.full++
+	return d.fakeDriver.Probe(ctx, id)
+}
+
+func (d *aliveDriver) ProbeAlive(ctx context.Context, id string) (device.Health, map[string]any, error) {
+	d.alive++
+	h, details, err := d.fakeDriver.Probe(ctx, id)
+	delete(details, "capabilities")
+	return h, details, err
+}
+
+// TestEnsureDeviceWarmSessionProbe: a reused session whose capabilities an
+// earlier run's probe read is probed with one call (ProbeAlive), with the
+// same output; a session gone is noticed (and forgotten) all the same.
+func TestEnsureDeviceWarmSessionProbe(t *testing.T) {
+	srv := simtest.StartADBServer(t)
+	em, _ := simtest.Launch(t, srv, simtest.Profile(t, "default"))
+	srv.WaitState(t, em.Serial(), "device", 10*time.Second)
+	drv := &aliveDriver{fakeDriver: &fakeDriver{}}
+	p := Ports{Device: adbdevice.NewADBDevice(adb.New(srv.Addr()), em.Serial()), Driver: drv}
+	mem, warm := &MemorySessions{}, &Warm{}
+	run := func() EnsureDeviceOutput {
+		t.Helper()
+		in := ensureIn("")
+		in.DeviceConfiguration.DeviceName = em.Serial()
+		in.Warm = warm
+		out, err := EnsureDevice(context.Background(), in, p, mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	run() // creates the session: its probe reads no capabilities to keep
+	first := run()
+	if drv.full != 2 || drv.alive != 0 {
+		t.Fatalf("first reuse: %d full probes, %d alive probes; want the full one", drv.full, drv.alive)
+	}
+	second := run()
+	if drv.full != 2 || drv.alive != 1 {
+		t.Fatalf("second reuse: %d full probes, %d alive probes; want one alive probe", drv.full, drv.alive)
+	}
+	a, _ := json.Marshal(first)
+	b, _ := json.Marshal(second)
+	if string(a) != string(b) {
+		t.Errorf("outputs differ:\n%s\n%s", a, b)
+	}
+	// The session dies: the alive probe says so, a new one is created and
+	// the next reuse reads its capabilities in full again.
+	drv.mu.Lock()
+	delete(drv.live, first.DeviceRuntimeContext.DriverSessionID)
+	drv.mu.Unlock()
+	if out := run(); out.DeviceRuntimeContext.DriverSessionID == first.DeviceRuntimeContext.DriverSessionID {
+		t.Fatal("a dead session was reused")
+	}
+	full := drv.full
+	run()
+	if drv.full != full+1 {
+		t.Errorf("the new session's first reuse did not read its capabilities")
 	}
 }

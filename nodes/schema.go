@@ -16,30 +16,19 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/schema"
 )
 
-// The validation modes, coercion records and schema problems of
-// agent/schema, under the names the nodes' API has always used.
+// The validation modes and coercion records of agent/schema, under the
+// names the nodes' API has always used.
 type (
-	Mode          = schema.Mode
-	Coercion      = schema.Coercion
-	SchemaProblem = schema.SchemaProblem
-	SchemaError   = schema.SchemaError
-	Validation    = schema.Validation
+	Mode       = schema.Mode
+	Coercion   = schema.Coercion
+	Validation = schema.Validation
 )
 
-// Modes and coercion rules (agent/schema).
+// Modes (agent/schema).
 const (
-	ModeStrict          = schema.ModeStrict
-	ModeCoerce          = schema.ModeCoerce
-	ModeLenient         = schema.ModeLenient
-	RuleStringToInteger = schema.RuleStringToInteger
-	RuleStringToNumber  = schema.RuleStringToNumber
-	RuleStringToBoolean = schema.RuleStringToBoolean
-	RuleScalarToString  = schema.RuleScalarToString
-	RuleObjectToArray   = schema.RuleObjectToArray
-	RuleValueToArray    = schema.RuleValueToArray
-	RuleEnumCase        = schema.RuleEnumCase
-	RulePropertyCase    = schema.RulePropertyCase
-	RuleDropUnknown     = schema.RuleDropUnknown
+	ModeStrict  = schema.ModeStrict
+	ModeCoerce  = schema.ModeCoerce
+	ModeLenient = schema.ModeLenient
 )
 
 // ParseMode reads a mode name, case-insensitively; "" is ModeCoerce.

@@ -47,15 +47,15 @@ func rules(cs []Coercion) []string {
 	return r
 }
 
-func schemaErr(t *testing.T, err error) *SchemaError {
+func schemaErr(t *testing.T, err error) *schema.SchemaError {
 	t.Helper()
 	var ae *agent.Error
 	if !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest || ae.Retryable {
 		t.Fatalf("want non-retryable invalid_request_error, got %#v", err)
 	}
-	var se *SchemaError
+	var se *schema.SchemaError
 	if !errors.As(err, &se) {
-		t.Fatalf("want *SchemaError cause, got %v", err)
+		t.Fatalf("want *schema.SchemaError cause, got %v", err)
 	}
 	return se
 }
@@ -140,7 +140,7 @@ func TestValidateCoercions(t *testing.T) {
 		t.Errorf("coercions (-want +got):\n%s", d)
 	}
 	for _, c := range cs {
-		if c.Rule == RuleEnumCase && c.Path == "/driverReusePolicy" && (c.From != `"reuse_or_create"` || c.To != `"REUSE_OR_CREATE"`) {
+		if c.Rule == schema.RuleEnumCase && c.Path == "/driverReusePolicy" && (c.From != `"reuse_or_create"` || c.To != `"REUSE_OR_CREATE"`) {
 			t.Errorf("enum coercion recorded as %+v", c)
 		}
 	}

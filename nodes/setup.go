@@ -9,7 +9,6 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/strictjson"
 	"github.com/screengraph/screengraph-agent/device"
-	"github.com/screengraph/screengraph-agent/device/android"
 )
 
 // SetupGraphName names the setup chain graph.
@@ -131,7 +130,7 @@ func withRunIDs(raw json.RawMessage, r agent.Run) (json.RawMessage, error) {
 func NewSetupGraph(deps SetupDeps) (*agent.Graph, error) {
 	return agent.NewGraph(SetupGraphName, NodeEnsureDevice,
 		&Node[EnsureDeviceInput, EnsureDeviceOutput]{Next: NodeProvisionApp, Deps: deps,
-			Input: func(s SetupInputs) EnsureDeviceInput { return s.EnsureDevice }, Impl: ensureDeviceNode{deps.Sessions, &android.BootProofs{}}},
+			Input: func(s SetupInputs) EnsureDeviceInput { return s.EnsureDevice }, Impl: ensureDeviceNode{deps.Sessions, &Warm{}}},
 		&Node[ProvisionAppInput, ProvisionAppOutput]{Next: NodeLaunchOrAttach, Deps: deps,
 			Input: func(s SetupInputs) ProvisionAppInput { return s.ProvisionApp }, Impl: provisionAppNode{deps.Provision}},
 		&Node[LaunchOrAttachInput, LaunchOrAttachOutput]{Next: NodeWaitIdle, Deps: deps,
