@@ -116,18 +116,34 @@ type Validation struct {
 	Coercions []Coercion
 }
 
-// Check validates value (decoded by jsonschema.UnmarshalJSON) against sch,
-// compiled from doc, in mode ("" = coerce); id names the schema in
-// messages ("EnsureDevice.input"). It returns the (coerced) value
-// re-encoded and the coercions applied. A value that cannot be made to fit
-// is an *agent.Error invalid_request_error (not retryable) whose cause is a
-// *SchemaError; an unknown mode is invalid_request_error too.
+// Check validates v (decoded by jsonschema.UnmarshalJSON, or any tree with
+// numbers as json.Number) against sch, compiled from doc, in mode ("" =
+// coerce); id names the schema in messages ("EnsureDevice.input"). It
+// returns the (coerced) value re-encoded and the coercions applied. Errors
+// as CheckTree's.
 func Check(id string, doc map[string]any, sch *jsonschema.Schema, v any, mode Mode) (Validation, error) {
+	v, cs, err := CheckTree(id, doc, sch, v, mode)
+	if err != nil {
+		return Validation{}, err
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return Validation{}, agent.Wrap(agent.ErrInternal, err, "%s: encode", id)
+	}
+	return Validation{Value: out, Coercions: cs}, nil
+}
+
+// CheckTree is Check without the re-encoding: it coerces v in place
+// (unless mode is strict) and returns it with the coercions. A value that
+// cannot be made to fit is an *agent.Error invalid_request_error (not
+// retryable) whose cause is a *SchemaError; an unknown mode is
+// invalid_request_error too.
+func CheckTree(id string, doc map[string]any, sch *jsonschema.Schema, v any, mode Mode) (any, []Coercion, error) {
 	if mode == "" {
 		mode = ModeCoerce
 	}
 	if mode != ModeStrict && mode != ModeCoerce && mode != ModeLenient {
-		return Validation{}, agent.Errorf(agent.ErrInvalidRequest, "validation mode %q: expected strict, coerce or lenient", mode)
+		return nil, nil, agent.Errorf(agent.ErrInvalidRequest, "validation mode %q: expected strict, coerce or lenient", mode)
 	}
 	var cs []Coercion
 	if mode != ModeStrict {
@@ -136,17 +152,13 @@ func Check(id string, doc map[string]any, sch *jsonschema.Schema, v any, mode Mo
 	if verr := sch.Validate(v); verr != nil {
 		var ve *jsonschema.ValidationError
 		if !errors.As(verr, &ve) {
-			return Validation{}, agent.Wrap(agent.ErrInternal, verr, "%s: validator", id)
+			return nil, nil, agent.Wrap(agent.ErrInternal, verr, "%s: validator", id)
 		}
 		se := &SchemaError{Schema: id, Problems: problems(ve, v, doc), Coercions: cs}
-		return Validation{}, &agent.Error{ID: agent.ErrInvalidRequest, Retryable: false,
+		return nil, nil, &agent.Error{ID: agent.ErrInvalidRequest, Retryable: false,
 			Msg: id + " does not match its schema", Err: se}
 	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return Validation{}, agent.Wrap(agent.ErrInternal, err, "%s: encode", id)
-	}
-	return Validation{Value: out, Coercions: cs}, nil
+	return v, cs, nil
 }
 
 // Coerce applies the coercion rules to v along doc (lenient: also drop
