@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/schema"
 	"github.com/screengraph/screengraph-agent/agent/strictjson"
 )
 
@@ -96,7 +97,7 @@ func decodePlanWith(runID string, body []byte, ids func(*PlanHeader) error) (*Pl
 	}
 	top, ok := tree.(map[string]any)
 	if !ok {
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "$: expected a JSON object, received %s", received(tree))
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "$: expected a JSON object, received %s", schema.Received(tree))
 	}
 	p := &Plan{PlanHeader: PlanHeader{Version: PlanVersion, RunID: runID}}
 	if p.TenantID, err = treeString(top, "tenantId"); err != nil {
@@ -112,7 +113,7 @@ func decodePlanWith(runID string, body []byte, ids func(*PlanHeader) error) (*Pl
 		n, isNum := v.(json.Number)
 		i, err := n.Int64()
 		if !isNum || err != nil || int64(int(i)) != i {
-			return nil, agent.Errorf(agent.ErrInvalidRequest, "$.policyVersion: expected an integer, received %s", received(v))
+			return nil, agent.Errorf(agent.ErrInvalidRequest, "$.policyVersion: expected an integer, received %s", schema.Received(v))
 		}
 		p.PolicyVersion = int(i)
 	}
@@ -157,7 +158,7 @@ func treeString(obj map[string]any, key string) (string, error) {
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", agent.Errorf(agent.ErrInvalidRequest, "$.%s: expected a string, received %s", key, received(v))
+		return "", agent.Errorf(agent.ErrInvalidRequest, "$.%s: expected a string, received %s", key, schema.Received(v))
 	}
 	return s, nil
 }
@@ -177,7 +178,7 @@ func decodeNodeTree(node string, v any, mode Mode, ids PlanHeader, dst any) ([]C
 	case v == nil:
 		obj = map[string]any{}
 	case !ok:
-		return nil, &InputError{Node: node, Err: agent.Errorf(agent.ErrInvalidRequest, "%s input: not a JSON object (received %s)", node, received(v))}
+		return nil, &InputError{Node: node, Err: agent.Errorf(agent.ErrInvalidRequest, "%s input: not a JSON object (received %s)", node, schema.Received(v))}
 	}
 	s, err := schemaFor(node + ".input")
 	if err != nil {
@@ -238,7 +239,7 @@ func checkCaseKeys(path string, v any, sch map[string]any, strict bool) error {
 				if child == nil && !strict {
 					// A key the coercer will correct: walk it along its
 					// property's schema.
-					if name, ok := foldProperty(k, props, t); ok {
+					if name, ok := schema.FoldProperty(k, props, t); ok {
 						child, _ = props[name].(map[string]any)
 					}
 				}
@@ -296,7 +297,7 @@ func assignTree(dst reflect.Value, v any) error {
 func assignStruct(dst reflect.Value, v any) error {
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return fmt.Errorf("expected an object for %s, received %s", dst.Type(), received(v))
+		return fmt.Errorf("expected an object for %s, received %s", dst.Type(), schema.Received(v))
 	}
 	t := dst.Type()
 	for i := range t.NumField() {
@@ -322,7 +323,7 @@ func assignStruct(dst reflect.Value, v any) error {
 func assignMap(dst reflect.Value, v any) error {
 	obj, ok := v.(map[string]any)
 	if !ok || dst.Type().Key().Kind() != reflect.String {
-		return fmt.Errorf("expected an object for %s, received %s", dst.Type(), received(v))
+		return fmt.Errorf("expected an object for %s, received %s", dst.Type(), schema.Received(v))
 	}
 	m := reflect.MakeMapWithSize(dst.Type(), len(obj))
 	for k, e := range obj {
@@ -339,7 +340,7 @@ func assignMap(dst reflect.Value, v any) error {
 func assignSlice(dst reflect.Value, v any) error {
 	arr, ok := v.([]any)
 	if !ok {
-		return fmt.Errorf("expected an array for %s, received %s", dst.Type(), received(v))
+		return fmt.Errorf("expected an array for %s, received %s", dst.Type(), schema.Received(v))
 	}
 	s := reflect.MakeSlice(dst.Type(), len(arr), len(arr))
 	for i, e := range arr {
@@ -353,7 +354,7 @@ func assignSlice(dst reflect.Value, v any) error {
 
 // assignScalar stores a string, boolean or json.Number of a decoded value.
 func assignScalar(dst reflect.Value, v any) error {
-	bad := fmt.Errorf("expected %s, received %s", dst.Type(), received(v))
+	bad := fmt.Errorf("expected %s, received %s", dst.Type(), schema.Received(v))
 	switch dst.Kind() {
 	case reflect.String:
 		s, ok := v.(string)
