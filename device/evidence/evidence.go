@@ -52,6 +52,8 @@ type Capturer struct {
 	// to it): the success evidence of that run's attempt uses its page
 	// source and screenshot instead of asking again. nil captures always.
 	Idle *IdleScreens
+	// Video is the run's screen recording (kind video); nil records none.
+	Video *Recorder
 }
 
 var _ agent.Evidence = (*Capturer)(nil)
@@ -117,6 +119,7 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 		ctype, sum string
 		err        error
 		noted      string
+		lines      []string // of the video: what was left out
 	}
 	results := make([]result, len(kinds))
 	var wg sync.WaitGroup
@@ -125,7 +128,12 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 		go func() {
 			defer wg.Done()
 			r := &results[i]
-			r.data, r.ctype, r.err = c.capture(ctx, dev, tg, kind, idle)
+			if kind == agent.ArtifactVideo {
+				r.data, r.lines, r.err = c.video(ctx, req.Run.RunID)
+				r.ctype = TypeMP4
+			} else {
+				r.data, r.ctype, r.err = c.capture(ctx, dev, tg, kind, idle)
+			}
 			if r.err != nil && ctx.Err() != nil {
 				r.noted = fmt.Sprintf("%s not captured: the %s evidence budget ran out", kind, budget)
 				return
@@ -142,6 +150,9 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 	wg.Wait()
 	for i, kind := range kinds {
 		r := results[i]
+		for _, l := range r.lines {
+			note("%s: %s", kind, l)
+		}
 		switch {
 		case r.noted != "":
 			note("%s", r.noted)
@@ -191,6 +202,14 @@ func (c *Capturer) capture(ctx context.Context, dev device.Device, tg target, ki
 		return b, TypeText, err
 	}
 	return nil, "", fmt.Errorf("unknown kind %q", kind)
+}
+
+// video is the run's recording (Recorder.Video); nil data when none was made.
+func (c *Capturer) video(ctx context.Context, runID string) ([]byte, []string, error) {
+	if c.Video == nil {
+		return nil, nil, errors.New("this daemon records no video")
+	}
+	return c.Video.Video(ctx, runID)
 }
 
 // screenshot is `adb exec-out screencap -p`, checked to be a PNG.
