@@ -71,12 +71,21 @@ var _ agent.Recorder = (*Recorder)(nil)
 type recRun struct {
 	dev      device.Device
 	set      VideoSettings
-	size     string   // --size WxH
-	segments []string // finished segments' device paths, in order
+	size     string        // --size WxH
+	segments []doneSegment // finished segments, in order
 	recorded time.Duration
 	cur      *segment
 	next     int // the next segment's number
 	notes    []string
+}
+
+// doneSegment is a finished segment: its file, when it was started, and
+// whether the recorder stopped it (pause, the run's end) rather than its
+// time limit.
+type doneSegment struct {
+	path    string
+	started time.Time
+	stopped bool
 }
 
 // segment is one running screenrecord.
@@ -185,11 +194,12 @@ func (r *Recorder) startLocked(runID string, rr *recRun) {
 				msg = err.Error()
 			}
 			rr.notes = append(rr.notes, fmt.Sprintf("segment %s: screenrecord exit %d: %s", seg.path, res.ExitCode, msg))
+			r.logf(runID, "%s", rr.notes[len(rr.notes)-1])
 			if !seg.stopping {
 				return // a recorder that fails does not restart in a loop
 			}
 		}
-		rr.segments = append(rr.segments, seg.path)
+		rr.segments = append(rr.segments, doneSegment{path: seg.path, started: seg.started, stopped: seg.stopping})
 		rr.recorded += time.Since(seg.started)
 		if !seg.stopping && rr.recorded < rr.set.MaxLength {
 			r.startLocked(runID, rr) // the time limit ended it: the next segment
@@ -266,7 +276,10 @@ func (r *Recorder) Drop(ctx context.Context, runID string) {
 
 func (r *Recorder) remove(ctx context.Context, rr *recRun) {
 	r.mu.Lock()
-	paths := slicesClone(rr.segments)
+	var paths []string
+	for _, sg := range rr.segments {
+		paths = append(paths, sg.path)
+	}
 	r.mu.Unlock()
 	if len(paths) == 0 {
 		return
@@ -290,25 +303,37 @@ func (r *Recorder) Video(ctx context.Context, runID string) ([]byte, []string, e
 	r.stop(ctx, rr)
 	defer r.remove(context.WithoutCancel(ctx), rr)
 	r.mu.Lock()
-	paths, notes := slicesClone(rr.segments), slicesClone(rr.notes)
+	segs, notes := append([]doneSegment(nil), rr.segments...), slicesClone(rr.notes)
 	r.mu.Unlock()
-	if len(paths) == 0 {
+	if len(segs) == 0 {
 		return nil, notes, nil
 	}
 	var parts [][]byte
+	var spans []time.Duration
 	var total int64
-	for i, p := range paths {
+	for i, sg := range segs {
+		p := sg.path
 		var buf bytes.Buffer
 		lw := &capWriter{w: &buf, left: rr.set.MaxBytes - total}
 		if _, err := rr.dev.Pull(ctx, p, lw); err != nil {
 			if lw.over {
-				notes = append(notes, fmt.Sprintf("video cut after %d of %d segments: evidence.video.maxBytes %d reached", i, len(paths), rr.set.MaxBytes))
+				notes = append(notes, fmt.Sprintf("video cut after %d of %d segments: evidence.video.maxBytes %d reached", i, len(segs), rr.set.MaxBytes))
 				break
 			}
 			return nil, notes, fmt.Errorf("pull %s: %w", p, err)
 		}
 		total += int64(buf.Len())
 		parts = append(parts, buf.Bytes())
+		// A segment its time limit ended spans until the next one started:
+		// the restart's gap (the encoder finishing one file and starting the
+		// next, about a second on a loaded host) shows as the last frame
+		// held, so the video's clock stays the run's. A stopped segment
+		// (a pause) spans only itself: a paused run records nothing.
+		var span time.Duration
+		if i+1 < len(segs) && !sg.stopped {
+			span = segs[i+1].started.Sub(sg.started)
+		}
+		spans = append(spans, span)
 	}
 	if len(parts) == 0 {
 		return nil, notes, nil
@@ -316,7 +341,7 @@ func (r *Recorder) Video(ctx context.Context, runID string) ([]byte, []string, e
 	if len(parts) == 1 {
 		return parts[0], notes, nil
 	}
-	joined, err := JoinMP4(ctx, parts)
+	joined, err := JoinMP4(ctx, parts, spans)
 	if err != nil {
 		notes = append(notes, fmt.Sprintf("kept the first of %d segments: %v", len(parts), err))
 		return parts[0], notes, nil
@@ -346,10 +371,11 @@ func (c *capWriter) Write(p []byte) (int, error) {
 
 // JoinMP4 joins MP4 segments of one encoding into one MP4 without
 // re-encoding, with ffmpeg's concat demuxer (`-f concat -c copy`), the
-// index moved to the front (+faststart) so a player starts at once. It
-// needs ffmpeg on the daemon's host, as Appium does for more than one
-// segment.
-func JoinMP4(ctx context.Context, parts [][]byte) ([]byte, error) {
+// index moved to the front (+faststart) so a player starts at once. A
+// part's span, when not 0, is its `duration` directive: the next part
+// starts that long after it (its last frame held over the gap). It needs
+// ffmpeg on the daemon's host, as Appium does for more than one segment.
+func JoinMP4(ctx context.Context, parts [][]byte, spans []time.Duration) ([]byte, error) {
 	ffmpeg, err := exec.LookPath("ffmpeg")
 	if err != nil {
 		return nil, fmt.Errorf("joining segments needs ffmpeg on the daemon's host: %w", err)
@@ -366,6 +392,9 @@ func JoinMP4(ctx context.Context, parts [][]byte) ([]byte, error) {
 			return nil, err
 		}
 		fmt.Fprintf(&list, "file '%s'\n", name)
+		if i < len(spans) && spans[i] > 0 {
+			fmt.Fprintf(&list, "duration %.3f\n", spans[i].Seconds())
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "list.txt"), []byte(list.String()), 0o600); err != nil {
 		return nil, err

@@ -254,6 +254,10 @@ func cmdScreenrecord(c *Ctx) int {
 		return code
 	}
 	d := c.Device
+	// The recording's clock starts with the process, as the encoder's
+	// startup is part of a device's recording too: frames due while ffmpeg
+	// starts are written when it reads them.
+	start := time.Now()
 	first := d.Screenshot()
 	dw, dh := first.Rect.Dx(), first.Rect.Dy()
 	w, h := o.w, o.h
@@ -312,7 +316,6 @@ func cmdScreenrecord(c *Ctx) int {
 	d.rec.add(rec)
 	defer d.rec.remove(pid)
 
-	start := time.Now()
 	frames := 0
 	limit := time.Duration(o.timeLimit) * time.Second
 	feed := func(now time.Time) error {
