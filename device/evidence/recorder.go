@@ -149,7 +149,33 @@ func (r *Recorder) NodeStarting(ctx context.Context, req agent.RecordRequest) {
 	}
 	r.mu.Lock()
 	r.startLocked(runID, rr)
+	seg := rr.cur
 	r.mu.Unlock()
+	if seg != nil {
+		r.waitRecording(ctx, rr.dev, seg)
+	}
+}
+
+// waitRecording waits (at most 5 s) until the device lists a screenrecord
+// process, so the node that follows is recorded from its start: opening an
+// adb shell takes a round trip or more on a busy host.
+func (r *Recorder) waitRecording(ctx context.Context, dev device.Device, seg *segment) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if res, err := dev.Shell(ctx, "pidof screenrecord"); err == nil && res.ExitCode == 0 && strings.TrimSpace(res.Stdout) != "" {
+			return
+		}
+		select {
+		case <-seg.done:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // videoSize is screenrecord's --size for a display: scaled so its short
