@@ -652,6 +652,10 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 	r.apply(ctx, ctrl, &cancel, &paused)
 	for {
 		if cancel {
+			if r.e.Recorder != nil {
+				// Stopped before the run shows CANCELED; Run's return drops it.
+				r.e.Recorder.Pause(ctx, r.run.RunID)
+			}
 			return r.cancel(ctx)
 		}
 		if !paused {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -186,4 +187,73 @@ func TestScreenrecordSignals(t *testing.T) {
 	if ps, _, _ := amSh(t, d, "ps -A"); strings.Contains(ps, "screenrecord") {
 		t.Fatalf("a screenrecord is left:\n%s", ps)
 	}
+}
+
+// BenchmarkScreenrecord records 10 s of the default profile's display
+// (1080x2400) at the daemon's default settings (--size 720x1600
+// --bit-rate 4M), a still screen and one that changes every frame, and
+// reports ffmpeg's CPU per recorded second (the simulator's children, from
+// getrusage) and the file's size per minute.
+func BenchmarkScreenrecord(b *testing.B) {
+	for _, moving := range []bool{false, true} {
+		name := "still"
+		if moving {
+			name = "changing"
+		}
+		b.Run(name, func(b *testing.B) {
+			d, err := New(amProfile(34), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var cpu time.Duration
+			var bytes int
+			for i := 0; i < b.N; i++ {
+				stop := make(chan struct{})
+				if moving {
+					// A new screen every 200 ms (the recording's frame interval):
+					// home and the app's activity in turn.
+					go func() {
+						tick := time.NewTicker(200 * time.Millisecond)
+						defer tick.Stop()
+						for j := 0; ; j++ {
+							select {
+							case <-stop:
+								return
+							case <-tick.C:
+							}
+							if j%2 == 0 {
+								amShB(d, "am start -n "+amPkg+"/.HomeActivity")
+							} else {
+								amShB(d, "input keyevent KEYCODE_HOME")
+							}
+						}
+					}()
+				}
+				before := childCPU()
+				_, e, code := amShB(d, "screenrecord --time-limit 10 --size 720x1600 --bit-rate 4M /sdcard/b.mp4")
+				close(stop)
+				if code != 0 {
+					b.Fatalf("screenrecord: %d %s", code, e)
+				}
+				cpu += childCPU() - before
+				f, _ := d.ReadFile("/sdcard/b.mp4")
+				bytes += len(f)
+			}
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N)/10, "ffmpeg-cpu-ms/recorded-s")
+			b.ReportMetric(float64(bytes)/float64(b.N)*6/1e6, "MB/min")
+		})
+	}
+}
+
+func amShB(d *Device, cmd string) (string, string, int) {
+	var o, e strings.Builder
+	code := d.Shell(context.Background(), cmd, nil, &o, &e)
+	return o.String(), e.String(), code
+}
+
+// childCPU is the user+system CPU of the reaped children of this process.
+func childCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
