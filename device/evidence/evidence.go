@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +76,11 @@ type target struct {
 // Capture implements agent.Evidence: the kinds concurrently, under the budget.
 func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]agent.Artifact, []agent.TokenDelta) {
 	kinds, budget := c.Kinds(req.Policy, req.Failed)
+	if c.Video != nil && !slices.Contains(kinds, agent.ArtifactVideo) {
+		// The run's end, and its outcome's list keeps no video: the
+		// recording stops (and its files go) before the run's end commits.
+		c.Video.Drop(ctx, req.Run.RunID)
+	}
 	if len(kinds) == 0 {
 		return nil, nil
 	}

@@ -214,16 +214,14 @@ func (r *Recorder) startLocked(runID string, rr *recRun) {
 		if rr.cur == seg {
 			rr.cur = nil
 		}
-		if err != nil || res.ExitCode != 0 {
+		if (err != nil || res.ExitCode != 0) && !seg.stopping {
 			msg := strings.TrimSpace(res.Stderr + " " + res.Stdout)
 			if err != nil {
 				msg = err.Error()
 			}
 			rr.notes = append(rr.notes, fmt.Sprintf("segment %s: screenrecord exit %d: %s", seg.path, res.ExitCode, msg))
 			r.logf(runID, "%s", rr.notes[len(rr.notes)-1])
-			if !seg.stopping {
-				return // a recorder that fails does not restart in a loop
-			}
+			return // a recorder that fails does not restart in a loop
 		}
 		rr.segments = append(rr.segments, doneSegment{path: seg.path, started: seg.started, stopped: seg.stopping})
 		rr.recorded += time.Since(seg.started)
@@ -236,8 +234,9 @@ func (r *Recorder) startLocked(runID string, rr *recRun) {
 }
 
 // stop ends the run's running segment, if any: SIGINT (the file is
-// finished), then, if it has not ended in 10 s, the adb shell closed.
-func (r *Recorder) stop(ctx context.Context, rr *recRun) {
+// finished; SIGKILL when the file is not wanted), then, if it has not
+// ended in 10 s, the adb shell closed.
+func (r *Recorder) stop(ctx context.Context, rr *recRun, keep bool) {
 	r.mu.Lock()
 	seg := rr.cur
 	if seg != nil {
@@ -249,7 +248,11 @@ func (r *Recorder) stop(ctx context.Context, rr *recRun) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, _ = rr.dev.Shell(sctx, "pkill -INT -f "+seg.path)
+	sig := "-INT"
+	if !keep {
+		sig = "-KILL"
+	}
+	_, _ = rr.dev.Shell(sctx, "pkill "+sig+" -f "+seg.path)
 	select {
 	case <-seg.done:
 		return
@@ -285,7 +288,7 @@ func (r *Recorder) Pause(ctx context.Context, runID string) {
 	rr := r.runs[runID]
 	r.mu.Unlock()
 	if rr != nil {
-		r.stop(ctx, rr)
+		r.stop(ctx, rr, true)
 	}
 }
 
@@ -296,7 +299,7 @@ func (r *Recorder) Drop(ctx context.Context, runID string) {
 	if rr == nil {
 		return
 	}
-	r.stop(ctx, rr)
+	r.stop(ctx, rr, false)
 	r.remove(ctx, rr)
 }
 
@@ -326,7 +329,7 @@ func (r *Recorder) Video(ctx context.Context, runID string) ([]byte, []string, e
 	if rr == nil {
 		return nil, nil, nil
 	}
-	r.stop(ctx, rr)
+	r.stop(ctx, rr, true)
 	defer r.remove(context.WithoutCancel(ctx), rr)
 	r.mu.Lock()
 	segs, notes := append([]doneSegment(nil), rr.segments...), slicesClone(rr.notes)
