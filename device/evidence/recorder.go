@@ -269,7 +269,23 @@ func (r *Recorder) stop(ctx context.Context, rr *recRun, keep bool) {
 func (r *Recorder) sweep(ctx context.Context, dev device.Device) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, _ = dev.Shell(sctx, "pkill -INT -f "+recordPrefix)
+	if res, err := dev.Shell(sctx, "pkill -INT -f "+recordPrefix); err == nil && res.ExitCode == 0 {
+		// One was running: it finishes its file on SIGINT, so wait until it
+		// is gone before removing the files (else it writes after rm).
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if res, err := dev.Shell(sctx, "pidof screenrecord"); err != nil || res.ExitCode != 0 {
+				break
+			}
+			select {
+			case <-sctx.Done():
+			case <-tick.C:
+				continue
+			}
+			break
+		}
+	}
 	_, _ = dev.Shell(sctx, "rm -f "+recordPrefix+"*")
 }
 

@@ -99,3 +99,53 @@ func TestRecorderSegmentsJoined(t *testing.T) {
 		t.Errorf("files left: %s", r.Stdout)
 	}
 }
+
+// TestRecorderStopsStaleRecording: a recording a crashed daemon left on the
+// device (its file under our prefix) is stopped, and its file removed,
+// before the run's recording starts; at the end nothing is left.
+func TestRecorderStopsStaleRecording(t *testing.T) {
+	dev, err := android.New(simtest.Profile(t, "default"), android.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := make(chan int, 1)
+	go func() {
+		var o, e bytes.Buffer
+		stale <- dev.Shell(context.Background(), "screenrecord --size 360x800 /data/local/tmp/screengraph-video-01OLD-000.mp4", nil, &o, &e)
+	}()
+	for dev.Recordings() == 0 {
+		select {
+		case code := <-stale:
+			t.Fatalf("the stale recording ended at once: %d", code)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	rec := &evidence.Recorder{DeviceFor: func(string) device.Device { return simDevice{dev} }, FirstNode: "LaunchOrAttach",
+		Settings: func(agent.RetryPolicy) (evidence.VideoSettings, bool) {
+			return evidence.VideoSettings{ShortSide: 360, BitRate: 1000000, Segment: 180 * time.Second, MaxLength: time.Minute, MaxBytes: 1 << 20}, true
+		}}
+	out, _ := json.Marshal(map[string]any{"deviceRuntimeContext": map[string]any{"deviceId": "emulator-5554"}})
+	rec.NodeStarting(context.Background(), agent.RecordRequest{Run: agent.Run{RunID: "01NEW"}, Node: "LaunchOrAttach",
+		Outputs: map[string]json.RawMessage{"EnsureDevice": out}})
+	select {
+	case code := <-stale:
+		if code != 0 {
+			t.Errorf("the stale recording ended with %d, want 0 (SIGINT)", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stale recording is still running")
+	}
+	if n := dev.Recordings(); n != 1 {
+		t.Fatalf("%d recordings running, want the run's own", n)
+	}
+	if _, err := dev.ReadFile("/data/local/tmp/screengraph-video-01OLD-000.mp4"); err == nil {
+		t.Error("the stale recording's file was kept")
+	}
+	rec.Drop(context.Background(), "01NEW")
+	if n := dev.Recordings(); n != 0 {
+		t.Errorf("%d recordings left after Drop", n)
+	}
+	if r, _ := (simDevice{dev}).Shell(context.Background(), "ls /data/local/tmp"); strings.Contains(r.Stdout, "screengraph-video") {
+		t.Errorf("files left: %s", r.Stdout)
+	}
+}
