@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -33,7 +33,7 @@ const settingsPkg = "io.appium.settings"
 // returns that directory (an extra --artifact-file-root) and the APK's path.
 func settingsAPK(t testing.TB) (string, string) {
 	t.Helper()
-	src := filepath.Join("..", "..", ".cache", "appium-home", "node_modules", "appium-uiautomator2-driver",
+	src := filepath.Join(repoRoot, ".cache", "appium-home", "node_modules", "appium-uiautomator2-driver",
 		"node_modules", "io.appium.settings", "apks", "settings_apk-debug.apk")
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -378,7 +378,7 @@ func TestServeVideoDefaultPolicy(t *testing.T) {
 		if time.Now().After(deadline) || d.run(t, id).Status.Terminal() {
 			t.Fatalf("run %s never recorded (%s)\n%s", id, d.run(t, id).Status, d.log())
 		}
-		time.Sleep(50 * time.Millisecond) // polling the device, not a wait for time to pass
+		time.Sleep(50 * time.Millisecond)
 	}
 	if st := d.call(t, "POST", "/v1/runs/"+id+"/cancel", nil, nil); st != 200 && st != 202 {
 		t.Fatalf("cancel: %d", st)
@@ -392,9 +392,11 @@ func TestServeVideoDefaultPolicy(t *testing.T) {
 	if ps := screenrecords(t, srv.Addr(), spinning); ps != "" {
 		t.Errorf("a canceled run left screenrecord running:\n%s", ps)
 	}
-	for end := time.Now().Add(20 * time.Second); recordingFiles(t, srv.Addr(), spinning) != ""; time.Sleep(50 * time.Millisecond) {
+	end := time.Now().Add(20 * time.Second)
+	for recordingFiles(t, srv.Addr(), spinning) != "" {
 		if time.Now().After(end) {
 			t.Fatalf("a canceled run left recordings: %s", recordingFiles(t, srv.Addr(), spinning))
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
