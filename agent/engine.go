@@ -674,6 +674,10 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 		if r.run.Status != RunPaused {
+			if r.e.Recorder != nil {
+				// Stopped before the run shows PAUSED: a paused run records nothing.
+				r.e.Recorder.Pause(ctx, r.run.RunID)
+			}
 			ok, err := r.pauseTransition(ctx, KindRunPaused, RunRunning, RunPaused)
 			if err != nil {
 				return false, err

@@ -400,3 +400,63 @@ func TestServeVideoDefaultPolicy(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestServeVideoPause: a run paused while it records shows PAUSED with no
+// screenrecord on its device; resumed, it records again, and its video
+// (kept on success by its policy) leaves the pause out.
+func TestServeVideoPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a full chain with a pause (about a minute)")
+	}
+	srv := simtest.StartADBServer(t)
+	emu, _ := launchDefault(t, srv)
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte("version: 2\nevidence: {onSuccess: [video], onFailure: [video]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, srv, "--policy", pol)
+	demo, _ := filepath.Abs(fixtureAPK("demo-v1.apk"))
+	id := d.submit(t, runBody(emu.Serial(), "file://"+demo, signerDigest(t, demo), "", "", nil))
+	deadline := time.Now().Add(3 * time.Minute)
+	for screenrecords(t, srv.Addr(), emu.Serial()) == "" {
+		if time.Now().After(deadline) || d.run(t, id).Status.Terminal() {
+			t.Fatalf("run %s never recorded (%s)\n%s", id, d.run(t, id).Status, d.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := d.call(t, "POST", "/v1/runs/"+id+"/pause", nil, nil); st != 200 && st != 202 {
+		t.Fatalf("pause: %d", st)
+	}
+	d.waitStatus(t, []string{id}, 2*time.Minute, agent.RunPaused, agent.RunFinished, agent.RunFailed)
+	if st := d.run(t, id).Status; st != agent.RunPaused {
+		t.Fatalf("run %s after pause: %s", id, st)
+	}
+	if ps := screenrecords(t, srv.Addr(), emu.Serial()); ps != "" {
+		t.Fatalf("a PAUSED run records:\n%s", ps)
+	}
+	// Held paused for 3 s (a measurement window: the pause must last to be
+	// seen missing from the video), the device checked all along.
+	pausedAt := time.Now()
+	for time.Since(pausedAt) < 3*time.Second {
+		if ps := screenrecords(t, srv.Addr(), emu.Serial()); ps != "" {
+			t.Fatalf("a PAUSED run records:\n%s", ps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := d.call(t, "POST", "/v1/runs/"+id+"/resume", nil, nil); st != 200 && st != 202 {
+		t.Fatalf("resume: %d", st)
+	}
+	d.waitStatus(t, []string{id}, 3*time.Minute, agent.RunFinished, agent.RunFailed, agent.RunCanceled)
+	if st := d.run(t, id).Status; st != agent.RunFinished {
+		t.Fatalf("run %s: %s\n%s", id, st, d.log())
+	}
+	evs := d.events(t, id)
+	video := videoOf(t, d, id, "WaitIdle")
+	p := probeVideo(t, d.artifactBytes(t, id, video))
+	wall := eventTS(t, evs, agent.KindNodeFinished, "WaitIdle").Sub(eventTS(t, evs, agent.KindNodeStarted, "LaunchOrAttach")).Seconds()
+	paused := eventTS(t, evs, agent.KindRunResumed, "").Sub(eventTS(t, evs, agent.KindRunPaused, "")).Seconds()
+	t.Logf("video %+v; LaunchOrAttach to WaitIdle's end %.2f s, paused %.2f s", p, wall, paused)
+	if p.Codec != "h264" || p.Seconds > wall-paused+1 {
+		t.Errorf("video %.2f s: the %.2f s pause is in it (%.2f s from LaunchOrAttach to the end)", p.Seconds, paused, wall)
+	}
+}
