@@ -1,10 +1,10 @@
 package nodes
 
 import (
-	"regexp"
 	"unicode"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/device/android"
 )
 
 // Limits of a run request, checked at submit (NewSetupRun) so a request that
@@ -16,22 +16,8 @@ const (
 	// MaxIDLength bounds ids: tenantId, projectId, deviceName (serial or
 	// AVD name), in characters.
 	MaxIDLength = 128
-	// MaxNameLength bounds Android names: androidPackageId,
-	// androidLaunchActivityName, in characters (255: Android's limit on a
-	// package name, PackageManager's MAX_PACKAGE_NAME_LENGTH).
-	MaxNameLength = 255
-)
-
-// Android's grammar, as aapt2 and PackageParser check it: a package id is at
-// least two dot-separated segments, each a letter then letters, digits or
-// '_' (frameworks/base core/java/android/content/pm/parsing/FrameworkParsingPackageUtils.java
-// validateName). An activity is a Java class name (segments of letters,
-// digits and '_' not starting with a digit), fully qualified or ".Short",
-// optionally as a component "PKG/CLASS". '$' (inner classes) is refused:
-// the launch command goes through the device's sh, where $ expands.
-var (
-	packageIDPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$`)
-	activityPattern  = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+/)?\.?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+	// MaxNameLength bounds Android names (android.MaxNameLength).
+	MaxNameLength = android.MaxNameLength
 )
 
 // checkID refuses an id over MaxIDLength characters or holding control
@@ -49,35 +35,6 @@ func checkID(path, v string) error {
 	return nil
 }
 
-// CheckPackageID refuses a package id that is not Android's grammar or is
-// over MaxNameLength characters; path names the JSON path in the error
-// (an *agent.Error invalid_request_error).
-func CheckPackageID(path, v string) error {
-	if len(v) > MaxNameLength {
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: %d characters, at most %d", path, len([]rune(v)), MaxNameLength)
-	}
-	if !packageIDPattern.MatchString(v) {
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: %q is not an Android package id (segments of letters, digits and _ joined by dots, e.g. com.example.app)", path, v)
-	}
-	return nil
-}
-
-// CheckActivityName refuses an activity name that is not a Java class name
-// (fully qualified, ".Short", or "PKG/CLASS") or is over MaxNameLength
-// characters; "" (resolve the launcher activity) passes.
-func CheckActivityName(path, v string) error {
-	if v == "" {
-		return nil
-	}
-	if len(v) > MaxNameLength {
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: %d characters, at most %d", path, len([]rune(v)), MaxNameLength)
-	}
-	if !activityPattern.MatchString(v) {
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: %q is not an activity name (a Java class name: com.example.app.MainActivity, .MainActivity or com.example.app/.MainActivity)", path, v)
-	}
-	return nil
-}
-
 // checkInputBounds applies the limits above to a request's decoded node inputs.
 func checkInputBounds(in SetupInputs) error {
 	if err := checkID("$.ensureDevice.deviceConfiguration.deviceName", in.EnsureDevice.DeviceConfiguration.DeviceName); err != nil {
@@ -91,21 +48,21 @@ func checkInputBounds(in SetupInputs) error {
 		{"$.launchOrAttach.applicationUnderTestDescriptor", in.LaunchOrAttach.ApplicationUnderTestDescriptor},
 	} {
 		if d.desc.AndroidPackageID != "" {
-			if err := CheckPackageID(d.path+".androidPackageId", d.desc.AndroidPackageID); err != nil {
+			if err := android.CheckPackageID(d.path+".androidPackageId", d.desc.AndroidPackageID); err != nil {
 				return err
 			}
 		}
-		if err := CheckActivityName(d.path+".androidLaunchActivityName", d.desc.AndroidLaunchActivityName); err != nil {
+		if err := android.CheckActivityName(d.path+".androidLaunchActivityName", d.desc.AndroidLaunchActivityName); err != nil {
 			return err
 		}
 	}
 	if a := in.WaitIdle.ApplicationUnderTestDescriptor; a != nil {
 		if a.AndroidPackageID != "" {
-			if err := CheckPackageID("$.waitIdle.applicationUnderTestDescriptor.androidPackageId", a.AndroidPackageID); err != nil {
+			if err := android.CheckPackageID("$.waitIdle.applicationUnderTestDescriptor.androidPackageId", a.AndroidPackageID); err != nil {
 				return err
 			}
 		}
-		if err := CheckActivityName("$.waitIdle.applicationUnderTestDescriptor.androidLaunchActivityName", a.AndroidLaunchActivityName); err != nil {
+		if err := android.CheckActivityName("$.waitIdle.applicationUnderTestDescriptor.androidLaunchActivityName", a.AndroidLaunchActivityName); err != nil {
 			return err
 		}
 	}

@@ -99,7 +99,7 @@ type Ports struct {
 	// device serial on the adb server at adbPort; the daemon wires it to
 	// appium.Capabilities. EnsureDevice then enforces appium:udid,
 	// appium:suppressKillServer=true and appium:adbPort whatever the builder
-	// returned. nil means a minimal set (see SessionCapabilities).
+	// returned. nil means a minimal set (see android.SessionCapabilities).
 	Capabilities func(serial string, adbPort int) (map[string]any, error)
 	// Resolve finds the device a deviceConfiguration.deviceName names (a
 	// serial, or an AVD/model name); errors device_not_found. nil means

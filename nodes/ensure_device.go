@@ -5,12 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/device/android"
@@ -172,7 +170,7 @@ var _ SessionMemory = (*MemorySessions)(nil)
 //  3. Session, per driverReusePolicy (see the constants). The session id is
 //     remembered in memory under the serial. A reused session must probe
 //     HEALTHY or DEGRADED and, when its capabilities name a udid, name this
-//     serial. New sessions get Ports.Capabilities (or SessionCapabilities)
+//     serial. New sessions get Ports.Capabilities (or android.SessionCapabilities)
 //     with appium:udid, appium:suppressKillServer=true and appium:adbPort
 //     enforced, so Appium never restarts the adb server the daemon shares.
 //
@@ -358,7 +356,7 @@ func (s sessionSetup) reuse(ctx context.Context, remembered string) (*DeviceRunt
 // create opens a new session (SessionCapabilities), remembers it and
 // probes it: UNHEALTHY is session_create_failed.
 func (s sessionSetup) create(ctx context.Context, adbPort int, platformVersion string) (*DeviceRuntimeContext, error) {
-	caps, err := SessionCapabilities(s.p, s.serial, adbPort, platformVersion)
+	caps, err := android.SessionCapabilities(s.p.Capabilities, s.serial, adbPort, platformVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -389,39 +387,6 @@ func (s sessionSetup) create(ctx context.Context, adbPort int, platformVersion s
 	return &DeviceRuntimeContext{DriverSessionID: sess.ID, DeviceID: s.serial, CapabilitiesEcho: echo, HealthProbeStatus: health}, nil
 }
 
-// SessionCapabilities returns the capabilities of a new session on serial:
-// Ports.Capabilities(serial, adbPort) when wired, else platformName Android and
-// appium:automationName UiAutomator2; then, whatever the builder said,
-// appium:udid = serial, appium:suppressKillServer = true (never let Appium
-// kill-server the shared adb server) and appium:adbPort = adbPort; and
-// appium:platformVersion when the input names one and the builder did not.
-func SessionCapabilities(p Ports, serial string, adbPort int, platformVersion string) (map[string]any, error) {
-	var caps map[string]any
-	if p.Capabilities != nil {
-		c, err := p.Capabilities(serial, adbPort)
-		if err != nil {
-			return nil, err
-		}
-		caps = maps.Clone(c)
-	}
-	if caps == nil {
-		caps = map[string]any{}
-	}
-	if _, ok := caps["platformName"]; !ok {
-		caps["platformName"] = "Android"
-	}
-	if _, ok := caps["appium:automationName"]; !ok {
-		caps["appium:automationName"] = "UiAutomator2"
-	}
-	if _, ok := caps["appium:platformVersion"]; !ok && platformVersion != "" {
-		caps["appium:platformVersion"] = platformVersion
-	}
-	caps["appium:udid"] = serial
-	caps["appium:suppressKillServer"] = true
-	caps["appium:adbPort"] = adbPort
-	return caps, nil
-}
-
 // tryReuse probes a remembered session. It returns the context to use, or a
 // reason it cannot be used; err only when the Appium server cannot be asked.
 // A session whose capabilities warm knows is probed in one call
@@ -444,7 +409,7 @@ func tryReuse(ctx context.Context, p Ports, serial, id string, warm *Warm) (*Dev
 		return nil, why, nil
 	}
 	caps, _ := details["capabilities"].(map[string]any)
-	if udid := capUDID(caps); udid != "" && udid != serial {
+	if udid := android.CapUDID(caps); udid != "" && udid != serial {
 		return nil, fmt.Sprintf("session drives %s, not %s", udid, serial), nil
 	}
 	warm.Sessions.Keep(id, caps)
@@ -459,17 +424,6 @@ func tryReuse(ctx context.Context, p Ports, serial, id string, warm *Warm) (*Dev
 type Warm struct {
 	Boot     android.BootProofs
 	Sessions android.SessionCaps
-}
-
-// capUDID reads the device a session's capabilities name (Appium echoes
-// "udid" and "deviceUDID" without prefix, requests carry "appium:udid").
-func capUDID(caps map[string]any) string {
-	for _, k := range []string{"appium:udid", "udid", "deviceUDID"} {
-		if s, ok := caps[k].(string); ok && s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 func resolveDevice(ctx context.Context, name string, p Ports) (device.Device, error) {
@@ -504,30 +458,18 @@ func bootDeadline(ctx context.Context, start time.Time, bootTimeout time.Duratio
 	return start.Add(bound), bound
 }
 
-// waitOnline waits for adb state "device", retrying transient states for grace.
+// waitOnline waits for adb state "device" (android.Online), retrying
+// transient states for grace.
 func waitOnline(ctx context.Context, dev device.Device, p Ports, grace time.Duration) error {
 	until := p.Now().Add(grace)
 	for {
-		st, err := dev.State(ctx)
-		if err != nil {
-			e := agent.Classify(err)
-			if e.ID != agent.ErrDeviceOffline {
-				return e
-			}
-			st = string(parse.StateOffline)
+		st, ok, err := android.Online(ctx, dev)
+		if ok || err != nil {
+			return err
 		}
-		switch parse.DeviceState(st) {
-		case parse.StateDevice:
-			return nil
-		case parse.StateUnauthorized, parse.StateNoPermissions:
-			return &agent.Error{ID: agent.ErrDeviceUnauthorized, Msg: fmt.Sprintf("%s is %s: accept the RSA key prompt on the device (or fix udev permissions)", dev.Serial(), st)}
-		case parse.StateOffline, parse.StateAuthorizing, parse.StateConnecting:
-			if !p.Now().Before(until) {
-				return &agent.Error{ID: agent.ErrDeviceOffline, Retryable: true,
-					Msg: fmt.Sprintf("%s still %s after %v", dev.Serial(), st, grace)}
-			}
-		default:
-			return &agent.Error{ID: agent.ErrDeviceOffline, Msg: fmt.Sprintf("%s is in state %q, not usable by adb services", dev.Serial(), st)}
+		if !p.Now().Before(until) {
+			return &agent.Error{ID: agent.ErrDeviceOffline, Retryable: true,
+				Msg: fmt.Sprintf("%s still %s after %v", dev.Serial(), st, grace)}
 		}
 		if err := p.Wait(ctx, BootPollInterval); err != nil {
 			return ctxErr(ctx, "waiting for "+dev.Serial()+" to come online")

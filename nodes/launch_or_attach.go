@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -43,12 +42,6 @@ const (
 	// front (a transition in progress) before it gives up.
 	AttachConfirmWindow = time.Second
 )
-
-// LaunchFlags are the intent flags of the launch: FLAG_ACTIVITY_NEW_TASK |
-// FLAG_ACTIVITY_RESET_TASK_IF_NEEDED, what a launcher tap sends, so an
-// existing task is brought forward instead of stacking a new activity
-// (android-recipes.md; appium-adb's startApp uses the same).
-const LaunchFlags = "0x10200000"
 
 // LaunchOrAttachInput is LaunchOrAttach's Input (screengraph-nodes.md §3).
 type LaunchOrAttachInput struct {
@@ -177,7 +170,7 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports, w *app
 	if err != nil {
 		return nil, err
 	}
-	if err := launch(ctx, p, w, LaunchCommand(act, mode == ForceRestart), act, deadline, bound); err != nil {
+	if err := launch(ctx, p, w, android.LaunchCommand(act, mode == ForceRestart), act, deadline, bound); err != nil {
 		return nil, err
 	}
 	fc, last, err := awaitForeground(ctx, p, pkg, deadline, w, sessionID, true)
@@ -227,42 +220,26 @@ func attachInFront(ctx context.Context, p Ports, pkg string, w *appWatch, sessio
 	}
 }
 
-// launch runs cmd (am start) bounded by deadline, with its exit status and
-// the device clock on the same shell: crash reports count from the launch
-// (w.sinceMillis: the device time after am, less the round trip).
+// launch runs cmd (am start, android.StartActivity) bounded by deadline:
+// crash reports count from the launch (w.sinceMillis: the device time after
+// am, less the round trip).
 func launch(ctx context.Context, p Ports, w *appWatch, cmd string, act parse.Component, deadline time.Time, bound time.Duration) error {
 	p.Logf("%s", cmd)
 	lctx, cancel := context.WithTimeout(ctx, max(deadline.Sub(p.Now()), time.Millisecond))
 	started := p.Now()
-	res, err := p.Device.Shell(lctx, cmd+"; echo "+sampleSplit+" $?; date +%s.%N")
+	st, err := android.StartActivity(lctx, p.Device, cmd, act)
 	cancel()
+	if st.EpochMillis > 0 {
+		w.sinceMillis = st.EpochMillis - p.Now().Sub(started).Milliseconds() - 1
+	}
 	if err != nil {
 		if e := agent.Classify(err); e.ID == agent.ErrTimeout && ctx.Err() == nil {
 			return agent.Wrap(agent.ErrLaunchTimeout, err, "%s did not return within %v", cmd, bound)
 		}
 		return err
 	}
-	stdout, code := res.Stdout, res.ExitCode
-	if head, tail, ok := strings.Cut(res.Stdout, sampleSplit); ok {
-		stdout = head
-		if f := strings.Fields(tail); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				code = n
-			}
-			if e := parse.ParseEpochMillis(f[1]); e > 0 {
-				w.sinceMillis = e - p.Now().Sub(started).Milliseconds() - 1
-			}
-		}
-	}
-	am, err := parse.ParseAmStart(stdout + "\n" + res.Stderr)
-	if err != nil {
-		return amError(err, act)
-	}
-	if code != 0 {
-		return agent.Errorf(agent.ErrProcess, "%s exited %d: %s", cmd, code, strings.TrimSpace(stdout+" "+res.Stderr))
-	}
-	if am.Warning != "" {
-		p.Logf("am: %s", am.Warning)
+	if st.Warning != "" {
+		p.Logf("am: %s", st.Warning)
 	}
 	return nil
 }
@@ -272,30 +249,6 @@ func describe0(c parse.Component) string {
 		return "none"
 	}
 	return c.String()
-}
-
-// LaunchCommand is the am command line that starts component act (forceStop: -S).
-func LaunchCommand(act parse.Component, forceStop bool) string {
-	s := "am start-activity -W"
-	if forceStop {
-		s += " -S"
-	}
-	return s + " -n " + act.String() + " -a android.intent.action.MAIN -c android.intent.category.LAUNCHER -f " + LaunchFlags
-}
-
-// amError maps ParseAmStart's *adb.Error to the node's error ids.
-func amError(err error, act parse.Component) error {
-	var ae *parse.Error
-	if !errors.As(err, &ae) {
-		return agent.Wrap(agent.ErrProcess, err, "am start %s", act)
-	}
-	switch ae.ID {
-	case parse.IDActivityNotFound:
-		return &agent.Error{ID: agent.ErrActivityNotFound, Msg: fmt.Sprintf("%s: %s", act, ae.Msg)}
-	case parse.IDPermissionError:
-		return &agent.Error{ID: agent.ErrPermission, Msg: fmt.Sprintf("%s: %s", act, ae.Msg)}
-	}
-	return &agent.Error{ID: agent.ErrProcess, Msg: fmt.Sprintf("%s: %s", act, ae.Msg)}
 }
 
 // awaitForeground polls ForegroundActivity until pkg is in front or until.
@@ -334,7 +287,7 @@ func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time, 
 // when a retryable error hid it), again when a system dialog was dismissed
 // (poll at once), or the app's crash / ANR as the error.
 func foregroundPoll(ctx context.Context, p Ports, pkg string, w *appWatch, sessionID string, launched bool) (*parse.Component, bool, error) {
-	fg, win, pids, err := launchProbe(ctx, p.Device, pkg, launched)
+	fg, win, pids, err := android.ForegroundWithPIDs(ctx, p.Device, pkg, launched)
 	if err != nil {
 		if e := agent.Classify(err); !e.Retryable {
 			return nil, false, e
@@ -358,35 +311,6 @@ func foregroundPoll(ctx context.Context, p Ports, pkg string, w *appWatch, sessi
 		}
 	}
 	return &fg, false, nil
-}
-
-// launchProbe reads the foreground (ForegroundActivity's chain) and returns
-// the raw `dumpsys window displays` output too; withPID adds `pidof PKG` to
-// the same shell (pids nil when pidof is missing or its output unreadable).
-func launchProbe(ctx context.Context, dev device.Device, pkg string, withPID bool) (parse.Component, string, *[]int, error) {
-	if !withPID {
-		fg, win, err := android.ForegroundWithWindows(ctx, dev)
-		return fg, win, nil, err
-	}
-	r, err := dev.Shell(ctx, "dumpsys window displays; echo "+sampleSplit+"; pidof "+pkg+"; echo "+sampleSplit)
-	if err != nil {
-		return parse.Component{}, "", nil, err
-	}
-	if r.ExitCode != 0 {
-		return parse.Component{}, "", nil, agent.Errorf(agent.ErrProcess, "`dumpsys window displays; pidof %s` exited %d: %s", pkg, r.ExitCode, strings.TrimSpace(r.Stderr))
-	}
-	parts := strings.Split(r.Stdout, sampleSplit)
-	if len(parts) != 3 {
-		// Not the shape asked for: read it as the window dump alone, pids unknown.
-		parts = []string{r.Stdout}
-	}
-	var pids *[]int
-	if len(parts) == 3 && !strings.Contains(r.Stderr, "pidof") {
-		ps := parse.ParsePIDs(parts[1])
-		pids = &ps
-	}
-	fg, err := android.ForegroundFrom(ctx, dev, parts[0])
-	return fg, parts[0], pids, err
 }
 
 // processGone decides what the app's missing process means after a launch:

@@ -188,11 +188,11 @@ func decodeNodeTree(node string, v any, mode Mode, ids PlanHeader, dst any) ([]C
 	case !ok:
 		return nil, &InputError{Node: node, Err: agent.Errorf(agent.ErrInvalidRequest, "%s input: not a JSON object (received %s)", node, schema.Received(v))}
 	}
-	s, err := schemaFor(node + ".input")
+	doc, _, err := schemas.Get(node + ".input")
 	if err != nil {
 		return nil, err
 	}
-	if err := schema.CheckKeyCase("$."+key, obj, s.doc, mode == ModeStrict, scopeKeys); err != nil {
+	if err := schema.CheckKeyCase("$."+key, obj, doc, mode == ModeStrict, scopeKeys); err != nil {
 		return nil, err
 	}
 	// The run's ids, never the node input's own (the schema checks them).

@@ -3,14 +3,12 @@ package nodes
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/device/android"
@@ -243,7 +241,7 @@ func (r *provisioner) run(ctx context.Context) error {
 	}
 	r.apiLevel, r.app, r.read = lvl, app, true
 	if r.app.Present {
-		r.p.Logf("%s on %s: versionCode %d (%s), lastUpdateTime %s", r.pkg, r.serial, r.app.VersionCode, r.app.VersionName, dumpsysTime(r.app.LastUpdateTime))
+		r.p.Logf("%s on %s: versionCode %d (%s), lastUpdateTime %s", r.pkg, r.serial, r.app.VersionCode, r.app.VersionName, r.app.LastUpdateText())
 	} else {
 		r.p.Logf("%s is not installed on %s", r.pkg, r.serial)
 	}
@@ -308,7 +306,7 @@ func (r *provisioner) neverInstall(ctx context.Context) error {
 // decide acts per the table of ProvisionApp's doc (steps 3 and 4).
 func (r *provisioner) decide(ctx context.Context) error {
 	state := CompareInstalled(r.app, r.info.VersionCode)
-	r.p.Logf("install state %s (installed %s, artifact versionCode %d %q), policy %s", state, versionText(r.app), r.info.VersionCode, r.info.VersionName, r.policy)
+	r.p.Logf("install state %s (installed %s, artifact versionCode %d %q), policy %s", state, r.app.VersionText(), r.info.VersionCode, r.info.VersionName, r.policy)
 	switch {
 	case state == StateNotInstalled:
 		return r.install(ctx, false)
@@ -366,7 +364,7 @@ func (r *provisioner) fetch(ctx context.Context) error {
 // install runs pm install (replace: -r) and re-reads the state.
 func (r *provisioner) install(ctx context.Context, replace bool) error {
 	err := r.pmInstall(ctx, replace)
-	if e := agent.Classify(err); e != nil && e.ID == agent.ErrInstallFailed && isSignerConflict(e.Code) && r.policy == ReinstallIfDifferent {
+	if e := agent.Classify(err); e != nil && e.ID == agent.ErrInstallFailed && android.SignerConflict(e.Code) && r.policy == ReinstallIfDifferent {
 		r.p.Logf("%s: %s; uninstall + install", r.pkg, e.Code)
 		return r.reinstall(ctx)
 	}
@@ -401,7 +399,7 @@ func (r *provisioner) reinstall(ctx context.Context) error {
 func (r *provisioner) pmInstall(ctx context.Context, replace bool) error {
 	opt := device.InstallOptions{Replace: replace, AllowTestOnly: r.info.TestOnly, Progress: r.progress("push " + r.pkg)}
 	before := r.app
-	r.p.Logf("installing %s versionCode %d on %s (%s)", r.pkg, r.info.VersionCode, r.serial, flagsText(opt))
+	r.p.Logf("installing %s versionCode %d on %s (%s)", r.pkg, r.info.VersionCode, r.serial, android.InstallFlags(opt))
 	err := r.p.Device.Install(ctx, r.art.Path, opt)
 	e := agent.Classify(err)
 	if e != nil && (e.ID == agent.ErrDeviceOffline || e.ID == agent.ErrNetwork) && ctx.Err() == nil {
@@ -472,7 +470,7 @@ func (r *provisioner) afterInstall(ctx context.Context) error {
 		return err
 	}
 	if !r.app.Present || r.app.VersionCode != r.info.VersionCode {
-		return agent.Errorf(agent.ErrInstallFailed, "the install reported success but %s on %s is %s, not versionCode %d", r.pkg, r.serial, versionText(r.app), r.info.VersionCode)
+		return agent.Errorf(agent.ErrInstallFailed, "the install reported success but %s on %s is %s, not versionCode %d", r.pkg, r.serial, r.app.VersionText(), r.info.VersionCode)
 	}
 	r.signers = slices.Clone(r.info.SignerSHA256)
 	if r.deps.Verifications != nil {
@@ -480,7 +478,7 @@ func (r *provisioner) afterInstall(ctx context.Context) error {
 			r.p.Logf("verification cache: %v", err)
 		}
 	}
-	r.p.Logf("installed %s %s on %s", r.pkg, versionText(r.app), r.serial)
+	r.p.Logf("installed %s %s on %s", r.pkg, r.app.VersionText(), r.serial)
 	return r.checkInstalledSigner()
 }
 
@@ -515,41 +513,18 @@ func (r *provisioner) installedSigners(ctx context.Context) {
 	}
 }
 
-// pullSigners: `pm path` -> pull base.apk -> Inspect.
+// pullSigners: `pm path` -> pull base.apk (android.PullBaseAPK) -> Inspect.
 func (r *provisioner) pullSigners(ctx context.Context) ([]string, error) {
 	if r.deps.Artifacts == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "no artifact inspector")
 	}
-	out, err := android.ShellOut(ctx, r.p.Device, "pm path "+r.pkg)
+	file, base, n, err := android.PullBaseAPK(ctx, r.p.Device, r.pkg, r.deps.TempDir)
 	if err != nil {
 		return nil, err
 	}
-	paths := parse.ParsePmPath(out)
-	if len(paths) == 0 {
-		return nil, agent.Errorf(agent.ErrProcess, "`pm path %s` listed no APK", r.pkg)
-	}
-	base := paths[0] // base.apk comes first, then the splits
-	for _, p := range paths {
-		if strings.HasSuffix(p, "/base.apk") {
-			base = p
-			break
-		}
-	}
-	f, err := os.CreateTemp(r.deps.TempDir, "installed-*.apk")
-	if err != nil {
-		return nil, agent.Wrap(agent.ErrInternal, err, "temp file for %s", base)
-	}
-	defer os.Remove(f.Name())
-	n, err := r.p.Device.Pull(ctx, base, f)
-	cerr := f.Close()
-	if err != nil {
-		return nil, err
-	}
-	if cerr != nil {
-		return nil, agent.Wrap(agent.ErrInternal, cerr, "write %s", f.Name())
-	}
+	defer os.Remove(file)
 	r.p.Logf("pulled %s (%d bytes) to read its signer", base, n)
-	info, err := r.deps.Artifacts.Inspect(f.Name(), r.apiLevel)
+	info, err := r.deps.Artifacts.Inspect(file, r.apiLevel)
 	if err != nil {
 		return nil, err
 	}
@@ -579,7 +554,7 @@ func (r *provisioner) installedSignerError() error {
 
 func (r *provisioner) key() VerificationKey {
 	return VerificationKey{Serial: r.serial, Package: r.pkg, VersionCode: r.app.VersionCode,
-		LastUpdateTime: dumpsysTime(r.app.LastUpdateTime), CodePath: r.app.CodePath}
+		LastUpdateTime: r.app.LastUpdateText(), CodePath: r.app.CodePath}
 }
 
 func (r *provisioner) reread(ctx context.Context) error {
@@ -658,39 +633,6 @@ func CompareInstalled(a InstalledApp, artifactVersionCode int64) InstallState {
 		return StateNewer
 	}
 	return StateSame
-}
-
-func isSignerConflict(code string) bool {
-	return code == "INSTALL_FAILED_UPDATE_INCOMPATIBLE" || code == "INSTALL_FAILED_INCONSISTENT_CERTIFICATES" ||
-		code == "INSTALL_FAILED_SHARED_USER_INCOMPATIBLE"
-}
-
-func dumpsysTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.Format("2006-01-02 15:04:05")
-}
-
-func versionText(a InstalledApp) string {
-	if !a.Present {
-		return "not installed"
-	}
-	return fmt.Sprintf("versionCode %d %q", a.VersionCode, a.VersionName)
-}
-
-func flagsText(o device.InstallOptions) string {
-	var f []string
-	if o.Replace {
-		f = append(f, "-r")
-	}
-	if o.AllowTestOnly {
-		f = append(f, "-t")
-	}
-	if len(f) == 0 {
-		return "no flags"
-	}
-	return strings.Join(f, " ")
 }
 
 func short(ds []string) string {

@@ -4,11 +4,6 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
-	"fmt"
-	"io/fs"
-	"sort"
-	"strings"
-	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -38,100 +33,15 @@ func ParseMode(s string) (Mode, error) { return schema.ParseMode(s) }
 //go:embed schemas/*.json
 var schemaFiles embed.FS
 
-type compiled struct {
-	doc    map[string]any // the schema document, for the coercion walk
-	schema *jsonschema.Schema
-}
-
-var (
-	schemasOnce sync.Once
-	schemas     map[string]compiled // by "<Node>.input" / "<Node>.output"
-	schemasErr  error
-)
-
-// loadSchemas compiles every embedded schema once. The compiler gets each
-// file as a resource and a loader that refuses everything else, so nothing is
-// fetched from the network.
-func loadSchemas() {
-	schemas = map[string]compiled{}
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	c.UseLoader(offlineLoader{})
-	names, err := fs.Glob(schemaFiles, "schemas/*.json")
-	if err != nil {
-		schemasErr = err
-		return
-	}
-	docs := map[string]map[string]any{}
-	for _, n := range names {
-		b, err := schemaFiles.ReadFile(n)
-		if err != nil {
-			schemasErr = err
-			return
-		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-		if err != nil {
-			schemasErr = fmt.Errorf("%s: %w", n, err)
-			return
-		}
-		m, ok := doc.(map[string]any)
-		if !ok {
-			schemasErr = fmt.Errorf("%s: not a JSON object", n)
-			return
-		}
-		id := strings.TrimSuffix(strings.TrimPrefix(n, "schemas/"), ".json")
-		docs[id] = m
-		if err := c.AddResource(schemaURL(id), m); err != nil {
-			schemasErr = fmt.Errorf("%s: %w", n, err)
-			return
-		}
-	}
-	for id, doc := range docs {
-		s, err := c.Compile(schemaURL(id))
-		if err != nil {
-			schemasErr = fmt.Errorf("schema %s: %w", id, err)
-			return
-		}
-		schemas[id] = compiled{doc: doc, schema: s}
-	}
-}
-
-func schemaURL(id string) string { return "https://schemas.screengraph.dev/nodes/" + id + ".json" }
-
-type offlineLoader struct{}
-
-func (offlineLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("schema %s is not embedded (schemas are never fetched)", url)
-}
-
-func schemaFor(id string) (compiled, error) {
-	schemasOnce.Do(loadSchemas)
-	if schemasErr != nil {
-		return compiled{}, agent.Wrap(agent.ErrInternal, schemasErr, "node schemas")
-	}
-	s, ok := schemas[id]
-	if !ok {
-		return compiled{}, agent.Errorf(agent.ErrInvalidRequest, "no schema %q (known: %s)", id, strings.Join(SchemaIDs(), ", "))
-	}
-	return s, nil
-}
+// schemas are the nodes' input and output schemas, by "<Node>.input" /
+// "<Node>.output".
+var schemas = &schema.Set{FS: schemaFiles, Dir: "schemas", BaseURL: "https://schemas.screengraph.dev/nodes/", Name: "node schemas"}
 
 // SchemaIDs lists the embedded schemas ("EnsureDevice.input", …), sorted.
-func SchemaIDs() []string {
-	schemasOnce.Do(loadSchemas)
-	ids := make([]string, 0, len(schemas))
-	for id := range schemas {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
-}
+func SchemaIDs() []string { return schemas.IDs() }
 
 // SchemaJSON returns the text of schema id ("WaitIdle.input"), as embedded.
-func SchemaJSON(id string) ([]byte, bool) {
-	b, err := schemaFiles.ReadFile("schemas/" + id + ".json")
-	return b, err == nil
-}
+func SchemaJSON(id string) ([]byte, bool) { return schemas.Text(id) }
 
 // Validate checks raw (a node input, JSON) against schemas/<nodeName>.input.json
 // in mode ("" = coerce). It returns the value to use (coerced) and the
@@ -170,7 +80,7 @@ func validate(id string, raw []byte, mode Mode) (Validation, error) {
 	if mode != ModeStrict && mode != ModeCoerce && mode != ModeLenient {
 		return Validation{}, agent.Errorf(agent.ErrInvalidRequest, "validation mode %q: expected strict, coerce or lenient", mode)
 	}
-	s, err := schemaFor(id)
+	doc, sch, err := schemas.Get(id)
 	if err != nil {
 		return Validation{}, err
 	}
@@ -179,7 +89,7 @@ func validate(id string, raw []byte, mode Mode) (Validation, error) {
 	if err != nil {
 		return Validation{}, agent.Wrap(agent.ErrInvalidRequest, err, "%s: not JSON", id)
 	}
-	return schema.Check(id, s.doc, s.schema, v, mode)
+	return schema.Check(id, doc, sch, v, mode)
 }
 
 // validateTree is validate on a decoded value (as jsonschema.UnmarshalJSON
@@ -188,9 +98,9 @@ func validate(id string, raw []byte, mode Mode) (Validation, error) {
 // returning the (coerced) value and the coercions applied. Errors as
 // Validate's.
 func validateTree(id string, v any, mode Mode) (any, []Coercion, error) {
-	s, err := schemaFor(id)
+	doc, sch, err := schemas.Get(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	return schema.CheckTree(id, s.doc, s.schema, v, mode)
+	return schema.CheckTree(id, doc, sch, v, mode)
 }

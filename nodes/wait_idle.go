@@ -101,7 +101,7 @@ type WaitIdleOutput struct {
 }
 
 // sampleSplit separates the parts of one sample's combined shell command.
-const sampleSplit = "--SCREENGRAPH-SAMPLE-SPLIT--"
+const sampleSplit = android.SampleSplit
 
 // ConfirmGap is the shortest spacing of two samples: one vsync at 60 Hz, so
 // a change pending at the first sample has been drawn by the second.
@@ -606,18 +606,12 @@ func deadlineAware(ctx, sctx context.Context, err error) error {
 }
 
 // takeSample reads all signals once: the page source through the driver
-// while one shell round trip reads the device's signals:
-//
-//	dumpsys gfxinfo PKG framestats; echo SPLIT; dumpsys window displays;
-//	echo SPLIT; cat /proc/net/tcp /proc/net/tcp6
-//
-// (SPLIT = sampleSplit; without a package the gfxinfo part is left out).
-// With readUID (the first sample) the same shell also reads the app's uid:
-// `; echo SPLIT; dumpsys package PKG` is appended and its userId=/appId= is
-// the uid (parse.ParseDumpsysPackage); when that part names none (or the shell
-// failed), `pm list packages -U PKG` ("package:PKG uid:N") is asked. The
-// sample's network status is measured with that uid, returned in s.uid.
-// With readUID, a nil error means the uid lookup is done (s.uid may be -1).
+// while one shell round trip reads the device's signals
+// (android.ReadSignals; with readUID, the first sample, also the app's uid
+// and the device clock). The sample's network status is measured with that
+// uid, returned in s.uid. With readUID, a nil error means the uid lookup is
+// done (s.uid may be -1); when the shell failed, `pm list packages -U PKG`
+// is asked for it.
 func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, readUID bool) (idleSample, error) {
 	s := idleSample{sig: &idleSignature{frames: -1}, sinceFrame: -1, uid: uid}
 	var src string
@@ -631,8 +625,7 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 		}()
 	}
 	readUID = readUID && pkg != ""
-	cmd, want := sampleCommand(pkg, readUID)
-	r, err := p.Device.Shell(ctx, cmd)
+	sig, err := android.ReadSignals(ctx, p.Device, pkg, uid, readUID)
 	wg.Wait()
 	if sessionID != "" {
 		if srcErr != nil {
@@ -656,66 +649,15 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 		}
 		return s, nil
 	}
-	parts := strings.Split(r.Stdout, sampleSplit)
-	if readUID {
-		s.uid = -1
-		if len(parts) == want+2 {
-			s.epochMillis = parse.ParseEpochMillis(parts[want])
-			s.uid = android.DumpsysUID(parts[want+1], pkg)
-			parts = parts[:want]
-		}
-		if s.uid < 0 {
-			s.uid = android.PmListUID(ctx, p.Device, pkg)
-		}
-	}
-	if len(parts) != want {
+	s.uid, s.epochMillis = sig.UID, sig.EpochMillis
+	if sig.Unread {
 		s.changedByError = true
 		return s, nil
 	}
-	s.readParts(parts, pkg, r.Stderr)
+	s.sig.frames, s.sig.newestFrame, s.sig.focus, s.sinceFrame = sig.Frames, sig.NewestFrame, sig.Focus, sig.SinceFrame
+	s.window, s.pids = sig.Window, sig.PIDs
+	s.net = NetworkStatus(sig.Tables, s.uid)
 	return s, nil
-}
-
-// sampleCommand is takeSample's shell command and the number of parts of
-// its output before the uid's (see takeSample).
-func sampleCommand(pkg string, readUID bool) (string, int) {
-	cmd := "dumpsys window displays; echo " + sampleSplit + "; cat /proc/net/tcp /proc/net/tcp6"
-	want := 2
-	if pkg != "" {
-		cmd = "dumpsys gfxinfo " + pkg + " framestats; echo " + sampleSplit + "; pidof " + pkg + "; echo " + sampleSplit + "; " + cmd
-		want += 2
-	}
-	if readUID {
-		cmd += "; echo " + sampleSplit + "; date +%s.%N; echo " + sampleSplit + "; dumpsys package " + pkg
-	}
-	return cmd, want
-}
-
-// readParts reads a sample's parts: with a package, its gfxinfo and pidof
-// (pids unknown when pidof is missing: stderr names it), then the window
-// dump and the socket tables.
-func (s *idleSample) readParts(parts []string, pkg, stderr string) {
-	if pkg != "" {
-		if fs, ok := parse.ParseGfxinfo(parts[0]); ok {
-			s.sig.frames = fs.TotalFrames
-		}
-		if ft, ok := parse.ParseFramestats(parts[0]); ok {
-			s.sig.newestFrame = ft.NewestFrameCompletedNanos
-			if d, ok := ft.SinceLastFrame(); ok {
-				s.sinceFrame = d
-			}
-		}
-		if !strings.Contains(stderr, "pidof") {
-			ps := parse.ParsePIDs(parts[1])
-			s.pids = &ps
-		}
-		parts = parts[2:]
-	}
-	s.window = parts[0]
-	for _, d := range parse.ParseWindowFocus(parts[0]) {
-		s.sig.focus += fmt.Sprintf("%d:%s|%s|%v;", d.DisplayID, d.CurrentFocusWindow, d.FocusedApp, d.CurrentFocusNull)
-	}
-	s.net = NetworkStatus(parts[1], s.uid)
 }
 
 // watchSample looks at one sample for the app's crash or ANR (see WaitIdle):

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/screengraph/screengraph-agent/adb/parse"
+	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 )
 
@@ -104,4 +105,30 @@ func (b *BootProofs) Recheck(ctx context.Context, dev device.Device) (ok bool, w
 	delete(b.m, serial)
 	b.mu.Unlock()
 	return false, why
+}
+
+// Online reads dev's adb state (Device.State): usable when it is "device".
+// Not usable with a nil error means a transient state (offline,
+// authorizing, connecting, or device_offline from the port): ask again.
+// Errors (*agent.Error): device_unauthorized for unauthorized / no
+// permissions, device_offline (not retryable) for a state adb services
+// cannot use, else the port's error classified. st is the state read.
+func Online(ctx context.Context, dev device.Device) (st string, usable bool, err error) {
+	st, err = dev.State(ctx)
+	if err != nil {
+		e := agent.Classify(err)
+		if e.ID != agent.ErrDeviceOffline {
+			return st, false, e
+		}
+		st = string(parse.StateOffline)
+	}
+	switch parse.DeviceState(st) {
+	case parse.StateDevice:
+		return st, true, nil
+	case parse.StateUnauthorized, parse.StateNoPermissions:
+		return st, false, &agent.Error{ID: agent.ErrDeviceUnauthorized, Msg: fmt.Sprintf("%s is %s: accept the RSA key prompt on the device (or fix udev permissions)", dev.Serial(), st)}
+	case parse.StateOffline, parse.StateAuthorizing, parse.StateConnecting:
+		return st, false, nil
+	}
+	return st, false, &agent.Error{ID: agent.ErrDeviceOffline, Msg: fmt.Sprintf("%s is in state %q, not usable by adb services", dev.Serial(), st)}
 }

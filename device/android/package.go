@@ -2,6 +2,8 @@ package android
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -191,4 +193,85 @@ func PmListUID(ctx context.Context, dev device.Device, pkg string) int {
 		}
 	}
 	return -1
+}
+
+// PullBaseAPK pulls pkg's installed base APK (`pm path PKG`: the path
+// ending in /base.apk, else the first listed, base.apk coming before the
+// splits) into a new temporary file in dir ("" = os.TempDir). It returns the
+// file's name (the caller removes it), the device path and the bytes
+// pulled. Errors: the shell's and the pull's as the device port gives them;
+// process_error when `pm path` lists no APK; internal_error for the local
+// file (no file is left behind then).
+func PullBaseAPK(ctx context.Context, dev device.Device, pkg, dir string) (file, base string, n int64, err error) {
+	out, err := ShellOut(ctx, dev, "pm path "+pkg)
+	if err != nil {
+		return "", "", 0, err
+	}
+	paths := parse.ParsePmPath(out)
+	if len(paths) == 0 {
+		return "", "", 0, agent.Errorf(agent.ErrProcess, "`pm path %s` listed no APK", pkg)
+	}
+	base = paths[0]
+	for _, p := range paths {
+		if strings.HasSuffix(p, "/base.apk") {
+			base = p
+			break
+		}
+	}
+	f, err := os.CreateTemp(dir, "installed-*.apk")
+	if err != nil {
+		return "", base, 0, agent.Wrap(agent.ErrInternal, err, "temp file for %s", base)
+	}
+	n, err = dev.Pull(ctx, base, f)
+	cerr := f.Close()
+	if err == nil && cerr != nil {
+		err = agent.Wrap(agent.ErrInternal, cerr, "write %s", f.Name())
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", base, n, err
+	}
+	return f.Name(), base, n, nil
+}
+
+// SignerConflict reports whether code, a `pm install` failure code, says
+// the installed build is signed by another key (an update cannot replace
+// it; only an uninstall and a fresh install can).
+func SignerConflict(code string) bool {
+	return code == "INSTALL_FAILED_UPDATE_INCOMPATIBLE" || code == "INSTALL_FAILED_INCONSISTENT_CERTIFICATES" ||
+		code == "INSTALL_FAILED_SHARED_USER_INCOMPATIBLE"
+}
+
+// LastUpdateText is a's lastUpdateTime as dumpsys prints it
+// ("2006-01-02 15:04:05"), "" when unknown.
+func (a InstalledApp) LastUpdateText() string {
+	if a.LastUpdateTime.IsZero() {
+		return ""
+	}
+	return a.LastUpdateTime.Format("2006-01-02 15:04:05")
+}
+
+// VersionText is a's version for messages: `versionCode N "NAME"`, or "not
+// installed".
+func (a InstalledApp) VersionText() string {
+	if !a.Present {
+		return "not installed"
+	}
+	return fmt.Sprintf("versionCode %d %q", a.VersionCode, a.VersionName)
+}
+
+// InstallFlags is the `pm install` flags of o for messages ("-r -t", or
+// "no flags").
+func InstallFlags(o device.InstallOptions) string {
+	var f []string
+	if o.Replace {
+		f = append(f, "-r")
+	}
+	if o.AllowTestOnly {
+		f = append(f, "-t")
+	}
+	if len(f) == 0 {
+		return "no flags"
+	}
+	return strings.Join(f, " ")
 }

@@ -2,6 +2,7 @@ package android
 
 import (
 	"context"
+	"maps"
 	"sync"
 
 	"github.com/screengraph/screengraph-agent/device"
@@ -62,4 +63,48 @@ func (s *SessionCaps) Forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.caps, id)
+}
+
+// SessionCapabilities returns the capabilities of a new session on serial:
+// build(serial, adbPort) when given (the nodes' Ports.Capabilities), else platformName Android and
+// appium:automationName UiAutomator2; then, whatever the builder said,
+// appium:udid = serial, appium:suppressKillServer = true (never let Appium
+// kill-server the shared adb server) and appium:adbPort = adbPort; and
+// appium:platformVersion when the input names one and the builder did not.
+func SessionCapabilities(build func(serial string, adbPort int) (map[string]any, error), serial string, adbPort int, platformVersion string) (map[string]any, error) {
+	var caps map[string]any
+	if build != nil {
+		c, err := build(serial, adbPort)
+		if err != nil {
+			return nil, err
+		}
+		caps = maps.Clone(c)
+	}
+	if caps == nil {
+		caps = map[string]any{}
+	}
+	if _, ok := caps["platformName"]; !ok {
+		caps["platformName"] = "Android"
+	}
+	if _, ok := caps["appium:automationName"]; !ok {
+		caps["appium:automationName"] = "UiAutomator2"
+	}
+	if _, ok := caps["appium:platformVersion"]; !ok && platformVersion != "" {
+		caps["appium:platformVersion"] = platformVersion
+	}
+	caps["appium:udid"] = serial
+	caps["appium:suppressKillServer"] = true
+	caps["appium:adbPort"] = adbPort
+	return caps, nil
+}
+
+// CapUDID reads the device a session's capabilities name (Appium echoes
+// "udid" and "deviceUDID" without prefix, requests carry "appium:udid").
+func CapUDID(caps map[string]any) string {
+	for _, k := range []string{"appium:udid", "udid", "deviceUDID"} {
+		if s, ok := caps[k].(string); ok && s != "" {
+			return s
+		}
+	}
+	return ""
 }
