@@ -197,6 +197,11 @@ type Config struct {
 	// serves none.
 	Artifacts agent.ArtifactIndex
 	Blobs     agent.BlobStore
+	// NewRunner, when Runner is nil, builds the Runner over the store the
+	// engine must commit through (the service's wrapper of Store, which
+	// wakes event followers at each commit): a composition root builds the
+	// engine in one pass then, with no Runner set after New.
+	NewRunner func(agent.Store) Runner
 }
 
 // Service is the daemon's run service. Create it with New, then Start.
@@ -293,6 +298,9 @@ func New(cfg Config) (*Service, error) {
 		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, errorsInRow: map[string]int{}, lastStart: map[string]time.Time{}, elsewhere: map[string]time.Time{}, ended: map[string]time.Time{}, health: map[string]*deviceHealth{},
 	}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
+	if s.cfg.Runner == nil && cfg.NewRunner != nil {
+		s.cfg.Runner = cfg.NewRunner(s.store)
+	}
 	return s, nil
 }
 

@@ -12,14 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
-	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
-	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 )
 
 // defaultServer is the daemon the client commands talk to by default.
@@ -70,6 +67,23 @@ func (f serverFlags) daemonFor(ctx context.Context, s storeFlags) *client.Client
 	return f.daemonUnless(ctx, s.DataDir != "")
 }
 
+// runsClient is where the runs commands read (daemonFor): a daemon's API,
+// else the API served in this process over the data dir's embedded store
+// (agentd.ServeLocal: nothing is scheduled). done releases what it opened.
+func (f serverFlags) runsClient(ctx context.Context, s storeFlags) (cl *client.Client, done func(), err error) {
+	if cl := f.daemonFor(ctx, s); cl != nil {
+		return cl, func() {}, nil
+	}
+	st, err := s.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cl, done, err = agentd.ServeLocal(st); err != nil {
+		st.Close()
+	}
+	return cl, done, err
+}
+
 // daemonUnless is the daemon of --server; else, unless a flag names a local
 // source (localNamed), the default daemon if one answers; else nil.
 func (f serverFlags) daemonUnless(ctx context.Context, localNamed bool) *client.Client {
@@ -83,12 +97,6 @@ func (f serverFlags) daemonUnless(ctx context.Context, localNamed bool) *client.
 		return c
 	}
 	return nil
-}
-
-// followLocal polls the local store for the run's events until it ends
-// (`runs events --follow` without a daemon).
-func followLocal(ctx context.Context, st agent.Store, runID string, after int64, fn func(agent.Event) error) error {
-	return service.FollowStore(ctx, st, agent.Admin(), runID, after, nil, 200*time.Millisecond, fn)
 }
 
 // eventPrinter prints followed events as they arrive: a table row each
@@ -120,99 +128,6 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// ---- runs list|show|events|inspect through the daemon ----
-
-func (c *runsListCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
-	page, err := cl.ListRuns(ctx, client.ListOptions{Limit: c.Limit, Serial: c.Serial, Status: c.Status, Cursor: c.Cursor})
-	if err != nil {
-		return c.failHTTP("runs list", err)
-	}
-	if c.Output == "json" {
-		return printJSON(page)
-	}
-	runs := make([]agent.Run, 0, len(page.Runs))
-	for _, s := range page.Runs {
-		runs = append(runs, client.SummaryRun(s))
-	}
-	if err := writeRuns(runs); err != nil {
-		return err
-	}
-	printNextPage(page.NextCursor)
-	return nil
-}
-
-func (c *runsShowCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
-	d, err := cl.Run(ctx, c.RunID)
-	if err != nil {
-		return c.failHTTP("runs show", err)
-	}
-	// Each step commits one agent.node.finished: the latest step is Steps-1.
-	var snap agent.Snapshot
-	snapErr := agent.ErrNotFound
-	if d.Steps > 0 {
-		snap, snapErr = cl.Step(ctx, c.RunID, d.Steps-1)
-	}
-	return c.print(d, snap, snapErr)
-}
-
-func (c *runsEventsCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
-	if c.Follow {
-		if err := cl.Follow(ctx, c.RunID, c.After, eventPrinter(c.Output)); err != nil {
-			return c.failHTTP("runs events", err)
-		}
-		return nil
-	}
-	evs, err := cl.Events(ctx, c.RunID, c.After)
-	if err != nil {
-		return c.failHTTP("runs events", err)
-	}
-	if c.Output == "json" {
-		return printJSON(map[string]any{"events": evs})
-	}
-	return snapshots.WriteEvents(os.Stdout, redactEvents(evs))
-}
-
-func (c *runsInspectCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
-	d, err := cl.Run(ctx, c.RunID)
-	if err != nil {
-		return c.failHTTP("runs inspect", err)
-	}
-	n := c.Step
-	if n < 0 {
-		n = d.Steps - 1
-	}
-	if n < 0 || n >= d.Steps {
-		return c.failHTTP("runs inspect", snapshots.NoStep(c.RunID, n, d.Steps))
-	}
-	v := snapshots.StepView{Run: client.RunRow(d), LastSequence: int64(d.Events), Events: []agent.Event{}}
-	if v.Snapshot, err = cl.Step(ctx, c.RunID, n); err != nil {
-		if errors.Is(err, agent.ErrNotFound) {
-			err = snapshots.NoStep(c.RunID, n, d.Steps) // the run is known: the step is not
-		}
-		return c.failHTTP(fmt.Sprintf("runs inspect step %d", n), err)
-	}
-	// The step's node events (started, token deltas, finished), by the
-	// stepOrdinal of their payloads.
-	evs, err := cl.Events(ctx, c.RunID, 0)
-	if err != nil {
-		return c.failHTTP("runs inspect", err)
-	}
-	for _, e := range evs {
-		var p struct {
-			StepOrdinal *int `json:"stepOrdinal"`
-		}
-		if strings.HasPrefix(e.Kind, "agent.node.") && json.Unmarshal(e.Payload, &p) == nil && p.StepOrdinal != nil && *p.StepOrdinal == n {
-			v.Events = append(v.Events, e)
-		}
-	}
-	if c.Output == "json" {
-		return printJSON(v)
-	}
-	v.Snapshot.State = agent.RedactJSON(v.Snapshot.State)
-	v.Events = redactEvents(v.Events)
-	return snapshots.WriteStepView(os.Stdout, v)
 }
 
 // ---- cancel, pause, resume, policy switch ----

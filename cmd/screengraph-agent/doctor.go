@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/screengraph/screengraph-agent/device/hostcheck"
+	"github.com/screengraph/screengraph-agent/cmd/internal/hostcheck"
 )
 
 // doctorCmd takes serve's flags and config, and checks the host serve would
-// run on (device/hostcheck).
+// run on (cmd/internal/hostcheck).
 type doctorCmd struct {
 	serveCmd `embed:""`
 }

@@ -4,11 +4,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 )
 
 // Globals are flags every command takes.
@@ -59,63 +58,7 @@ type emulatorCmd struct {
 }
 
 func (g Globals) logger() zerolog.Logger {
-	return newLogger(os.Stderr, g.LogLevel, g.LogJSON)
-}
-
-// logTimeFormat is RFC 3339 with milliseconds, UTC offset included: the
-// timestamp of JSON log lines, and what the console writer parses (with
-// zerolog's default, second precision, every console line read ".000").
-const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
-
-// Set once, before any logger exists: zerolog reads this global on every
-// event, so setting it per logger would race with loggers already running.
-func init() { zerolog.TimeFieldFormat = logTimeFormat }
-
-// newLogger logs to w at level (info when unknown): JSON lines, or console
-// lines coloured only when w is a terminal (and NO_COLOR is unset), so a
-// log file carries no ANSI escape codes.
-func newLogger(w io.Writer, level string, jsonLines bool) zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		lvl = zerolog.InfoLevel
-	}
-	if jsonLines {
-		return zerolog.New(redactingWriter{w}).Level(lvl).With().Timestamp().Logger()
-	}
-	_, noColor := os.LookupEnv("NO_COLOR")
-	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: noColor || !isTTY(w)}
-	return zerolog.New(redactingWriter{cw}).Level(lvl).With().Timestamp().Logger()
-}
-
-// redactingWriter takes zerolog's events (one JSON object per Write) and
-// passes them on with their secrets hidden (agent.RedactJSON: every string
-// field, the message included, decoded first), whatever the code that
-// logged them did: the log is a place secrets must not reach. An event
-// without secrets passes unchanged; one with secrets is re-encoded (keys
-// sorted).
-type redactingWriter struct{ w io.Writer }
-
-func (r redactingWriter) Write(p []byte) (int, error) {
-	line := bytes.TrimRight(p, "\n")
-	out := agent.RedactJSON(line)
-	if bytes.Equal(out, line) {
-		return r.w.Write(p)
-	}
-	if _, err := r.w.Write(append(out, '\n')); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// isTTY reports whether w is a character device (a terminal), not a
-// file or a pipe.
-func isTTY(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return agentd.NewLogger(os.Stderr, g.LogLevel, g.LogJSON)
 }
 
 func main() {
@@ -178,6 +121,10 @@ type exitError struct {
 }
 
 func (e exitError) Error() string { return e.err.Error() }
+
+// Unwrap lets errors.As and errors.Is see the failure under the exit code
+// (its agent error id).
+func (e exitError) Unwrap() error { return e.err }
 
 func exitCode(err error) int {
 	var e exitError

@@ -11,6 +11,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
@@ -70,18 +71,18 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
 		}
 	}
-	h, err := openHost(ctx, hostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, Log: log, Progress: progress})
+	h, err := agentd.OpenHost(ctx, agentd.HostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, Log: log, Progress: progress})
 	if err != nil {
 		return c.fail(err)
 	}
 	defer h.Close(context.Background())
 	// Resuming is the user's request: a PAUSED run goes on.
 	if run.Status == agent.RunPaused {
-		if _, err := h.store.RequestControl(ctx, agent.Control{RunID: run.RunID, Kind: agent.KindResumeRequested, RequestedAt: time.Now()}); err != nil {
+		if _, err := h.Store.RequestControl(ctx, agent.Control{RunID: run.RunID, Kind: agent.KindResumeRequested, RequestedAt: time.Now()}); err != nil {
 			return c.fail(agent.Wrap(agent.ErrProcess, err, "recording the resume of run %s", run.RunID))
 		}
 	}
-	o, begun := h.oneShot(fmt.Sprintf("resume:%d", os.Getpid()), c.Output == "text",
+	o, begun := h.OneShot(fmt.Sprintf("resume:%d", os.Getpid()), c.Output == "text",
 		fmt.Sprintf("resuming run %s (%s) on %s", run.RunID, run.Status, run.Serial))
 	status, took, err := o.Run(ctx, run)
 	if err != nil && !*begun {
@@ -91,7 +92,7 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 		return c.fail(fmt.Errorf("run %s: %w (the run stays resumable)", run.RunID, err))
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := service.WaitPublished(dctx, h.store, run.RunID, 0); err != nil {
+	if err := service.WaitPublished(dctx, h.Store, run.RunID, 0); err != nil {
 		log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
 	}
 	cancel()

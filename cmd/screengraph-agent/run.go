@@ -16,6 +16,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/agent/strictjson"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 	"github.com/screengraph/screengraph-agent/nodes"
 )
 
@@ -137,7 +138,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
 		}
 	}
-	h, err := openHost(ctx, hostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, AppiumBinary: c.AppiumBin,
+	h, err := agentd.OpenHost(ctx, agentd.HostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, AppiumBinary: c.AppiumBin,
 		PolicyFile: c.Policy, Log: log, Progress: progress})
 	if err != nil {
 		return c.fail(nil, err)
@@ -146,17 +147,17 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	if h.AppiumStart > 0 && c.Output == "text" {
 		fmt.Fprintf(os.Stderr, "started a local Appium server in %v\n", h.AppiumStart.Round(time.Millisecond))
 	}
-	run.PolicyVersion = h.policies.Current().PolicyVersion
+	run.PolicyVersion = h.Policies.Current().PolicyVersion
 	// "<id>/<serial>" names this host's device or AVD or is refused.
-	if _, err := (service.Keys{HostID: h.hostID, Identity: h.reach}).Local(ctx, run.Serial); err != nil {
+	if _, err := (service.Keys{HostID: h.HostID, Identity: h.Reach}).Local(ctx, run.Serial); err != nil {
 		return c.fail(nil, err)
 	}
-	if err := h.store.CreateRun(ctx, run); err != nil {
+	if err := h.Store.CreateRun(ctx, run); err != nil {
 		return c.fail(nil, agent.Wrap(agent.ErrProcess, err, "storing the run"))
 	}
 	// The device lease: a daemon (or another run) driving the device makes
 	// this run wait, never share it.
-	o, begun := h.oneShot(fmt.Sprintf("run:%d", os.Getpid()), c.Output == "text",
+	o, begun := h.OneShot(fmt.Sprintf("run:%d", os.Getpid()), c.Output == "text",
 		fmt.Sprintf("run %s on %s (policy v%d)", run.RunID, run.Serial, run.PolicyVersion))
 	status, took, err := o.Run(ctx, run)
 	if err != nil && !*begun {
@@ -168,7 +169,7 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	// Publish the run's events before reporting, so NATS has them when we
 	// exit: wait for the running relay (Drain must not run beside it).
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := service.WaitPublished(dctx, h.store, run.RunID, 0); err != nil {
+	if err := service.WaitPublished(dctx, h.Store, run.RunID, 0); err != nil {
 		log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
 	}
 	cancel()
@@ -177,8 +178,8 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 
 // report prints the outcome: node outputs on success, the agent error format
 // on failure (secrets redacted).
-func (c *runCmd) report(ctx context.Context, h *host, runID string, status agent.RunStatus, took, total time.Duration) error {
-	sn, err := h.store.LatestSnapshot(ctx, agent.Admin(), runID)
+func (c *runCmd) report(ctx context.Context, h *agentd.Host, runID string, status agent.RunStatus, took, total time.Duration) error {
+	sn, err := h.Store.LatestSnapshot(ctx, agent.Admin(), runID)
 	if err != nil {
 		return err
 	}
@@ -187,7 +188,7 @@ func (c *runCmd) report(ctx context.Context, h *host, runID string, status agent
 		return err
 	}
 	if status != agent.RunFinished {
-		rep, err := agent.NewErrorReport(h.graph, st)
+		rep, err := agent.NewErrorReport(h.Graph, st)
 		if err != nil && !errors.Is(err, agent.ErrNoFailure) {
 			return err
 		}
@@ -209,7 +210,7 @@ func (c *runCmd) report(ctx context.Context, h *host, runID string, status agent
 		return printJSON(map[string]any{"success": true, "runId": runID, "status": status,
 			"tookMillis": took.Milliseconds(), "outputs": agent.Redact(st.Outputs)})
 	}
-	evs, _ := h.store.Events(ctx, agent.Admin(), runID, 0)
+	evs, _ := h.Store.Events(ctx, agent.Admin(), runID, 0)
 	started := map[string]time.Time{}
 	for _, e := range evs {
 		ts, _ := time.Parse(agent.TimestampLayout, e.TS)
@@ -224,7 +225,7 @@ func (c *runCmd) report(ctx context.Context, h *host, runID string, status agent
 			fmt.Fprintf(os.Stderr, "  %-15s done in %v\n", p.NodeName, ts.Sub(started[p.NodeName]).Round(time.Millisecond))
 		}
 	}
-	for _, name := range h.graph.NodeNames() {
+	for _, name := range h.Graph.NodeNames() {
 		fmt.Printf("%s: %s\n", name, summarize(st.Outputs[name]))
 	}
 	fmt.Printf("run %s FINISHED in %v (%d events; %v with set-up)\n", runID, took.Round(time.Millisecond), len(evs), total.Round(time.Millisecond))
@@ -260,7 +261,7 @@ func category(e *agent.Error) string {
 }
 
 // fail reports an error that stopped the run before it started.
-func (c *runCmd) fail(_ *host, err error) error {
+func (c *runCmd) fail(_ *agentd.Host, err error) error {
 	e := agent.Classify(err)
 	node := ""
 	var ie *nodes.InputError

@@ -17,7 +17,6 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	"github.com/screengraph/screengraph-agent/agent/retention"
-	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
@@ -99,9 +98,11 @@ func redactEvents(evs []agent.Event) []agent.Event {
 	return out
 }
 
-// The runs commands read through the daemon when --server is given (or
-// SCREENGRAPH_SERVER), or when no --data-dir is given and a daemon answers
-// at the default address; otherwise they read the local embedded store.
+// The runs commands read through the daemon's HTTP API, each written once
+// against the client (runsClient): the daemon of --server (or
+// SCREENGRAPH_SERVER), or the default one when no --data-dir is given and it
+// answers; otherwise the API served in this process over the data dir's
+// embedded store.
 
 type runsListCmd struct {
 	storeFlags
@@ -114,53 +115,26 @@ type runsListCmd struct {
 }
 
 func (c *runsListCmd) Run(ctx context.Context) error {
-	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
-		return c.viaDaemon(ctx, cl)
-	}
-	st, err := c.open(ctx)
+	cl, done, err := c.runsClient(ctx, c.storeFlags)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	f := agent.RunFilter{Serial: c.Serial}
-	if c.Limit > 0 {
-		f.Limit = c.Limit + 1 // one more: whether a next page exists
-	}
-	for _, s := range strings.Split(c.Status, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			f.Status = append(f.Status, agent.RunStatus(strings.ToUpper(s)))
-		}
-	}
-	if c.Cursor != "" {
-		k, err := agent.ParseRunCursor("--cursor", c.Cursor)
-		if err != nil {
-			return err
-		}
-		f.After = &k
-	}
-	runs, err := st.ListRuns(ctx, agent.Admin(), f)
+	defer done()
+	page, err := cl.ListRuns(ctx, client.ListOptions{Limit: c.Limit, Serial: c.Serial, Status: c.Status, Cursor: c.Cursor})
 	if err != nil {
-		return err
-	}
-	next := ""
-	if c.Limit > 0 && len(runs) > c.Limit {
-		runs = runs[:c.Limit]
-		next = runs[c.Limit-1].Key().Cursor()
+		return c.failHTTP("runs list", err)
 	}
 	if c.Output == "json" {
-		if runs == nil {
-			runs = []agent.Run{}
-		}
-		out := map[string]any{"runs": runs}
-		if next != "" {
-			out["nextCursor"] = next
-		}
-		return printJSON(out)
+		return printJSON(page)
+	}
+	runs := make([]agent.Run, 0, len(page.Runs))
+	for _, s := range page.Runs {
+		runs = append(runs, client.SummaryRun(s))
 	}
 	if err := writeRuns(runs); err != nil {
 		return err
 	}
-	printNextPage(next)
+	printNextPage(page.NextCursor)
 	return nil
 }
 
@@ -198,54 +172,22 @@ type runsShowCmd struct {
 }
 
 func (c *runsShowCmd) Run(ctx context.Context) error {
-	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
-		return c.viaDaemon(ctx, cl)
-	}
-	st, err := c.open(ctx)
+	cl, done, err := c.runsClient(ctx, c.storeFlags)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	// The chain's structure only (no device is driven): the error report
-	// lists its nodes in order.
-	g, err := nodes.NewSetupGraph(nodes.SetupDeps{})
+	defer done()
+	d, err := cl.Run(ctx, c.RunID)
 	if err != nil {
-		return err
+		return c.failHTTP("runs show", err)
 	}
-	d, err := httpapi.Detail(ctx, localRuns{st}, agent.Admin(), g, c.RunID)
-	if err != nil {
-		return fmt.Errorf("run %s: %w", c.RunID, err)
+	// Each step commits one agent.node.finished: the latest step is Steps-1.
+	var snap agent.Snapshot
+	snapErr := agent.ErrNotFound
+	if d.Steps > 0 {
+		snap, snapErr = cl.Step(ctx, c.RunID, d.Steps-1)
 	}
-	snap, err := st.LatestSnapshot(ctx, agent.Admin(), c.RunID)
-	return c.print(d, snap, err)
-}
-
-// localRuns reads a run from the embedded store for httpapi.Detail, as the
-// run service does (runs show without a daemon).
-type localRuns struct{ st *sqlite.Store }
-
-func (l localRuns) Get(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
-	return l.st.GetRun(ctx, sc, runID)
-}
-
-func (l localRuns) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
-	return l.st.Events(ctx, sc, runID, after)
-}
-
-func (l localRuns) LatestState(ctx context.Context, sc agent.Scope, runID string) (agent.RunState, error) {
-	snap, err := l.st.LatestSnapshot(ctx, sc, runID)
-	if err != nil {
-		return agent.RunState{}, err
-	}
-	return agent.DecodeRunState(snap)
-}
-
-func (l localRuns) RunLease(ctx context.Context, sc agent.Scope, runID string) (agent.Lease, bool, error) {
-	ls, err := l.st.LeasePage(ctx, sc, agent.LeaseQuery{RunID: runID, Limit: 1})
-	if err != nil || len(ls) == 0 {
-		return agent.Lease{}, false, err
-	}
-	return ls[0], true, nil
+	return c.print(d, snap, snapErr)
 }
 
 // print shows a run's detail: under --output json the run row, its latest
@@ -307,25 +249,22 @@ type runsEventsCmd struct {
 }
 
 func (c *runsEventsCmd) Run(ctx context.Context) error {
-	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
-		return c.viaDaemon(ctx, cl)
-	}
-	st, err := c.open(ctx)
+	cl, done, err := c.runsClient(ctx, c.storeFlags)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer done()
 	if c.Follow {
-		return followLocal(ctx, st, c.RunID, c.After, eventPrinter(c.Output))
+		if err := cl.Follow(ctx, c.RunID, c.After, eventPrinter(c.Output)); err != nil {
+			return c.failHTTP("runs events", err)
+		}
+		return nil
 	}
-	evs, err := snapshots.RunEvents(ctx, st, c.RunID, c.After)
+	evs, err := cl.Events(ctx, c.RunID, c.After)
 	if err != nil {
-		return fmt.Errorf("run %s: %w", c.RunID, err)
+		return c.failHTTP("runs events", err)
 	}
 	if c.Output == "json" {
-		if evs == nil {
-			evs = []agent.Event{}
-		}
 		return printJSON(map[string]any{"events": evs})
 	}
 	return snapshots.WriteEvents(os.Stdout, redactEvents(evs))
@@ -340,17 +279,42 @@ type runsInspectCmd struct {
 }
 
 func (c *runsInspectCmd) Run(ctx context.Context) error {
-	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
-		return c.viaDaemon(ctx, cl)
-	}
-	st, err := c.open(ctx)
+	cl, done, err := c.runsClient(ctx, c.storeFlags)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	v, err := snapshots.InspectStep(ctx, st, c.RunID, c.Step)
+	defer done()
+	d, err := cl.Run(ctx, c.RunID)
 	if err != nil {
-		return err // names the run or the step it lacks
+		return c.failHTTP("runs inspect", err)
+	}
+	n := c.Step
+	if n < 0 {
+		n = d.Steps - 1
+	}
+	if n < 0 || n >= d.Steps {
+		return c.failHTTP("runs inspect", snapshots.NoStep(c.RunID, n, d.Steps))
+	}
+	v := snapshots.StepView{Run: client.RunRow(d), LastSequence: int64(d.Events), Events: []agent.Event{}}
+	if v.Snapshot, err = cl.Step(ctx, c.RunID, n); err != nil {
+		if errors.Is(err, agent.ErrNotFound) {
+			err = snapshots.NoStep(c.RunID, n, d.Steps) // the run is known: the step is not
+		}
+		return c.failHTTP(fmt.Sprintf("runs inspect step %d", n), err)
+	}
+	// The step's node events (started, token deltas, finished), by the
+	// stepOrdinal of their payloads.
+	evs, err := cl.Events(ctx, c.RunID, 0)
+	if err != nil {
+		return c.failHTTP("runs inspect", err)
+	}
+	for _, e := range evs {
+		var p struct {
+			StepOrdinal *int `json:"stepOrdinal"`
+		}
+		if strings.HasPrefix(e.Kind, "agent.node.") && json.Unmarshal(e.Payload, &p) == nil && p.StepOrdinal != nil && *p.StepOrdinal == n {
+			v.Events = append(v.Events, e)
+		}
 	}
 	if c.Output == "json" {
 		return printJSON(v)
