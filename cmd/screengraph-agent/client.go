@@ -6,17 +6,14 @@ package main
 // agent.RedactString.
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 
-	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 )
 
 // defaultServer is the daemon the client commands talk to by default.
@@ -41,21 +38,11 @@ func newClient(server string) *client.Client {
 	return client.New(server, tok, nil)
 }
 
-// errorBody is what `--output json` prints for a failed call: the daemon's
-// body as it sent it, else the agent error format of err.
-func errorBody(err error) any {
-	var ae *client.Error
-	if errors.As(err, &ae) && json.Valid(ae.Body) && len(bytes.TrimSpace(ae.Body)) > 0 {
-		return ae.Body
-	}
-	return httpapi.ErrorBody(err, "")
-}
-
 // failHTTP reports a failed client command: the agent error format under
 // --output json; the message (redacted by main) otherwise; exit code 2.
 func (f outputFlag) failHTTP(what string, err error) error {
 	if f.Output == "json" {
-		printJSON(errorBody(err))
+		render.PrintJSON(render.ErrorBody(err))
 	}
 	return exitError{code: 2, err: fmt.Errorf("%s: %w", what, err)}
 }
@@ -84,6 +71,16 @@ func (f serverFlags) runsClient(ctx context.Context, s storeFlags) (cl *client.C
 	return cl, done, err
 }
 
+// withRuns calls fn with the client of runsClient, then releases it.
+func (f serverFlags) withRuns(ctx context.Context, s storeFlags, fn func(*client.Client) error) error {
+	cl, done, err := f.runsClient(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(cl)
+}
+
 // daemonUnless is the daemon of --server; else, unless a flag names a local
 // source (localNamed), the default daemon if one answers; else nil.
 func (f serverFlags) daemonUnless(ctx context.Context, localNamed bool) *client.Client {
@@ -97,37 +94,6 @@ func (f serverFlags) daemonUnless(ctx context.Context, localNamed bool) *client.
 		return c
 	}
 	return nil
-}
-
-// eventPrinter prints followed events as they arrive: a table row each
-// (text) or one JSON object a line (json), redacted. The payload is printed
-// whole (a token_delta's text is what the reader follows).
-func eventPrinter(output string) func(agent.Event) error {
-	header := false
-	return func(e agent.Event) error {
-		e.Payload = agent.RedactJSON(e.Payload)
-		if output == "json" {
-			b, err := json.Marshal(e)
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(os.Stdout, "%s\n", agent.RedactJSON(b))
-			return err
-		}
-		if !header {
-			fmt.Fprintf(os.Stdout, "%-5s  %-24s  %-30s  %-26s  %-13s  %s\n", "SEQ", "TS", "KIND", "EVENT ID", "CHECKSUM", "PAYLOAD")
-			header = true
-		}
-		_, err := fmt.Fprintf(os.Stdout, "%-5d  %-24s  %-30s  %-26s  %-13s  %s\n", e.Sequence, e.TS, e.Kind, e.EventID, clip(e.Checksum, 12), e.Payload)
-		return err
-	}
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // ---- cancel, pause, resume, policy switch ----
@@ -145,7 +111,7 @@ func (f controlFlags) control(ctx context.Context, what, runID string, send func
 		return f.failHTTP(what, err)
 	}
 	if f.Output == "json" {
-		return printJSON(r)
+		return render.PrintJSON(r)
 	}
 	fmt.Printf("%s of run %s recorded\n", what, runID)
 	return nil

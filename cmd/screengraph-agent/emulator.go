@@ -22,10 +22,6 @@ type simCmd struct {
 	EmulatorArgs []string `arg:"" optional:"" name:"emulator-flags" help:"The real emulator binary's flags, single-dash (-avd NAME -port P -no-window -no-audio -no-boot-anim -read-only -no-snapshot-save -no-snapshot-load -no-snapshot -wipe-data -gpu MODE -accel MODE, -list-avds; @NAME): run one simulated emulator for that AVD in place of the SDK's emulator (AVDs from $ANDROID_AVD_HOME or ~/.android/avd; config.ini key screengraph.simProfile names the profile)."`
 }
 
-// init lets the real emulator's single-dash flags through kong (see
-// separateEmulatorFlags).
-func init() { os.Args = separateEmulatorFlags(os.Args) }
-
 // separateEmulatorFlags puts a "--" after "sim" in `[globals] emulator sim
 // -avd NAME ...` when what follows is the real emulator's command line
 // (single-dash flags or @NAME), so that kong hands all of it to

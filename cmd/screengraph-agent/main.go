@@ -63,14 +63,6 @@ func (g Globals) logger() zerolog.Logger {
 
 func main() {
 	var c cli
-	// `screengraph-agent --version` is the version command (a global flag
-	// would clash with policy switch's --version).
-	if len(os.Args) > 1 && os.Args[1] == "--version" {
-		os.Args[1] = "version"
-	}
-	if len(os.Args) == 1 {
-		os.Args = append(os.Args, "--help") // no command: the overview, not an error
-	}
 	parser, err := kong.New(&c,
 		kong.Name("screengraph-agent"),
 		kong.Description("The ScreenGraph device agent: prepares Android devices through adb and Appium."),
@@ -79,7 +71,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "screengraph-agent:", err)
 		os.Exit(1)
 	}
-	kctx, err := parser.Parse(os.Args[1:])
+	kctx, err := parser.Parse(commandLine(os.Args)[1:])
 	if err != nil {
 		// The error (with kong's closest-flag suggestion) first, then one
 		// line pointing at the command's help: ~90 lines of usage before
@@ -96,6 +88,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "screengraph-agent:", agent.RedactString(err.Error()))
 		os.Exit(exitCode(err))
 	}
+}
+
+// commandLine is the command line kong parses: `screengraph-agent
+// --version` is the version command (a global flag would clash with policy
+// switch's --version); no command is --help (the overview, not an error);
+// the real emulator's single-dash flags after `emulator sim` pass through
+// (separateEmulatorFlags). os.Args itself is left as it is.
+func commandLine(args []string) []string {
+	args = separateEmulatorFlags(args)
+	if len(args) > 1 && args[1] == "--version" {
+		args = append([]string{args[0], "version"}, args[2:]...)
+	}
+	if len(args) == 1 {
+		args = append(args, "--help")
+	}
+	return args
 }
 
 // helpCommand is the command line whose --help describes the command a

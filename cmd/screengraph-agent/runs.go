@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,13 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	"github.com/screengraph/screengraph-agent/agent/retention"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
@@ -69,35 +67,6 @@ type outputFlag struct {
 	Output string `help:"Output format: text or json." default:"text" enum:"text,json"`
 }
 
-// printJSON prints v as indented JSON with its secrets redacted
-// (agent.RedactJSON: URL userinfo, signed-URL query parameters, secret-named
-// keys). Every `--output json` goes through it; the store keeps the run
-// input as submitted (resume needs it), the CLI never shows its credentials.
-func printJSON(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, agent.RedactJSON(b), "", "  "); err != nil {
-		return err
-	}
-	buf.WriteByte('\n')
-	_, err = os.Stdout.Write(buf.Bytes())
-	return err
-}
-
-// redactEvents returns copies of evs whose payloads are redacted, for the
-// text output (events written before redaction existed may hold secrets).
-func redactEvents(evs []agent.Event) []agent.Event {
-	out := make([]agent.Event, len(evs))
-	for i, e := range evs {
-		e.Payload = agent.RedactJSON(e.Payload)
-		out[i] = e
-	}
-	return out
-}
-
 // The runs commands read through the daemon's HTTP API, each written once
 // against the client (runsClient): the daemon of --server (or
 // SCREENGRAPH_SERVER), or the default one when no --data-dir is given and it
@@ -115,53 +84,24 @@ type runsListCmd struct {
 }
 
 func (c *runsListCmd) Run(ctx context.Context) error {
-	cl, done, err := c.runsClient(ctx, c.storeFlags)
-	if err != nil {
-		return err
-	}
-	defer done()
-	page, err := cl.ListRuns(ctx, client.ListOptions{Limit: c.Limit, Serial: c.Serial, Status: c.Status, Cursor: c.Cursor})
-	if err != nil {
-		return c.failHTTP("runs list", err)
-	}
-	if c.Output == "json" {
-		return printJSON(page)
-	}
-	runs := make([]agent.Run, 0, len(page.Runs))
-	for _, s := range page.Runs {
-		runs = append(runs, client.SummaryRun(s))
-	}
-	if err := writeRuns(runs); err != nil {
-		return err
-	}
-	printNextPage(page.NextCursor)
-	return nil
-}
-
-// printNextPage tells (on stderr, so the table stays parseable) how to list
-// the page after this one.
-func printNextPage(cursor string) {
-	if cursor != "" {
-		fmt.Fprintf(os.Stderr, "more runs: runs list --cursor %s\n", cursor)
-	}
-}
-
-// writeRuns prints runs as a table.
-func writeRuns(runs []agent.Run) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "RUN ID\tSTATUS\tSERIAL\tGRAPH\tCREATED\tTOOK")
-	for _, r := range runs {
-		took := "-"
-		if r.Status.Terminal() {
-			took = r.UpdatedAt.Sub(r.CreatedAt).Round(time.Millisecond).String()
+	return c.withRuns(ctx, c.storeFlags, func(cl *client.Client) error {
+		page, err := cl.ListRuns(ctx, client.ListOptions{Limit: c.Limit, Serial: c.Serial, Status: c.Status, Cursor: c.Cursor})
+		if err != nil {
+			return c.failHTTP("runs list", err)
 		}
-		graph := r.Graph
-		if graph == "" {
-			graph = "-" // the daemon's run list does not name the graph
+		if c.Output == "json" {
+			return render.PrintJSON(page)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Status, r.Serial, graph, r.CreatedAt.UTC().Format(time.RFC3339), took)
-	}
-	return w.Flush()
+		runs := make([]agent.Run, 0, len(page.Runs))
+		for _, s := range page.Runs {
+			runs = append(runs, client.SummaryRun(s))
+		}
+		if err := render.WriteRuns(runs); err != nil {
+			return err
+		}
+		render.PrintNextPage(page.NextCursor)
+		return nil
+	})
 }
 
 type runsShowCmd struct {
@@ -172,71 +112,19 @@ type runsShowCmd struct {
 }
 
 func (c *runsShowCmd) Run(ctx context.Context) error {
-	cl, done, err := c.runsClient(ctx, c.storeFlags)
-	if err != nil {
-		return err
-	}
-	defer done()
-	d, err := cl.Run(ctx, c.RunID)
-	if err != nil {
-		return c.failHTTP("runs show", err)
-	}
-	// Each step commits one agent.node.finished: the latest step is Steps-1.
-	var snap agent.Snapshot
-	snapErr := agent.ErrNotFound
-	if d.Steps > 0 {
-		snap, snapErr = cl.Step(ctx, c.RunID, d.Steps-1)
-	}
-	return c.print(d, snap, snapErr)
-}
-
-// print shows a run's detail: under --output json the run row, its latest
-// state, last sequence, node timings and (FAILED) error report; as text the
-// run's fields, each node attempt with its outcome and duration, and the
-// error report of a FAILED run (the agent error format, indented JSON).
-func (c *runsShowCmd) print(d httpapi.RunDetail, snap agent.Snapshot, snapErr error) error {
-	r := client.RunRow(d)
-	var state *agent.RunState
-	if snapErr == nil {
-		if rs, err := agent.DecodeRunState(snap); err == nil {
-			state = &rs
-		}
-	}
-	last := int64(d.Events) // sequences are 1..n without gaps
-	if c.Output == "json" {
-		return printJSON(map[string]any{"run": r, "state": state, "lastSequence": last, "nodes": d.Nodes, "error": d.Error})
-	}
-	writeShow(r, state, last)
-	if d.TookMillis > 0 {
-		fmt.Printf("took %.1f s\n", float64(d.TookMillis)/1000)
-	}
-	for _, n := range d.Nodes {
-		line := fmt.Sprintf("node %-15s step %d attempt %d  %-7s %7.1f s", n.Node, n.StepOrdinal, n.Attempt, n.Outcome, float64(n.DurationMillis)/1000)
-		if n.ErrorID != nil {
-			line += "  " + *n.ErrorID
-		}
-		fmt.Println(line)
-	}
-	if d.Error != nil {
-		b, err := json.MarshalIndent(d.Error, "", "  ")
+	return c.withRuns(ctx, c.storeFlags, func(cl *client.Client) error {
+		d, err := cl.Run(ctx, c.RunID)
 		if err != nil {
-			return err
+			return c.failHTTP("runs show", err)
 		}
-		fmt.Printf("error report:\n%s\n", agent.RedactJSON(b))
-	}
-	return nil
-}
-
-// writeShow prints a run, its completed nodes and its last sequence.
-func writeShow(r agent.Run, state *agent.RunState, last int64) {
-	fmt.Printf("run %s\nstatus %s\nserial %s\ngraph %s\ntenant %s\npolicy v%d\ncreated %s\nupdated %s\nevents %d\n",
-		r.RunID, r.Status, r.Serial, r.Graph, r.TenantID, r.PolicyVersion,
-		r.CreatedAt.UTC().Format(time.RFC3339Nano), r.UpdatedAt.UTC().Format(time.RFC3339Nano), last)
-	if state != nil {
-		for _, n := range state.Completed {
-			fmt.Printf("completed %s (step %d)\n", n.Node, n.StepOrdinal)
+		// Each step commits one agent.node.finished: the latest step is Steps-1.
+		var snap agent.Snapshot
+		snapErr := agent.ErrNotFound
+		if d.Steps > 0 {
+			snap, snapErr = cl.Step(ctx, c.RunID, d.Steps-1)
 		}
-	}
+		return render.PrintRunDetail(c.Output, d, snap, snapErr)
+	})
 }
 
 type runsEventsCmd struct {
@@ -249,25 +137,22 @@ type runsEventsCmd struct {
 }
 
 func (c *runsEventsCmd) Run(ctx context.Context) error {
-	cl, done, err := c.runsClient(ctx, c.storeFlags)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if c.Follow {
-		if err := cl.Follow(ctx, c.RunID, c.After, eventPrinter(c.Output)); err != nil {
+	return c.withRuns(ctx, c.storeFlags, func(cl *client.Client) error {
+		if c.Follow {
+			if err := cl.Follow(ctx, c.RunID, c.After, render.EventPrinter(c.Output)); err != nil {
+				return c.failHTTP("runs events", err)
+			}
+			return nil
+		}
+		evs, err := cl.Events(ctx, c.RunID, c.After)
+		if err != nil {
 			return c.failHTTP("runs events", err)
 		}
-		return nil
-	}
-	evs, err := cl.Events(ctx, c.RunID, c.After)
-	if err != nil {
-		return c.failHTTP("runs events", err)
-	}
-	if c.Output == "json" {
-		return printJSON(map[string]any{"events": evs})
-	}
-	return snapshots.WriteEvents(os.Stdout, redactEvents(evs))
+		if c.Output == "json" {
+			return render.PrintJSON(map[string]any{"events": evs})
+		}
+		return snapshots.WriteEvents(os.Stdout, render.RedactEvents(evs))
+	})
 }
 
 type runsInspectCmd struct {
@@ -279,49 +164,46 @@ type runsInspectCmd struct {
 }
 
 func (c *runsInspectCmd) Run(ctx context.Context) error {
-	cl, done, err := c.runsClient(ctx, c.storeFlags)
-	if err != nil {
-		return err
-	}
-	defer done()
-	d, err := cl.Run(ctx, c.RunID)
-	if err != nil {
-		return c.failHTTP("runs inspect", err)
-	}
-	n := c.Step
-	if n < 0 {
-		n = d.Steps - 1
-	}
-	if n < 0 || n >= d.Steps {
-		return c.failHTTP("runs inspect", snapshots.NoStep(c.RunID, n, d.Steps))
-	}
-	v := snapshots.StepView{Run: client.RunRow(d), LastSequence: int64(d.Events), Events: []agent.Event{}}
-	if v.Snapshot, err = cl.Step(ctx, c.RunID, n); err != nil {
-		if errors.Is(err, agent.ErrNotFound) {
-			err = snapshots.NoStep(c.RunID, n, d.Steps) // the run is known: the step is not
+	return c.withRuns(ctx, c.storeFlags, func(cl *client.Client) error {
+		d, err := cl.Run(ctx, c.RunID)
+		if err != nil {
+			return c.failHTTP("runs inspect", err)
 		}
-		return c.failHTTP(fmt.Sprintf("runs inspect step %d", n), err)
-	}
-	// The step's node events (started, token deltas, finished), by the
-	// stepOrdinal of their payloads.
-	evs, err := cl.Events(ctx, c.RunID, 0)
-	if err != nil {
-		return c.failHTTP("runs inspect", err)
-	}
-	for _, e := range evs {
-		var p struct {
-			StepOrdinal *int `json:"stepOrdinal"`
+		n := c.Step
+		if n < 0 {
+			n = d.Steps - 1
 		}
-		if strings.HasPrefix(e.Kind, "agent.node.") && json.Unmarshal(e.Payload, &p) == nil && p.StepOrdinal != nil && *p.StepOrdinal == n {
-			v.Events = append(v.Events, e)
+		if n < 0 || n >= d.Steps {
+			return c.failHTTP("runs inspect", snapshots.NoStep(c.RunID, n, d.Steps))
 		}
-	}
-	if c.Output == "json" {
-		return printJSON(v)
-	}
-	v.Snapshot.State = agent.RedactJSON(v.Snapshot.State)
-	v.Events = redactEvents(v.Events)
-	return snapshots.WriteStepView(os.Stdout, v)
+		v := snapshots.StepView{Run: client.RunRow(d), LastSequence: int64(d.Events), Events: []agent.Event{}}
+		if v.Snapshot, err = cl.Step(ctx, c.RunID, n); err != nil {
+			if errors.Is(err, agent.ErrNotFound) {
+				err = snapshots.NoStep(c.RunID, n, d.Steps) // the run is known: the step is not
+			}
+			return c.failHTTP(fmt.Sprintf("runs inspect step %d", n), err)
+		}
+		// The step's node events (started, token deltas, finished), by the
+		// stepOrdinal of their payloads.
+		evs, err := cl.Events(ctx, c.RunID, 0)
+		if err != nil {
+			return c.failHTTP("runs inspect", err)
+		}
+		for _, e := range evs {
+			var p struct {
+				StepOrdinal *int `json:"stepOrdinal"`
+			}
+			if strings.HasPrefix(e.Kind, "agent.node.") && json.Unmarshal(e.Payload, &p) == nil && p.StepOrdinal != nil && *p.StepOrdinal == n {
+				v.Events = append(v.Events, e)
+			}
+		}
+		if c.Output == "json" {
+			return render.PrintJSON(v)
+		}
+		v.Snapshot.State = agent.RedactJSON(v.Snapshot.State)
+		v.Events = render.RedactEvents(v.Events)
+		return snapshots.WriteStepView(os.Stdout, v)
+	})
 }
 
 type runsPruneCmd struct {
@@ -348,7 +230,7 @@ func (c *runsPruneCmd) Run(ctx context.Context) error {
 		return c.fail("runs prune", agent.Wrap(agent.ErrProcess, err, "prune (deleted %d runs before the failure)", res.Runs))
 	}
 	if c.Output == "json" {
-		return printJSON(res)
+		return render.PrintJSON(res)
 	}
 	fmt.Printf("deleted %d runs ended more than %v ago: %d events, %d outbox rows, %d snapshots, %d control rows, %d leases\n",
 		res.Runs, c.OlderThan, res.Events, res.Outbox, res.Snapshots, res.Controls, res.Leases)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 )
 
 // DefaultListen is where the daemon's HTTP API listens, and where the CLI's
@@ -57,7 +58,7 @@ func (c *serveCmd) load() (agentd.Config, error) {
 
 func (c *serveCmd) fail(err error) error {
 	if c.Output == "json" {
-		printJSON(httpapi.ErrorBody(err, ""))
+		render.PrintJSON(httpapi.ErrorBody(err, ""))
 	}
 	return exitError{code: 2, err: err}
 }

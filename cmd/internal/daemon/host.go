@@ -344,3 +344,35 @@ func (h *Host) OneShot(holder string, text bool, started string) (o service.OneS
 			}
 		}}, begun
 }
+
+// Drive drives run to its end in this process under its device's lease as
+// holder (run, runs resume; service.OneShot), then waits (10 s at most) for
+// the relay to publish its events, so NATS has them when the process
+// exits. With text, stderr tells when it waits for the device and says
+// started once the lease is held. begun reports whether it was: an error
+// before is the command's own (the agent error format), one after leaves
+// the run resumable.
+func (h *Host) Drive(ctx context.Context, run agent.Run, holder string, text bool, started string) (status agent.RunStatus, took time.Duration, begun bool, err error) {
+	o, b := h.OneShot(holder, text, started)
+	status, took, err = o.Run(ctx, run)
+	if err != nil {
+		return status, took, *b, err
+	}
+	// Wait for the running relay (Drain must not run beside it).
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := service.WaitPublished(dctx, h.Store, run.RunID, 0); err != nil {
+		h.Config.Log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
+	}
+	return status, took, true, nil
+}
+
+// TextProgress is a HostConfig.Progress printing node progress lines on
+// stderr when text (the CLI's text output), nothing otherwise.
+func TextProgress(text bool) func(node, line string) {
+	return func(node, line string) {
+		if text {
+			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
+		}
+	}
+}
