@@ -61,44 +61,5 @@ func (s *simCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if s.Count < 1 {
-		return fmt.Errorf("--count must be at least 1")
-	}
-	var emus []*sim.Emulator
-	defer func() {
-		for _, e := range emus {
-			e.Close()
-		}
-	}()
-	for i := 0; i < s.Count; i++ {
-		e, _, err := sim.Launch(ctx, sim.LaunchConfig{
-			ConsolePort: s.Port + 2*i,
-			ADBServer:   adbAddr(s.ADBServer),
-			Profile:     prof,
-			Log:         log,
-		})
-		if err != nil {
-			return err
-		}
-		emus = append(emus, e)
-		fmt.Printf("%s adb-port=%d console-port=%d profile=%s\n", e.Serial(), e.ADBPort(), e.ConsolePort(), prof.Name)
-	}
-	log.Info().Int("count", len(emus)).Msg("simulated emulators running; SIGINT or SIGTERM stops them")
-	select {
-	case <-ctx.Done():
-	case <-allDone(emus):
-	}
-	return nil
-}
-
-// allDone is closed once every emulator has stopped (each by its console's kill).
-func allDone(emus []*sim.Emulator) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		for _, e := range emus {
-			<-e.Done()
-		}
-		close(ch)
-	}()
-	return ch
+	return sim.RunFleet(ctx, sim.FleetConfig{Count: s.Count, ConsolePort: s.Port, ADBServer: adbAddr(s.ADBServer), Profile: prof, Log: log, Out: os.Stdout})
 }
