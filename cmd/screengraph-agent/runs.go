@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	"github.com/screengraph/screengraph-agent/agent/retention"
 	"github.com/screengraph/screengraph-agent/cmd/internal/render"
@@ -113,27 +114,35 @@ type runsShowCmd struct {
 
 func (c *runsShowCmd) Run(ctx context.Context) error {
 	return c.withRuns(ctx, c.storeFlags, func(cl *client.Client) error {
-		d, err := cl.Run(ctx, c.RunID)
+		d, snap, snapErr, err := latestStep(ctx, cl, c.RunID)
 		if err != nil {
 			return c.failHTTP("runs show", err)
-		}
-		// Each step commits one agent.node.finished: the latest step is Steps-1.
-		var snap agent.Snapshot
-		snapErr := agent.ErrNotFound
-		if d.Steps > 0 {
-			snap, snapErr = cl.Step(ctx, c.RunID, d.Steps-1)
 		}
 		return render.PrintRunDetail(c.Output, d, snap, snapErr)
 	})
 }
 
+// latestStep reads a run's detail and the snapshot of its latest step
+// (snapErr agent.ErrNotFound when it has none); err is the run's.
+func latestStep(ctx context.Context, cl *client.Client, runID string) (d httpapi.RunDetail, snap agent.Snapshot, snapErr, err error) {
+	if d, err = cl.Run(ctx, runID); err != nil {
+		return d, snap, nil, err
+	}
+	// Each step commits one agent.node.finished: the latest step is Steps-1.
+	snapErr = agent.ErrNotFound
+	if d.Steps > 0 {
+		snap, snapErr = cl.Step(ctx, runID, d.Steps-1)
+	}
+	return d, snap, snapErr, nil
+}
+
 type runsEventsCmd struct {
 	storeFlags
 	serverFlags
-	outputFlag
 	RunID  string `arg:"" help:"The run's ULID."`
 	After  int64  `help:"Only events with a sequence above this." default:"0"`
 	Follow bool   `help:"Print each event as it is committed until the run ends (json: one event a line)." short:"f"`
+	outputFlag
 }
 
 func (c *runsEventsCmd) Run(ctx context.Context) error {
