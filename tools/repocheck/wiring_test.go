@@ -12,7 +12,7 @@ import (
 // maps flags and config to cmd/internal/daemon's Config and calls into the
 // packages; the building (cmd/internal/daemon), the output
 // (cmd/internal/render) and the logic live elsewhere (docs/layout.md).
-// Issue 24 asks 1,500; its second pass brought 3,657 down to 1,933 and
+// Issue 24 asks 1,500; its second pass brought 3,657 down to 1,942 and
 // this bound holds that while the rest moves (lower it, never raise it).
 const mainMaxLines = 1950
 
