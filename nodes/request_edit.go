@@ -28,18 +28,7 @@ type RequestFields struct {
 // invalid_request_error when ensureDevice, provisionApp or launchOrAttach
 // is still missing (naming the flag that gives it).
 func EditRequest(req map[string]any, f RequestFields) ([]byte, error) {
-	set := func(v any, path ...string) {
-		m := req
-		for _, k := range path[:len(path)-1] {
-			next, ok := m[k].(map[string]any)
-			if !ok {
-				next = map[string]any{}
-				m[k] = next
-			}
-			m = next
-		}
-		m[path[len(path)-1]] = v
-	}
+	set := func(v any, path ...string) { SetPath(req, v, path...) }
 	if f.Device != "" {
 		set("android", "ensureDevice", "deviceConfiguration", "platformName")
 		set(f.Device, "ensureDevice", "deviceConfiguration", "deviceName")
@@ -72,4 +61,22 @@ func EditRequest(req map[string]any, f RequestFields) ([]byte, error) {
 		}
 	}
 	return json.Marshal(req)
+}
+
+// SetPath sets obj's value at path (object keys from the top) to v,
+// creating (or replacing with) an object each step on the way needs; a nil
+// v creates the objects on the way only.
+func SetPath(obj map[string]any, v any, path ...string) {
+	m := obj
+	for _, k := range path[:len(path)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	if v != nil {
+		m[path[len(path)-1]] = v
+	}
 }

@@ -67,17 +67,10 @@ func (c *runCmd) request() (nodes.SetupRequest, error) {
 				return agent.Wrap(agent.ErrInvalidRequest, err, "--input %s", c.Input)
 			}
 		}
-		m := obj
-		for _, k := range path[:len(path)-1] {
-			sub, ok := m[k].(map[string]any)
-			if !ok {
-				sub = map[string]any{}
-				m[k] = sub
-			}
-			m = sub
-		}
 		if v != "" { // a flag overrides --input
-			m[path[len(path)-1]] = v
+			nodes.SetPath(obj, v, path...)
+		} else {
+			nodes.SetPath(obj, nil, path...)
 		}
 		b, _ := json.Marshal(obj)
 		*raw = b
