@@ -139,6 +139,7 @@ func (d *Daemon) build(holder, holderPrefix string, connLimits httpapi.ConnLimit
 		},
 		Prepare:       nodes.SetupPreparer{Policies: h.Policies, Artifacts: h.Artifacts},
 		Devices:       adbdevice.Inventory{ADB: h.ADB},
+		Screens:       adbdevice.Inventory{ADB: h.ADB}, // the inspector's live screen: adb exec-out screencap -p
 		Policy:        h.Policies,
 		DefaultTenant: cfg.Tenant,
 		Holder:        holder, HolderPrefix: holderPrefix, HostID: h.HostID, Identity: h.Reach,
