@@ -288,8 +288,9 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	}
 
 	// Figures.
-	idleCores := (i1.cpu - i0.cpu) / i1.at.Sub(i0.at).Seconds()
-	b.ReportMetric(idleCores*1000/cpDaemons, "pg-cpu-ms/s-per-idle-daemon")
+	// The idle phase's CPU is too small for /proc's 10 ms ticks over a few
+	// seconds (often 0): its statements are printed, not a figure.
+	_ = i1.cpu - i0.cpu
 	holdSec := h1.at.Sub(h0.at).Seconds()
 	streamSec := s1.at.Sub(s0.at).Seconds()
 	renewals := float64(h1.renewals - h0.renewals)
