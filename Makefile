@@ -49,8 +49,8 @@ bench: setup
 	go test -run '^$$' -bench . -benchmem -benchtime 1s ./snapshots/...
 	go test -run '^$$' -bench EngineOverhead -benchtime 200x ./cmd/...
 	go test -run '^$$' -bench "WarmChain|AppiumAlone" -benchtime 5x ./cmd/...
-	go test -run '^$$' -bench Daemon32 -benchtime 1x -timeout 20m ./cmd/screengraph-agent/
-	go test -run '^$$' -bench FleetRunsPerMinute -benchtime 1x -timeout 10m ./cmd/screengraph-agent/
+	go test -run '^$$' -bench Daemon32 -benchtime 1x -timeout 20m ./cmd/internal/e2e/
+	go test -run '^$$' -bench FleetRunsPerMinute -benchtime 1x -timeout 10m ./cmd/internal/e2e/
 	go test -run '^$$' -bench FleetControlPlane -benchtime 1x -timeout 15m ./agent/service/
 	go test -run '^$$' -bench Boot -benchtime 1x ./emulator/ ./nodes/
 

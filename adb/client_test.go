@@ -63,7 +63,8 @@ func TestServerDownIsNetworkError(t *testing.T) {
 }
 
 func TestDeadlineAndCancelOnHungServer(t *testing.T) {
-	c := New("127.0.0.1:" + strconv.Itoa(silentListener(t)))
+	port, accepted := silentListenerAccepts(t)
+	c := New("127.0.0.1:" + strconv.Itoa(port))
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
@@ -73,8 +74,9 @@ func TestDeadlineAndCancelOnHungServer(t *testing.T) {
 		t.Fatalf("deadline not honoured: returned after %v", d)
 	}
 
+	<-accepted // the first call's connection
 	ctx2, cancel2 := context.WithCancel(context.Background())
-	go func() { time.Sleep(100 * time.Millisecond); cancel2() }()
+	go func() { <-accepted; cancel2() }() // Devices is connected and waits for the server's answer
 	start = time.Now()
 	_, err = c.Devices(ctx2)
 	wantID(t, err, IDCanceled)

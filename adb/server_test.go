@@ -67,6 +67,15 @@ func adbServer(t testing.TB) *Client {
 // completes the handshake (adb marks it offline) or a hung server.
 func silentListener(t testing.TB) (port int) {
 	t.Helper()
+	port, _ = silentListenerAccepts(t)
+	return port
+}
+
+// silentListenerAccepts is silentListener that also tells each connection
+// it accepted (a buffered signal; one is kept when nobody takes it).
+func silentListenerAccepts(t testing.TB) (port int, accepted <-chan struct{}) {
+	t.Helper()
+	acc := make(chan struct{}, 1)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +91,10 @@ func silentListener(t testing.TB) (port int) {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			select {
+			case acc <- struct{}{}:
+			default:
+			}
 		}
 	}()
 	t.Cleanup(func() {
@@ -92,7 +105,7 @@ func silentListener(t testing.TB) (port int) {
 		}
 		mu.Unlock()
 	})
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, acc
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

@@ -33,6 +33,16 @@ import (
 
 const appPkg = "com.example.app"
 
+// slow skips t under go test -short, saying why it is slow: chains through
+// a real Appium. go test -short ./... keeps one chain here
+// (TestChainEventsAndNATS); make test runs everything.
+func slow(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("slow under -short (" + why + "); make test runs it")
+	}
+}
+
 // chainEnv is one test's world: its own adb server, one simulated emulator
 // with the default profile, and its own data dir. The data dir's local Appium
 // (started by the first run) is stopped when the test ends.

@@ -260,6 +260,7 @@ func TestChainEventsAndNATS(t *testing.T) {
 // with key B while the request expects key A: the run FAILS in ProvisionApp
 // with signature_mismatch before anything is installed.
 func TestChainSignatureMismatchNothingInstalled(t *testing.T) {
+	slow(t, "a chain through Appium to a signature mismatch")
 	env := newChainEnv(t)
 	orig := fixtureAPK("demo-v2.apk")
 	keyA := signerDigest(t, orig)
@@ -367,6 +368,7 @@ func TestChainSignatureMismatchNothingInstalled(t *testing.T) {
 //
 // Each run must FINISH. A third run without a fault must finish too.
 func TestChainDeviceOfflineRetriedByPolicy(t *testing.T) {
+	slow(t, "chains through Appium with the device offline, retried")
 	env := newChainEnv(t)
 	pol := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(pol, []byte(`version: 7
@@ -500,6 +502,7 @@ nodeRetries:
 // dir's, reused by every run). Cases depend on their predecessors' device
 // state, so they run in order.
 func TestChainModesAndErrors(t *testing.T) {
+	slow(t, "chains through Appium in every install and launch mode")
 	env := newChainEnv(t)
 	v2, v1 := fixtureAPK("demo-v2.apk"), fixtureAPK("demo-v1.apk")
 	keyA := signerDigest(t, v2)

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +37,9 @@ type apiEnv struct {
 	st   *sqlite.Store
 	url  string
 	gate chan struct{}
+	// eventsServed is closed when the API first begins serving a run's
+	// events (GET /v1/runs/{id}/events): a follower is connected.
+	eventsServed chan struct{}
 }
 
 func newAPIEnv(t *testing.T, opts ...func(*service.Config)) *apiEnv {
@@ -44,7 +49,7 @@ func newAPIEnv(t *testing.T, opts ...func(*service.Config)) *apiEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &apiEnv{st: st, gate: make(chan struct{})}
+	e := &apiEnv{st: st, gate: make(chan struct{}), eventsServed: make(chan struct{})}
 	first := &agenttest.Node{NodeName: "first", Next: "second", OnRun: func(ctx context.Context, in agent.NodeInput) {
 		if strings.HasPrefix(in.Run.Serial, "blocked") {
 			select {
@@ -89,7 +94,14 @@ func newAPIEnv(t *testing.T, opts ...func(*service.Config)) *apiEnv {
 	if err := e.svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(httpapi.New(httpapi.Config{Service: e.svc, Graph: g}))
+	api := httpapi.New(httpapi.Config{Service: e.svc, Graph: g})
+	var served sync.Once
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/events") {
+			served.Do(func() { close(e.eventsServed) })
+		}
+		api.ServeHTTP(w, r)
+	}))
 	e.url = hs.URL
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -362,7 +374,7 @@ func TestRunsEventsFollowEndsWithRun(t *testing.T) {
 	e.waitStatus(t, id, agent.RunRunning)
 	released := make(chan time.Time, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond) // the follower is streaming by then
+		<-e.eventsServed // the follower is connected: the run ends while it follows
 		released <- time.Now()
 		close(e.gate)
 	}()

@@ -60,6 +60,7 @@ func (d sourceCounter) PageSource(ctx context.Context, id string) (string, error
 // still decode (a PNG at the display's size, well-formed XML naming the
 // app), and the hierarchy is the session's page source of the idle screen.
 func TestChainSuccessEvidenceFromWaitIdle(t *testing.T) {
+	slow(t, "a chain through Appium with evidence")
 	ctx := context.Background()
 	env := newChainEnv(t)
 	h := env.openTestHost(t, "", func(n, l string) { t.Logf("%s: %s", n, l) })

@@ -50,6 +50,7 @@ func captureOutput(t *testing.T, fn func() error) (string, error) {
 // `runs list/show/events/inspect` (json and text); the stored run input keeps
 // them (resume needs the real reference).
 func TestRunRedactsArtifactCredentials(t *testing.T) {
+	slow(t, "a chain through Appium and the runs commands")
 	env := newChainEnv(t)
 	apk := fixtureAPK("demo-v2.apk")
 	sha := signerDigest(t, apk)

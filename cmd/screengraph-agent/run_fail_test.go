@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,11 +19,6 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
-
-// Defect 3 of issue 7: `run` panicked (nil pointer in host.Close, deferred in
-// openHost) whenever openHost failed. Every failure before the chain starts
-// must end with exit code 2, the agent error format under --output json, no
-// panic, and nothing half-written (no run row).
 
 // failCmd is a `run` whose request is valid (DecodeSetup accepts it), so the
 // failure comes from opening the host.
@@ -148,62 +141,6 @@ func TestRunFailsCleanlyOnBadPolicy(t *testing.T) {
 	noRunStored(t, dir)
 }
 
-// No Appium anywhere: the binary runs from a directory outside the module
-// (so the repository's tools/node Appium is not found) with a PATH without
-// appium. openHost fails after the store, NATS and the relay started.
-func TestRunFailsCleanlyWithoutAppium(t *testing.T) {
-	bin := buildAgent(t)
-	var path []string
-	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
-		if _, err := os.Stat(filepath.Join(d, "appium")); err == nil {
-			continue
-		}
-		path = append(path, d)
-	}
-	dataDir := t.TempDir()
-	apk, err := filepath.Abs(fixtureAPK("demo-v2.apk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "run", "--data-dir", dataDir, "--adb-server", "127.0.0.1:1",
-		"--serial", "emulator-5554", "--package", appPkg, "--apk", apk, "--output", "json")
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(withoutEnv(os.Environ(), "PATH"), "PATH="+strings.Join(path, string(filepath.ListSeparator)))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	var xe *exec.ExitError
-	if !errors.As(err, &xe) || xe.ExitCode() != 2 {
-		t.Fatalf("exit %v, want code 2\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	for _, bad := range []string{"panic:", "goroutine ", "nil pointer"} {
-		if strings.Contains(stderr.String(), bad) {
-			t.Fatalf("stderr has %q:\n%s", bad, stderr.String())
-		}
-	}
-	checkAgentError(t, stdout.String(), agent.ErrAppiumUnreachable, "Appium", "--appium")
-	if !strings.Contains(stderr.String(), "Appium") {
-		t.Errorf("stderr does not say what failed:\n%s", stderr.String())
-	}
-	noRunStored(t, dataDir)
-}
-
-func withoutEnv(env []string, keys ...string) []string {
-	var out []string
-next:
-	for _, kv := range env {
-		for _, k := range keys {
-			if strings.HasPrefix(kv, k+"=") {
-				continue next
-			}
-		}
-		out = append(out, kv)
-	}
-	return out
-}
-
 // Defect 7 of issue 7: Relay.Drain was called while Relay.Run was active
 // (run.go after the engine, host.Close before stopping the relay). Now
 // host.Close stops Run and then drains, and run waits for the running relay.
@@ -270,6 +207,7 @@ func TestHostCloseStopsRelayBeforeDrain(t *testing.T) {
 // It is timing-dependent; TestHostCloseStopsRelayBeforeDrain is the
 // deterministic check of the same defect.
 func TestRunPublishesAllEventsBeforeReturning(t *testing.T) {
+	slow(t, "a chain through Appium and NATS")
 	env := newChainEnv(t)
 	apk := fixtureAPK("demo-v2.apk")
 	res := runCLI(t, env.runCmd(apk, signerDigest(t, apk)))

@@ -261,6 +261,7 @@ func TestDownloadLimits(t *testing.T) {
 	body := fixture(t, "demo-v1.apk")
 	release := make(chan struct{})
 	defer close(release)
+	stalled := make(chan struct{}, 1) // a /stall.apk response has sent its first bytes
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/big-declared.apk":
@@ -277,6 +278,10 @@ func TestDownloadLimits(t *testing.T) {
 			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 			w.Write(body[:100])
 			w.(http.Flusher).Flush()
+			select {
+			case stalled <- struct{}{}:
+			default:
+			}
 			select {
 			case <-r.Context().Done():
 			case <-release:
@@ -316,8 +321,12 @@ func TestDownloadLimits(t *testing.T) {
 
 	// Cancel reaches the body read in flight: interrupted, nothing kept.
 	cctx, cancel := context.WithCancel(ctx)
+	select {
+	case <-stalled: // the first stall's signal
+	default:
+	}
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		<-stalled // the body is being read
 		cancel()
 	}()
 	slow := newFetcher(t, Options{RootCAs: pool(srv), IdleTimeout: time.Hour})

@@ -32,12 +32,14 @@ type fakeDevice struct {
 	files map[string]sim.FileStat
 	data  map[string][]byte
 	tcp   map[int]func(net.Conn)
+	// blocking tells that a "block" shell began (one signal kept).
+	blocking chan struct{}
 }
 
 func newFake() *fakeDevice {
 	return &fakeDevice{files: map[string]sim.FileStat{
 		"/data/local/tmp": {Name: "tmp", Mode: 040771},
-	}, data: map[string][]byte{}, tcp: map[int]func(net.Conn){}}
+	}, data: map[string][]byte{}, tcp: map[int]func(net.Conn){}, blocking: make(chan struct{}, 1)}
 }
 
 func (f *fakeDevice) Banner() string {
@@ -62,6 +64,10 @@ func (f *fakeDevice) Shell(ctx context.Context, cmd string, stdin io.Reader, std
 		n, _ := strconv.Atoi(w[1])
 		stdout.Write(bytes.Repeat([]byte("x"), n))
 	case "block":
+		select {
+		case f.blocking <- struct{}{}:
+		default:
+		}
 		<-ctx.Done()
 	default:
 		fmt.Fprintf(stderr, "/system/bin/sh: %s: inaccessible or not found\n", w[0])
@@ -245,12 +251,16 @@ func TestFaultOfflineSeenByADBServer(t *testing.T) {
 
 func TestFaultDroppedConnectionRecovers(t *testing.T) {
 	srv := simtest.StartADBServer(t)
-	e, _ := startFake(t, srv, sim.TransportFaults{})
+	e, dev := startFake(t, srv, sim.TransportFaults{})
 	srv.WaitState(t, e.Serial(), "device", 5*time.Second)
 	// A long-running shell sees the drop as the end of its stream.
 	done := make(chan int, 1)
 	go func() { _, _, code := srv.Run(t, "-s", e.Serial(), "shell", "block"); done <- code }()
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-dev.blocking: // the shell runs on the device
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shell did not start")
+	}
 	e.DropConnection()
 	select {
 	case <-done:

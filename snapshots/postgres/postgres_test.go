@@ -48,11 +48,12 @@ func TestPostgresMigrateConcurrentlyAndNotify(t *testing.T) {
 		}
 	}
 	a, b := stores[0], stores[1]
-	// Drain the wake-up each listener sends when it starts listening.
-	time.Sleep(200 * time.Millisecond)
+	// Take the wake-up b's listener sends when it starts listening: from
+	// then on it listens, and the next wake-up is a's commit.
 	select {
 	case <-b.Commits():
-	default:
+	case <-time.After(5 * time.Second):
+		t.Fatal("store b's listener sent no wake-up when it began listening")
 	}
 	r := storetest.NewRun("T", "emulator-5554")
 	if err := a.CreateRun(t.Context(), r); err != nil {

@@ -374,8 +374,13 @@ func TestRelayFleetWakesOnOtherDaemonsCommit(t *testing.T) {
 	acks := new(atomic.Int64)
 	rl := &relay.Relay{Store: openPostgresAt(t, url), Publisher: newCounting().via(pub, acks, nil), PollInterval: time.Hour}
 	startRelay(t, rl, acks)
-	// Let the first (empty) pass and the LISTEN's own wake-up go by.
-	time.Sleep(200 * time.Millisecond)
+	// A probe step published shows the relay past its first pass and
+	// listening (the wake-up its LISTEN sends when it begins is taken).
+	probe := createRuns(t, writer, 1)
+	if err := writer.CommitStep(t.Context(), storetest.NodeStep(probe[0], 1, 0, "EnsureDevice")); err != nil {
+		t.Fatal(err)
+	}
+	waitDrained(t, writer, 5*time.Second)
 	runs := createRuns(t, writer, 1)
 	for step := range 3 {
 		start := time.Now()
@@ -388,11 +393,11 @@ func TestRelayFleetWakesOnOtherDaemonsCommit(t *testing.T) {
 	// The relay counts a claim's rows after its commit returns: the store
 	// can show them marked a moment before the counter does.
 	deadline := time.Now().Add(5 * time.Second)
-	for rl.Stats().Published < 9 && time.Now().Before(deadline) {
+	for rl.Stats().Published < 12 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got := rl.Stats().Published; got != 9 {
-		t.Errorf("published %d, want 9", got)
+	if got := rl.Stats().Published; got != 12 {
+		t.Errorf("published %d, want 12 (the probe step's 3 events and 9)", got)
 	}
 }
 

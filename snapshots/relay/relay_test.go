@@ -109,7 +109,10 @@ func TestRelayWakesOnCommit(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- rl.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	time.Sleep(50 * time.Millisecond) // let the first (empty) drain pass and the relay wait
+	// A probe run published shows the relay past its first pass; from
+	// then on only a wake-up (or the hour's poll) makes it publish.
+	commitRuns(t, s, 1, 1)
+	waitDrained(t, s, 3*time.Second)
 	runs := commitRuns(t, s, 1, 3)
 	waitDrained(t, s, 3*time.Second) // far below the poll interval: the commit woke it
 	if pub.acked[runs[0].RunID] != 3 {
