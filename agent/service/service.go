@@ -197,6 +197,11 @@ type Config struct {
 	// serves none.
 	Artifacts agent.ArtifactIndex
 	Blobs     agent.BlobStore
+	// Screens captures device screens for WatchScreen (the live screen of
+	// the inspector's device page); nil: no live screen. ScreenInterval is
+	// its capture loops' period (default DefaultScreenInterval).
+	Screens        ScreenCapturer
+	ScreenInterval time.Duration
 }
 
 // Service is the daemon's run service. Create it with New, then Start.
@@ -240,6 +245,8 @@ type Service struct {
 	stopRuns   context.CancelFunc
 	wg         sync.WaitGroup
 	loopDone   chan struct{}
+	// screens are the live screen's capture loops (screen.go).
+	screens *screens
 }
 
 type activeRun struct {
@@ -293,11 +300,18 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = agent.SystemClock{}
 	}
+	if cfg.ScreenInterval <= 0 {
+		cfg.ScreenInterval = DefaultScreenInterval
+	}
 	s := &Service{
 		cfg: cfg, store: newNotifyingStore(cfg.Store), wake: make(chan struct{}, 1),
 		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, errorsInRow: map[string]int{}, lastStart: map[string]time.Time{}, elsewhere: map[string]time.Time{}, ended: map[string]time.Time{}, health: map[string]*deviceHealth{},
 	}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
+	// Every lease change this daemon makes ends the live screens of the
+	// previous holder before the next holder's run touches the device.
+	s.screens = &screens{s: s, loops: map[string]*screenLoop{}, perTenant: map[string]int{}}
+	s.cfg.Leases = watchedLeases{Leases: cfg.Leases, changed: s.screens.leaseChanged}
 	return s, nil
 }
 
@@ -354,6 +368,7 @@ func (s *Service) StopTaking() {
 	s.draining = true
 	s.mu.Unlock()
 	s.endStreams()
+	s.screens.stopAll(ErrStopping)
 }
 
 // Shutdown stops taking work, stops the scheduler, discards the node in
