@@ -640,8 +640,60 @@ func displayPath(p string) string {
 // "array", "string", ...).
 func Received(v any) string { return received(v) }
 
-// FoldProperty finds the one property of props equal to k under case folding
-// that obj does not already hold; false when none or several match.
-func FoldProperty(k string, props, obj map[string]any) (string, bool) {
-	return foldProperty(k, props, obj)
+// CheckKeyCase walks v along its schema doc and refuses a key that matches
+// one of scopeKeys only by case, at any depth and in any mode (a scope key is
+// never corrected), and, when strict, any key that matches a declared
+// property only by case (coerce and lenient mode correct those:
+// RulePropertyCase). path names v in messages ("$.ensureDevice"). Errors:
+// invalid_request_error naming the key and its path.
+func CheckKeyCase(path string, v any, doc map[string]any, strict bool, scopeKeys []string) error {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, val := range t {
+			child, err := keyCaseChild(path, k, t, doc, strict, scopeKeys)
+			if err != nil {
+				return err
+			}
+			if err := CheckKeyCase(path+"."+k, val, child, strict, scopeKeys); err != nil {
+				return err
+			}
+		}
+	case []any:
+		items, _ := doc["items"].(map[string]any)
+		for i, e := range t {
+			if err := CheckKeyCase(fmt.Sprintf("%s[%d]", path, i), e, items, strict, scopeKeys); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// keyCaseChild checks key k of obj (at path, under schema doc) and returns
+// the schema its value is walked with: its property's, additionalProperties',
+// or, for a key the coercer will correct, the corrected property's.
+func keyCaseChild(path, k string, obj, doc map[string]any, strict bool, scopeKeys []string) (map[string]any, error) {
+	for _, sk := range scopeKeys {
+		if k != sk && strings.EqualFold(k, sk) {
+			return nil, agent.Errorf(agent.ErrInvalidRequest, "key %q at %s matches field %q only by case (a scope key is never corrected)", k, path, sk)
+		}
+	}
+	props, _ := doc["properties"].(map[string]any)
+	if child, known := props[k].(map[string]any); known {
+		return child, nil
+	}
+	if strict {
+		for p := range props {
+			if strings.EqualFold(p, k) {
+				return nil, agent.Errorf(agent.ErrInvalidRequest, "key %q at %s matches field %q only by case", k, path, p)
+			}
+		}
+	}
+	child, _ := doc["additionalProperties"].(map[string]any)
+	if child == nil && !strict {
+		if name, ok := foldProperty(k, props, obj); ok {
+			child, _ = props[name].(map[string]any)
+		}
+	}
+	return child, nil
 }
