@@ -51,6 +51,7 @@ bench: setup
 	go test -run '^$$' -bench "WarmChain|AppiumAlone" -benchtime 5x ./cmd/...
 	go test -run '^$$' -bench Daemon32 -benchtime 1x -timeout 20m ./cmd/internal/e2e/
 	go test -run '^$$' -bench FleetRunsPerMinute -benchtime 1x -timeout 10m ./cmd/internal/e2e/
+	go test -run '^$$' -bench FleetControlPlane -benchtime 1x -timeout 15m ./agent/service/
 	go test -run '^$$' -bench Boot -benchtime 1x ./emulator/ ./nodes/
 	go test -run '^$$' -bench LiveScreen32 -benchtime 1x -timeout 10m ./cmd/internal/e2e/
 	go test -run '^$$' -bench Submit -benchtime 2000x ./nodes/
