@@ -235,9 +235,14 @@ type Service struct {
 	// ended: run id -> when its execution here ended; a round whose run
 	// list was read before that saw the run unfinished and must not start
 	// it again (it would take a lease for a run that just ended).
-	ended    map[string]time.Time
-	health   map[string]*deviceHealth // by serial
-	stopping bool
+	ended map[string]time.Time
+	// startedAt: when a round last read the started runs (startedDue);
+	// startedWanted: the next round must read them (a control request).
+	startedAt      time.Time
+	startedWanted  bool
+	startedTenants map[string]int           // tenant -> its started runs at that read
+	health         map[string]*deviceHealth // by serial
+	stopping       bool
 	// draining: StopTaking was called (no new runs); streams ends the
 	// event streams (Follow) then.
 	draining   bool
@@ -694,6 +699,9 @@ func (s *Service) Control(ctx context.Context, sc agent.Scope, runID, kind strin
 	if err != nil {
 		return c, err
 	}
+	s.mu.Lock()
+	s.startedWanted = true
+	s.mu.Unlock()
 	s.Wake()
 	return c, nil
 }

@@ -132,8 +132,10 @@ type Host struct {
 	// Artifacts is the fetcher ProvisionApp uses (serve checks
 	// references with it at submission).
 	Artifacts *artifacts.Fetcher
-	// evidence and handover are the engine's evidence capturer and device
-	// handover, shared by every engine of the host.
+	// recorder, evidence and handover are the engine's screen recorder
+	// (video evidence), evidence capturer and device handover, shared by
+	// every engine of the host.
+	recorder *evidence.Recorder
 	evidence *evidence.Capturer
 	handover *evidence.Handover
 	// NATSClientURL is where the events are published (nats://host:port).
@@ -149,7 +151,7 @@ type Host struct {
 // store, or the service's wrapper of it); logf reports its warnings (nil
 // drops them).
 func (h *Host) EngineOn(st agent.Store, logf func(format string, args ...any)) *agent.Engine {
-	return &agent.Engine{Store: st, Policies: h.Policies, Evidence: h.evidence, Handover: h.handover, Logf: logf}
+	return &agent.Engine{Store: st, Policies: h.Policies, Recorder: h.recorder, Evidence: h.evidence, Handover: h.handover, Logf: logf}
 }
 
 func adbPort(addr string) int {
@@ -287,7 +289,13 @@ func (h *Host) open(ctx context.Context) (err error) {
 		return err
 	}
 	warnf := logf(cfg.Log, zerolog.WarnLevel)
+	h.recorder = &evidence.Recorder{
+		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.ADB, serial) },
+		Settings:  videoSettings, FirstNode: policy.NodeLaunchOrAttach,
+		Logf: warnf,
+	}
 	h.evidence = &evidence.Capturer{
+		Video:     h.recorder,
 		Blobs:     h.Blobs,
 		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.ADB, serial) },
 		Driver:    h.Driver,
@@ -375,4 +383,11 @@ func TextProgress(text bool) func(node, line string) {
 			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
 		}
 	}
+}
+
+// videoSettings is policy.VideoOf as evidence.Recorder reads it.
+func videoSettings(pol agent.RetryPolicy) (evidence.VideoSettings, bool) {
+	v, on := policy.VideoOf(pol)
+	return evidence.VideoSettings{ShortSide: v.ShortSide, BitRate: v.BitRate, Segment: v.Segment.D(),
+		MaxLength: v.MaxLength.D(), MaxBytes: v.MaxBytes}, on
 }
