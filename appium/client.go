@@ -208,6 +208,23 @@ func (c *Client) Probe(ctx context.Context, sessionID string) (device.Health, ma
 		return c.unhealthy(details, start, err)
 	}
 	details["capabilities"] = caps
+	return c.probeRect(ctx, sessionID, start, details)
+}
+
+// ProbeAlive is Probe without reading the session's capabilities (a
+// session's capabilities do not change; the caller knows them from an
+// earlier probe): one round trip, GET /window/rect, judged as Probe does.
+// details has no "capabilities".
+func (c *Client) ProbeAlive(ctx context.Context, sessionID string) (device.Health, map[string]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opt.ProbeTimeout)
+	defer cancel()
+	return c.probeRect(ctx, sessionID, c.nowFn(), map[string]any{})
+}
+
+var _ device.AliveProber = (*Client)(nil)
+
+// probeRect is the probe's GET /window/rect, from start.
+func (c *Client) probeRect(ctx context.Context, sessionID string, start time.Time, details map[string]any) (device.Health, map[string]any, error) {
 	var rect struct{ Width, Height int }
 	rectErr := c.call(ctx, c.opt.ProbeTimeout, http.MethodGet, sessPath(sessionID, "/window/rect"), nil, &rect, false)
 	elapsed := c.nowFn().Sub(start)

@@ -1,18 +1,14 @@
 package nodes
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
-	"sync"
-	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/strictjson"
 	"github.com/screengraph/screengraph-agent/device"
-	"github.com/screengraph/screengraph-agent/policy"
 )
 
 // SetupGraphName names the setup chain graph.
@@ -129,144 +125,19 @@ func withRunIDs(raw json.RawMessage, r agent.Run) (json.RawMessage, error) {
 }
 
 // NewSetupGraph is the setup chain EnsureDevice -> ProvisionApp ->
-// LaunchOrAttach -> WaitIdle as an agent.Graph.
+// LaunchOrAttach -> WaitIdle as an agent.Graph: each node its own type
+// behind the Node adapter.
 func NewSetupGraph(deps SetupDeps) (*agent.Graph, error) {
 	return agent.NewGraph(SetupGraphName, NodeEnsureDevice,
-		&setupNode{name: NodeEnsureDevice, next: NodeProvisionApp, deps: deps},
-		&setupNode{name: NodeProvisionApp, next: NodeLaunchOrAttach, deps: deps},
-		&setupNode{name: NodeLaunchOrAttach, next: NodeWaitIdle, deps: deps},
-		&setupNode{name: NodeWaitIdle, next: agent.End, deps: deps},
+		&Node[EnsureDeviceInput, EnsureDeviceOutput]{Next: NodeProvisionApp, Deps: deps,
+			Input: func(s SetupInputs) EnsureDeviceInput { return s.EnsureDevice }, Impl: ensureDeviceNode{deps.Sessions, &Warm{}}},
+		&Node[ProvisionAppInput, ProvisionAppOutput]{Next: NodeLaunchOrAttach, Deps: deps,
+			Input: func(s SetupInputs) ProvisionAppInput { return s.ProvisionApp }, Impl: provisionAppNode{deps.Provision}},
+		&Node[LaunchOrAttachInput, LaunchOrAttachOutput]{Next: NodeWaitIdle, Deps: deps,
+			Input: func(s SetupInputs) LaunchOrAttachInput { return s.LaunchOrAttach }, Impl: launchOrAttachNode{}},
+		&Node[WaitIdleInput, WaitIdleOutput]{Next: agent.End, Deps: deps,
+			Input: func(s SetupInputs) WaitIdleInput { return s.WaitIdle }, Impl: waitIdleNode{}},
 	)
-}
-
-// setupUses are the node inputs each setup node reads (its own, and the
-// application descriptor of those before it).
-var setupUses = map[string][]string{
-	NodeEnsureDevice:   {NodeEnsureDevice},
-	NodeProvisionApp:   {NodeProvisionApp},
-	NodeLaunchOrAttach: {NodeLaunchOrAttach, NodeProvisionApp},
-	NodeWaitIdle:       {NodeWaitIdle, NodeLaunchOrAttach, NodeProvisionApp},
-}
-
-type setupNode struct {
-	name, next string
-	deps       SetupDeps
-}
-
-func (n *setupNode) Name() string { return n.name }
-
-func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult {
-	var req SetupRequest
-	if err := json.Unmarshal(in.Run.Input, &req); err != nil {
-		return agent.NodeResult{Err: agent.Wrap(agent.ErrInvalidRequest, err, "run input")}
-	}
-	inputs, err := DecodeSetup(in.Run, req, setupUses[n.name]...)
-	if err != nil {
-		return agent.NodeResult{Err: err}
-	}
-	pol, _ := in.Policy.(*policy.Policy)
-	if pol == nil {
-		pol = policy.Default()
-	}
-	var (
-		mu     sync.Mutex
-		deltas []agent.TokenDelta
-	)
-	p := n.deps.Ports
-	p.Rand = in.Rand()
-	p.Progress = func(line string) {
-		line = agent.RedactString(line) // Logf did; a direct Progress call may not
-		if in.Progress != nil {
-			in.Progress(agent.Log("%s", line)) // committed while the node runs
-		} else {
-			mu.Lock()
-			deltas = append(deltas, agent.Log("%s", line))
-			mu.Unlock()
-		}
-		if n.deps.Progress != nil {
-			n.deps.Progress(n.name, line)
-		}
-	}
-	var drc *DeviceRuntimeContext
-	if raw, ok := in.Outputs[NodeEnsureDevice]; ok {
-		var ed EnsureDeviceOutput
-		if err := json.Unmarshal(raw, &ed); err == nil {
-			drc = ed.DeviceRuntimeContext
-		}
-	}
-	if drc != nil && n.deps.DeviceFor != nil {
-		p.Device = n.deps.DeviceFor(drc.DeviceID)
-	}
-	var out any
-	switch n.name {
-	case NodeEnsureDevice:
-		i := inputs.EnsureDevice
-		i.IterationOrdinalNumber = in.IterationOrdinalNumber
-		if i.DriverReusePolicy == "" {
-			i.DriverReusePolicy = DriverReusePolicy(pol.DriverReusePolicy)
-		}
-		i.Emulator = EmulatorOptions{IdleKill: time.Duration(pol.Emulator.IdleKillMinutes) * time.Minute,
-			ColdBoot: !pol.Emulator.QuickBoot, SaveSnapshot: pol.Emulator.SaveSnapshot}
-		out, err = EnsureDevice(ctx, i, p, n.deps.Sessions)
-	case NodeProvisionApp:
-		i := inputs.ProvisionApp
-		i.IterationOrdinalNumber = in.IterationOrdinalNumber
-		i.DeviceRuntimeContext = mergeContext(i.DeviceRuntimeContext, drc)
-		if i.InstallationPolicy == "" {
-			i.InstallationPolicy = InstallationPolicy(pol.InstallationPolicy)
-		}
-		out, err = ProvisionApp(ctx, i, p, n.deps.Provision)
-	case NodeLaunchOrAttach:
-		i := inputs.LaunchOrAttach
-		i.IterationOrdinalNumber = in.IterationOrdinalNumber
-		i.DeviceRuntimeContext = mergeContext(i.DeviceRuntimeContext, drc)
-		if i.ApplicationUnderTestDescriptor.AndroidPackageID == "" {
-			i.ApplicationUnderTestDescriptor = inputs.ProvisionApp.ApplicationUnderTestDescriptor
-		}
-		if i.LaunchAttachMode == "" {
-			i.LaunchAttachMode = LaunchAttachMode(pol.LaunchAttachMode)
-		}
-		i.Attempt = in.Attempt // a retry starts the app in a fresh process
-		out, err = LaunchOrAttach(ctx, i, p)
-		if e := agent.Classify(err); e != nil && e.ID == agent.ErrAppCrashed && e.Retryable {
-			// A crash at launch is retryable while the policy grants another
-			// attempt (retries.maxAttemptsByError, default one retry); the
-			// last one says it is not.
-			if again, _ := pol.Decide(n.name, e.ID, in.Attempt); !again {
-				e.Retryable = false
-			}
-		}
-	case NodeWaitIdle:
-		i := inputs.WaitIdle
-		i.IterationOrdinalNumber = in.IterationOrdinalNumber
-		i.DeviceRuntimeContext = mergeContext(i.DeviceRuntimeContext, drc)
-		if i.ApplicationUnderTestDescriptor == nil {
-			a := inputs.LaunchOrAttach.ApplicationUnderTestDescriptor
-			if a.AndroidPackageID == "" {
-				a = inputs.ProvisionApp.ApplicationUnderTestDescriptor
-			}
-			i.ApplicationUnderTestDescriptor = &a
-		}
-		h := &i.IdleHeuristicsConfiguration
-		setDefault(&h.MinQuietMillis, pol.Idle.MinQuietMillis)
-		setDefault(&h.MaxWaitMillis, pol.Idle.MaxWaitMillis)
-		setDefault(&h.SamplingIntervalMillis, pol.Idle.SampleIntervalMillis)
-		if h.CountQuietFromLastFrame == nil {
-			b := pol.Idle.CountQuietFromLastFrame
-			h.CountQuietFromLastFrame = &b
-		}
-		if p.IdleScreens != nil {
-			// WaitIdle ends the graph: on success the engine captures the
-			// policy's onSuccess kinds, which may ride on its last sample.
-			kinds, _ := policy.EvidenceKinds(pol, false)
-			i.Evidence = IdleEvidence{StepOrdinal: in.StepOrdinal, Attempt: in.Attempt,
-				Screenshot: slices.Contains(kinds, agent.ArtifactScreenshot), Hierarchy: slices.Contains(kinds, agent.ArtifactUIHierarchy)}
-		}
-		out, err = WaitIdle(ctx, i, p)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return agent.NodeResult{Output: out, Next: n.next, Err: err, Deltas: deltas}
 }
 
 // mergeContext gives a node the session and device EnsureDevice established,
@@ -292,11 +163,4 @@ func mergeContext(own, from *DeviceRuntimeContext) *DeviceRuntimeContext {
 		m.HealthProbeStatus = from.HealthProbeStatus
 	}
 	return &m
-}
-
-func setDefault(p **int64, v int) {
-	if *p == nil && v > 0 {
-		x := int64(v)
-		*p = &x
-	}
 }

@@ -30,11 +30,13 @@ var _ Runner = agent.GraphRunner{}
 // Preparer validates a run request (the JSON body of POST /v1/runs) and
 // builds the run row to store: RunID as given, Status PENDING, Serial, Graph,
 // Input, ProjectID and PolicyVersion filled, TenantID as the request names it
-// ("" when it names none: Submit then sets the caller's). A request it
-// refuses is an *agent.Error (invalid_request_error) whose message names the
-// JSON path. nodes.SetupPreparer is the daemon's.
+// or, when it names none, tenant (Submit passes the caller's: a tenant
+// scope's own, Config.DefaultTenant for admin). Submit validates the tenant
+// (agent.ValidTenantID) and checks the caller may submit for it; the Preparer
+// need not. A request it refuses is an *agent.Error (invalid_request_error)
+// whose message names the JSON path. nodes.SetupPreparer is the daemon's.
 type Preparer interface {
-	Prepare(ctx context.Context, runID string, body []byte) (agent.Run, error)
+	Prepare(ctx context.Context, runID, tenant string, body []byte) (agent.Run, error)
 }
 
 // Reachability lists the devices this daemon can drive, for the scheduler
@@ -228,9 +230,14 @@ type Service struct {
 	// ended: run id -> when its execution here ended; a round whose run
 	// list was read before that saw the run unfinished and must not start
 	// it again (it would take a lease for a run that just ended).
-	ended    map[string]time.Time
-	health   map[string]*deviceHealth // by serial
-	stopping bool
+	ended map[string]time.Time
+	// startedAt: when a round last read the started runs (startedDue);
+	// startedWanted: the next round must read them (a control request).
+	startedAt      time.Time
+	startedWanted  bool
+	startedTenants map[string]int           // tenant -> its started runs at that read
+	health         map[string]*deviceHealth // by serial
+	stopping       bool
 	// draining: StopTaking was called (no new runs); streams ends the
 	// event streams (Follow) then.
 	draining   bool
@@ -592,15 +599,15 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 	if err := strictjson.Check("$", body, nil, strictjson.Options{}); err != nil {
 		return agent.Run{}, err
 	}
-	run, err := s.cfg.Prepare.Prepare(ctx, s.cfg.NewID(), body)
+	// The tenant is defaulted by the Preparer (with the run's other ids, so
+	// the stored plan carries it) and validated here, once.
+	tenant := sc.TenantID()
+	if sc.IsAdmin() {
+		tenant = s.cfg.DefaultTenant
+	}
+	run, err := s.cfg.Prepare.Prepare(ctx, s.cfg.NewID(), tenant, body)
 	if err != nil {
 		return agent.Run{}, err
-	}
-	if run.TenantID == "" {
-		run.TenantID = sc.TenantID()
-		if sc.IsAdmin() {
-			run.TenantID = s.cfg.DefaultTenant
-		}
 	}
 	if !agent.ValidTenantID(run.TenantID) {
 		return agent.Run{}, agent.InvalidTenantID("$.tenantId", run.TenantID)
@@ -684,6 +691,9 @@ func (s *Service) Control(ctx context.Context, sc agent.Scope, runID, kind strin
 	if err != nil {
 		return c, err
 	}
+	s.mu.Lock()
+	s.startedWanted = true
+	s.mu.Unlock()
 	s.Wake()
 	return c, nil
 }

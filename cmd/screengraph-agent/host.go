@@ -273,7 +273,13 @@ func (h *host) open(ctx context.Context) (err error) {
 	if h.blobs, err = blobs.Open(ctx, filepath.Join(cfg.DataDir, "evidence"), cfg.ArtifactStore, cfg.ArtifactStoreEndpoint); err != nil {
 		return err
 	}
-	h.engine = &agent.Engine{Store: h.store, Policies: h.policies, Evidence: &evidence.Capturer{
+	recorder := &evidence.Recorder{
+		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.adb, serial) },
+		Settings:  videoSettings, FirstNode: policy.NodeLaunchOrAttach,
+		Logf: func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
+	}
+	h.engine = &agent.Engine{Store: h.store, Policies: h.policies, Recorder: recorder, Evidence: &evidence.Capturer{
+		Video:     recorder,
 		Blobs:     h.blobs,
 		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.adb, serial) },
 		Driver:    h.driver,
@@ -327,4 +333,11 @@ func (h *host) oneShot(holder string, text bool, started string) (o service.OneS
 				fmt.Fprintln(os.Stderr, started)
 			}
 		}}, begun
+}
+
+// videoSettings is policy.VideoOf as evidence.Recorder reads it.
+func videoSettings(pol agent.RetryPolicy) (evidence.VideoSettings, bool) {
+	v, on := policy.VideoOf(pol)
+	return evidence.VideoSettings{ShortSide: v.ShortSide, BitRate: v.BitRate, Segment: v.Segment.D(),
+		MaxLength: v.MaxLength.D(), MaxBytes: v.MaxBytes}, on
 }

@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	// The domain and the daemon's core: only agent/... (TestAgentImportsOnlyAgent).
 	"agent/...": {},
 	// Pure, DB-blind, network-blind nodes: ports and parsers only.
-	"nodes":  {"device", "device/artifacts/apk", "adb/parse", "policy"},
+	"nodes":  {"device", "device/android", "device/artifacts/apk", "adb/parse", "policy"},
 	"policy": {},
 	// adb: the transport uses its parsers; the parsers use nothing.
 	"adb":       {"adb/parse"},
@@ -38,6 +38,8 @@ var allowed = map[string][]string{
 	"appium": {"device"},
 	// device: the ports the nodes consume, nothing else.
 	"device": {},
+	// What a device answers to the nodes' shell commands, over the port.
+	"device/android": {"device", "adb/parse"},
 	// The adb-side implementations of the device ports.
 	"device/adbdevice":     {"adb", "adb/parse", "device"},
 	"device/artifacts":     {"device/artifacts/apk"},
