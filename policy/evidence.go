@@ -100,7 +100,12 @@ func (e Evidence) validate(bad func(format string, args ...any)) {
 	if e.Budget <= 0 || e.Budget.D() > 5*time.Minute {
 		bad("evidence.budget %s: must be > 0 and at most 5m", e.Budget.D())
 	}
-	v := e.Video
+	e.Video.validate(bad)
+}
+
+// validate checks the video settings against screenrecord's ranges and the
+// artifact cap.
+func (v Video) validate(bad func(format string, args ...any)) {
 	if v.ShortSide < 144 || v.ShortSide > 2160 {
 		bad("evidence.video.shortSide %d: must be 144..2160", v.ShortSide)
 	}
