@@ -387,32 +387,16 @@ func (s sessionSetup) create(ctx context.Context, adbPort int, platformVersion s
 	return &DeviceRuntimeContext{DriverSessionID: sess.ID, DeviceID: s.serial, CapabilitiesEcho: echo, HealthProbeStatus: health}, nil
 }
 
-// tryReuse probes a remembered session. It returns the context to use, or a
-// reason it cannot be used; err only when the Appium server cannot be asked.
+// tryReuse probes a remembered session (android.SessionCaps.Reusable). It
+// returns the context to use, or a reason it cannot be used; err only when
+// the Appium server cannot be asked.
 // A session whose capabilities warm knows is probed in one call
 // (device.AliveProber) when the driver can.
 func tryReuse(ctx context.Context, p Ports, serial, id string, warm *Warm) (*DeviceRuntimeContext, string, error) {
-	health, details, err := warm.Sessions.Probe(ctx, p.Driver, id)
-	if err != nil {
-		e := agent.Classify(err)
-		if e.ID == agent.ErrAppiumUnreachable || e.ID == agent.ErrTimeout || e.ID == agent.ErrInterrupted || e.ID == agent.ErrNetwork {
-			return nil, "", e
-		}
-		return nil, "probe: " + e.Error(), nil
+	health, caps, why, err := warm.Sessions.Reusable(ctx, p.Driver, serial, id)
+	if err != nil || why != "" {
+		return nil, why, err
 	}
-	if health == device.Unhealthy {
-		warm.Sessions.Forget(id)
-		why := "probe says UNHEALTHY"
-		if r, ok := details["reason"].(string); ok && r != "" {
-			why += ": " + r
-		}
-		return nil, why, nil
-	}
-	caps, _ := details["capabilities"].(map[string]any)
-	if udid := android.CapUDID(caps); udid != "" && udid != serial {
-		return nil, fmt.Sprintf("session drives %s, not %s", udid, serial), nil
-	}
-	warm.Sessions.Keep(id, caps)
 	return &DeviceRuntimeContext{DriverSessionID: id, DeviceID: serial, CapabilitiesEcho: caps, HealthProbeStatus: health}, "", nil
 }
 

@@ -5,12 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/device/android"
 )
 
@@ -166,7 +164,7 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports, w *app
 			return fc, err
 		}
 	}
-	act, err := launchActivity(ctx, p.Device, pkg, in.ApplicationUnderTestDescriptor.AndroidLaunchActivityName)
+	act, err := android.LaunchActivity(ctx, p.Device, pkg, in.ApplicationUnderTestDescriptor.AndroidLaunchActivityName)
 	if err != nil {
 		return nil, err
 	}
@@ -322,25 +320,6 @@ func (w *appWatch) processGone(ctx context.Context, p Ports) (*AppFailure, error
 		return f, err
 	}
 	return nil, nil
-}
-
-// launchActivity returns the component to start: the named activity (".X"
-// and "pkg/act" forms accepted) or the resolved launcher activity.
-func launchActivity(ctx context.Context, dev device.Device, pkg, name string) (parse.Component, error) {
-	if name == "" {
-		return android.ResolveLauncherActivity(ctx, dev, pkg)
-	}
-	if strings.Contains(name, "/") {
-		c, ok := parse.ParseComponent(name)
-		if !ok {
-			return parse.Component{}, agent.Errorf(agent.ErrInvalidRequest, "androidLaunchActivityName %q is not a component", name)
-		}
-		return c, nil
-	}
-	if strings.HasPrefix(name, ".") {
-		name = pkg + name
-	}
-	return parse.Component{Package: pkg, Activity: name}, nil
 }
 
 // launchOrAttachNode is LaunchOrAttach as a setup node: ProvisionApp's

@@ -125,13 +125,13 @@ func decodePlanWith(runID string, body []byte, ids func(*PlanHeader) error) (*Pl
 // policyVersion into p (each optional; a wrong type is refused).
 func (p *Plan) readHeader(top map[string]any) error {
 	var err error
-	if p.TenantID, err = treeString(top, "tenantId"); err != nil {
+	if p.TenantID, err = schema.OptionalString(top, "tenantId"); err != nil {
 		return err
 	}
-	if p.ProjectID, err = treeString(top, "projectId"); err != nil {
+	if p.ProjectID, err = schema.OptionalString(top, "projectId"); err != nil {
 		return err
 	}
-	if p.SchemaMode, err = treeString(top, "schemaMode"); err != nil {
+	if p.SchemaMode, err = schema.OptionalString(top, "schemaMode"); err != nil {
 		return err
 	}
 	if v, ok := top["policyVersion"]; ok && v != nil {
@@ -157,18 +157,6 @@ func (p *Plan) steps() []planStep {
 		{NodeLaunchOrAttach, &p.LaunchOrAttach},
 		{NodeWaitIdle, &p.WaitIdle},
 	}
-}
-
-func treeString(obj map[string]any, key string) (string, error) {
-	v, ok := obj[key]
-	if !ok || v == nil {
-		return "", nil
-	}
-	s, ok := v.(string)
-	if !ok {
-		return "", agent.Errorf(agent.ErrInvalidRequest, "$.%s: expected a string, received %s", key, schema.Received(v))
-	}
-	return s, nil
 }
 
 // decodeNodeTree is the decode of one node input (v, as DecodeTree returned

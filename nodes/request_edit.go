@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/strictjson"
 )
 
 // RequestFields are the run request's fields `runs submit` sets from its
@@ -28,7 +29,7 @@ type RequestFields struct {
 // invalid_request_error when ensureDevice, provisionApp or launchOrAttach
 // is still missing (naming the flag that gives it).
 func EditRequest(req map[string]any, f RequestFields) ([]byte, error) {
-	set := func(v any, path ...string) { SetPath(req, v, path...) }
+	set := func(v any, path ...string) { strictjson.SetPath(req, v, path...) }
 	if f.Device != "" {
 		set("android", "ensureDevice", "deviceConfiguration", "platformName")
 		set(f.Device, "ensureDevice", "deviceConfiguration", "deviceName")
@@ -63,20 +64,5 @@ func EditRequest(req map[string]any, f RequestFields) ([]byte, error) {
 	return json.Marshal(req)
 }
 
-// SetPath sets obj's value at path (object keys from the top) to v,
-// creating (or replacing with) an object each step on the way needs; a nil
-// v creates the objects on the way only.
-func SetPath(obj map[string]any, v any, path ...string) {
-	m := obj
-	for _, k := range path[:len(path)-1] {
-		next, ok := m[k].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			m[k] = next
-		}
-		m = next
-	}
-	if v != nil {
-		m[path[len(path)-1]] = v
-	}
-}
+// SetPath is strictjson.SetPath, for the run command's --input fill.
+func SetPath(obj map[string]any, v any, path ...string) { strictjson.SetPath(obj, v, path...) }

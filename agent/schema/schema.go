@@ -697,3 +697,18 @@ func keyCaseChild(path, k string, obj, doc map[string]any, strict bool, scopeKey
 	}
 	return child, nil
 }
+
+// OptionalString reads obj[key] (obj a decoded JSON tree): "" when absent
+// or null, the string when it is one; else an *agent.Error
+// invalid_request_error `$.KEY: expected a string, received ...`.
+func OptionalString(obj map[string]any, key string) (string, error) {
+	v, ok := obj[key]
+	if !ok || v == nil {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", agent.Errorf(agent.ErrInvalidRequest, "$.%s: expected a string, received %s", key, received(v))
+	}
+	return s, nil
+}

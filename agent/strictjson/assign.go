@@ -194,3 +194,22 @@ func received(v any) string {
 	}
 	return fmt.Sprintf("%T", v)
 }
+
+// SetPath sets obj's value at path (object keys from the top) to v, obj
+// being a decoded JSON tree (as DecodeTree returns it), creating (or
+// replacing with) an object each step on the way needs; a nil v creates the
+// objects on the way only.
+func SetPath(obj map[string]any, v any, path ...string) {
+	m := obj
+	for _, k := range path[:len(path)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	if v != nil {
+		m[path[len(path)-1]] = v
+	}
+}

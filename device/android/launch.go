@@ -118,3 +118,24 @@ func ForegroundWithPIDs(ctx context.Context, dev device.Device, pkg string, with
 	fg, err := ForegroundFrom(ctx, dev, parts[0])
 	return fg, parts[0], pids, err
 }
+
+// LaunchActivity returns the component to start: the named activity (".X"
+// and "pkg/act" forms accepted) or the resolved launcher activity
+// (ResolveLauncherActivity). A "pkg/act" name that is no component is
+// invalid_request_error.
+func LaunchActivity(ctx context.Context, dev device.Device, pkg, name string) (parse.Component, error) {
+	if name == "" {
+		return ResolveLauncherActivity(ctx, dev, pkg)
+	}
+	if strings.Contains(name, "/") {
+		c, ok := parse.ParseComponent(name)
+		if !ok {
+			return parse.Component{}, agent.Errorf(agent.ErrInvalidRequest, "androidLaunchActivityName %q is not a component", name)
+		}
+		return c, nil
+	}
+	if strings.HasPrefix(name, ".") {
+		name = pkg + name
+	}
+	return parse.Component{Package: pkg, Activity: name}, nil
+}

@@ -2,9 +2,11 @@ package android
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 
+	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 )
 
@@ -107,4 +109,35 @@ func CapUDID(caps map[string]any) string {
 		}
 	}
 	return ""
+}
+
+// Reusable probes a remembered session id (s.Probe) for serial. It returns
+// the session's health and capabilities, or why it cannot be reused (the
+// probe's error, UNHEALTHY, another device's session; "" when it can);
+// err only when the Appium server cannot be asked (appium_unreachable,
+// timeout, interrupted, network). An unhealthy session is forgotten, a
+// reusable one's capabilities kept.
+func (s *SessionCaps) Reusable(ctx context.Context, drv device.Driver, serial, id string) (health device.Health, caps map[string]any, why string, err error) {
+	health, details, err := s.Probe(ctx, drv, id)
+	if err != nil {
+		e := agent.Classify(err)
+		if e.ID == agent.ErrAppiumUnreachable || e.ID == agent.ErrTimeout || e.ID == agent.ErrInterrupted || e.ID == agent.ErrNetwork {
+			return health, nil, "", e
+		}
+		return health, nil, "probe: " + e.Error(), nil
+	}
+	if health == device.Unhealthy {
+		s.Forget(id)
+		why := "probe says UNHEALTHY"
+		if r, ok := details["reason"].(string); ok && r != "" {
+			why += ": " + r
+		}
+		return health, nil, why, nil
+	}
+	caps, _ = details["capabilities"].(map[string]any)
+	if udid := CapUDID(caps); udid != "" && udid != serial {
+		return health, caps, fmt.Sprintf("session drives %s, not %s", udid, serial), nil
+	}
+	s.Keep(id, caps)
+	return health, caps, "", nil
 }
