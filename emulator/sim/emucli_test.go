@@ -156,6 +156,9 @@ func (w *emuWorld) bootedAfter(serial string, since time.Time, timeout time.Dura
 // `adb emu`, the lock refusing a second writable instance, `adb emu kill`
 // saving default_boot and dropping the device, then a quick boot from it.
 func TestEmulatorBinaryColdQuickKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow under -short (the simulator as the SDK's emulator binary: a 4 s cold boot, a kill, a quick boot); make test runs it")
+	}
 	w := newEmuWorld(t)
 	avdDir := simtest.CreateAVD(t, w.avdHome, simtest.AVD{Name: "Pixel_API_34", APILevel: 33, Profile: "quickboot"})
 	simtest.CreateAVD(t, w.avdHome, simtest.AVD{Name: "Another_AVD"})
