@@ -23,15 +23,15 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(applied, []int64{1, 2, 3, 4, 5, 6, 7, 8}) {
-		t.Errorf("first Up applied %v, want [1 2 3 4 5 6 7 8]", applied)
+	if !slices.Equal(applied, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Errorf("first Up applied %v, want [1 2 3 4 5 6 7 8 9]", applied)
 	}
 	again, err := migrations.Up(ctx, db, migrations.SQLite)
 	if err != nil || len(again) != 0 {
 		t.Errorf("second Up applied %v, %v; want nothing", again, err)
 	}
-	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 8 {
-		t.Errorf("Version = %d, %v; want 8", v, err)
+	if v, err := migrations.Version(ctx, db, migrations.SQLite); err != nil || v != 9 {
+		t.Errorf("Version = %d, %v; want 9", v, err)
 	}
 	for _, table := range []string{"runs", "run_events", "run_outbox", "agent_state_snapshot", "run_control", "agent_kv", "device_leases", "api_tokens", "device_sightings"} {
 		var n int
@@ -42,13 +42,13 @@ func TestSQLiteUpTwiceIsNoOp(t *testing.T) {
 	// The partial unique index: a second unpublished (run, sequence) row is
 	// refused, a published one is not.
 	mustExec(t, db, `INSERT INTO runs (run_id, tenant_id, status, created_at, updated_at) VALUES ('r', 't', 'PENDING', 'x', 'x')`)
-	mustExec(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body, published_at) VALUES ('r', 1, 'e', 's', x'00', 'x')`)
-	mustExec(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES ('r', 1, 'e', 's', x'00')`)
-	if _, err := db.Exec(`INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES ('r', 1, 'e', 's', x'00')`); err == nil {
+	mustExec(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, published_at) VALUES ('r', 1, 'e', 's', 'x')`)
+	mustExec(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES ('r', 1, 'e', 's')`)
+	if _, err := db.Exec(`INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES ('r', 1, 'e', 's')`); err == nil {
 		t.Error("a second unpublished outbox row for (r, 1) was accepted")
 	}
-	mustExec(t, db, `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope) VALUES ('r', 1, 'e1', 'k', 'ts', '{}', 'c', '{}')`)
-	if _, err := db.Exec(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope) VALUES ('r', 1, 'e2', 'k', 'ts', '{}', 'c', '{}')`); err == nil {
+	mustExec(t, db, `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope) VALUES ('r', 1, 'e1', 'k', 'ts', 'c', '{}')`)
+	if _, err := db.Exec(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope) VALUES ('r', 1, 'e2', 'k', 'ts', 'c', '{}')`); err == nil {
 		t.Error("run_events accepted (r, 1) twice")
 	}
 	// Parked rows (00005): out of the queue, with their reason.

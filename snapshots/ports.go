@@ -16,12 +16,6 @@ type OutboxParker interface {
 	ParkOutbox(ctx context.Context, runID string, sequence int64, reason string) error
 }
 
-// ClaimParker is implemented by OutboxClaims that park a claimed row inside
-// the claim's transaction (the claim holds the row's lock).
-type ClaimParker interface {
-	Park(ctx context.Context, runID string, sequence int64, reason string) error
-}
-
 // OutboxCounter is implemented by stores that count their outbox rows with
 // one grouped query: rows waiting to be published, and rows parked.
 type OutboxCounter interface {
@@ -97,6 +91,9 @@ type OutboxClaim interface {
 	Finish(ctx context.Context, ackedUpTo map[string]int64) (int, error)
 	// Release ends the claim without marking anything.
 	Release()
+	// Park parks a claimed row inside the claim's transaction (the claim
+	// holds the row's lock): see OutboxParker.
+	Park(ctx context.Context, runID string, sequence int64, reason string) error
 }
 
 // OrderedPublisher is implemented by publishers that pipeline many rows at
@@ -172,3 +169,71 @@ const ChainInFlight = 1024
 // queued in the client's reconnect buffer (they would be sent again anyway
 // after the relay's back-off).
 var ErrNotConnected = errors.New("snapshots: NATS connection is down")
+
+// Capabilities are what a store's outbox offers the relay beyond
+// agent.Store, declared by the store itself (Capable) in one value: the
+// relay's mode (Mode) and each optional step follow from it, instead of a
+// type assertion per interface. A nil field is a capability the store does
+// not have.
+type Capabilities struct {
+	// Notifier signals commits (the relay's default Wake).
+	Notifier Notifier
+	// StepEvents lists the events of one step (Replay).
+	StepEvents StepEventer
+	// Parker parks unpublishable rows; Counter counts rows waiting and
+	// parked.
+	Parker  OutboxParker
+	Counter OutboxCounter
+	// Requeuer enqueues published rows again (a stream that lost them).
+	Requeuer Requeuer
+	// UpTo marks a run's acked prefix in one write; UpToMany several runs'
+	// in one transaction.
+	UpTo     UpToMarker
+	UpToMany MultiUpToMarker
+	// Cursor: one relay drains the outbox in commit order (the embedded
+	// store); with UpToMany and a ChainPublisher the relay streams.
+	Cursor OutboxCursor
+	// Claimer: several relays drain the outbox together by claims (a
+	// fleet's Postgres).
+	Claimer OutboxClaimer
+}
+
+// Capable is a store that declares its Capabilities.
+type Capable interface {
+	Capabilities() Capabilities
+}
+
+// CapabilitiesOf is s's declared Capabilities; none for a store that
+// declares nothing (a bare agent.Store: the relay goes pass by pass and
+// marks one row at a time).
+func CapabilitiesOf(s agent.Store) Capabilities {
+	if c, ok := s.(Capable); ok {
+		return c.Capabilities()
+	}
+	return Capabilities{}
+}
+
+// RelayMode is how a relay drains a store's outbox.
+type RelayMode int
+
+const (
+	// ModePasses: read the unpublished rows, publish them, mark; again.
+	ModePasses RelayMode = iota
+	// ModeStream: a single relay follows the outbox by its cursor and
+	// publishes rows as they are committed (with a ChainPublisher).
+	ModeStream
+	// ModeClaims: relays of several daemons claim runs (OutboxClaimer).
+	ModeClaims
+)
+
+// Mode is the relay mode c allows: claims when the store has them, the
+// stream when it has a cursor and one-write marks, else passes.
+func (c Capabilities) Mode() RelayMode {
+	switch {
+	case c.Claimer != nil:
+		return ModeClaims
+	case c.Cursor != nil && c.UpToMany != nil:
+		return ModeStream
+	}
+	return ModePasses
+}

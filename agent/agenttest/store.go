@@ -74,6 +74,15 @@ func (s *Store) CreateRun(ctx context.Context, r agent.Run) error {
 	if r.Status == "" {
 		r.Status = agent.RunPending
 	}
+	// The stores' defaults (storetest: Runs): created now, updated when
+	// created, in the stores' microsecond precision.
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = now()
+	}
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = r.CreatedAt
+	}
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC().Truncate(time.Microsecond), r.UpdatedAt.UTC().Truncate(time.Microsecond)
 	s.runs[r.RunID] = r
 	return nil
 }
@@ -156,18 +165,8 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 	if st.StatusTo != "" && !slices.Contains(st.StatusFrom, r.Status) {
 		return fmt.Errorf("run %s is %s, want one of %v: %w", st.RunID, r.Status, st.StatusFrom, agent.ErrStatusConflict)
 	}
-	seen := map[int64]bool{}
-	for _, e := range s.events[st.RunID] {
-		seen[e.Sequence] = true
-	}
-	for _, e := range st.Events {
-		if e.RunID != st.RunID {
-			return fmt.Errorf("event %s of run %s in a step of run %s", e.EventID, e.RunID, st.RunID)
-		}
-		if seen[e.Sequence] {
-			return fmt.Errorf("run %s sequence %d: %w", st.RunID, e.Sequence, agent.ErrSequenceTaken)
-		}
-		seen[e.Sequence] = true
+	if err := s.checkEvents(st, r); err != nil {
+		return err
 	}
 	if err := s.checkControl(st); err != nil {
 		return err
@@ -190,14 +189,21 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 	for _, e := range st.Events {
 		s.events[st.RunID] = append(s.events[st.RunID], e)
 		body, _ := json.Marshal(e)
-		s.outbox = append(s.outbox, agent.OutboxRow{RunID: e.RunID, Sequence: e.Sequence, EventID: e.EventID, Subject: "agent.events." + e.RunID, Body: body})
+		// The subject of the stores (snapshots.Subject): tenant and run ids
+		// are single subject tokens already (checked at CreateRun upstream).
+		s.outbox = append(s.outbox, agent.OutboxRow{RunID: e.RunID, Sequence: e.Sequence, EventID: e.EventID, Subject: "agent.events." + e.TenantID + "." + e.RunID, Body: body})
 	}
 	sort.Slice(s.events[st.RunID], func(i, j int) bool { return s.events[st.RunID][i].Sequence < s.events[st.RunID][j].Sequence })
 	if st.Snapshot != nil {
 		if s.snapshots[st.RunID] == nil {
 			s.snapshots[st.RunID] = map[int]agent.Snapshot{}
 		}
-		s.snapshots[st.RunID][st.Snapshot.StepOrdinal] = *st.Snapshot
+		sn := *st.Snapshot
+		sn.RunID = st.RunID
+		if sn.CreatedAt.IsZero() {
+			sn.CreatedAt = now()
+		}
+		s.snapshots[st.RunID][st.Snapshot.StepOrdinal] = sn
 	}
 	if st.PolicyVersion > 0 {
 		r.PolicyVersion = st.PolicyVersion
@@ -205,7 +211,7 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 	}
 	if st.StatusTo != "" {
 		r.Status = st.StatusTo
-		r.UpdatedAt = time.Now().UTC()
+		r.UpdatedAt = now()
 		s.runs[st.RunID] = r
 	}
 	s.control[st.RunID] = slices.DeleteFunc(s.control[st.RunID], func(c agent.Control) bool { return slices.Contains(st.Controls, c.ID) })
@@ -299,7 +305,7 @@ func (s *Store) SetStatus(ctx context.Context, runID string, from []agent.RunSta
 		return fmt.Errorf("run %s is %s, want one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
 	}
 	r.Status = to
-	r.UpdatedAt = time.Now().UTC()
+	r.UpdatedAt = now()
 	s.runs[runID] = r
 	return nil
 }
@@ -320,12 +326,18 @@ func (s *Store) RequestControl(ctx context.Context, c agent.Control) (agent.Cont
 	if r.Status.Terminal() {
 		return c, fmt.Errorf("run %s is %s: %w", c.RunID, r.Status, agent.ErrRunTerminal)
 	}
+	if !slices.Contains(controlKinds, c.Kind) {
+		return c, fmt.Errorf("control kind %q: want one of %v", c.Kind, controlKinds)
+	}
+	if c.ID != "" {
+		return c, fmt.Errorf("control request id %q: ids are assigned by the store", c.ID)
+	}
 	if n := len(s.control[c.RunID]); n >= agent.MaxPendingControl {
 		return c, fmt.Errorf("run %s has %d pending control requests: %w", c.RunID, n, agent.ErrControlBacklog)
 	}
 	c.ID = ulid.Make().String()
 	if c.RequestedAt.IsZero() {
-		c.RequestedAt = time.Now().UTC()
+		c.RequestedAt = now()
 	}
 	s.control[c.RunID] = append(s.control[c.RunID], c)
 	if c.Kind == agent.KindCancelRequested {
@@ -343,6 +355,38 @@ func (s *Store) PendingControl(ctx context.Context, runID string) ([]agent.Contr
 		return nil, err
 	}
 	return slices.Clone(s.control[runID]), nil
+}
+
+// controlKinds are the control requests the stores accept (RequestControl).
+var controlKinds = []string{agent.KindCancelRequested, agent.KindPauseRequested, agent.KindResumeRequested, agent.KindPolicySwitchRequested}
+
+// now is the stores' reading of the clock: UTC, microseconds.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// checkEvents is CommitStep's check of the step's events against the run
+// r: each of r's run and tenant, sealed, and their sequences the next ones
+// after the run's last, without a gap (the stores' ErrSequenceGap) or a
+// repeat (agent.ErrSequenceTaken). The caller holds s.mu.
+func (s *Store) checkEvents(st agent.Step, r agent.Run) error {
+	last := int64(0)
+	if ev := s.events[st.RunID]; len(ev) > 0 {
+		last = ev[len(ev)-1].Sequence
+	}
+	for i, e := range st.Events {
+		if e.RunID != st.RunID || e.TenantID != r.TenantID {
+			return fmt.Errorf("event %s of run %s tenant %q in a step of run %s tenant %q", e.EventID, e.RunID, e.TenantID, st.RunID, r.TenantID)
+		}
+		if err := agent.VerifyChecksum(e); err != nil {
+			return fmt.Errorf("event %s: %w", e.EventID, err)
+		}
+		if i == 0 && e.Sequence <= last {
+			return fmt.Errorf("run %s sequence %d (last is %d): %w", st.RunID, e.Sequence, last, agent.ErrSequenceTaken)
+		}
+		if want := last + 1 + int64(i); e.Sequence != want {
+			return fmt.Errorf("run %s sequence %d, want %d: not contiguous", st.RunID, e.Sequence, want)
+		}
+	}
+	return nil
 }
 
 // checkControl is CommitStep's check of Controls and NoOtherControl.
@@ -391,8 +435,8 @@ func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64)
 	}
 	for i := range s.outbox {
 		if s.outbox[i].RunID == runID && s.outbox[i].Sequence == sequence {
-			now := time.Now().UTC()
-			s.outbox[i].PublishedAt = &now
+			at := now()
+			s.outbox[i].PublishedAt = &at
 			return nil
 		}
 	}

@@ -24,7 +24,6 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
-	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/agent/retention"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/appium"
@@ -33,6 +32,7 @@ import (
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus/natsapi"
 	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 	"github.com/screengraph/screengraph-agent/snapshots/relay"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/snapshots"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus/natsapi"
 )
 
 // Tenancy on NATS. A client authenticates with an API token (nats.Token(tok),

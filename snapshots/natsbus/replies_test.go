@@ -3,8 +3,8 @@ package natsbus_test
 import (
 	"testing"
 
-	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus/natsapi"
 )
 
 // issue 22 item 1: the daemon answers a control request of tenant acme

@@ -13,8 +13,6 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var _ snapshots.OutboxClaimer = (*Store)(nil)
-
 // ClaimOutbox implements OutboxClaimer: in one transaction it locks the head
 // row (the lowest unpublished sequence) of up to maxRuns runs, oldest rows
 // first, with FOR UPDATE SKIP LOCKED, then reads up to rowsPerRun unpublished
@@ -64,10 +62,12 @@ func (c *pgClaim) claim(ctx context.Context, maxRuns, rowsPerRun int) ([][]agent
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err = c.tx.Query(ctx, `SELECT run_id, sequence, event_id, subject, body FROM (
-			SELECT run_id, sequence, event_id, subject, body, row_number() OVER (PARTITION BY run_id ORDER BY sequence) AS n
+	// The body is the event's envelope (one copy, in run_events).
+	rows, err = c.tx.Query(ctx, `SELECT r.run_id, r.sequence, r.event_id, r.subject, e.envelope FROM (
+			SELECT run_id, sequence, event_id, subject, row_number() OVER (PARTITION BY run_id ORDER BY sequence) AS n
 			FROM run_outbox WHERE run_id = ANY($1) AND published_at IS NULL) r
-		WHERE n <= $2 ORDER BY run_id, sequence`, ids, rowsPerRun)
+		JOIN run_events e ON e.run_id = r.run_id AND e.sequence = r.sequence
+		WHERE r.n <= $2 ORDER BY r.run_id, r.sequence`, ids, rowsPerRun)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: claim outbox rows: %w", err)
 	}

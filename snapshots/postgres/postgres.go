@@ -30,6 +30,9 @@ const OutboxChannel = "screengraph_outbox"
 // (SELECT … FOR UPDATE), so commits of one run serialize while runs proceed in
 // parallel; the unique constraints stay the last line of defense.
 type Store struct {
+	// Core: CommitStep, SetStatus, AcquireLease, the artifact index and
+	// QueuedRuns over this store's driver (driver.go).
+	storekit.Core
 	pool  *pgxpool.Pool
 	clock agent.Clock
 	// leaseClock: nil = the database's clock (Options.LeaseClock).
@@ -46,13 +49,16 @@ type Store struct {
 	wg    sync.WaitGroup
 }
 
-var (
-	_ agent.Store           = (*Store)(nil)
-	_ snapshots.Notifier    = (*Store)(nil)
-	_ snapshots.StepEventer = (*Store)(nil)
-	_ snapshots.Requeuer    = (*Store)(nil)
-	_ snapshots.UpToMarker  = (*Store)(nil)
-)
+var _ interface {
+	storekit.Store
+	agent.QueueNotifier
+} = (*Store)(nil)
+
+// Capabilities implements snapshots.Capable: the relays of a fleet's
+// daemons drain the outbox together by claims.
+func (s *Store) Capabilities() snapshots.Capabilities {
+	return snapshots.Capabilities{Claimer: s, Notifier: s, Parker: s, Counter: s, StepEvents: s, Requeuer: s, UpTo: s}
+}
 
 // Options tune Open; the zero value is the default.
 type Options struct {
@@ -105,6 +111,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	lctx, cancel := context.WithCancel(context.Background())
 	s := &Store{pool: pool, clock: o.Clock, leaseClock: o.LeaseClock, runClock: runClock, log: o.Log,
 		commits: make(chan struct{}, 1), queue: make(chan struct{}, 1), stop: cancel}
+	s.Core = storekit.Core{D: pgDriver{s}}
 	if !o.NoListen {
 		s.wg.Add(1)
 		go s.listen(lctx)
@@ -247,16 +254,13 @@ func pgScanRun(row storekit.RowScanner) (agent.Run, error) {
 	return r, err
 }
 
-// GetRun: see sqlite.Store.GetRun.
-func (s *Store) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
-	if err := sc.Valid(); err != nil {
-		return agent.Run{}, err
+// RunByID implements storekit.Driver (Core.GetRun).
+func (d pgDriver) RunByID(ctx context.Context, runID string) (agent.Run, bool, error) {
+	r, err := pgScanRun(d.s.pool.QueryRow(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE run_id = $1`, runID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false, nil
 	}
-	r, err := pgScanRun(s.pool.QueryRow(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE run_id = $1`, runID))
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !sc.Sees(r.TenantID)) {
-		return agent.Run{}, storekit.RunNotSeen(runID)
-	}
-	return r, err
+	return r, err == nil, err
 }
 
 // ListRuns: see sqlite.Store.ListRuns.
@@ -292,117 +296,6 @@ func (s *Store) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter)
 		q += fmt.Sprintf(` LIMIT $%d`, len(args))
 	}
 	return collect(pgScanRun)(s.pool.Query(ctx, q, args...))
-}
-
-// CommitStep: see sqlite.Store.CommitStep. The run's row is locked first, so the
-// CAS and the sequence check see every earlier commit of the run; a
-// NOTIFY on OutboxChannel is sent at commit.
-func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
-	evs, err := storekit.PrepareStep(st)
-	if err != nil {
-		return err
-	}
-	now := storekit.StoreTime(s.clock.Now())
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(context.Background())
-
-	var (
-		tenant, status string
-		dbNow          time.Time
-	)
-	err = tx.QueryRow(ctx, `SELECT tenant_id, status, coalesce($2::timestamptz, clock_timestamp()) FROM runs WHERE run_id = $1 FOR UPDATE`,
-		st.RunID, s.runClockArg()).Scan(&tenant, &status, &dbNow)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
-	}
-	if err != nil {
-		return err
-	}
-	var last int64
-	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = $1`, st.RunID).Scan(&last); err != nil {
-		return err
-	}
-	now = storekit.StoreTime(dbNow.UTC()) // the run's updated_at: the fleet's clock
-	if err := storekit.CheckStepAgainstRun(st, evs, tenant, agent.RunStatus(status), last); err != nil {
-		return err
-	}
-	if f := st.Fence; f != nil {
-		// FOR SHARE: a takeover (which updates the row) waits for this commit,
-		// so no step commits after its lease was released.
-		var leaseNow time.Time
-		l, err := pgScanLease(withExtra(tx.QueryRow(ctx, `SELECT `+storekit.LeaseCols+`, `+pgNow(3)+` FROM device_leases WHERE serial = $1 AND fencing_token = $2 FOR SHARE`,
-			f.Serial, f.Token, s.leaseClockArg()), &leaseNow))
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if err := storekit.CheckFence(f, l, err == nil, leaseNow.UTC()); err != nil {
-			return err
-		}
-	}
-	if err := s.takeControl(ctx, tx, st, now); err != nil {
-		return err
-	}
-	if st.StatusTo != "" {
-		if _, err := tx.Exec(ctx, `UPDATE runs SET status = $1, updated_at = $2 WHERE run_id = $3 AND status = $4`,
-			string(st.StatusTo), now, st.RunID, status); err != nil {
-			return err
-		}
-	}
-	if st.PolicyVersion > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE runs SET policy_version = $1 WHERE run_id = $2`, st.PolicyVersion, st.RunID); err != nil {
-			return err
-		}
-	}
-	var step *int
-	if st.Snapshot != nil {
-		step = &st.Snapshot.StepOrdinal
-	}
-	if len(evs) > 0 {
-		b := &pgx.Batch{}
-		for _, e := range evs {
-			b.Queue(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9)`,
-				e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.PayloadJSON, e.Checksum, e.Envelope, step)
-			b.Queue(`INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES ($1, $2, $3, $4, $5)`,
-				e.RunID, e.Sequence, e.EventID, e.Subject, e.Envelope)
-		}
-		b.Queue(`SELECT pg_notify($1, $2)`, OutboxChannel, st.RunID)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			switch {
-			case pgConstraint(err, pgUniqueViolation, "run_events_run_sequence_key"), pgConstraint(err, pgUniqueViolation, "run_outbox_unpublished_key"):
-				return fmt.Errorf("run %s: %v: %w", st.RunID, err, agent.ErrSequenceTaken)
-			case pgConstraint(err, pgUniqueViolation, "run_events_event_id_key"):
-				return fmt.Errorf("%w: event id already recorded: %v", snapshots.ErrInvalid, err)
-			}
-			return err
-		}
-	}
-	if sn := st.Snapshot; sn != nil {
-		created := now
-		if !sn.CreatedAt.IsZero() {
-			created = storekit.StoreTime(sn.CreatedAt)
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6)`,
-			st.RunID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, jsonArg(sn.State), created)
-		if pgConstraint(err, pgUniqueViolation, "agent_state_snapshot_pkey") {
-			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if err := s.insertArtifacts(ctx, tx, st, tenant, now); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
-	if len(evs) > 0 {
-		s.wake()
-	}
-	return nil
 }
 
 // LastSequence: see sqlite.Store.LastSequence.
@@ -473,30 +366,6 @@ func (s *Store) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string
 		append([]any{runID}, args...)...), runID, "latest")
 }
 
-// SetStatus: see sqlite.Store.SetStatus.
-func (s *Store) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
-	if len(from) == 0 || to == "" {
-		return fmt.Errorf("%w: SetStatus needs from and to", snapshots.ErrInvalid)
-	}
-	ss := make([]string, len(from))
-	for i, f := range from {
-		ss[i] = string(f)
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE runs SET status = $1, updated_at = coalesce($2::timestamptz, clock_timestamp()) WHERE run_id = $3 AND status = ANY($4)`,
-		string(to), s.runClockArg(), runID, ss)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
-	r, err := s.GetRun(ctx, agent.Admin(), runID)
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("run %s is %s, not one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
-}
-
 // RequestControl: see sqlite.Store.RequestControl. The run's row is locked (FOR
 // UPDATE, as CommitStep locks it), so a request and a terminal commit of the
 // run are ordered: the request is taken by that commit or refused after it.
@@ -548,36 +417,12 @@ func (s *Store) PendingControl(ctx context.Context, runID string) ([]agent.Contr
 	})(s.pool.Query(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = $1 AND taken_at IS NULL ORDER BY id`, runID))
 }
 
-// takeControl: see sqlite.Store.takeControl. The run's row is locked, so no
-// request of the run is recorded while the step commits.
-func (s *Store) takeControl(ctx context.Context, tx pgx.Tx, st agent.Step, now time.Time) error {
-	if len(st.Controls) > 0 {
-		tag, err := tx.Exec(ctx, `UPDATE run_control SET taken_at = $1 WHERE run_id = $2 AND taken_at IS NULL AND id = ANY($3)`, now, st.RunID, st.Controls)
-		if err != nil {
-			return err
-		}
-		if n := tag.RowsAffected(); n != int64(len(st.Controls)) {
-			return fmt.Errorf("run %s: %d of %d control requests not pending: %w", st.RunID, int64(len(st.Controls))-n, len(st.Controls), agent.ErrControlTaken)
-		}
-	}
-	if st.NoOtherControl {
-		var other int
-		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM run_control WHERE run_id = $1 AND taken_at IS NULL`, st.RunID).Scan(&other); err != nil {
-			return err
-		}
-		if other > 0 {
-			return fmt.Errorf("run %s: %d control requests pending: %w", st.RunID, other, agent.ErrControlPending)
-		}
-	}
-	return nil
-}
-
 // Unpublished: see sqlite.Store.Unpublished.
 func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT $1`, limit))
+	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL ORDER BY o.run_id, o.sequence LIMIT $1`, limit))
 }
 
 // MarkPublished: see sqlite.Store.MarkPublished.
@@ -627,17 +472,14 @@ func (s *Store) Requeue(ctx context.Context, runID string, fromSequence int64) (
 	return int(tag.RowsAffected()), nil
 }
 
-// GetKV: see sqlite.Store.GetKV.
-func (s *Store) GetKV(ctx context.Context, key string) ([]byte, error) {
+// KV implements storekit.Driver (Core.GetKV).
+func (d pgDriver) KV(ctx context.Context, key string) ([]byte, bool, error) {
 	var v []byte
-	err := s.pool.QueryRow(ctx, `SELECT value FROM agent_kv WHERE key = $1`, key).Scan(&v)
+	err := d.s.pool.QueryRow(ctx, `SELECT value FROM agent_kv WHERE key = $1`, key).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("kv %q: %w", key, agent.ErrNotFound)
+		return nil, false, nil
 	}
-	if err == nil && v == nil {
-		v = []byte{}
-	}
-	return v, err
+	return v, err == nil, err
 }
 
 // PutKV: see sqlite.Store.PutKV.

@@ -21,8 +21,6 @@ const pgPruneLock = 0x736770_72756e65
 // pruned; the batch is rolled back and the run held at the next pass.
 var errPruneRace = errors.New("prune: an outbox row of a run being pruned became unpublished meanwhile; nothing deleted")
 
-var _ agent.Pruner = (*Store)(nil)
-
 // PruneRuns implements agent.Pruner. Pruners of the fleet take turns on a
 // transaction-level advisory lock (released at commit or rollback, so a
 // pooled connection never keeps it); the chosen runs are locked FOR UPDATE,

@@ -14,12 +14,6 @@ import (
 // released lease, so every daemon's scheduler wakes at once.
 const QueueChannel = "screengraph_queue"
 
-var (
-	_ agent.RunQueue      = (*Store)(nil)
-	_ agent.QueueNotifier = (*Store)(nil)
-	_ agent.StoreClock    = (*Store)(nil)
-)
-
 // pgQueueName is the SQL of a device name's normal form (agent.RunQueue),
 // the expression runs_queue_idx indexes.
 func pgQueueName(col string) string { return "lower(replace(trim(" + col + "), ' ', '_'))" }
@@ -46,55 +40,6 @@ func (s *Store) StoreNow(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	return storekit.StoreTime(now.UTC()), nil
-}
-
-// QueuedRuns implements agent.RunQueue in one statement: per name, a skip
-// scan of runs_queue_idx finds the tenants with queued runs (one index
-// probe each), and per tenant a LIMIT reads its oldest runs.
-func (s *Store) QueuedRuns(ctx context.Context, q agent.QueueQuery) ([]agent.Run, error) {
-	per, tenants := q.PerTenant, q.MaxTenants
-	if per <= 0 {
-		per = 1
-	}
-	if tenants <= 0 {
-		tenants = 64
-	}
-	var out []agent.Run
-	if len(q.Names) > 0 {
-		qn := pgQueueName("r.serial")
-		rows, err := collect(pgScanRun)(s.pool.Query(ctx, `WITH RECURSIVE names(name) AS (
-				SELECT DISTINCT lower(replace(trim(n), ' ', '_')) FROM unnest($1::text[]) n
-			), t(name, tenant, k) AS (
-				SELECT n.name, (SELECT r.tenant_id FROM runs r WHERE r.status = 'PENDING' AND `+qn+` = n.name ORDER BY r.tenant_id LIMIT 1), 1 FROM names n
-				UNION ALL
-				SELECT t.name, (SELECT r.tenant_id FROM runs r WHERE r.status = 'PENDING' AND `+qn+` = t.name AND r.tenant_id > t.tenant ORDER BY r.tenant_id LIMIT 1), t.k + 1
-				FROM t WHERE t.tenant IS NOT NULL AND t.k < $3
-			)
-			SELECT x.* FROM t, LATERAL (
-				SELECT `+pgRunColumns+` FROM runs r WHERE r.status = 'PENDING' AND `+qn+` = t.name AND r.tenant_id = t.tenant
-				ORDER BY r.created_at, r.run_id LIMIT $2) x
-			WHERE t.tenant IS NOT NULL`, q.Names, per, tenants))
-		if err != nil {
-			return nil, fmt.Errorf("queued runs: %w", err)
-		}
-		out = rows
-	}
-	if q.Oldest > 0 {
-		rows, err := collect(pgScanRun)(s.pool.Query(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE status = 'PENDING' ORDER BY created_at, run_id LIMIT $1`, q.Oldest))
-		if err != nil {
-			return nil, fmt.Errorf("oldest queued runs: %w", err)
-		}
-		out = append(out, rows...)
-	}
-	if q.Started > 0 {
-		rows, err := collect(pgScanRun)(s.pool.Query(ctx, `SELECT `+pgRunColumns+` FROM runs WHERE status IN ('RUNNING', 'PAUSED', 'CANCELED_REQUESTED')
-			ORDER BY created_at, run_id LIMIT $1`, q.Started))
-		if err != nil {
-			return nil, fmt.Errorf("started runs: %w", err)
-		}
-		out = append(out, rows...)
-	}
-	return storekit.OldestFirst(out), nil
 }
 
 // SeeDevices implements agent.RunQueue (one upsert, in name order so that

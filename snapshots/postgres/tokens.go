@@ -11,8 +11,6 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var _ agent.Tokens = (*Store)(nil)
-
 func pgScanToken(row storekit.RowScanner) (agent.APIToken, error) {
 	var t agent.APIToken
 	err := row.Scan(&t.ID, &t.TenantID, &t.Admin, &t.Hash, &t.NATSPasswordHash, &t.CreatedAt, &t.RevokedAt)

@@ -72,8 +72,8 @@ func (r *Relay) parkUnpublishable(ctx context.Context, rows []agent.OutboxRow, p
 
 // storeParker is the store's ParkOutbox, or nil.
 func (r *Relay) storeParker() func(ctx context.Context, runID string, sequence int64, reason string) error {
-	if p, ok := r.Store.(snapshots.OutboxParker); ok {
-		return p.ParkOutbox
+	if r.caps.Parker != nil {
+		return r.caps.Parker.ParkOutbox
 	}
 	return nil
 }

@@ -26,7 +26,8 @@ import (
 // failure the relay backs off (MinBackoff doubling to MaxBackoff, with
 // jitter) and drains again from the first unpublished row.
 //
-// With a store that is an OutboxClaimer (Postgres) the relay claims runs
+// The store's declared snapshots.Capabilities choose the mode
+// (Capabilities.Mode). With a store whose Claimer is set (Postgres) the relay claims runs
 // instead of reading Unpublished, so relays of several daemons drain one
 // outbox together and never publish one run at the same time: see
 // OutboxClaimer. The embedded store (one daemon per data dir) is read as is;
@@ -78,7 +79,10 @@ type Relay struct {
 	VerifyTails bool
 	Log         zerolog.Logger
 
-	once       sync.Once
+	once sync.Once
+	// caps: the Store's declared capabilities (snapshots.CapabilitiesOf),
+	// read by defaults; the mode and each optional step follow from them.
+	caps       snapshots.Capabilities
 	running    atomic.Bool
 	published  atomic.Int64
 	failures   atomic.Int64
@@ -143,10 +147,9 @@ func (r *Relay) setDefaults() {
 	if r.MaxBackoff < r.MinBackoff {
 		r.MaxBackoff = max(5*time.Second, r.MinBackoff)
 	}
-	if r.Wake == nil {
-		if n, ok := r.Store.(snapshots.Notifier); ok {
-			r.Wake = n.Commits()
-		}
+	r.caps = snapshots.CapabilitiesOf(r.Store)
+	if r.Wake == nil && r.caps.Notifier != nil {
+		r.Wake = r.caps.Notifier.Commits()
 	}
 }
 
@@ -233,8 +236,8 @@ func (r *Relay) drain(ctx context.Context) (n int, err error) {
 			r.noteFailure()
 		}
 	}()
-	if c, ok := r.Store.(snapshots.OutboxClaimer); ok {
-		return r.drainClaims(ctx, c)
+	if r.caps.Mode() == snapshots.ModeClaims {
+		return r.drainClaims(ctx, r.caps.Claimer)
 	}
 	op, pipelined := r.Publisher.(snapshots.OrderedPublisher)
 	pipelined = pipelined && !r.OneByOne
@@ -304,12 +307,12 @@ func (r *Relay) markAcked(ctx context.Context, rows []agent.OutboxRow, acked map
 	defer cancel()
 	marked := 0
 	var merr error
-	switch m := r.Store.(type) {
-	case snapshots.MultiUpToMarker:
-		marked, merr = m.MarkPublishedUpToMany(mctx, acked)
-	case snapshots.UpToMarker:
+	switch {
+	case r.caps.UpToMany != nil:
+		marked, merr = r.caps.UpToMany.MarkPublishedUpToMany(mctx, acked)
+	case r.caps.UpTo != nil:
 		for runID, seq := range acked {
-			n, err := m.MarkPublishedUpTo(mctx, runID, seq)
+			n, err := r.caps.UpTo.MarkPublishedUpTo(mctx, runID, seq)
 			marked += n
 			if err != nil {
 				merr = err
@@ -406,8 +409,8 @@ func (r *Relay) publishBatch(ctx context.Context, rows []agent.OutboxRow) (int, 
 // previous one was acked, and marks them published (one by one, or in groups
 // through UpToMarker). It returns how many rows it marked.
 func (r *Relay) publishRun(ctx context.Context, rows []agent.OutboxRow) (int, error) {
-	um, group := r.Store.(snapshots.UpToMarker)
-	group = group && r.MarkEvery > 1
+	um := r.caps.UpTo
+	group := um != nil && r.MarkEvery > 1
 	marked, acked := 0, 0 // acked: rows acked but not marked yet (group mode)
 	flush := func() error {
 		if acked == 0 {
@@ -514,10 +517,10 @@ func (r *Relay) claimOnce(ctx context.Context, c snapshots.OutboxClaimer, maxRun
 		claim.Release()
 		return 0, false, nil
 	}
-	if cp, ok := claim.(snapshots.ClaimParker); ok {
+	{
 		kept := runs[:0:0]
 		for _, run := range runs {
-			run, err := r.parkUnpublishable(ctx, run, cp.Park)
+			run, err := r.parkUnpublishable(ctx, run, claim.Park)
 			if err != nil {
 				claim.Release()
 				return 0, false, err

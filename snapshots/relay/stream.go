@@ -35,13 +35,11 @@ func (r *Relay) streamCapable() (snapshots.OutboxCursor, snapshots.MultiUpToMark
 	if r.OneByOne {
 		return nil, nil, nil, false
 	}
-	if _, claims := r.Store.(snapshots.OutboxClaimer); claims {
+	if r.caps.Mode() != snapshots.ModeStream {
 		return nil, nil, nil, false
 	}
-	cur, ok1 := r.Store.(snapshots.OutboxCursor)
-	mk, ok2 := r.Store.(snapshots.MultiUpToMarker)
-	cp, ok3 := r.Publisher.(snapshots.ChainPublisher)
-	return cur, mk, cp, ok1 && ok2 && ok3
+	cp, ok := r.Publisher.(snapshots.ChainPublisher)
+	return r.caps.Cursor, r.caps.UpToMany, cp, ok
 }
 
 // sweepEvery: under steady load a session sweeps every sweepEvery

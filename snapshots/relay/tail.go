@@ -80,8 +80,8 @@ func (r *Relay) checkTails(ctx context.Context, tail snapshots.StreamTail, runs 
 				out = append(out, run[k:])
 			}
 		default: // last < head.Sequence-1: published rows missing
-			rq, can := r.Store.(snapshots.Requeuer)
-			if !can {
+			rq := r.caps.Requeuer
+			if rq == nil {
 				r.Log.Error().Str("run_id", head.RunID).Int64("stream_last", last).Int64("next", head.Sequence).
 					Msg("outbox relay: the stream lost acknowledged events of this run and the store cannot enqueue them again")
 				out = append(out, run)

@@ -30,6 +30,10 @@ import (
 // query_only connections that WAL lets run beside the writer. Another process
 // (the CLI's `runs cancel`) writes to the same file under busy_timeout.
 type Store struct {
+	// Core: CommitStep (in a group commit, groupcommit.go), SetStatus,
+	// AcquireLease, the artifact index and QueuedRuns over this store's
+	// driver (driver.go).
+	storekit.Core
 	path    string
 	w       *sql.DB // nil when read-only
 	r       *sql.DB
@@ -43,15 +47,13 @@ type Store struct {
 	full atomic.Bool
 }
 
-var (
-	_ agent.Store               = (*Store)(nil)
-	_ snapshots.Notifier        = (*Store)(nil)
-	_ snapshots.StepEventer     = (*Store)(nil)
-	_ snapshots.Requeuer        = (*Store)(nil)
-	_ snapshots.UpToMarker      = (*Store)(nil)
-	_ snapshots.OutboxCursor    = (*Store)(nil)
-	_ snapshots.MultiUpToMarker = (*Store)(nil)
-)
+var _ storekit.Store = (*Store)(nil)
+
+// Capabilities implements snapshots.Capable: a single relay follows the
+// outbox by its cursor (ids in commit order) and marks in one write.
+func (s *Store) Capabilities() snapshots.Capabilities {
+	return snapshots.Capabilities{Notifier: s, StepEvents: s, Parker: s, Counter: s, Requeuer: s, UpTo: s, UpToMany: s, Cursor: s}
+}
 
 // Options tune Open. The zero value is the default.
 type Options struct {
@@ -146,6 +148,7 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		o.Readers = 4
 	}
 	s := &Store{path: path, clock: o.Clock, commits: make(chan struct{}, 1)}
+	s.Core = storekit.Core{D: driver{s}}
 	s.group = newGroupCommitter(s)
 	if o.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
@@ -248,8 +251,8 @@ const (
 	sqlStepRun        = `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?), 0) FROM runs WHERE run_id = ?`
 	sqlFenceLease     = `SELECT ` + storekit.LeaseCols + ` FROM device_leases WHERE serial = ? AND fencing_token = ?`
 	sqlStepStatus     = `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`
-	sqlInsertEvent    = `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	sqlInsertOutbox   = `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES (?, ?, ?, ?, ?)`
+	sqlInsertEvent    = `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertOutbox   = `INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES (?, ?, ?, ?)`
 	sqlInsertSnapshot = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
 	sqlMarkUpTo       = `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
 	sqlInsertRun      = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
@@ -329,21 +332,14 @@ func scanRun(sc storekit.RowScanner) (agent.Run, error) {
 	return r, err
 }
 
-// GetRun returns the run or an error wrapping agent.ErrNotFound (also for a
-// run of a tenant sc does not see); agent.ErrNoScope for the zero Scope.
-func (s *Store) GetRun(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
-	if err := sc.Valid(); err != nil {
-		return agent.Run{}, err
-	}
-	q, err := s.rs.get(ctx, `SELECT `+runColumns+` FROM runs WHERE run_id = ?`)
+// RunByID implements storekit.Driver (Core.GetRun).
+func (d driver) RunByID(ctx context.Context, runID string) (agent.Run, bool, error) {
+	q, err := d.s.rs.get(ctx, `SELECT `+runColumns+` FROM runs WHERE run_id = ?`)
 	if err != nil {
-		return agent.Run{}, err
+		return agent.Run{}, false, err
 	}
 	r, err := scanRun(q.QueryRowContext(ctx, runID))
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && !sc.Sees(r.TenantID)) {
-		return agent.Run{}, storekit.RunNotSeen(runID)
-	}
-	return r, err
+	return r, err == nil, noRows(err)
 }
 
 // ListRuns returns runs newest first (created_at, then run id, descending).
@@ -379,136 +375,6 @@ func (s *Store) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter)
 		args = append(args, f.Limit)
 	}
 	return collect(scanRun)(s.query(ctx, q, args...))
-}
-
-// CommitStep writes the step atomically: the CAS on runs.status (when
-// StatusTo is set), the events with their outbox rows, the snapshot; any
-// failure writes none of it. Errors wrap agent.ErrNotFound (no such run),
-// agent.ErrStatusConflict, agent.ErrSequenceTaken, agent.ErrLeaseLost (stale
-// Fence), ErrSequenceGap, ErrSnapshotTaken or ErrInvalid.
-//
-// Steps committed at the same time by several runs share one IMMEDIATE
-// transaction (group commit, groupcommit.go), each under a SAVEPOINT of its
-// own, so one step's failure rolls back only that step.
-func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
-	if _, err := s.writer(); err != nil {
-		return err
-	}
-	evs, err := storekit.PrepareStep(st)
-	if err != nil {
-		return err
-	}
-	return s.group.do(ctx, len(evs) > 0, func(ctx context.Context, tx *sql.Tx) error {
-		return s.commitStepTx(ctx, tx, st, evs, storekit.FmtTime(s.clock.Now()))
-	})
-}
-
-// commitStepTx writes one step in tx (see CommitStep); now is the
-// transaction's time.
-func (s *Store) commitStepTx(ctx context.Context, tx *sql.Tx, st agent.Step, evs []storekit.PreparedEvent, now string) error {
-	var tenant, status string
-	var last int64
-	q, err := s.ws.tx(ctx, tx, sqlStepRun)
-	if err != nil {
-		return err
-	}
-	err = q.QueryRowContext(ctx, st.RunID, st.RunID).Scan(&tenant, &status, &last)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
-	}
-	if err != nil {
-		return err
-	}
-	if err := storekit.CheckStepAgainstRun(st, evs, tenant, agent.RunStatus(status), last); err != nil {
-		return err
-	}
-	if f := st.Fence; f != nil {
-		// The write lock is held: no takeover can interleave.
-		q, err := s.ws.tx(ctx, tx, sqlFenceLease)
-		if err != nil {
-			return err
-		}
-		l, err := scanLease(q.QueryRowContext(ctx, f.Serial, f.Token))
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		nowT, _ := storekit.ParseTime(now)
-		if err := storekit.CheckFence(f, l, err == nil, nowT); err != nil {
-			return err
-		}
-	}
-	if err := s.takeControl(ctx, tx, st, now); err != nil {
-		return err
-	}
-	if st.StatusTo != "" {
-		// The write lock is held since BEGIN IMMEDIATE, so the status read above
-		// is current; the WHERE repeats it to keep the statement a CAS on its own.
-		q, err := s.ws.tx(ctx, tx, sqlStepStatus)
-		if err != nil {
-			return err
-		}
-		if _, err := q.ExecContext(ctx, string(st.StatusTo), now, st.RunID, status); err != nil {
-			return err
-		}
-	}
-	if st.PolicyVersion > 0 {
-		if _, err := tx.ExecContext(ctx, `UPDATE runs SET policy_version = ? WHERE run_id = ?`, st.PolicyVersion, st.RunID); err != nil {
-			return err
-		}
-	}
-	var step any
-	if st.Snapshot != nil {
-		step = st.Snapshot.StepOrdinal
-	}
-	if len(evs) > 0 {
-		insEv, err := s.ws.tx(ctx, tx, sqlInsertEvent)
-		if err != nil {
-			return err
-		}
-		insOb, err := s.ws.tx(ctx, tx, sqlInsertOutbox)
-		if err != nil {
-			return err
-		}
-		for _, e := range evs {
-			if _, err := insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.PayloadJSON, e.Checksum, string(e.Envelope), step); err != nil {
-				switch {
-				case sqliteConstraint(err, "run_events.sequence"):
-					return fmt.Errorf("run %s sequence %d: %w", e.RunID, e.Sequence, agent.ErrSequenceTaken)
-				case sqliteConstraint(err, "run_events.event_id"):
-					return fmt.Errorf("%w: event id %s already recorded", snapshots.ErrInvalid, e.EventID)
-				}
-				return err
-			}
-			if _, err := insOb.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Subject, e.Envelope); err != nil {
-				if sqliteConstraint(err, "run_outbox") {
-					return fmt.Errorf("run %s sequence %d still unpublished in the outbox: %w", e.RunID, e.Sequence, agent.ErrSequenceTaken)
-				}
-				return err
-			}
-		}
-	}
-	if sn := st.Snapshot; sn != nil {
-		var state any
-		if sn.State != nil {
-			state = string(sn.State)
-		}
-		created := now
-		if !sn.CreatedAt.IsZero() {
-			created = storekit.FmtTime(sn.CreatedAt)
-		}
-		q, err := s.ws.tx(ctx, tx, sqlInsertSnapshot)
-		if err != nil {
-			return err
-		}
-		_, err = q.ExecContext(ctx, st.RunID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, state, created)
-		if sqliteConstraint(err, "agent_state_snapshot") {
-			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return s.insertArtifacts(ctx, tx, st, tenant, now)
 }
 
 // LastSequence is the run's highest event sequence, 0 when it has none.
@@ -588,38 +454,6 @@ func (s *Store) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string
 		append([]any{runID}, args...)...), runID, "latest")
 }
 
-// SetStatus is the compare-and-set UPDATE runs SET status = to WHERE status
-// IN (from). Errors wrap agent.ErrStatusConflict or agent.ErrNotFound.
-func (s *Store) SetStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) error {
-	if _, err := s.writer(); err != nil {
-		return err
-	}
-	if len(from) == 0 || to == "" {
-		return fmt.Errorf("%w: SetStatus needs from and to", snapshots.ErrInvalid)
-	}
-	var n int64
-	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-		args := append([]any{string(to), storekit.FmtTime(s.clock.Now()), runID}, storekit.StatusStrings(from)...)
-		res, err := tx.ExecContext(ctx, `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status IN (?`+strings.Repeat(`, ?`, len(from)-1)+`)`, args...)
-		if err != nil {
-			return err
-		}
-		n, _ = res.RowsAffected()
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if n == 1 {
-		return nil
-	}
-	r, err := s.GetRun(ctx, agent.Admin(), runID)
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("run %s is %s, not one of %v: %w", runID, r.Status, from, agent.ErrStatusConflict)
-}
-
 // RequestControl records a control request (kind: one of the incoming
 // control kinds) in one committed transaction, after checking the run has not
 // ended; a cancel also moves runs.status to CANCELED_REQUESTED there. The
@@ -685,38 +519,13 @@ func (s *Store) PendingControl(ctx context.Context, runID string) ([]agent.Contr
 	})(q.QueryContext(ctx, runID))
 }
 
-// takeControl marks the step's requests taken (Step.Controls) and checks
-// Step.NoOtherControl, in the step's transaction.
-func (s *Store) takeControl(ctx context.Context, tx *sql.Tx, st agent.Step, now string) error {
-	if len(st.Controls) > 0 {
-		args := append([]any{now, st.RunID}, storekit.AnySlice(st.Controls)...)
-		res, err := tx.ExecContext(ctx, `UPDATE run_control SET taken_at = ? WHERE run_id = ? AND taken_at IS NULL AND id IN (?`+strings.Repeat(`, ?`, len(st.Controls)-1)+`)`, args...)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n != int64(len(st.Controls)) {
-			return fmt.Errorf("run %s: %d of %d control requests not pending: %w", st.RunID, int64(len(st.Controls))-n, len(st.Controls), agent.ErrControlTaken)
-		}
-	}
-	if st.NoOtherControl {
-		var other int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM run_control WHERE run_id = ? AND taken_at IS NULL`, st.RunID).Scan(&other); err != nil {
-			return err
-		}
-		if other > 0 {
-			return fmt.Errorf("run %s: %d control requests pending: %w", st.RunID, other, agent.ErrControlPending)
-		}
-	}
-	return nil
-}
-
 // Unpublished returns up to limit (default 100) unpublished outbox rows
 // ordered by run id, then sequence.
 func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	q, err := s.rs.get(ctx, `SELECT run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL ORDER BY run_id, sequence LIMIT ?`)
+	q, err := s.rs.get(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL ORDER BY o.run_id, o.sequence LIMIT ?`)
 	if err != nil {
 		return nil, err
 	}
@@ -731,9 +540,11 @@ func (s *Store) UnpublishedAfter(ctx context.Context, after int64, limit int) ([
 	// From the start, the partial index of unpublished rows (published rows
 	// are never deleted, so the id range would be the whole table); after a
 	// point, the id range (only rows committed since).
-	q := `SELECT id, run_id, sequence, event_id, subject, body FROM run_outbox WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`
+	// The body is the event's envelope (one copy, in run_events).
+	q := `SELECT o.id, o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL AND o.id > ? ORDER BY o.id LIMIT ?`
 	if after <= 0 {
-		q = `SELECT id, run_id, sequence, event_id, subject, body FROM run_outbox INDEXED BY run_outbox_unpublished_key WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`
+		q = `SELECT o.id, o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o INDEXED BY run_outbox_unpublished_key
+			JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL AND o.id > ? ORDER BY o.id LIMIT ?`
 	}
 	rows, err := s.query(ctx, q, after, limit)
 	if err != nil {
@@ -851,21 +662,15 @@ func (s *Store) Requeue(ctx context.Context, runID string, fromSequence int64) (
 	return int(n), nil
 }
 
-// GetKV returns the value of key or an error wrapping agent.ErrNotFound.
-func (s *Store) GetKV(ctx context.Context, key string) ([]byte, error) {
-	var v []byte
-	q, err := s.rs.get(ctx, `SELECT value FROM agent_kv WHERE key = ?`)
+// KV implements storekit.Driver (Core.GetKV).
+func (d driver) KV(ctx context.Context, key string) ([]byte, bool, error) {
+	q, err := d.s.rs.get(ctx, `SELECT value FROM agent_kv WHERE key = ?`)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	var v []byte
 	err = q.QueryRowContext(ctx, key).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("kv %q: %w", key, agent.ErrNotFound)
-	}
-	if v == nil && err == nil {
-		v = []byte{}
-	}
-	return v, err
+	return v, err == nil, noRows(err)
 }
 
 // PutKV inserts or replaces key.

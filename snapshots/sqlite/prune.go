@@ -10,10 +10,6 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var (
-	_ agent.Pruner = (*Store)(nil)
-)
-
 // The runs PruneRuns may delete and the ones it must keep (held), in the
 // embedded dialect: terminal, last changed before the cutoff, and without
 // (with) an unpublished outbox row or an active lease.

@@ -11,11 +11,6 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var (
-	_ agent.RunQueue   = (*Store)(nil)
-	_ agent.StoreClock = (*Store)(nil)
-)
-
 // sqlQueueName is the SQL of a device name's normal form (agent.RunQueue),
 // the expression runs_queue_idx indexes (SQLite's lower() folds ASCII only;
 // device names are ASCII).
@@ -25,63 +20,6 @@ const sqlQueueName = `lower(replace(trim(serial), ' ', '_'))`
 // Options.Clock (the system clock by default).
 func (s *Store) StoreNow(context.Context) (time.Time, error) {
 	return storekit.StoreTime(s.clock.Now()), nil
-}
-
-// QueuedRuns implements agent.RunQueue: per name, the tenants with queued
-// runs one index probe each (runs_queue_idx), then each tenant's oldest.
-func (s *Store) QueuedRuns(ctx context.Context, q agent.QueueQuery) ([]agent.Run, error) {
-	per, tenants := q.PerTenant, q.MaxTenants
-	if per <= 0 {
-		per = 1
-	}
-	if tenants <= 0 {
-		tenants = 64
-	}
-	var out []agent.Run
-	seen := map[string]bool{}
-	for _, name := range q.Names {
-		var norm string
-		if err := s.queryRow(ctx, `SELECT lower(replace(trim(?), ' ', '_'))`, name).Scan(&norm); err != nil {
-			return nil, err
-		}
-		if seen[norm] {
-			continue
-		}
-		seen[norm] = true
-		tenant := ""
-		for range tenants {
-			var t sql.NullString
-			if err := s.queryRow(ctx, `SELECT min(tenant_id) FROM runs WHERE status = 'PENDING' AND `+sqlQueueName+` = ? AND tenant_id > ?`, norm, tenant).Scan(&t); err != nil {
-				return nil, fmt.Errorf("queued runs: %w", err)
-			}
-			if !t.Valid {
-				break
-			}
-			tenant = t.String
-			runs, err := collect(scanRun)(s.query(ctx, `SELECT `+runColumns+` FROM runs WHERE status = 'PENDING' AND `+sqlQueueName+` = ? AND tenant_id = ?
-				ORDER BY created_at, run_id LIMIT ?`, norm, tenant, per))
-			if err != nil {
-				return nil, fmt.Errorf("queued runs: %w", err)
-			}
-			out = append(out, runs...)
-		}
-	}
-	if q.Oldest > 0 {
-		runs, err := collect(scanRun)(s.query(ctx, `SELECT `+runColumns+` FROM runs WHERE status = 'PENDING' ORDER BY created_at, run_id LIMIT ?`, q.Oldest))
-		if err != nil {
-			return nil, fmt.Errorf("oldest queued runs: %w", err)
-		}
-		out = append(out, runs...)
-	}
-	if q.Started > 0 {
-		runs, err := collect(scanRun)(s.query(ctx, `SELECT `+runColumns+` FROM runs WHERE status IN ('RUNNING', 'PAUSED', 'CANCELED_REQUESTED')
-			ORDER BY created_at, run_id LIMIT ?`, q.Started))
-		if err != nil {
-			return nil, fmt.Errorf("started runs: %w", err)
-		}
-		out = append(out, runs...)
-	}
-	return storekit.OldestFirst(out), nil
 }
 
 // SeeDevices implements agent.RunQueue.

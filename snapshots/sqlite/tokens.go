@@ -10,8 +10,6 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-var _ agent.Tokens = (*Store)(nil)
-
 func scanToken(sc storekit.RowScanner) (agent.APIToken, error) {
 	var (
 		t       agent.APIToken

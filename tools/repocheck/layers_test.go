@@ -60,14 +60,17 @@ var allowed = map[string][]string{
 	"snapshots/postgres":          {"snapshots", "snapshots/internal/storekit", "migrations"},
 	"snapshots/internal/storekit": {"snapshots"},
 	"snapshots/relay":             {"snapshots"},
-	"snapshots/natsbus":           {"snapshots"},
-	"snapshots/internal/testenv":  {"snapshots/sqlite", "snapshots/postgres", "snapshots/natsbus", "snapshots/pgtest"},
-	"snapshots/...":               {"snapshots"},
-	"migrations":                  {},
-	"fixtures":                    {},
-	"examples":                    {},
-	"tools/...":                   {},
-	"cmd/...":                     {"..."},
+	"snapshots/natsbus":           {"snapshots", "snapshots/natsbus/natsapi"},
+	// The NATS control API lives with the rest of the daemon's NATS side
+	// but speaks only agent's ports (the service, the HTTP API's errors).
+	"snapshots/natsbus/natsapi":  {},
+	"snapshots/internal/testenv": {"snapshots/sqlite", "snapshots/postgres", "snapshots/natsbus", "snapshots/pgtest"},
+	"snapshots/...":              {"snapshots"},
+	"migrations":                 {},
+	"fixtures":                   {},
+	"examples":                   {},
+	"tools/...":                  {},
+	"cmd/...":                    {"..."},
 }
 
 // leaves import no project package at all, not even agent/: the parsers,

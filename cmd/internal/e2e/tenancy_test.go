@@ -283,7 +283,7 @@ func TestServeTenantIsolation(t *testing.T) {
 	// A consumer of acme's own events pointed at beta's control subject
 	// (outside the stream's subjects, so the server allows it): nothing
 	// reaches beta's run. Today the daemon's queue subscription gets no push
-	// deliveries at all; natsapi.IsJetStreamDelivery (agent/natsapi tests) would
+	// deliveries at all; natsapi.IsJetStreamDelivery (snapshots/natsbus/natsapi tests) would
 	// drop them in the handler regardless.
 	if _, err := ajs.CreateOrUpdatePushConsumer(context.Background(), snapshots.StreamName, jetstream.ConsumerConfig{Name: "inject",
 		FilterSubject: "agent.events.acme.>", DeliverSubject: snapshots.ControlSubject("beta", b),

@@ -1,6 +1,7 @@
 package storekit
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -47,4 +48,15 @@ func ArtifactCreated(a agent.Artifact, now time.Time) time.Time {
 
 func ArtifactNotFound(runID, artifactID string) error {
 	return fmt.Errorf("run %s artifact %s: %w", runID, artifactID, agent.ErrNotFound)
+}
+
+// ArtifactQueries are a dialect's reads of the artifact index.
+type ArtifactQueries interface {
+	// RunArtifacts lists the run's artifacts (ArtifactOrder).
+	RunArtifacts(ctx context.Context, runID string) ([]agent.Artifact, error)
+	// RunArtifact reads one; found false: none.
+	RunArtifact(ctx context.Context, runID, artifactID string) (a agent.Artifact, found bool, err error)
+	// SumsInUse returns those of sums (at most MaxBlobsInUseQuery) that
+	// an artifact row names.
+	SumsInUse(ctx context.Context, sums []string) ([]string, error)
 }

@@ -107,9 +107,8 @@ func AnySlice(ss []string) []any {
 // PreparedEvent is an event ready to insert: envelope bytes and subject.
 type PreparedEvent struct {
 	agent.Event
-	Envelope    []byte // the event's JSON envelope, as published
-	PayloadJSON string // the payload column: the payload, or "null"
-	Subject     string // its NATS subject (snapshots.Subject)
+	Envelope []byte // the event's JSON envelope, as published
+	Subject  string // its NATS subject (snapshots.Subject)
 }
 
 // PrepareStep validates a Step independently of the database: ULIDs, one
@@ -164,11 +163,7 @@ func PrepareStep(s agent.Step) ([]PreparedEvent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: event %s: %v", snapshots.ErrInvalid, e.EventID, err)
 		}
-		payload := "null"
-		if len(e.Payload) > 0 {
-			payload = string(e.Payload)
-		}
-		out = append(out, PreparedEvent{Event: e, Envelope: env, PayloadJSON: payload, Subject: snapshots.Subject(e.TenantID, e.RunID, e.Kind)})
+		out = append(out, PreparedEvent{Event: e, Envelope: env, Subject: snapshots.Subject(e.TenantID, e.RunID, e.Kind)})
 	}
 	return out, nil
 }

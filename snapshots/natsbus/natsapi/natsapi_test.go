@@ -17,11 +17,11 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
-	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus/natsapi"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )

@@ -14,9 +14,9 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/agent/natsapi"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
+	"github.com/screengraph/screengraph-agent/snapshots/natsbus/natsapi"
 )
 
 // downStore is a Controller whose store cannot be reached, failing as

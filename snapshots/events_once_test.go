@@ -1,0 +1,168 @@
+package snapshots_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/migrations"
+	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
+	"github.com/screengraph/screengraph-agent/snapshots/postgres"
+	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
+	"github.com/screengraph/screengraph-agent/snapshots/storetest"
+)
+
+// oldSchema is the last schema that wrote each event three times
+// (run_events.payload, run_events.envelope, run_outbox.body).
+const oldSchema = 8
+
+// oldStore is what the migration test reads back through the new code.
+type oldStore interface {
+	agent.Store
+	agent.ParkedLister
+	OutboxCounts(ctx context.Context) (unpublished, parked int64, err error)
+	Close() error
+}
+
+// fillOldSchema writes, with the old schema's own statements (ph: the
+// dialect's placeholder), a run with four events: the first published, the
+// second parked, the last two waiting in the outbox. It returns the run and
+// its events' envelopes as the old code marshalled them.
+func fillOldSchema(t *testing.T, db *sql.DB, ph func(int) string, ts string) (agent.Run, []agent.Event, [][]byte) {
+	t.Helper()
+	p := func(n int) string {
+		s := ""
+		for i := 1; i <= n; i++ {
+			if i > 1 {
+				s += ", "
+			}
+			s += ph(i)
+		}
+		return s
+	}
+	r := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
+	mustExecArgs(t, db, `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (`+p(10)+`)`,
+		r.RunID, r.TenantID, r.ProjectID, string(agent.RunRunning), r.Serial, r.Graph, string(r.Input), r.PolicyVersion, ts, ts)
+	step := storetest.NodeStep(r, 1, 0, "EnsureDevice")
+	events := append(step.Events, storetest.Event(r, 4, agent.KindRunStarted, `{"note":"<&> \u00e9"}`))
+	var envs [][]byte
+	for i, e := range events {
+		env, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, env)
+		mustExecArgs(t, db, `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES (`+p(9)+`)`,
+			e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, string(e.Payload), e.Checksum, env, 0)
+		subject := fmt.Sprintf("agent.events.%s.%s", e.TenantID, e.RunID)
+		switch i {
+		case 0:
+			mustExecArgs(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body, published_at) VALUES (`+p(6)+`)`, e.RunID, e.Sequence, e.EventID, subject, env, ts)
+		case 1:
+			mustExecArgs(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body, published_at, parked_at, parked_reason) VALUES (`+p(8)+`)`,
+				e.RunID, e.Sequence, e.EventID, subject, env, ts, ts, "too big")
+		default:
+			mustExecArgs(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES (`+p(5)+`)`, e.RunID, e.Sequence, e.EventID, subject, env)
+		}
+	}
+	return r, events, envs
+}
+
+func mustExecArgs(t *testing.T, db *sql.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// checkCarriedOver reads the old schema's rows back through the new store
+// (migration 00009 applied at its Open): the events byte for byte, the
+// outbox's waiting rows with their bodies (now the events' envelopes), the
+// parked row with its size; and the run goes on committing.
+func checkCarriedOver(t *testing.T, s oldStore, r agent.Run, events []agent.Event, envs [][]byte) {
+	t.Helper()
+	ctx := t.Context()
+	got, err := s.Events(ctx, agent.Admin(), r.RunID, 0)
+	if err != nil || len(got) != len(events) {
+		t.Fatalf("Events = %d, %v; want %d", len(got), err, len(events))
+	}
+	for i, e := range got {
+		if env, _ := json.Marshal(e); !bytes.Equal(env, envs[i]) {
+			t.Errorf("event %d = %s, want %s", i+1, env, envs[i])
+		}
+	}
+	rows, err := s.Unpublished(ctx, 10)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("Unpublished = %v, %v; want events 3 and 4", rows, err)
+	}
+	for i, o := range rows {
+		want := events[2+i]
+		if o.Sequence != want.Sequence || o.EventID != want.EventID || !bytes.Equal(o.Body, envs[2+i]) ||
+			o.Subject != fmt.Sprintf("agent.events.%s.%s", want.TenantID, want.RunID) {
+			t.Errorf("outbox row %d = %d %s %s %s; want %d %s with body %s", i, o.Sequence, o.EventID, o.Subject, o.Body, want.Sequence, want.EventID, envs[2+i])
+		}
+	}
+	parked, err := s.ParkedEvents(ctx, 10)
+	if err != nil || len(parked) != 1 || parked[0].Sequence != 2 || parked[0].Bytes != len(envs[1]) || parked[0].Reason != "too big" {
+		t.Errorf("ParkedEvents = %+v, %v; want event 2, %d bytes, too big", parked, err, len(envs[1]))
+	}
+	if u, p, err := s.OutboxCounts(ctx); err != nil || u != 2 || p != 1 {
+		t.Errorf("OutboxCounts = %d, %d, %v; want 2, 1", u, p, err)
+	}
+	if err := s.MarkPublished(ctx, r.RunID, 3); err != nil {
+		t.Errorf("MarkPublished(3): %v", err)
+	}
+	if err := s.CommitStep(ctx, storetest.NodeStep(r, 5, 1, "ProvisionApp")); err != nil {
+		t.Fatalf("CommitStep after the migration: %v", err)
+	}
+	if rows, err := s.Unpublished(ctx, 10); err != nil || len(rows) != 4 || rows[0].Sequence != 4 || rows[3].Sequence != 7 {
+		t.Errorf("Unpublished after a new step = %d rows, %v; want 4..7", len(rows), err)
+	}
+}
+
+// Issue 26 part 1: a database written by the old schema (each event three
+// times) is carried over by migration 00009, on both stores.
+func TestEventsOnceMigrationSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, oldSchema); err != nil {
+		t.Fatal(err)
+	}
+	r, events, envs := fillOldSchema(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z")
+	db.Close()
+	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkCarriedOver(t, s, r, events, envs)
+}
+
+func TestEventsOnceMigrationPostgres(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.UpTo(t.Context(), db, migrations.Postgres, oldSchema); err != nil {
+		t.Fatal(err)
+	}
+	r, events, envs := fillOldSchema(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z")
+	db.Close()
+	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkCarriedOver(t, s, r, events, envs)
+}

@@ -1,0 +1,195 @@
+package storekit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots"
+)
+
+// The store core: the transaction logic of a step commit, the status
+// compare-and-set, a lease acquisition, the artifact index and the run queue
+// live here once; each dialect (snapshots/sqlite, snapshots/postgres) is a
+// driver of the queries below, run in the transaction it opened, with its
+// own clock (River's layout: one engine, one narrow driver per database,
+// one driver test suite, snapshots/storetest).
+
+// Conflict names the unique constraint a write violated, as a dialect's
+// driver reads it from its database's error (Conflicts).
+type Conflict int
+
+const (
+	NoConflict          Conflict = iota
+	ConflictSequence             // run_events (run_id, sequence)
+	ConflictEventID              // run_events event_id
+	ConflictOutbox               // run_outbox: the sequence is still unpublished
+	ConflictSnapshot             // agent_state_snapshot (run_id, step_ordinal)
+	ConflictArtifact             // artifacts primary key
+	ConflictLeaseDevice          // one active lease per device
+	ConflictLeaseRun             // one active lease per run
+)
+
+// StepRun is what a step commit reads of its run, with the run locked
+// against the run's other commits and control requests: the tenant, the
+// status, the last event sequence (0: none) and the time the commit stamps
+// (updated_at, taken_at, a snapshot's or artifact's default created_at).
+type StepRun struct {
+	Tenant string
+	Status agent.RunStatus
+	Last   int64
+	Now    time.Time
+}
+
+// StepTx is a dialect's queries of one step commit, inside the transaction
+// the dialect opened. Times are UTC, microseconds (StoreTime).
+type StepTx interface {
+	// LockRun reads the run (StepRun); found false when there is none.
+	LockRun(ctx context.Context, runID string) (r StepRun, found bool, err error)
+	// FenceLease reads the lease (serial, token), locked so that a takeover
+	// waits for the commit, and the lease clock's now; found false when
+	// there is no such lease.
+	FenceLease(ctx context.Context, serial string, token int64) (l agent.Lease, found bool, now time.Time, err error)
+	// TakeControls marks the run's pending requests ids taken at now and
+	// returns how many it marked.
+	TakeControls(ctx context.Context, runID string, ids []string, now time.Time) (int64, error)
+	// PendingControls counts the run's requests not taken.
+	PendingControls(ctx context.Context, runID string) (int, error)
+	// UpdateStatus sets the run's status from (its current one) to to.
+	UpdateStatus(ctx context.Context, runID string, from, to agent.RunStatus, now time.Time) error
+	// UpdatePolicyVersion sets the run's policy version.
+	UpdatePolicyVersion(ctx context.Context, runID string, version int) error
+	// InsertEvents writes the events (run_events, and their outbox entries)
+	// in sequence order; stepOrdinal nil: no snapshot in the step.
+	InsertEvents(ctx context.Context, evs []PreparedEvent, stepOrdinal *int) error
+	// InsertSnapshot writes sn of runID, created at created.
+	InsertSnapshot(ctx context.Context, runID string, sn agent.Snapshot, created time.Time) error
+	// InsertArtifact writes a of runID and tenant, created at created.
+	InsertArtifact(ctx context.Context, runID, tenant string, a agent.Artifact, created time.Time) error
+	// Conflict names the unique constraint err reports (NoConflict: none).
+	Conflict(err error) Conflict
+}
+
+// CommitStep writes st in tx (agent.Store.CommitStep): the run's checks
+// (CheckStepAgainstRun), the fence, the control requests, the status CAS,
+// the policy version, the events, the snapshot and the artifacts, in that
+// order. evs are PrepareStep's. Any error leaves the caller to roll tx
+// back; the errors wrap the agent and snapshots errors CommitStep names.
+func CommitStep(ctx context.Context, tx StepTx, st agent.Step, evs []PreparedEvent) error {
+	run, found, err := tx.LockRun(ctx, st.RunID)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
+	}
+	if err := CheckStepAgainstRun(st, evs, run.Tenant, run.Status, run.Last); err != nil {
+		return err
+	}
+	if f := st.Fence; f != nil {
+		l, found, now, err := tx.FenceLease(ctx, f.Serial, f.Token)
+		if err != nil {
+			return err
+		}
+		if err := CheckFence(f, l, found, now); err != nil {
+			return err
+		}
+	}
+	if err := takeControl(ctx, tx, st, run.Now); err != nil {
+		return err
+	}
+	if st.StatusTo != "" {
+		// The run is locked since LockRun, so the status read there is
+		// current; the dialect's UPDATE repeats it as its own CAS.
+		if err := tx.UpdateStatus(ctx, st.RunID, run.Status, st.StatusTo, run.Now); err != nil {
+			return err
+		}
+	}
+	if st.PolicyVersion > 0 {
+		if err := tx.UpdatePolicyVersion(ctx, st.RunID, st.PolicyVersion); err != nil {
+			return err
+		}
+	}
+	if len(evs) > 0 {
+		var step *int
+		if st.Snapshot != nil {
+			step = &st.Snapshot.StepOrdinal
+		}
+		if err := tx.InsertEvents(ctx, evs, step); err != nil {
+			return eventConflict(tx.Conflict(err), st.RunID, evs, err)
+		}
+	}
+	if sn := st.Snapshot; sn != nil {
+		created := run.Now
+		if !sn.CreatedAt.IsZero() {
+			created = StoreTime(sn.CreatedAt)
+		}
+		err := tx.InsertSnapshot(ctx, st.RunID, *sn, created)
+		if tx.Conflict(err) == ConflictSnapshot {
+			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, a := range st.Artifacts {
+		err := tx.InsertArtifact(ctx, st.RunID, run.Tenant, a, ArtifactCreated(a, run.Now))
+		if tx.Conflict(err) == ConflictArtifact {
+			return fmt.Errorf("%w: artifact id %s already recorded", agent.ErrInvalidArtifact, a.ArtifactID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eventConflict is InsertEvents' error err as the step commit returns it.
+func eventConflict(c Conflict, runID string, evs []PreparedEvent, err error) error {
+	span := fmt.Sprintf("run %s sequences %d-%d", runID, evs[0].Sequence, evs[len(evs)-1].Sequence)
+	switch c {
+	case ConflictSequence:
+		return fmt.Errorf("%s: %v: %w", span, err, agent.ErrSequenceTaken)
+	case ConflictOutbox:
+		return fmt.Errorf("%s still unpublished in the outbox: %v: %w", span, err, agent.ErrSequenceTaken)
+	case ConflictEventID:
+		return fmt.Errorf("%w: %s: event id already recorded: %v", snapshots.ErrInvalid, span, err)
+	}
+	return err
+}
+
+// takeControl marks the step's requests taken (Step.Controls) and checks
+// Step.NoOtherControl. The run is locked, so no request of the run is
+// recorded while the step commits.
+func takeControl(ctx context.Context, tx StepTx, st agent.Step, now time.Time) error {
+	if len(st.Controls) > 0 {
+		n, err := tx.TakeControls(ctx, st.RunID, st.Controls, now)
+		if err != nil {
+			return err
+		}
+		if n != int64(len(st.Controls)) {
+			return fmt.Errorf("run %s: %d of %d control requests not pending: %w", st.RunID, int64(len(st.Controls))-n, len(st.Controls), agent.ErrControlTaken)
+		}
+	}
+	if st.NoOtherControl {
+		other, err := tx.PendingControls(ctx, st.RunID)
+		if err != nil {
+			return err
+		}
+		if other > 0 {
+			return fmt.Errorf("run %s: %d control requests pending: %w", st.RunID, other, agent.ErrControlPending)
+		}
+	}
+	return nil
+}
+
+// StatusCAS is a dialect's compare-and-set of a run's status.
+type StatusCAS interface {
+	// CASStatus is UPDATE runs SET status = to WHERE run_id AND status IN
+	// (from), stamping updated_at with the dialect's clock; it returns the
+	// rows updated (0 or 1).
+	CASStatus(ctx context.Context, runID string, from []agent.RunStatus, to agent.RunStatus) (int64, error)
+	// RunByID reads the run; found false when there is none.
+	RunByID(ctx context.Context, runID string) (r agent.Run, found bool, err error)
+}
