@@ -57,6 +57,11 @@ type emuWorld struct {
 }
 
 func newEmuWorld(t *testing.T) *emuWorld {
+	if testing.Short() {
+		// The first of these tests builds the stand-in binary: minutes on a
+		// loaded 2-core machine (232-345 s measured), most of -short's time.
+		t.Skip("slow under -short (builds and runs the simulator as the SDK's emulator binary); make test runs it")
+	}
 	home := t.TempDir()
 	// The adb CLI reads the console token from $HOME too (`adb emu`).
 	t.Setenv("HOME", home)
@@ -156,9 +161,6 @@ func (w *emuWorld) bootedAfter(serial string, since time.Time, timeout time.Dura
 // `adb emu`, the lock refusing a second writable instance, `adb emu kill`
 // saving default_boot and dropping the device, then a quick boot from it.
 func TestEmulatorBinaryColdQuickKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow under -short (the simulator as the SDK's emulator binary: a 4 s cold boot, a kill, a quick boot); make test runs it")
-	}
 	w := newEmuWorld(t)
 	avdDir := simtest.CreateAVD(t, w.avdHome, simtest.AVD{Name: "Pixel_API_34", APILevel: 33, Profile: "quickboot"})
 	simtest.CreateAVD(t, w.avdHome, simtest.AVD{Name: "Another_AVD"})
