@@ -52,6 +52,8 @@ bench: setup
 	go test -run '^$$' -bench Daemon32 -benchtime 1x -timeout 20m ./cmd/internal/e2e/
 	go test -run '^$$' -bench FleetRunsPerMinute -benchtime 1x -timeout 10m ./cmd/internal/e2e/
 	go test -run '^$$' -bench Boot -benchtime 1x ./emulator/ ./nodes/
+	go test -run '^$$' -bench LiveScreen32 -benchtime 1x -timeout 10m ./cmd/internal/e2e/
+	go test -run '^$$' -bench Submit -benchtime 2000x ./nodes/
 
 # Release packaging (tools/release.sh): archives for linux/darwin x amd64/arm64,
 # debs with a systemd unit (Debian's dpkg-deb: no tool to install; see

@@ -78,15 +78,6 @@ func CheckActivityName(path, v string) error {
 	return nil
 }
 
-// checkRequestIDs applies the id limits to a submit request's top level,
-// before its node inputs (which carry these ids) are decoded.
-func checkRequestIDs(req SubmitRequest) error {
-	if err := checkID("$.tenantId", req.TenantID); err != nil {
-		return err
-	}
-	return checkID("$.projectId", req.ProjectID)
-}
-
 // checkInputBounds applies the limits above to a request's decoded node inputs.
 func checkInputBounds(in SetupInputs) error {
 	if err := checkID("$.ensureDevice.deviceConfiguration.deviceName", in.EnsureDevice.DeviceConfiguration.DeviceName); err != nil {

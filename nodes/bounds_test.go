@@ -60,8 +60,6 @@ func TestNewSetupRunBounds(t *testing.T) {
 	}{
 		{map[string]any{"projectId": strings.Repeat("<", 200<<10)}, "$"}, // over the 64 KiB request cap
 		{map[string]any{"projectId": strings.Repeat("p", MaxIDLength+1)}, "$.projectId"},
-		{map[string]any{"tenantId": strings.Repeat("t", MaxIDLength+1)}, "$.tenantId"},
-		{map[string]any{"tenantId": "a\nb"}, "$.tenantId"},
 		{map[string]any{"ensureDevice.deviceConfiguration.deviceName": strings.Repeat("e", MaxIDLength+1)}, "$.ensureDevice.deviceConfiguration.deviceName"},
 		{map[string]any{"ensureDevice.deviceConfiguration.deviceName": "emulator-5554\n"}, "$.ensureDevice.deviceConfiguration.deviceName"},
 		{map[string]any{pad + "androidPackageId": "a" + strings.Repeat(".b", MaxNameLength/2+1)}, "$." + pad + "androidPackageId"},

@@ -26,7 +26,8 @@ func (r refRule) CheckRef(ref string) error {
 }
 
 // TestSetupPreparer: the daemon's Preparer defaults the policy version to the
-// current one, leaves the tenant to Submit, and refuses an artifact reference
+// current one and the tenant to the one Submit passes (the request's own
+// wins; the stored plan's node inputs carry it), and refuses an artifact reference
 // the rules refuse and a policy version the daemon does not hold, before
 // anything is stored.
 func TestSetupPreparer(t *testing.T) {
@@ -42,16 +43,22 @@ func TestSetupPreparer(t *testing.T) {
 			`"provisionApp":{"applicationUnderTestDescriptor":` + aut + `},` +
 			`"launchOrAttach":{"applicationUnderTestDescriptor":{"androidPackageId":"com.example.app"}}}`)
 	}
-	run, err := p.Prepare(ctx, "01J0000000000000000000000", body("", ""))
-	if err != nil || run.RunID != "01J0000000000000000000000" || run.TenantID != "" || run.Status != agent.RunPending ||
+	run, err := p.Prepare(ctx, "01J0000000000000000000000", "t1", body("", ""))
+	if err != nil || run.RunID != "01J0000000000000000000000" || run.TenantID != "t1" || run.Status != agent.RunPending ||
 		run.PolicyVersion != pols.Current().PolicyVersion {
 		t.Fatalf("prepared %+v, %v", run, err)
 	}
-	_, err = p.Prepare(ctx, "01J0000000000000000000001", body("", `,"apkStorageObjectReference":"https://evil.example/a.apk"`))
+	if plan, err := nodes.PlanFor(run, nodes.NodeProvisionApp); err != nil || plan.ProvisionApp.TenantID != "t1" || plan.ProvisionApp.RunID != run.RunID {
+		t.Errorf("plan of %s: %+v, %v", run.RunID, plan, err)
+	}
+	if run, err := p.Prepare(ctx, "01J0000000000000000000003", "t1", body(`"tenantId":"t2",`, "")); err != nil || run.TenantID != "t2" {
+		t.Errorf("a request naming its tenant: %q, %v", run.TenantID, err)
+	}
+	_, err = p.Prepare(ctx, "01J0000000000000000000001", "t1", body("", `,"apkStorageObjectReference":"https://evil.example/a.apk"`))
 	if !strings.Contains(errString(err), "refused") {
 		t.Errorf("refused reference accepted: %v", err)
 	}
-	_, err = p.Prepare(ctx, "01J0000000000000000000002", body(`"policyVersion":7,`, ""))
+	_, err = p.Prepare(ctx, "01J0000000000000000000002", "t1", body(`"policyVersion":7,`, ""))
 	var ae *agent.Error
 	if !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest || !strings.Contains(err.Error(), "$.policyVersion: 7") ||
 		!errors.Is(err, agent.ErrNotFound) {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/text/message"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/strictjson"
 )
 
 // Mode is a validation mode of schema-enforcement.md.
@@ -234,6 +235,7 @@ func DecodeInput(nodeName string, raw []byte, mode Mode, v any) ([]Coercion, err
 	if err != nil {
 		return nil, err
 	}
+	strictjson.NotePass("unmarshal", nodeName)
 	if err := json.Unmarshal(val.Value, v); err != nil {
 		return val.Coercions, agent.Wrap(agent.ErrInvalidRequest, err, "%s input", nodeName)
 	}
@@ -247,13 +249,31 @@ func validate(id string, raw []byte, mode Mode) (Validation, error) {
 	if mode != ModeStrict && mode != ModeCoerce && mode != ModeLenient {
 		return Validation{}, agent.Errorf(agent.ErrInvalidRequest, "validation mode %q: expected strict, coerce or lenient", mode)
 	}
-	s, err := schemaFor(id)
-	if err != nil {
-		return Validation{}, err
-	}
+	strictjson.NotePass("schema-parse", id)
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return Validation{}, agent.Wrap(agent.ErrInvalidRequest, err, "%s: not JSON", id)
+	}
+	v, cs, err := validateTree(id, v, mode)
+	if err != nil {
+		return Validation{}, err
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return Validation{}, agent.Wrap(agent.ErrInternal, err, "%s: encode", id)
+	}
+	return Validation{Value: out, Coercions: cs}, nil
+}
+
+// validateTree is validate on a decoded value (as jsonschema.UnmarshalJSON
+// or strictjson.DecodeTree return it: numbers as json.Number): it coerces v
+// in place unless mode is strict and validates it against schema id,
+// returning the (coerced) value and the coercions applied. mode must be
+// valid. Errors as Validate's.
+func validateTree(id string, v any, mode Mode) (any, []Coercion, error) {
+	s, err := schemaFor(id)
+	if err != nil {
+		return nil, nil, err
 	}
 	var cs []Coercion
 	if mode != ModeStrict {
@@ -264,17 +284,13 @@ func validate(id string, raw []byte, mode Mode) (Validation, error) {
 	if verr := s.schema.Validate(v); verr != nil {
 		var ve *jsonschema.ValidationError
 		if !errors.As(verr, &ve) {
-			return Validation{}, agent.Wrap(agent.ErrInternal, verr, "%s: validator", id)
+			return nil, nil, agent.Wrap(agent.ErrInternal, verr, "%s: validator", id)
 		}
 		se := &SchemaError{Schema: id, Problems: problems(ve, v, s.doc), Coercions: cs}
-		return Validation{}, &agent.Error{ID: agent.ErrInvalidRequest, Retryable: false,
+		return nil, nil, &agent.Error{ID: agent.ErrInvalidRequest, Retryable: false,
 			Msg: id + " does not match its schema", Err: se}
 	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return Validation{}, agent.Wrap(agent.ErrInternal, err, "%s: encode", id)
-	}
-	return Validation{Value: out, Coercions: cs}, nil
+	return v, cs, nil
 }
 
 // coercer walks a value along its schema and applies the coercion rules where

@@ -3,8 +3,6 @@ package nodes
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -18,9 +16,10 @@ import (
 // SetupGraphName names the setup chain graph.
 const SetupGraphName = "setup"
 
-// SetupRequest is a setup run's input, stored as the run's Input: each node's
-// input in the spec's JSON (screengraph-nodes.md), validated and coerced by the
-// node's JSON Schema. runId, tenantId and projectId are filled from the run;
+// SetupRequest is a setup run's request: each node's input in the spec's
+// JSON (screengraph-nodes.md), validated and coerced by the node's JSON
+// Schema. The daemon stores its Plan as the run's Input; `run --input` and
+// runs stored before plans hold it as submitted. runId, tenantId and projectId are filled from the run;
 // deviceRuntimeContext flows from EnsureDevice's output to the later nodes.
 // Modes a node input leaves out come from the policy in force.
 type SetupRequest struct {
@@ -56,15 +55,19 @@ type SetupInputs struct {
 
 // DecodeSetup validates and decodes every node input of req for run r, so a
 // bad request is refused (invalid_request_error naming the JSON path) before
-// anything runs or is written. With only, just those nodes' inputs are
-// decoded (the others stay zero): a node of a stored run, whose request was
-// validated at submit, decodes what it uses.
+// anything runs or is written: each node input is decoded once
+// (strictjson.DecodeTree), then goes through decodeNodeTree as a submitted
+// Plan's do. With only, just those nodes' inputs are decoded (the others
+// stay zero). The daemon decodes a request with NewSetupRun into a Plan;
+// DecodeSetup serves requests held as SetupRequest (`run --input`, runs
+// stored before plans).
 func DecodeSetup(r agent.Run, req SetupRequest, only ...string) (SetupInputs, error) {
 	mode, err := ParseMode(req.SchemaMode)
 	if err != nil {
 		return SetupInputs{}, err
 	}
 	var in SetupInputs
+	ids := PlanHeader{RunID: r.RunID, TenantID: r.TenantID, ProjectID: r.ProjectID}
 	steps := []struct {
 		node string
 		raw  json.RawMessage
@@ -79,21 +82,17 @@ func DecodeSetup(r agent.Run, req SetupRequest, only ...string) (SetupInputs, er
 		if len(only) > 0 && !slices.Contains(only, s.node) {
 			continue
 		}
-		// Before the schema and withRunIDs read it: a duplicate key or a key
-		// matching a field only by case ("TenantID") is refused; unknown keys
-		// are the schema's to judge (lenient mode drops them).
+		var tree any
 		if len(s.raw) > 0 {
-			if err := strictjson.Check("$."+inputKey(s.node), s.raw, reflect.TypeOf(s.dst).Elem(), strictjson.Options{AllowUnknown: true}); err != nil {
+			// Duplicate keys and keys of one object differing only by case
+			// are refused here; the node's schema judges the rest.
+			if tree, err = strictjson.DecodeTree("$."+inputKey(s.node), s.raw, nil, strictjson.Options{AllowUnknown: true}); err != nil {
 				return SetupInputs{}, err
 			}
 		}
-		raw, err := withRunIDs(s.raw, r)
+		co, err := decodeNodeTree(s.node, tree, mode, ids, s.dst)
 		if err != nil {
-			return SetupInputs{}, &InputError{Node: s.node, Err: agent.Wrap(agent.ErrInvalidRequest, err, "%s input", s.node)}
-		}
-		co, err := DecodeInput(s.node, raw, mode, s.dst)
-		if err != nil {
-			return SetupInputs{}, &InputError{Node: s.node, Err: err}
+			return SetupInputs{}, err
 		}
 		in.Coercions = append(in.Coercions, co...)
 	}
@@ -110,24 +109,6 @@ type InputError struct {
 func (e *InputError) Error() string { return e.Node + ": " + e.Err.Error() }
 func (e *InputError) Unwrap() error { return e.Err }
 
-// withRunIDs sets runId, tenantId and projectId of a node input object.
-func withRunIDs(raw json.RawMessage, r agent.Run) (json.RawMessage, error) {
-	obj := map[string]any{}
-	if len(raw) > 0 && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &obj); err != nil {
-			return nil, fmt.Errorf("not a JSON object: %w", err)
-		}
-	}
-	obj["runId"] = r.RunID
-	if r.TenantID != "" {
-		obj["tenantId"] = r.TenantID
-	}
-	if r.ProjectID != "" {
-		obj["projectId"] = r.ProjectID
-	}
-	return json.Marshal(obj)
-}
-
 // NewSetupGraph is the setup chain EnsureDevice -> ProvisionApp ->
 // LaunchOrAttach -> WaitIdle as an agent.Graph.
 func NewSetupGraph(deps SetupDeps) (*agent.Graph, error) {
@@ -139,15 +120,6 @@ func NewSetupGraph(deps SetupDeps) (*agent.Graph, error) {
 	)
 }
 
-// setupUses are the node inputs each setup node reads (its own, and the
-// application descriptor of those before it).
-var setupUses = map[string][]string{
-	NodeEnsureDevice:   {NodeEnsureDevice},
-	NodeProvisionApp:   {NodeProvisionApp},
-	NodeLaunchOrAttach: {NodeLaunchOrAttach, NodeProvisionApp},
-	NodeWaitIdle:       {NodeWaitIdle, NodeLaunchOrAttach, NodeProvisionApp},
-}
-
 type setupNode struct {
 	name, next string
 	deps       SetupDeps
@@ -156,13 +128,13 @@ type setupNode struct {
 func (n *setupNode) Name() string { return n.name }
 
 func (n *setupNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult {
-	var req SetupRequest
-	if err := json.Unmarshal(in.Run.Input, &req); err != nil {
-		return agent.NodeResult{Err: agent.Wrap(agent.ErrInvalidRequest, err, "run input")}
-	}
-	inputs, err := DecodeSetup(in.Run, req, setupUses[n.name]...)
+	plan, err := PlanFor(in.Run, n.name)
 	if err != nil {
 		return agent.NodeResult{Err: err}
+	}
+	inputs := plan.Inputs()
+	if n.next == agent.End {
+		plans.drop(in.Run.RunID) // the last node: a retry decodes the stored plan
 	}
 	pol, _ := in.Policy.(*policy.Policy)
 	if pol == nil {

@@ -21,68 +21,81 @@ type SubmitRequest struct {
 }
 
 // NewSetupRun validates a submitted run request (every node input against
-// its JSON Schema, see DecodeSetup) and returns the PENDING run to store:
-// tenant defaultTenant and policy currentPolicy unless the request names
-// them, Serial = ensureDevice.deviceConfiguration.deviceName, Input = the
-// SetupRequest part as submitted. The body is decoded by strictjson:
-// unknown top-level keys, duplicate keys and keys matching a field only by
-// case (at any depth) are refused.
+// its JSON Schema, in the request's schemaMode) and returns the PENDING run
+// to store: tenant defaultTenant and policy currentPolicy unless the request
+// names them, Serial = ensureDevice.deviceConfiguration.deviceName, Input =
+// the request's Plan (see Plan: the typed node inputs, as JSON, with the
+// "plan" header). The body is read once (strictjson.DecodeTree): unknown
+// top-level keys, duplicate keys, keys of one object differing only by case
+// and, inside node inputs, a case variant of runId, tenantId or projectId
+// are refused at any depth; another node-input key matching a schema
+// property only by case is corrected in coerce and lenient mode
+// (RulePropertyCase) and refused in strict mode.
 // The limits of bounds.go apply (MaxRequestBytes, MaxIDLength,
 // MaxNameLength, Android's package and activity grammar).
 // Errors: an *agent.Error invalid_request_error whose message names the
 // JSON path ($.ensureDevice.deviceConfiguration.deviceName, …).
 func NewSetupRun(runID string, body []byte, defaultTenant string, currentPolicy int) (agent.Run, error) {
+	run, _, err := newSetupPlan(runID, body, defaultTenant, currentPolicy)
+	return run, err
+}
+
+// newSetupPlan is NewSetupRun, also returning the Plan (held for the run's
+// nodes, see PlanFor).
+func newSetupPlan(runID string, body []byte, defaultTenant string, currentPolicy int) (agent.Run, *Plan, error) {
 	if len(body) > MaxRequestBytes {
-		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$: the run request is %d bytes, at most %d", len(body), MaxRequestBytes)
+		return agent.Run{}, nil, agent.Errorf(agent.ErrInvalidRequest, "$: the run request is %d bytes, at most %d", len(body), MaxRequestBytes)
 	}
-	var req SubmitRequest
-	// One strict decoder (agent/strictjson): a key matching a field only by
-	// case ("TenantID"), a duplicate key or data after the body is refused,
-	// so the tenant the service checks is the tenant stored.
-	if err := strictjson.Decode(body, &req); err != nil {
-		return agent.Run{}, err
-	}
-	// projectId is free text that rides in every event envelope: it is
-	// stored and published redacted (agent.RedactString), like payloads.
-	run := agent.Run{
-		RunID: runID, TenantID: req.TenantID, ProjectID: agent.RedactString(req.ProjectID), Status: agent.RunPending,
-		Graph: SetupGraphName, PolicyVersion: req.PolicyVersion,
-	}
-	if run.TenantID == "" {
-		run.TenantID = defaultTenant
-	}
-	if run.PolicyVersion == 0 {
-		run.PolicyVersion = currentPolicy
-	}
-	if err := checkRequestIDs(req); err != nil {
-		return agent.Run{}, err
-	}
-	if req.PolicyVersion < 0 {
-		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$.policyVersion: %d is not a policy version", req.PolicyVersion)
-	}
-	if len(req.WaitIdle) == 0 {
-		req.WaitIdle = json.RawMessage(`{"idleHeuristicsConfiguration":{}}`)
-	}
-	inputs, err := DecodeSetup(run, req.SetupRequest)
+	p, err := decodePlanIDs(runID, body, defaultTenant, currentPolicy)
 	if err != nil {
 		var ie *InputError
 		if asInput(err, &ie) {
 			msg := strings.TrimPrefix(ie.Err.Error(), string(agent.ErrInvalidRequest)+": ")
-			return agent.Run{}, &agent.Error{ID: agent.ErrInvalidRequest, Msg: "$." + inputKey(ie.Node) + ": " + msg}
+			return agent.Run{}, nil, &agent.Error{ID: agent.ErrInvalidRequest, Msg: "$." + inputKey(ie.Node) + ": " + msg}
 		}
-		return agent.Run{}, err
+		return agent.Run{}, nil, err
 	}
-	if err := checkInputBounds(inputs); err != nil {
-		return agent.Run{}, err
+	run := agent.Run{
+		RunID: runID, TenantID: p.TenantID, ProjectID: p.ProjectID, Status: agent.RunPending,
+		Graph: SetupGraphName, PolicyVersion: p.PolicyVersion,
 	}
-	run.Serial = inputs.EnsureDevice.DeviceConfiguration.DeviceName
+	if err := checkInputBounds(p.Inputs()); err != nil {
+		return agent.Run{}, nil, err
+	}
+	run.Serial = p.EnsureDevice.DeviceConfiguration.DeviceName
 	if run.Serial == "" {
-		return agent.Run{}, agent.Errorf(agent.ErrInvalidRequest, "$.ensureDevice.deviceConfiguration.deviceName: required (a serial or an AVD name)")
+		return agent.Run{}, nil, agent.Errorf(agent.ErrInvalidRequest, "$.ensureDevice.deviceConfiguration.deviceName: required (a serial or an AVD name)")
 	}
-	if run.Input, err = json.Marshal(req.SetupRequest); err != nil {
-		return agent.Run{}, fmt.Errorf("run input: %w", err)
+	if run.Input, err = json.Marshal(p); err != nil {
+		return agent.Run{}, nil, fmt.Errorf("run input: %w", err)
 	}
-	return run, nil
+	plans.put(run.Input, p)
+	return run, p, nil
+}
+
+// decodePlanIDs is decodePlan with the request's ids checked and defaulted
+// before the node inputs take them: projectId is free text that rides in
+// every event envelope, so it is stored and published redacted
+// (agent.RedactString), like payloads.
+func decodePlanIDs(runID string, body []byte, defaultTenant string, currentPolicy int) (*Plan, error) {
+	return decodePlanWith(runID, body, func(h *PlanHeader) error {
+		// The tenant is validated once, by the service's Submit
+		// (agent.ValidTenantID, the rule of tokens too).
+		if err := checkID("$.projectId", h.ProjectID); err != nil {
+			return err
+		}
+		if h.PolicyVersion < 0 {
+			return agent.Errorf(agent.ErrInvalidRequest, "$.policyVersion: %d is not a policy version", h.PolicyVersion)
+		}
+		h.ProjectID = agent.RedactString(h.ProjectID)
+		if h.TenantID == "" {
+			h.TenantID = defaultTenant
+		}
+		if h.PolicyVersion == 0 {
+			h.PolicyVersion = currentPolicy
+		}
+		return nil
+	})
 }
 
 func asInput(err error, ie **InputError) bool {
@@ -115,6 +128,7 @@ func ArtifactRef(run agent.Run) string {
 			ApplicationUnderTestDescriptor ApplicationUnderTestDescriptor `json:"applicationUnderTestDescriptor"`
 		} `json:"provisionApp"`
 	}
+	strictjson.NotePass("artifact-ref", run.RunID)
 	if json.Unmarshal(run.Input, &in) != nil {
 		return ""
 	}
@@ -122,11 +136,12 @@ func ArtifactRef(run agent.Run) string {
 }
 
 // SetupPreparer is the daemon's service.Preparer for the setup graph: it
-// decodes a run request with NewSetupRun (current policy version as the
-// default), checks the artifact reference against the daemon's artifact
-// rules before anything is stored (Artifacts.CheckRef), and refuses a
-// policy version neither the daemon nor the fleet's store holds
-// (invalid_request_error naming $.policyVersion). The tenant is left "" so that Submit sets the caller's.
+// decodes a run request with NewSetupRun (the tenant Submit passes and the
+// current policy version as the defaults), checks the artifact reference
+// against the daemon's artifact rules before anything is stored
+// (Artifacts.CheckRef), and refuses a policy version neither the daemon nor
+// the fleet's store holds (invalid_request_error naming $.policyVersion).
+// Submit validates the tenant.
 type SetupPreparer struct {
 	Policies interface {
 		Current() *policy.Policy
@@ -139,12 +154,12 @@ type SetupPreparer struct {
 }
 
 // Prepare builds the PENDING run row of the request body; see SetupPreparer.
-func (p SetupPreparer) Prepare(ctx context.Context, runID string, body []byte) (agent.Run, error) {
-	run, err := NewSetupRun(runID, body, "", p.Policies.Current().PolicyVersion)
+func (p SetupPreparer) Prepare(ctx context.Context, runID, tenant string, body []byte) (agent.Run, error) {
+	run, plan, err := newSetupPlan(runID, body, tenant, p.Policies.Current().PolicyVersion)
 	if err != nil {
 		return run, err
 	}
-	if err := p.Artifacts.CheckRef(ArtifactRef(run)); err != nil {
+	if err := p.Artifacts.CheckRef(strings.TrimSpace(plan.ProvisionApp.ApplicationUnderTestDescriptor.APKStorageObjectReference)); err != nil {
 		return run, err
 	}
 	if _, err := p.Policies.Lookup(ctx, run.PolicyVersion); err != nil {

@@ -120,6 +120,7 @@ func New(cfg Config) http.Handler {
 		"GET /v1/devices":                     a.devices,
 		"GET /v1/leases":                      a.leases,
 		"GET /v1/devices/{serial}/screenshot": a.screenshot,
+		"GET /v1/devices/{serial}/screen":     a.screen,
 		"GET /v1/outbox/parked":               a.parked,
 		"GET /healthz":                        func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]any{"status": "ok"}) },
 		"GET /readyz":                         a.ready,
@@ -208,7 +209,7 @@ func statusOf(err error) int {
 		// First: whatever wrapped it (a policy lookup of a request, a
 		// token check), the store could not answer.
 		return http.StatusServiceUnavailable
-	case errors.Is(err, service.ErrQueueFull):
+	case errors.Is(err, service.ErrQueueFull), errors.Is(err, service.ErrScreenViewers):
 		return http.StatusTooManyRequests
 	case errors.As(err, &ae) && ae.ID == agent.ErrInvalidRequest:
 		// Before ErrNotFound: an unknown policy version in a request is a bad

@@ -1,16 +1,23 @@
 package httpapi
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/service"
 )
 
 // deviceRoutes are the routes of devices and leases beyond GET /v1/devices
 // (issue 15: the inspector's devices and leases pages).
-var deviceRoutes = []Route{{"GET", "/v1/devices/{serial}/screenshot"}}
+var deviceRoutes = []Route{{"GET", "/v1/devices/{serial}/screenshot"}, {"GET", "/v1/devices/{serial}/screen"}}
 
 // RunLease is the lease block of GET /v1/runs/{id}: the run's newest
 // device lease. HeartbeatAgeMillis is how long ago its holder last renewed
@@ -127,4 +134,106 @@ func (a *api) screenshot(w http.ResponseWriter, r *http.Request) {
 	// The newest screenshot changes with the next run: revalidate (the
 	// ETag is the content's digest), and keep it out of shared caches.
 	a.serveArtifact(w, r, art, rc, "private, no-cache")
+}
+
+// screen answers GET /v1/devices/{serial}/screen: the device's screen, live
+// (service.WatchScreen), as multipart/x-mixed-replace: one image/png part
+// per frame with its Content-Length (a reader need not scan for the
+// boundary), ScreenGraph-Frame (the device loop's frame number: a gap is
+// frames this viewer lost to newer ones) and ScreenGraph-Captured-At
+// (RFC 3339). The first frame is waited for before the 200, so a capture
+// that fails answers in the agent error format with its status. The stream
+// ends with a last application/json part: {"end": "lease_changed"} when the
+// device's lease changed hands, the agent error format when the capture
+// failed; then the closing boundary. Each part is written under
+// Limits.EventWriteTimeout: a viewer that stops reading is dropped.
+func (a *api) screen(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		a.fail(w, r, errors.New("streaming unsupported"))
+		return
+	}
+	watch, err := a.cfg.Service.WatchScreen(r.Context(), scope(r), r.PathValue("serial"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	defer watch.Close()
+	fctx, cancel := context.WithTimeout(r.Context(), service.ScreenCaptureTimeout*service.ScreenFailures)
+	f, err := watch.Next(fctx)
+	cancel()
+	var ae *agent.Error
+	switch {
+	case err == nil:
+	case errors.Is(err, service.ErrScreenLeaseChanged):
+		// Handed over between the check and the first frame: decide again.
+		writeError(w, http.StatusConflict, agent.Wrap(agent.ErrInvalidRequest, err, "open the screen again"))
+		return
+	case errors.As(err, &ae) && ae.ID == agent.ErrDeviceNotFound:
+		writeError(w, http.StatusNotFound, err)
+		return
+	default:
+		a.fail(w, r, err)
+		return
+	}
+	var rb [18]byte
+	rand.Read(rb[:])
+	// A random boundary: a frame's bytes cannot end a part early for a
+	// reader that scans for it (an <img>'s own multipart parser).
+	boundary := "sg" + hex.EncodeToString(rb[:])
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "multipart/x-mixed-replace; boundary="+boundary)
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Content-Type-Options", "nosniff")
+	rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
+	w.WriteHeader(http.StatusOK)
+	part := func(contentType string, body []byte, extra string) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout)); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "--%s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n", boundary, contentType, len(body), extra); err != nil {
+			return err
+		}
+		if _, err := w.Write(body); err != nil {
+			return err
+		}
+		if _, err := w.Write([]byte("\r\n")); err != nil {
+			return err
+		}
+		fl.Flush()
+		return nil
+	}
+	for {
+		extra := "ScreenGraph-Frame: " + strconv.FormatUint(f.Seq, 10) + "\r\nScreenGraph-Captured-At: " + f.CapturedAt.UTC().Format(time.RFC3339Nano) + "\r\n"
+		if err := part("image/png", f.PNG, extra); err != nil {
+			return // the viewer is gone or stopped reading
+		}
+		if f, err = watch.Next(r.Context()); err != nil {
+			break
+		}
+	}
+	revoked := errors.Is(context.Cause(r.Context()), agent.ErrTokenRevoked)
+	if r.Context().Err() != nil && !revoked {
+		return // the viewer left
+	}
+	var last []byte
+	switch {
+	case revoked:
+		// The stream's token was revoked: say so as SSE streams do (the
+		// agent error format of the 401 a new request gets), then close.
+		last, _ = json.Marshal(ErrorBody(agent.Wrap(agent.ErrPermission, agent.ErrUnauthenticated, "%v", agent.ErrTokenRevoked), ""))
+		last = agent.RedactJSON(last)
+	case errors.Is(err, service.ErrScreenLeaseChanged):
+		last, _ = json.Marshal(map[string]string{"end": "lease_changed", "message": err.Error()})
+	default:
+		last, _ = json.Marshal(ErrorBody(err, ""))
+		last = agent.RedactJSON(last)
+	}
+	if part("application/json", last, "") == nil {
+		rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
+		fmt.Fprintf(w, "--%s--\r\n", boundary)
+		fl.Flush()
+	}
 }

@@ -30,11 +30,13 @@ var _ Runner = agent.GraphRunner{}
 // Preparer validates a run request (the JSON body of POST /v1/runs) and
 // builds the run row to store: RunID as given, Status PENDING, Serial, Graph,
 // Input, ProjectID and PolicyVersion filled, TenantID as the request names it
-// ("" when it names none: Submit then sets the caller's). A request it
-// refuses is an *agent.Error (invalid_request_error) whose message names the
-// JSON path. nodes.SetupPreparer is the daemon's.
+// or, when it names none, tenant (Submit passes the caller's: a tenant
+// scope's own, Config.DefaultTenant for admin). Submit validates the tenant
+// (agent.ValidTenantID) and checks the caller may submit for it; the Preparer
+// need not. A request it refuses is an *agent.Error (invalid_request_error)
+// whose message names the JSON path. nodes.SetupPreparer is the daemon's.
 type Preparer interface {
-	Prepare(ctx context.Context, runID string, body []byte) (agent.Run, error)
+	Prepare(ctx context.Context, runID, tenant string, body []byte) (agent.Run, error)
 }
 
 // Reachability lists the devices this daemon can drive, for the scheduler
@@ -197,6 +199,11 @@ type Config struct {
 	// serves none.
 	Artifacts agent.ArtifactIndex
 	Blobs     agent.BlobStore
+	// Screens captures device screens for WatchScreen (the live screen of
+	// the inspector's device page); nil: no live screen. ScreenInterval is
+	// its capture loops' period (default DefaultScreenInterval).
+	Screens        ScreenCapturer
+	ScreenInterval time.Duration
 }
 
 // Service is the daemon's run service. Create it with New, then Start.
@@ -235,6 +242,8 @@ type Service struct {
 	stopRuns   context.CancelFunc
 	wg         sync.WaitGroup
 	loopDone   chan struct{}
+	// screens are the live screen's capture loops (screen.go).
+	screens *screens
 }
 
 type activeRun struct {
@@ -288,11 +297,18 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = agent.SystemClock{}
 	}
+	if cfg.ScreenInterval <= 0 {
+		cfg.ScreenInterval = DefaultScreenInterval
+	}
 	s := &Service{
 		cfg: cfg, store: newNotifyingStore(cfg.Store), wake: make(chan struct{}, 1),
 		active: map[string]*activeRun{}, notUntil: map[string]time.Time{}, errorsInRow: map[string]int{}, lastStart: map[string]time.Time{}, elsewhere: map[string]time.Time{}, ended: map[string]time.Time{}, health: map[string]*deviceHealth{},
 	}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
+	// Every lease change this daemon makes ends the live screens of the
+	// previous holder before the next holder's run touches the device.
+	s.screens = &screens{s: s, loops: map[string]*screenLoop{}, perTenant: map[string]int{}}
+	s.cfg.Leases = watchedLeases{Leases: cfg.Leases, changed: s.screens.leaseChanged}
 	return s, nil
 }
 
@@ -349,6 +365,7 @@ func (s *Service) StopTaking() {
 	s.draining = true
 	s.mu.Unlock()
 	s.endStreams()
+	s.screens.stopAll(ErrStopping)
 }
 
 // Shutdown stops taking work, stops the scheduler, discards the node in
@@ -577,15 +594,15 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 	if err := strictjson.Check("$", body, nil, strictjson.Options{}); err != nil {
 		return agent.Run{}, err
 	}
-	run, err := s.cfg.Prepare.Prepare(ctx, s.cfg.NewID(), body)
+	// The tenant is defaulted by the Preparer (with the run's other ids, so
+	// the stored plan carries it) and validated here, once.
+	tenant := sc.TenantID()
+	if sc.IsAdmin() {
+		tenant = s.cfg.DefaultTenant
+	}
+	run, err := s.cfg.Prepare.Prepare(ctx, s.cfg.NewID(), tenant, body)
 	if err != nil {
 		return agent.Run{}, err
-	}
-	if run.TenantID == "" {
-		run.TenantID = sc.TenantID()
-		if sc.IsAdmin() {
-			run.TenantID = s.cfg.DefaultTenant
-		}
 	}
 	if !agent.ValidTenantID(run.TenantID) {
 		return agent.Run{}, agent.InvalidTenantID("$.tenantId", run.TenantID)

@@ -31,6 +31,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -66,6 +67,7 @@ func DecodeAt(path string, data []byte, v any, o Options) error {
 	if err := Check(path, data, rv.Type().Elem(), o); err != nil {
 		return err
 	}
+	NotePass("decode", path)
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if !o.AllowUnknown {
 		dec.DisallowUnknownFields()
@@ -87,21 +89,62 @@ func DecodeAt(path string, data []byte, v any, o Options) error {
 // Check runs the token pass over data against the shape of type t (nil:
 // free-form, only the generic rules) without decoding. Errors as Decode's.
 func Check(path string, data []byte, t reflect.Type, o Options) error {
+	NotePass("check", path)
+	_, err := pass(path, data, t, o, false)
+	return err
+}
+
+// DecodeTree is Check and the decode in one pass over data: it refuses what
+// Check refuses and returns the value as encoding/json would decode it into
+// an `any` with UseNumber: map[string]any, []any, string, json.Number, bool
+// or nil. It is the decode of a run request: what follows (coercion, schema
+// validation, the typed node inputs) works on this value, never on the text
+// again. Errors as Decode's.
+func DecodeTree(path string, data []byte, t reflect.Type, o Options) (any, error) {
+	NotePass("decode-tree", path)
+	return pass(path, data, t, o, true)
+}
+
+// passHook is the test hook of OnPass.
+var passHook atomic.Pointer[func(kind, path string)]
+
+// OnPass calls f for every pass over JSON text the decoders of a run
+// request make from now on (kind "check", "decode", "decode-tree", or what
+// NotePass is told elsewhere, e.g. "schema-parse", "stored-plan"), until
+// stop is called. Tests count passes with it: a run request is read twice
+// from submit to the adb install (the service's strict check, the decode).
+// One hook at a time; f must be safe for concurrent use.
+func OnPass(f func(kind, path string)) (stop func()) {
+	passHook.Store(&f)
+	return func() { passHook.Store(nil) }
+}
+
+// NotePass reports one pass over JSON text of a request to the OnPass hook
+// (nothing when none is set). The other decoders of a run request (the
+// schema parse, the stored plan's decode) call it too.
+func NotePass(kind, path string) {
+	if f := passHook.Load(); f != nil {
+		(*f)(kind, path)
+	}
+}
+
+func pass(path string, data []byte, t reflect.Type, o Options, build bool) (any, error) {
 	if !utf8.Valid(data) {
 		// encoding/json would turn invalid bytes into U+FFFD, so two
 		// different keys could decode to one.
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: the body is not valid UTF-8", path)
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "%s: the body is not valid UTF-8", path)
 	}
 	// Duplicates are checked here (with the path in the message), not by
 	// jsontext.
-	w := walker{dec: jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true)), o: o, root: path}
-	if err := w.value(t, 0); err != nil {
-		return err
+	w := walker{dec: jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true)), o: o, root: path, build: build}
+	v, err := w.value(t, 0)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := w.dec.ReadToken(); err != io.EOF {
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: data after the JSON value (offset %d)", path, w.dec.InputOffset())
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "%s: data after the JSON value (offset %d)", path, w.dec.InputOffset())
 	}
-	return nil
+	return v, nil
 }
 
 type walker struct {
@@ -111,6 +154,8 @@ type walker struct {
 	// at is the path below root to the value being read; a string is an
 	// object key, an int an array index. Joined only for a message.
 	at []any
+	// build: return the values read (DecodeTree); otherwise nil.
+	build bool
 }
 
 // path is the JSON path of the value being read: $.a.b[2], $.a["x y"].
@@ -141,18 +186,32 @@ func (w *walker) syntax(err error) error {
 	return agent.Errorf(agent.ErrInvalidRequest, "%s: not valid JSON (offset %d): %v", w.root, w.dec.InputOffset(), err)
 }
 
-// value reads one value whose Go type is t (nil: free-form).
-func (w *walker) value(t reflect.Type, depth int) error {
+// value reads one value whose Go type is t (nil: free-form), and returns it
+// when building (see DecodeTree).
+func (w *walker) value(t reflect.Type, depth int) (any, error) {
 	tok, err := w.dec.ReadToken()
 	if err != nil {
-		return w.syntax(err)
+		return nil, w.syntax(err)
 	}
 	k := tok.Kind()
 	if k != '{' && k != '[' {
-		return nil
+		if !w.build {
+			return nil, nil
+		}
+		switch k {
+		case '"':
+			return tok.String(), nil
+		case '0':
+			return json.Number(tok.String()), nil
+		case 't':
+			return true, nil
+		case 'f':
+			return false, nil
+		}
+		return nil, nil
 	}
 	if depth >= MaxDepth {
-		return agent.Errorf(agent.ErrInvalidRequest, "%s: nested deeper than %d", w.path(), MaxDepth)
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "%s: nested deeper than %d", w.path(), MaxDepth)
 	}
 	t = shapeOf(t)
 	if k == '{' {
@@ -162,24 +221,38 @@ func (w *walker) value(t reflect.Type, depth int) error {
 	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 		elem = t.Elem()
 	}
+	var arr []any
+	if w.build {
+		arr = []any{}
+	}
 	for i := 0; w.dec.PeekKind() != ']'; i++ {
 		if w.dec.PeekKind() == 0 { // an error: ReadToken says which
 			break
 		}
-		if err := w.member(i, elem, depth+1); err != nil {
-			return err
+		v, err := w.member(i, elem, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		if w.build {
+			arr = append(arr, v)
 		}
 	}
-	return w.end()
+	if err := w.end(); err != nil {
+		return nil, err
+	}
+	if w.build {
+		return arr, nil
+	}
+	return nil, nil
 }
 
 // member reads the value at seg (an object key or an array index) below the
 // path being read.
-func (w *walker) member(seg any, t reflect.Type, depth int) error {
+func (w *walker) member(seg any, t reflect.Type, depth int) (any, error) {
 	w.at = append(w.at, seg)
-	err := w.value(t, depth)
+	v, err := w.value(t, depth)
 	w.at = w.at[:len(w.at)-1]
-	return err
+	return v, err
 }
 
 // end reads the '}' or ']' closing the value being read.
@@ -190,7 +263,7 @@ func (w *walker) end() error {
 	return nil
 }
 
-func (w *walker) object(t reflect.Type, depth int) error {
+func (w *walker) object(t reflect.Type, depth int) (any, error) {
 	var fields *structFields
 	var elem reflect.Type
 	if t != nil {
@@ -201,6 +274,10 @@ func (w *walker) object(t reflect.Type, depth int) error {
 			elem = t.Elem()
 		}
 	}
+	var obj map[string]any
+	if w.build {
+		obj = map[string]any{}
+	}
 	// The keys so far: a list while short (EqualFold, no allocation), a
 	// map by folded key beyond.
 	var keys []string
@@ -208,7 +285,7 @@ func (w *walker) object(t reflect.Type, depth int) error {
 	for w.dec.PeekKind() == '"' {
 		tok, err := w.dec.ReadToken()
 		if err != nil {
-			return w.syntax(err)
+			return nil, w.syntax(err)
 		}
 		key := tok.String()
 		other, seen := "", false
@@ -233,9 +310,9 @@ func (w *walker) object(t reflect.Type, depth int) error {
 		}
 		if seen {
 			if other == key {
-				return agent.Errorf(agent.ErrInvalidRequest, "duplicate key %s at %s", quote(key), w.path())
+				return nil, agent.Errorf(agent.ErrInvalidRequest, "duplicate key %s at %s", quote(key), w.path())
 			}
-			return agent.Errorf(agent.ErrInvalidRequest, "keys %s and %s at %s differ only by case", quote(other), quote(key), w.path())
+			return nil, agent.Errorf(agent.ErrInvalidRequest, "keys %s and %s at %s differ only by case", quote(other), quote(key), w.path())
 		}
 		child := elem
 		if fields != nil {
@@ -244,16 +321,26 @@ func (w *walker) object(t reflect.Type, depth int) error {
 			case ok:
 				child = f
 			case fields.folded[fold(key)] != "":
-				return agent.Errorf(agent.ErrInvalidRequest, "key %s at %s matches field %s only by case", quote(key), w.path(), quote(fields.folded[fold(key)]))
+				return nil, agent.Errorf(agent.ErrInvalidRequest, "key %s at %s matches field %s only by case", quote(key), w.path(), quote(fields.folded[fold(key)]))
 			case !w.o.AllowUnknown:
-				return agent.Errorf(agent.ErrInvalidRequest, "unknown key %s at %s (known: %s)", quote(key), w.path(), strings.Join(fields.names, ", "))
+				return nil, agent.Errorf(agent.ErrInvalidRequest, "unknown key %s at %s (known: %s)", quote(key), w.path(), strings.Join(fields.names, ", "))
 			}
 		}
-		if err := w.member(key, child, depth); err != nil {
-			return err
+		v, err := w.member(key, child, depth)
+		if err != nil {
+			return nil, err
+		}
+		if w.build {
+			obj[key] = v
 		}
 	}
-	return w.end()
+	if err := w.end(); err != nil {
+		return nil, err
+	}
+	if w.build {
+		return obj, nil
+	}
+	return nil, nil
 }
 
 var (

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -127,4 +128,41 @@ func manyKeys(n int) string {
 		b = append(b, fmt.Sprintf(`"k%d":"v"`, i))
 	}
 	return strings.Join(b, ",")
+}
+
+// DecodeTree returns what encoding/json decodes into an any with UseNumber,
+// and refuses what Check refuses, in the one pass.
+func TestDecodeTreeMatchesEncodingJSON(t *testing.T) {
+	for _, body := range []string{
+		`{"a":1,"b":[true,false,null,"x\u00e9",2.5e3,{}],"c":{"d":[]},"e":-0.1}`,
+		`[1,"two",[3]]`, `"s"`, `12`, `null`, `{}`,
+	} {
+		got, err := strictjson.DecodeTree("$", []byte(body), nil, strictjson.Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		dec := json.NewDecoder(strings.NewReader(body))
+		dec.UseNumber()
+		var want any
+		if err := dec.Decode(&want); err != nil {
+			t.Fatal(err)
+		}
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		if string(g) != string(w) || fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", want) {
+			t.Errorf("%s: DecodeTree %#v, encoding/json %#v", body, got, want)
+		}
+	}
+	for body, msg := range map[string]string{
+		`{"deviceName":"a","deviceName":"b"}`: `duplicate key "deviceName" at $`,
+		`{"deviceName":"a","DeviceName":"b"}`: `keys "deviceName" and "DeviceName" at $ differ only by case`,
+		`{"tenantID":"x"}`:                    `key "tenantID" at $ matches field "tenantId" only by case`,
+		`{"tenantId":"x"} {}`:                 `data after the JSON value`,
+		`{"tenantId":"x","z":1}`:              `unknown key "z" at $`,
+	} {
+		_, err := strictjson.DecodeTree("$", []byte(body), reflect.TypeFor[device](), strictjson.Options{})
+		if err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: %v, want %s", body, err, msg)
+		}
+	}
 }

@@ -349,6 +349,7 @@ func (c *serveCmd) Run(ctx context.Context, g *Globals) error {
 		Store: h.store, Leases: h.store,
 		Prepare:       nodes.SetupPreparer{Policies: h.policies, Artifacts: h.artifacts},
 		Devices:       adbdevice.Inventory{ADB: h.adb},
+		Screens:       adbdevice.Inventory{ADB: h.adb}, // the inspector's live screen: adb exec-out screencap -p
 		Policy:        h.policies,
 		DefaultTenant: cfg.Tenant,
 		Holder:        holder, HolderPrefix: sqlite.PredecessorPrefix(cfg.DataDir, predecessor), HostID: h.hostID, Identity: reach,

@@ -7,6 +7,7 @@ package adbdevice
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,4 +109,25 @@ func (i Inventory) Devices(ctx context.Context) ([]service.Device, error) {
 func (i Inventory) Ready(ctx context.Context) error {
 	_, err := i.ADB.ServerVersion(ctx)
 	return err
+}
+
+// MaxScreenBytes bounds one live screen frame (a 1440x3200 screen of
+// photographs is a few MiB as PNG; 16 MiB leaves room without letting a
+// misbehaving device fill the daemon's memory).
+const MaxScreenBytes = 16 << 20
+
+var _ service.ScreenCapturer = Inventory{}
+
+// CaptureScreen is the live screen's capture (service.ScreenCapturer): `adb
+// exec-out screencap -p` (frameworks/base cmds/screencap), at most
+// MaxScreenBytes, checked to be a PNG; a serial the adb server does not list
+// is device_not_found at once (no reconnect grace: the next period tries
+// again). Errors: the device's (*agent.Error).
+func (i Inventory) CaptureScreen(ctx context.Context, serial string) ([]byte, error) {
+	b, err := device.Screencap(ctx, NewADBDevice(i.ADB, serial).WithReconnectGrace(0), MaxScreenBytes)
+	var ae *agent.Error
+	if err != nil && !errors.As(err, &ae) {
+		err = agent.Wrap(agent.ErrProcess, err, "screencap")
+	}
+	return b, err
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -352,4 +353,26 @@ func mustAbs(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// A reference is parsed once when a run is submitted (CheckRef) and once
+// when it is fetched (Fetch, the fetching daemon's rules at the last
+// moment), file roots included: the policy check takes the parsed URL.
+func TestRefParsedOnceAtSubmitAndOnceAtFetch(t *testing.T) {
+	root := t.TempDir()
+	src := filepath.Join(root, "app.apk")
+	if err := os.WriteFile(src, fixture(t, "demo-v1.apk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFetcher(t, Options{Policy: Policy{ConfineFiles: true, FileRoots: []string{root}}})
+	n := 0
+	parseRef = func(ref string, allowHTTP bool) (*url.URL, error) { n++; return parseURLRef(ref, allowHTTP) }
+	defer func() { parseRef = parseURLRef }()
+	if err := f.CheckRef("file://" + src); err != nil || n != 1 {
+		t.Errorf("CheckRef: %v, %d parses, want 1", err, n)
+	}
+	n = 0
+	if _, err := f.Fetch(context.Background(), "file://"+src, nil); err != nil || n != 1 {
+		t.Errorf("Fetch: %v, %d parses, want 1", err, n)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,6 +92,11 @@ func (p *Policy) CheckRef(ref string) error {
 	if err != nil {
 		return err
 	}
+	return p.checkURL(u)
+}
+
+// checkURL is CheckRef on a reference parseRef has parsed.
+func (p *Policy) checkURL(u *url.URL) error {
 	if u.Scheme == "file" && p.ConfineFiles && len(p.FileRoots) == 0 {
 		e := agent.Errorf(agent.ErrInvalidRequest, "file references are refused: the daemon has no --artifact-file-root (config key artifact-file-root, SCREENGRAPH_ARTIFACT_FILE_ROOTS)")
 		e.Code = CodeFileNoRoots

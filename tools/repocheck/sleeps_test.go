@@ -25,6 +25,7 @@ var sleepAllowed = map[string]string{
 
 	// Measurement windows: a rate or a negative ("never") is observed over a span.
 	"agent/httpapi/ui_devices_browser_test.go:TestUIBrowserDevicesLeases": "the requests a devices tab makes in a 4 s window",
+	"cmd/internal/e2e/livescreen_test.go:BenchmarkLiveScreen32":           "live screen frames delivered and daemon CPU over a 10 s window (a benchmark, not run by go test)",
 	"emulator/sim/console_test.go:TestUnauthorizedForever":                "still unauthorized 2 s after a profile that never authorizes",
 
 	// Seeded chaos and load schedules: when the next fault or commit lands,

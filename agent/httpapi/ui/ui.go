@@ -37,7 +37,7 @@ const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 's
 
 // Pages are the paths (Go ServeMux patterns) that serve the app shell; the
 // page's JavaScript routes on the path.
-var Pages = []string{"/ui/{$}", "/ui/runs/{runId}", "/ui/devices", "/ui/leases"}
+var Pages = []string{"/ui/{$}", "/ui/runs/{runId}", "/ui/devices", "/ui/devices/{serial}", "/ui/leases"}
 
 // Handler serves the inspector under /ui/: the shell for Pages, the
 // embedded files under /ui/assets/, 404 for anything else. Only GET and
@@ -47,6 +47,10 @@ func Handler() http.Handler {
 	for _, p := range Pages {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			if id := r.PathValue("runId"); id != "" && !validRunID(id) {
+				notFound(w)
+				return
+			}
+			if s := r.PathValue("serial"); s != "" && !validSerial(s) {
 				notFound(w)
 				return
 			}
@@ -108,6 +112,21 @@ func validRunID(s string) bool {
 	}
 	for _, c := range s {
 		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// validSerial reports whether s can be an adb serial (1-255 bytes of
+// printable ASCII, no space; "emulator-5554", "127.0.0.1:5555"): the
+// device page of anything else is 404.
+func validSerial(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' {
 			return false
 		}
 	}

@@ -11,14 +11,20 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/service"
 )
 
-// Prepare is a service.Preparer calling the function.
+// Prepare is a service.Preparer calling the function; a run it returns with
+// no tenant gets the tenant Submit passed, as the daemon's Preparer does for
+// a request naming none.
 type Prepare func(ctx context.Context, runID string, body []byte) (agent.Run, error)
 
 var _ service.Preparer = Prepare(nil)
 
 // Prepare calls f.
-func (f Prepare) Prepare(ctx context.Context, runID string, body []byte) (agent.Run, error) {
-	return f(ctx, runID, body)
+func (f Prepare) Prepare(ctx context.Context, runID, tenant string, body []byte) (agent.Run, error) {
+	run, err := f(ctx, runID, body)
+	if err == nil && run.TenantID == "" {
+		run.TenantID = tenant
+	}
+	return run, err
 }
 
 // Reach is a service.Reachability calling the function.

@@ -9,6 +9,7 @@ const routes = [
   { re: /^\/ui\/?$/, nav: "runs", mod: "./runs.js" },
   { re: /^\/ui\/runs\/([0-9A-Za-z_-]{1,64})$/, nav: "runs", mod: "./run.js", names: ["runId"] },
   { re: /^\/ui\/devices$/, nav: "devices", mod: "./devices.js" },
+  { re: /^\/ui\/devices\/([^/]{1,765})$/, nav: "devices", mod: "./device.js", names: ["serial"] },
   { re: /^\/ui\/leases$/, nav: "leases", mod: "./leases.js" },
 ];
 

@@ -50,7 +50,7 @@ export async function render(main, _params, ctx) {
 
   function row(d) {
     return el("tr", { "data-serial": d.serial, "data-readiness": d.readiness || "", "data-quarantined": d.quarantined ? "true" : "false", "data-run": d.heldBy || "" },
-      el("th", { scope: "row", class: "wrap" }, d.serial, d.model ? el("div", { class: "muted" }, d.model + (d.apiLevel ? " · API " + d.apiLevel : "")) : null),
+      el("th", { scope: "row", class: "wrap" }, link("/ui/devices/" + encodeURIComponent(d.serial), d.serial, { class: "device-link" }), d.model ? el("div", { class: "muted" }, d.model + (d.apiLevel ? " · API " + d.apiLevel : "")) : null),
       el("td", {}, d.state || ""),
       el("td", {}, statusBadge(String(d.readiness || "").toUpperCase())),
       d.quarantined ? el("td", { class: "wrap quarantine" }, el("strong", {}, "quarantined"), el("div", {}, d.quarantineReason || "")) : el("td", { class: "muted" }, "no"),
