@@ -47,13 +47,16 @@ fuzz:
 bench: setup
 	go test -run '^$$' -bench . -benchmem -benchtime 2s ./adb/
 	go test -run '^$$' -bench . -benchmem -benchtime 1s ./snapshots/...
+	go test -run '^$$' -bench ConcurrentPageSource -benchtime 300x ./appium/
 	go test -run '^$$' -bench EngineOverhead -benchtime 200x ./cmd/...
 	go test -run '^$$' -bench "WarmChain|AppiumAlone" -benchtime 5x ./cmd/...
 	go test -run '^$$' -bench Daemon32 -benchtime 1x -timeout 20m ./cmd/internal/e2e/
 	go test -run '^$$' -bench FleetRunsPerMinute -benchtime 1x -timeout 10m ./cmd/internal/e2e/
+	go test -run '^$$' -bench FleetControlPlane -benchtime 1x -timeout 15m ./agent/service/
 	go test -run '^$$' -bench Boot -benchtime 1x ./emulator/ ./nodes/
 	go test -run '^$$' -bench LiveScreen32 -benchtime 1x -timeout 10m ./cmd/internal/e2e/
 	go test -run '^$$' -bench Submit -benchtime 2000x ./nodes/
+	go test -run '^$$' -bench Screenrecord -benchtime 1x ./emulator/sim/android/
 
 # Release packaging (tools/release.sh): archives for linux/darwin x amd64/arm64,
 # debs with a systemd unit (Debian's dpkg-deb: no tool to install; see

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/adb/parse"
@@ -31,6 +32,8 @@ type Client struct {
 	// and install pick shell_v2 / cmd without an extra round trip per call.
 	mu       sync.Mutex
 	features map[string]parse.Features
+	// noTport: the server refused host:tport: (adb < 1.0.41).
+	noTport atomic.Bool
 }
 
 // New returns a Client for the adb server at addr ("" = default, see Client.Addr).
@@ -256,14 +259,29 @@ func (c *Client) ForwardRemoveAll(ctx context.Context) error {
 	return cn.status()
 }
 
-// transport opens a connection switched to the device serial
-// (host:transport:S), ready for one device service.
+// transport opens a connection switched to the device serial, ready for
+// one device service: host:tport:serial:S (adb >= 1.0.41), whose OKAY is
+// followed by the transport's id (8 bytes, little-endian; adb.cpp
+// handle_host_request), kept in the conn; an older server, which refuses
+// tport as an unknown host service, gets host:transport:S (id 0).
 func (c *Client) transport(ctx context.Context, op, serial string) (*conn, error) {
 	cn, err := c.dial(ctx, op)
 	if err != nil {
 		return nil, err
 	}
-	if err := cn.request("host:transport:" + serial); err != nil {
+	if !c.noTport.Load() {
+		err = cn.request("host:tport:serial:" + serial)
+		if err == nil {
+			err = cn.readTransportID()
+		} else if strings.Contains(err.Error(), "unknown host service") {
+			c.noTport.Store(true)
+			cn.Close()
+			return c.transport(ctx, op, serial)
+		}
+	} else {
+		err = cn.request("host:transport:" + serial)
+	}
+	if err != nil {
 		cn.Close()
 		if IDOf(err) == IDDeviceNotFound || IDOf(err) == IDDeviceOffline {
 			c.forgetFeatures(serial)

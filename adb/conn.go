@@ -3,6 +3,7 @@ package adb
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,9 @@ type conn struct {
 	ctx  context.Context
 	stop func() bool
 	op   string
+	// transportID is the adb transport the conn was switched to (0: not
+	// known, see Client.transport).
+	transportID int64
 }
 
 // connReadBuffer is the read buffer of each connection (bytes). It serves
@@ -112,6 +116,17 @@ func (c *conn) readString() (string, error) {
 		return "", c.fail(err)
 	}
 	return string(buf), nil
+}
+
+// readTransportID reads the 8-byte little-endian transport id that follows
+// host:tport:'s OKAY.
+func (c *conn) readTransportID() error {
+	var b [8]byte
+	if _, err := io.ReadFull(c.r, b[:]); err != nil {
+		return c.fail(err)
+	}
+	c.transportID = int64(binary.LittleEndian.Uint64(b[:]))
+	return nil
 }
 
 // readAll reads until the server closes the stream.

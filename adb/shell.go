@@ -26,6 +26,10 @@ type ShellResult struct {
 	ExitCode int
 	// V2 tells whether shell_v2 (separate stderr) was used.
 	V2 bool
+	// TransportID is the adb server's id of the transport the command ran
+	// on (`adb devices -l` transport_id): a new one after every reconnect
+	// or reboot of the device. 0 when the server did not say.
+	TransportID int64
 }
 
 // exitMarker ends the output of a shell: (v1) command so the exit code can be read
@@ -83,6 +87,7 @@ func (c *Client) shellV2(ctx context.Context, serial, cmd string) (ShellResult, 
 	if err != nil {
 		return ShellResult{}, cn.fail(err)
 	}
+	res.TransportID = cn.transportID
 	return res, nil
 }
 
@@ -149,7 +154,7 @@ func (c *Client) shellV1(ctx context.Context, serial, cmd string) (ShellResult, 
 		return ShellResult{}, &Error{ID: IDNetworkError, Retryable: true,
 			Msg: "shell: output ended before the exit marker (device went away?)"}
 	}
-	return ShellResult{Stdout: out, ExitCode: code}, nil
+	return ShellResult{Stdout: out, ExitCode: code, TransportID: cn.transportID}, nil
 }
 
 // splitExitMarker cuts "…\x1fSGEXIT:N\n" (or \r\n from a PTY) off the end of raw.

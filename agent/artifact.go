@@ -22,14 +22,20 @@ const (
 	// ArtifactANRTraces is text/plain: the data_app_anr dropbox entries
 	// (with their traces) since the run's start, when there are.
 	ArtifactANRTraces = "anr_traces"
+	// ArtifactVideo is video/mp4 (H.264): the device's screen from
+	// LaunchOrAttach's start to the run's end, `screenrecord` segments
+	// joined (issue 27; Recorder).
+	ArtifactVideo = "video"
 )
 
 // ArtifactKinds lists the evidence kinds, for validating policies.
-var ArtifactKinds = []string{ArtifactScreenshot, ArtifactUIHierarchy, ArtifactLogcat, ArtifactANRTraces}
+var ArtifactKinds = []string{ArtifactScreenshot, ArtifactUIHierarchy, ArtifactLogcat, ArtifactANRTraces, ArtifactVideo}
 
 // MaxArtifactBytes bounds one artifact (a 4K screenshot PNG is ~10 MB; a
-// logcat since a run's start rarely passes a few MB): a capture that would
-// be larger is cut (logcat, keeping its end) or refused (screenshot).
+// logcat since a run's start rarely passes a few MB; a video is bounded by
+// its policy's evidence.video.maxBytes, at most this): a capture that would
+// be larger is cut (logcat, keeping its end; a video, its later segments)
+// or refused (screenshot).
 const MaxArtifactBytes = 32 << 20
 
 // ArtifactRef is how a step's state snapshot and its node's

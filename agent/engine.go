@@ -71,6 +71,10 @@ type Engine struct {
 	// the run's evidence (EvidenceRequest.Window). nil: no reset, and the
 	// evidence window starts at Run.CreatedAt.
 	Handover Handover
+	// Recorder, when set, is told before each node attempt, when the run
+	// pauses and when Run returns, so it records the device's screen for
+	// the video evidence (issue 27); nil records nothing.
+	Recorder Recorder
 	// Logf reports what the engine ignored (an unknown policy version in a
 	// switch request); nil drops it.
 	Logf func(format string, args ...any)
@@ -129,6 +133,11 @@ func (e *Engine) Run(ctx context.Context, runID string, g *Graph) (RunStatus, er
 	}
 	if err := r.closeDiscarded(ctx); err != nil {
 		return r.run.Status, err
+	}
+	if e.Recorder != nil && !r.run.Status.Terminal() {
+		// Whatever ends this pass (the run's end, a cancel, a daemon stop),
+		// no recording outlives it on the device.
+		defer e.Recorder.Drop(context.WithoutCancel(ctx), runID)
 	}
 	return r.loop(ctx)
 }
@@ -643,6 +652,10 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 	r.apply(ctx, ctrl, &cancel, &paused)
 	for {
 		if cancel {
+			if r.e.Recorder != nil {
+				// Stopped before the run shows CANCELED; Run's return drops it.
+				r.e.Recorder.Pause(ctx, r.run.RunID)
+			}
 			return r.cancel(ctx)
 		}
 		if !paused {
@@ -661,6 +674,10 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 		if r.run.Status != RunPaused {
+			if r.e.Recorder != nil {
+				// Stopped before the run shows PAUSED: a paused run records nothing.
+				r.e.Recorder.Pause(ctx, r.run.RunID)
+			}
 			ok, err := r.pauseTransition(ctx, KindRunPaused, RunRunning, RunPaused)
 			if err != nil {
 				return false, err
@@ -672,7 +689,11 @@ func (r *runner) boundary(ctx context.Context) (bool, error) {
 				continue
 			}
 		}
-		// Paused: wait for resume or cancel, by request or by status.
+		// Paused: wait for resume or cancel, by request or by status. A
+		// paused run records nothing.
+		if r.e.Recorder != nil {
+			r.e.Recorder.Pause(ctx, r.run.RunID)
+		}
 		if err := r.sleep(ctx, r.pollInterval()); err != nil {
 			return false, err
 		}
@@ -790,6 +811,10 @@ func (r *runner) runStep(ctx context.Context) error {
 	attempt := r.st.Attempts[name] + 1
 	token := r.ids.NewID()
 	timeout := r.pol.Timeout(name)
+	if r.e.Recorder != nil {
+		r.e.Recorder.NodeStarting(ctx, RecordRequest{Run: r.run, Node: name, Policy: r.pol,
+			Outputs: cloneRaw(r.st.Outputs), Window: r.window})
+	}
 	in := NodeInput{
 		Run: r.run, NodeName: name, StepOrdinal: stepOrd, Attempt: attempt,
 		IterationOrdinalNumber: r.st.IterationOrdinalNumber, PolicyVersion: r.st.PolicyVersion,

@@ -56,6 +56,15 @@ type Options struct {
 	Now func() time.Time
 }
 
+// IdleConnsPerServer is how many idle keep-alive connections the default
+// HTTP client keeps to its Appium server. One local Appium serves every
+// device of the host, each run's requests in flight at once: with fewer idle
+// slots than requests in flight (it was 4), every answer beyond them closed
+// its connection and the next request dialed a new one, a TCP handshake and
+// teardown on both sides per request at 32 devices
+// (TestConcurrentCallsReuseConnections). Idle connections close after 90 s.
+const IdleConnsPerServer = 128
+
 // Client is a W3C WebDriver client for one Appium 3 server. It is safe for
 // concurrent use. Sessions are addressed by id, so a Client can work with
 // sessions another Client (or a previous daemon) created.
@@ -78,7 +87,7 @@ func New(baseURL string, opt Options) (*Client, error) {
 		opt.HTTPClient = &http.Client{Transport: &http.Transport{
 			Proxy:               nil, // the server is local or on the fleet network; never via HTTP_PROXY
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 4,
+			MaxIdleConnsPerHost: IdleConnsPerServer,
 			IdleConnTimeout:     90 * time.Second,
 		}}
 	}
@@ -199,6 +208,23 @@ func (c *Client) Probe(ctx context.Context, sessionID string) (device.Health, ma
 		return c.unhealthy(details, start, err)
 	}
 	details["capabilities"] = caps
+	return c.probeRect(ctx, sessionID, start, details)
+}
+
+// ProbeAlive is Probe without reading the session's capabilities (a
+// session's capabilities do not change; the caller knows them from an
+// earlier probe): one round trip, GET /window/rect, judged as Probe does.
+// details has no "capabilities".
+func (c *Client) ProbeAlive(ctx context.Context, sessionID string) (device.Health, map[string]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opt.ProbeTimeout)
+	defer cancel()
+	return c.probeRect(ctx, sessionID, c.nowFn(), map[string]any{})
+}
+
+var _ device.AliveProber = (*Client)(nil)
+
+// probeRect is the probe's GET /window/rect, from start.
+func (c *Client) probeRect(ctx context.Context, sessionID string, start time.Time, details map[string]any) (device.Health, map[string]any, error) {
 	var rect struct{ Width, Height int }
 	rectErr := c.call(ctx, c.opt.ProbeTimeout, http.MethodGet, sessPath(sessionID, "/window/rect"), nil, &rect, false)
 	elapsed := c.nowFn().Sub(start)

@@ -10,6 +10,9 @@ type ShellResult struct {
 	Stdout   string
 	Stderr   string
 	ExitCode int
+	// TransportID is the adb transport the command ran on (adb's
+	// transport_id, new after every reconnect or reboot); 0 when unknown.
+	TransportID int64
 }
 
 // InstallOptions are `pm install` flags.
@@ -75,4 +78,13 @@ type Driver interface {
 type ExecOuter interface {
 	// ExecOut returns cmd's stdout, at most max bytes (more is an error).
 	ExecOut(ctx context.Context, cmd string, max int64) ([]byte, error)
+}
+
+// AliveProber is a Driver that probes a session without reading its
+// capabilities (one round trip to the server instead of two): same
+// verdicts as Driver.Probe, details without "capabilities". The Appium
+// adapter implements it; EnsureDevice uses it for a session whose
+// capabilities an earlier probe of this process read.
+type AliveProber interface {
+	ProbeAlive(ctx context.Context, sessionID string) (Health, map[string]any, error)
 }

@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"encoding/json"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"slices"
 	"strings"
 	"testing"
@@ -203,16 +204,16 @@ func TestDismissTapsTheButtonOfThePageSource(t *testing.T) {
 }
 
 func TestCrashEvidenceParsing(t *testing.T) {
-	if got := parseEpochMillis("1795248000.123456789\n"); got != 1795248000123 {
+	if got := parse.ParseEpochMillis("1795248000.123456789\n"); got != 1795248000123 {
 		t.Errorf("parseEpochMillis %d", got)
 	}
-	if got := parseEpochMillis("1795248000.N\n"); got != 1795248000000 {
+	if got := parse.ParseEpochMillis("1795248000.N\n"); got != 1795248000000 {
 		t.Errorf("without %%N: %d", got)
 	}
-	if got := parseEpochMillis("date: bad format\n"); got != 0 {
+	if got := parse.ParseEpochMillis("date: bad format\n"); got != 0 {
 		t.Errorf("garbage: %d", got)
 	}
-	if ps := parsePIDs("1234 5678\n"); len(ps) != 2 || ps[1] != 5678 {
+	if ps := parse.ParsePIDs("1234 5678\n"); len(ps) != 2 || ps[1] != 5678 {
 		t.Errorf("pids %v", ps)
 	}
 	if !ownProcess("com.example.app:remote", demoPkg) || ownProcess("com.example.apple", demoPkg) {

@@ -33,27 +33,6 @@ const (
 	OutcomeFailure = agent.OutcomeFailure
 )
 
-// Step is what the orchestrator knows about the step a node runs as; it
-// becomes the identifying half of Common.
-type Step struct {
-	NodeName               string
-	StepOrdinal            int
-	IterationOrdinalNumber int
-	PolicyVersion          int
-	ResumeToken            string
-	RandomSeed             int64
-}
-
-// Common returns the step's common fields with a SUCCESS outcome and null
-// error fields.
-func (s Step) Common() Common {
-	return Common{
-		NodeName: s.NodeName, StepOrdinal: s.StepOrdinal, IterationOrdinalNumber: s.IterationOrdinalNumber,
-		PolicyVersion: s.PolicyVersion, ResumeToken: s.ResumeToken, RandomSeed: s.RandomSeed,
-		NodeExecutionOutcomeStatus: OutcomeSuccess,
-	}
-}
-
 // MarkSuccess sets c to SUCCESS with errorId, retryable and
 // humanReadableFailureSummary null.
 func MarkSuccess(c *Common) {
@@ -74,25 +53,6 @@ func MarkFailure(c *Common, err error) *agent.Error {
 	id, retryable, summary := e.ID, e.Retryable, Summary(e)
 	c.NodeExecutionOutcomeStatus = OutcomeFailure
 	c.ErrorID, c.Retryable, c.HumanReadableFailureSummary = &id, &retryable, &summary
-	return e
-}
-
-// FailureOf returns the *agent.Error a FAILURE Common describes (id,
-// retryable, summary as Msg), nil for SUCCESS.
-func FailureOf(c Common) *agent.Error {
-	if c.NodeExecutionOutcomeStatus != OutcomeFailure {
-		return nil
-	}
-	e := &agent.Error{ID: agent.ErrInternal}
-	if c.ErrorID != nil {
-		e.ID = *c.ErrorID
-	}
-	if c.Retryable != nil {
-		e.Retryable = *c.Retryable
-	}
-	if c.HumanReadableFailureSummary != nil {
-		e.Msg = *c.HumanReadableFailureSummary
-	}
 	return e
 }
 
@@ -195,14 +155,6 @@ func (p Ports) Logf(format string, args ...any) {
 	}
 }
 
-// RandOrDefault returns p.Rand, or a PCG generator seeded with 0.
-func (p Ports) RandOrDefault() *rand.Rand {
-	if p.Rand != nil {
-		return p.Rand
-	}
-	return rand.New(rand.NewPCG(0, 0))
-}
-
 // Timestamp formats t as the spec's ISO-8601 UTC string with milliseconds
 // ("2025-10-23T12:00:20.123Z").
 func Timestamp(t time.Time) string {
@@ -227,6 +179,22 @@ type DeviceRuntimeContext struct {
 	// Appium server answered with (new session) or reports (reused session).
 	CapabilitiesEcho  map[string]any `json:"capabilitiesEcho"`
 	HealthProbeStatus device.Health  `json:"healthProbeStatus"`
+}
+
+// sessionID is the Appium session of c, "" when c is nil.
+func (c *DeviceRuntimeContext) sessionID() string {
+	if c == nil {
+		return ""
+	}
+	return c.DriverSessionID
+}
+
+// positiveMillis is ms milliseconds, def when ms is not positive.
+func positiveMillis(ms int64, def time.Duration) time.Duration {
+	if ms <= 0 {
+		return def
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // ApplicationUnderTestDescriptor names the app under test

@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/android"
 )
 
 // DriverReusePolicy is EnsureDevice's driverReusePolicy.
@@ -89,6 +91,9 @@ type EnsureDeviceInput struct {
 	// Emulator is the policy's emulator section (not part of the input
 	// JSON: the setup graph fills it from the policy in force).
 	Emulator EmulatorOptions `json:"-"`
+	// Warm, when set, is what earlier runs proved (see Warm); the setup
+	// graph shares one across its runs. Not part of the input JSON.
+	Warm *Warm `json:"-"`
 }
 
 // EnsureDeviceOutput is EnsureDevice's Output; DeviceRuntimeContext is null on failure.
@@ -156,7 +161,7 @@ var _ SessionMemory = (*MemorySessions)(nil)
 //     (offline, authorizing, connecting) is waited for up to OfflineGrace and
 //     then device_offline (retryable); bootloader/recovery/sideload are
 //     device_offline, not retryable.
-//  2. Boot: one shell running adb.BootCommand and `service list` (bootProbe)
+//  2. Boot: one shell running adb.BootCommand and `service list` (android.BootProbe)
 //     every BootPollInterval until parse.ParseBootStatus says Ready
 //     (sys.boot_completed=1, boot animation stopped, activity/package/window
 //     services up), bounded by bootTimeoutMillis from the node's start and,
@@ -197,16 +202,31 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 	if p.Driver == nil || memory == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "EnsureDevice needs a Driver and a SessionMemory port")
 	}
-	start := p.Now()
-	bootTimeout := DefaultBootTimeout
-	if ms := in.DeviceConfiguration.BootTimeoutMillis; ms > 0 {
-		bootTimeout = time.Duration(ms) * time.Millisecond
+	deadline, bound := bootDeadline(ctx, p.Now(), positiveMillis(in.DeviceConfiguration.BootTimeoutMillis, DefaultBootTimeout))
+	name, err := deviceName(ctx, in, p, policy, deadline, life)
+	if err != nil {
+		return nil, err
 	}
-	deadline, bound := bootDeadline(ctx, start, bootTimeout)
+	dev, err := resolveDevice(ctx, name, p)
+	if err != nil {
+		return nil, err
+	}
+	warm := cmp.Or(in.Warm, &Warm{}) // none kept: this run proves for itself
+	if err := ensureBooted(ctx, dev, p, deadline, bound, &warm.Boot); err != nil {
+		return nil, err
+	}
+	adbPort := cmp.Or(in.DeviceConfiguration.ADBServerPort, p.ADBServerPort, DefaultADBServerPort)
+	sess := sessionSetup{p: p, memory: memory, policy: policy, serial: dev.Serial(), warm: warm}
+	return sess.ensure(ctx, adbPort, in.DeviceConfiguration.PlatformVersion)
+}
+
+// deviceName is the name of the device to drive: the leased serial when
+// the run's device lease holds one other than deviceName (the scheduler
+// chose it for the name: a model, an AVD, "android-34", "<host id>/<serial>"
+// may name several, and never another the name matches is driven), or the
+// serial of the AVD ensureAVD reused or booted.
+func deviceName(ctx context.Context, in EnsureDeviceInput, p Ports, policy DriverReusePolicy, deadline time.Time, life **EmulatorLifecycle) (string, error) {
 	name := in.DeviceConfiguration.DeviceName
-	// The daemon's scheduler chose the device for the name (a model, an
-	// AVD, "android-34", "<host id>/<serial>" may name several) and holds
-	// its lease: that one is driven, never another the name matches.
 	leased := ""
 	if f := agent.FenceFrom(ctx); f != nil && f.Serial != name {
 		leased = f.Serial
@@ -227,108 +247,146 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 			}
 		}
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 	}
 	if leased != "" {
 		p.Logf("deviceName %q runs on leased device %s", in.DeviceConfiguration.DeviceName, leased)
 		name = leased
 	}
-	dev, err := resolveDevice(ctx, name, p)
-	if err != nil {
-		return nil, err
-	}
-	serial := dev.Serial()
-	// A device whose first boot probe says Ready is online: a shell reaches
-	// only a device in adb state "device" or "recovery", and recovery runs
-	// no activity/package/window services. So the adb state is asked (one
-	// more connection through the adb server) only when it is not.
-	if st, err := bootStatus(ctx, dev); err != nil || !st.Ready {
-		if err := waitOnline(ctx, dev, p, min(bound, OfflineGrace)); err != nil {
-			return nil, err
-		}
-		var first *parse.BootStatus
-		if err == nil {
-			first = &st // the wait's first probe: it answered, not ready yet
-		}
-		if err := waitBooted(ctx, dev, p, deadline, bound, first); err != nil {
-			return nil, err
-		}
-	}
+	return name, nil
+}
 
-	adbPort := in.DeviceConfiguration.ADBServerPort
-	if adbPort == 0 {
-		adbPort = p.ADBServerPort
+// ensureBooted: a device proven Ready on the same adb transport before
+// (proofs, see android.BootProofs) is rechecked in one small shell. Else a
+// device whose first boot probe says Ready is online (a shell reaches only
+// a device in adb state "device" or "recovery", and recovery runs no
+// activity/package/window services), so the adb state is asked (one more
+// connection through the adb server) only when it is not; then the boot is
+// waited for. A Ready answer is recorded in proofs.
+func ensureBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, proofs *android.BootProofs) error {
+	if ok, why := proofs.Recheck(ctx, dev); ok {
+		return nil
+	} else if why != "" {
+		p.Logf("%s changed since it was found boot-ready (%s): checking it fully", dev.Serial(), why)
 	}
-	if adbPort == 0 {
-		adbPort = DefaultADBServerPort
+	st, err := android.BootStatus(ctx, dev)
+	if err == nil && st.Ready {
+		proofs.Proven(dev.Serial(), st.TransportID)
+		return nil
 	}
-	remembered, err := memory.Get(ctx, serial)
+	if err := waitOnline(ctx, dev, p, min(bound, OfflineGrace)); err != nil {
+		return err
+	}
+	var first *android.Boot
+	if err == nil {
+		first = &st // the wait's first probe: it answered, not ready yet
+	}
+	ready, err := waitBooted(ctx, dev, p, deadline, bound, first)
+	if err == nil {
+		proofs.Proven(dev.Serial(), ready.TransportID)
+	}
+	return err
+}
+
+// sessionSetup finds or creates the Appium session of one serial under a
+// driverReusePolicy (see EnsureDevice, step 3).
+type sessionSetup struct {
+	p      Ports
+	memory SessionMemory
+	policy DriverReusePolicy
+	serial string
+	warm   *Warm
+}
+
+func (s sessionSetup) memoryErr(err error) error {
+	return agent.Wrap(agent.ErrInternal, err, "session memory for %s", s.serial)
+}
+
+// ensure reuses the remembered session when the policy lets it and it
+// probes live, else creates one (REUSE_ONLY fails instead).
+func (s sessionSetup) ensure(ctx context.Context, adbPort int, platformVersion string) (*DeviceRuntimeContext, error) {
+	remembered, err := s.memory.Get(ctx, s.serial)
 	if err != nil {
-		return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+		return nil, s.memoryErr(err)
 	}
-	if policy == CreateNew && remembered != "" {
-		p.Logf("driverReusePolicy CREATE_NEW: deleting remembered session %s", remembered)
-		if derr := p.Driver.DeleteSession(ctx, remembered); derr != nil {
+	if s.policy == CreateNew && remembered != "" {
+		s.p.Logf("driverReusePolicy CREATE_NEW: deleting remembered session %s", remembered)
+		if derr := s.p.Driver.DeleteSession(ctx, remembered); derr != nil {
 			// A new UiAutomator2 session on this udid ends the old one anyway.
-			p.Logf("delete session %s: %v (continuing)", remembered, derr)
+			s.p.Logf("delete session %s: %v (continuing)", remembered, derr)
 		}
-		if err := memory.Forget(ctx, serial); err != nil {
-			return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+		if err := s.memory.Forget(ctx, s.serial); err != nil {
+			return nil, s.memoryErr(err)
 		}
 		remembered = ""
 	}
 	if remembered != "" {
-		drc, why, err := tryReuse(ctx, p, serial, remembered)
-		if err != nil {
-			return nil, err
+		drc, err := s.reuse(ctx, remembered)
+		if err != nil || drc != nil {
+			return drc, err
 		}
-		if drc != nil {
-			p.Logf("reusing Appium session %s on %s (%s)", remembered, serial, drc.HealthProbeStatus)
-			return drc, nil
-		}
-		p.Logf("remembered session %s not reusable: %s", remembered, why)
-		if err := memory.Forget(ctx, serial); err != nil {
-			return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
-		}
-		if policy == ReuseOnly {
-			return nil, &agent.Error{ID: agent.ErrInvalidRequest, Code: NoReusableSession,
-				Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: session %s remembered for %s is not live: %s", remembered, serial, why)}
-		}
-	} else if policy == ReuseOnly {
+	} else if s.policy == ReuseOnly {
 		return nil, &agent.Error{ID: agent.ErrInvalidRequest, Code: NoReusableSession,
-			Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: no Appium session remembered for %s", serial)}
+			Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: no Appium session remembered for %s", s.serial)}
 	}
+	return s.create(ctx, adbPort, platformVersion)
+}
 
-	caps, err := SessionCapabilities(p, serial, adbPort, in.DeviceConfiguration.PlatformVersion)
+// reuse returns the remembered session's context when it probes live; nil
+// (forgotten) when not, an error when REUSE_ONLY then has nothing to use.
+func (s sessionSetup) reuse(ctx context.Context, remembered string) (*DeviceRuntimeContext, error) {
+	drc, why, err := tryReuse(ctx, s.p, s.serial, remembered, s.warm)
 	if err != nil {
 		return nil, err
 	}
-	p.Logf("creating Appium session on %s", serial)
-	sess, err := p.Driver.CreateSession(ctx, caps)
+	if drc != nil {
+		s.p.Logf("reusing Appium session %s on %s (%s)", remembered, s.serial, drc.HealthProbeStatus)
+		return drc, nil
+	}
+	s.p.Logf("remembered session %s not reusable: %s", remembered, why)
+	if err := s.memory.Forget(ctx, s.serial); err != nil {
+		return nil, s.memoryErr(err)
+	}
+	if s.policy == ReuseOnly {
+		return nil, &agent.Error{ID: agent.ErrInvalidRequest, Code: NoReusableSession,
+			Msg: fmt.Sprintf("driverReusePolicy REUSE_ONLY: session %s remembered for %s is not live: %s", remembered, s.serial, why)}
+	}
+	return nil, nil
+}
+
+// create opens a new session (SessionCapabilities), remembers it and
+// probes it: UNHEALTHY is session_create_failed.
+func (s sessionSetup) create(ctx context.Context, adbPort int, platformVersion string) (*DeviceRuntimeContext, error) {
+	caps, err := SessionCapabilities(s.p, s.serial, adbPort, platformVersion)
+	if err != nil {
+		return nil, err
+	}
+	s.p.Logf("creating Appium session on %s", s.serial)
+	sess, err := s.p.Driver.CreateSession(ctx, caps)
 	if err != nil {
 		return nil, err
 	}
 	if sess.ID == "" {
 		return nil, agent.Errorf(agent.ErrSessionCreateFailed, "Appium answered without a session id")
 	}
-	if err := memory.Put(ctx, serial, sess.ID); err != nil {
-		return nil, agent.Wrap(agent.ErrInternal, err, "session memory for %s", serial)
+	if err := s.memory.Put(ctx, s.serial, sess.ID); err != nil {
+		return nil, s.memoryErr(err)
 	}
-	health, _, perr := p.Driver.Probe(ctx, sess.ID)
+	health, _, perr := s.p.Driver.Probe(ctx, sess.ID)
 	if perr != nil {
 		return nil, perr
 	}
 	if health == device.Unhealthy {
-		_ = memory.Forget(ctx, serial)
+		_ = s.memory.Forget(ctx, s.serial)
 		return nil, agent.Errorf(agent.ErrSessionCreateFailed, "new session %s probes UNHEALTHY", sess.ID)
 	}
 	echo := sess.Capabilities
 	if len(echo) == 0 {
 		echo = caps
 	}
-	p.Logf("Appium session %s ready on %s (%s)", sess.ID, serial, health)
-	return &DeviceRuntimeContext{DriverSessionID: sess.ID, DeviceID: serial, CapabilitiesEcho: echo, HealthProbeStatus: health}, nil
+	s.p.Logf("Appium session %s ready on %s (%s)", sess.ID, s.serial, health)
+	return &DeviceRuntimeContext{DriverSessionID: sess.ID, DeviceID: s.serial, CapabilitiesEcho: echo, HealthProbeStatus: health}, nil
 }
 
 // SessionCapabilities returns the capabilities of a new session on serial:
@@ -366,8 +424,10 @@ func SessionCapabilities(p Ports, serial string, adbPort int, platformVersion st
 
 // tryReuse probes a remembered session. It returns the context to use, or a
 // reason it cannot be used; err only when the Appium server cannot be asked.
-func tryReuse(ctx context.Context, p Ports, serial, id string) (*DeviceRuntimeContext, string, error) {
-	health, details, err := p.Driver.Probe(ctx, id)
+// A session whose capabilities warm knows is probed in one call
+// (device.AliveProber) when the driver can.
+func tryReuse(ctx context.Context, p Ports, serial, id string, warm *Warm) (*DeviceRuntimeContext, string, error) {
+	health, details, err := warm.Sessions.Probe(ctx, p.Driver, id)
 	if err != nil {
 		e := agent.Classify(err)
 		if e.ID == agent.ErrAppiumUnreachable || e.ID == agent.ErrTimeout || e.ID == agent.ErrInterrupted || e.ID == agent.ErrNetwork {
@@ -376,6 +436,7 @@ func tryReuse(ctx context.Context, p Ports, serial, id string) (*DeviceRuntimeCo
 		return nil, "probe: " + e.Error(), nil
 	}
 	if health == device.Unhealthy {
+		warm.Sessions.Forget(id)
 		why := "probe says UNHEALTHY"
 		if r, ok := details["reason"].(string); ok && r != "" {
 			why += ": " + r
@@ -386,7 +447,18 @@ func tryReuse(ctx context.Context, p Ports, serial, id string) (*DeviceRuntimeCo
 	if udid := capUDID(caps); udid != "" && udid != serial {
 		return nil, fmt.Sprintf("session drives %s, not %s", udid, serial), nil
 	}
+	warm.Sessions.Keep(id, caps)
 	return &DeviceRuntimeContext{DriverSessionID: id, DeviceID: serial, CapabilitiesEcho: caps, HealthProbeStatus: health}, "", nil
+}
+
+// Warm is what earlier runs of this process proved, so a warm device
+// costs one round trip per check: the adb transport each device was found
+// boot-ready on (android.BootProofs) and the capabilities each reused
+// Appium session reported (android.SessionCaps). The zero value is empty;
+// the setup graph shares one across its runs.
+type Warm struct {
+	Boot     android.BootProofs
+	Sessions android.SessionCaps
 }
 
 // capUDID reads the device a session's capabilities name (Appium echoes
@@ -464,28 +536,28 @@ func waitOnline(ctx context.Context, dev device.Device, p Ports, grace time.Dura
 }
 
 // waitBooted polls boot readiness until deadline; first, when set, is the
-// first probe's answer (taken already).
-func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, first *parse.BootStatus) error {
+// first probe's answer (taken already). It returns the Ready answer.
+func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, first *android.Boot) (android.Boot, error) {
 	last := "no answer yet"
 	var lastLine time.Time
 	for attempt := 0; ; attempt++ {
-		var st parse.BootStatus
+		var st android.Boot
 		var err error
 		if attempt == 0 && first != nil {
 			st = *first
 		} else {
-			st, err = bootStatus(ctx, dev)
+			st, err = android.BootStatus(ctx, dev)
 		}
 		if err == nil && st.Ready {
 			if attempt > 0 {
 				p.Logf("%s boot-ready", dev.Serial())
 			}
-			return nil
+			return st, nil
 		}
 		if err != nil {
 			e := agent.Classify(err)
 			if !e.Retryable || errors.Is(err, context.Canceled) {
-				return e
+				return st, e
 			}
 			last = e.Error()
 		} else {
@@ -500,39 +572,33 @@ func waitBooted(ctx context.Context, dev device.Device, p Ports, deadline time.T
 			lastLine = now
 		}
 		if !p.Now().Before(deadline) {
-			return agent.Errorf(agent.ErrBootTimeout, "%s not boot-ready after %v: %s", dev.Serial(), bound.Round(time.Millisecond), last)
+			return st, agent.Errorf(agent.ErrBootTimeout, "%s not boot-ready after %v: %s", dev.Serial(), bound.Round(time.Millisecond), last)
 		}
 		if err := p.Wait(ctx, min(BootPollInterval, max(deadline.Sub(p.Now()), time.Millisecond))); err != nil {
-			return ctxErr(ctx, "waiting for "+dev.Serial()+" to boot")
+			return st, ctxErr(ctx, "waiting for "+dev.Serial()+" to boot")
 		}
 	}
 }
 
-// bootSplit is the marker line between the two parts of bootProbe's output.
-const bootSplit = "--SCREENGRAPH-BOOT-SPLIT--"
+// ensureDeviceNode is EnsureDevice as a setup node: the policy's driver
+// reuse mode unless the input names one, and its emulator section.
+type ensureDeviceNode struct {
+	sessions SessionMemory
+	warm     *Warm
+}
 
-// bootProbe is EnsureDevice's boot readiness probe, one shell round trip:
-// adb.BootCommand's three lines, the bootSplit line, then `service list`
-// ("Found N services:" and "N\tname: [interface]" lines). A plain `;` list,
-// which Android's mksh runs under adbd's `sh -c`.
-const bootProbe = parse.BootCommand + "; echo " + bootSplit + "; service list"
+func (ensureDeviceNode) Name() string { return NodeEnsureDevice }
 
-// bootStatus runs bootProbe and judges it with parse.ParseBootStatus: Ready only
-// when the getprop part says booted and `service list` names BootServices.
-// The exit status (`service list`'s) is not looked at; output without the
-// marker counts as an empty service list. err is the shell's transport error.
-func bootStatus(ctx context.Context, dev device.Device) (parse.BootStatus, error) {
-	r, err := dev.Shell(ctx, bootProbe)
-	if err != nil {
-		return parse.BootStatus{}, err
+func (n ensureDeviceNode) Prepare(in *EnsureDeviceInput, s StepContext) {
+	in.IterationOrdinalNumber = s.Step.IterationOrdinalNumber
+	if in.DriverReusePolicy == "" {
+		in.DriverReusePolicy = DriverReusePolicy(s.Policy.DriverReusePolicy)
 	}
-	bootOut, services, _ := strings.Cut(r.Stdout, bootSplit)
-	st := parse.ParseBootStatus(bootOut, "")
-	if !st.Ready {
-		return st, nil
-	}
-	if strings.TrimSpace(services) == "" {
-		return parse.BootStatus{Reason: "service list is empty"}, nil
-	}
-	return parse.ParseBootStatus(bootOut, services), nil
+	e := s.Policy.Emulator
+	in.Warm = n.warm
+	in.Emulator = EmulatorOptions{IdleKill: time.Duration(e.IdleKillMinutes) * time.Minute, ColdBoot: !e.QuickBoot, SaveSnapshot: e.SaveSnapshot}
+}
+
+func (n ensureDeviceNode) Run(ctx context.Context, in EnsureDeviceInput, _ StepContext, p Ports) (EnsureDeviceOutput, error) {
+	return EnsureDevice(ctx, in, p, n.sessions)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	droid "github.com/screengraph/screengraph-agent/device/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/fixtures"
 )
@@ -25,7 +26,7 @@ func bootedDevice(t *testing.T, bootAfter int) *scriptDevice {
 	probes := 0
 	d := &scriptDevice{serial: "emulator-5554"}
 	d.shell = func(cmd string) (device.ShellResult, error) {
-		if cmd != bootProbe {
+		if cmd != droid.BootProbe {
 			t.Errorf("unexpected shell %q", cmd)
 			return device.ShellResult{ExitCode: 127}, nil
 		}
@@ -34,7 +35,7 @@ func bootedDevice(t *testing.T, bootAfter int) *scriptDevice {
 		if bootAfter < 0 || probes <= bootAfter {
 			props = "\n\nrunning\n"
 		}
-		return device.ShellResult{Stdout: props + bootSplit + "\n" + services}, nil
+		return device.ShellResult{Stdout: props + droid.BootSplit + "\n" + services}, nil
 	}
 	return d
 }
@@ -276,7 +277,7 @@ func TestEnsureDeviceDeviceErrors(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			dev := bootedDevice(t, 0)
 			dev.shell = func(cmd string) (device.ShellResult, error) {
-				return device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\nFound 1 services:\n0\tactivity: [android.app.IActivityManager]\n"}, nil
+				return device.ShellResult{Stdout: "1\n1\nstopped\n" + droid.BootSplit + "\nFound 1 services:\n0\tactivity: [android.app.IActivityManager]\n"}, nil
 			}
 			_, err := EnsureDevice(ctx, ensureIn(""), Ports{Device: dev, Driver: &fakeDriver{}}, &MemorySessions{})
 			if e := wantID(t, err, agent.ErrBootTimeout, false); !strings.Contains(e.Error(), "package,window") {
@@ -337,30 +338,30 @@ func TestBootStatusCombinedOutput(t *testing.T) {
 		ready  bool
 		reason string
 	}{
-		{"booted", device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\n" + services}, true, ""},
-		{"booting", device.ShellResult{Stdout: "\n\nrunning\n" + bootSplit + "\n" + services}, false, "sys.boot_completed is not 1"},
-		{"animation", device.ShellResult{Stdout: "1\n1\nrunning\n" + bootSplit + "\n" + services}, false, "boot animation running"},
-		{"services missing", device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\nFound 1 services:\n0\tactivity: [android.app.IActivityManager]\n"},
+		{"booted", device.ShellResult{Stdout: "1\n1\nstopped\n" + droid.BootSplit + "\n" + services}, true, ""},
+		{"booting", device.ShellResult{Stdout: "\n\nrunning\n" + droid.BootSplit + "\n" + services}, false, "sys.boot_completed is not 1"},
+		{"animation", device.ShellResult{Stdout: "1\n1\nrunning\n" + droid.BootSplit + "\n" + services}, false, "boot animation running"},
+		{"services missing", device.ShellResult{Stdout: "1\n1\nstopped\n" + droid.BootSplit + "\nFound 1 services:\n0\tactivity: [android.app.IActivityManager]\n"},
 			false, "services not up: package,window"},
-		{"service list empty", device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\n", ExitCode: 1}, false, "service list is empty"},
+		{"service list empty", device.ShellResult{Stdout: "1\n1\nstopped\n" + droid.BootSplit + "\n", ExitCode: 1}, false, "service list is empty"},
 		{"no marker", device.ShellResult{Stdout: "1\n1\nstopped\n"}, false, "service list is empty"},
 		{"no marker, booting", device.ShellResult{Stdout: "\n\nrunning\n", ExitCode: 255}, false, "sys.boot_completed is not 1"},
-		{"non-zero exit", device.ShellResult{Stdout: "1\n1\nstopped\n" + bootSplit + "\n" + services, ExitCode: 1}, true, ""},
+		{"non-zero exit", device.ShellResult{Stdout: "1\n1\nstopped\n" + droid.BootSplit + "\n" + services, ExitCode: 1}, true, ""},
 		{"nothing", device.ShellResult{ExitCode: 127}, false, "sys.boot_completed is not 1"},
 	} {
 		dev := &scriptDevice{serial: "s", shell: func(string) (device.ShellResult, error) { return c.res, nil }}
-		st, err := bootStatus(context.Background(), dev)
+		st, err := droid.BootStatus(context.Background(), dev)
 		if err != nil || st.Ready != c.ready || st.Reason != c.reason {
 			t.Errorf("%s: ready %v reason %q err %v, want %v %q", c.name, st.Ready, st.Reason, err, c.ready, c.reason)
 		}
-		if len(dev.calls) != 1 || dev.calls[0] != bootProbe {
+		if len(dev.calls) != 1 || dev.calls[0] != droid.BootProbe {
 			t.Errorf("%s: shells %q", c.name, dev.calls)
 		}
 	}
 	// A transport error is returned as is (waitBooted classifies it).
 	want := &agent.Error{ID: agent.ErrDeviceOffline, Retryable: true}
 	dev := &scriptDevice{serial: "s", shell: func(string) (device.ShellResult, error) { return device.ShellResult{}, want }}
-	if _, err := bootStatus(context.Background(), dev); err != want {
+	if _, err := droid.BootStatus(context.Background(), dev); err != want {
 		t.Errorf("transport error: %v", err)
 	}
 }
@@ -368,7 +369,7 @@ func TestBootStatusCombinedOutput(t *testing.T) {
 // The simulator's mksh grammar runs the combined line with real outputs: a
 // booted device is ready, one that never boots says what is missing.
 func TestBootStatusOnModel(t *testing.T) {
-	st, err := bootStatus(context.Background(), newModel(t))
+	st, err := droid.BootStatus(context.Background(), newModel(t))
 	if err != nil || !st.Ready || len(st.MissingServices) != 0 {
 		t.Errorf("booted model: %+v %v", st, err)
 	}
@@ -384,7 +385,7 @@ func TestBootStatusOnModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err = bootStatus(context.Background(), &modelDevice{Device: d, serial: "emulator-5556"})
+	st, err = droid.BootStatus(context.Background(), &modelDevice{Device: d, serial: "emulator-5556"})
 	if err != nil || st.Ready || st.Reason != "sys.boot_completed is not 1" {
 		t.Errorf("never-boots model: %+v %v", st, err)
 	}

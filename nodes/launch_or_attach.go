@@ -1,10 +1,10 @@
 package nodes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/android"
 )
 
 // LaunchAttachMode is LaunchOrAttach's launchAttachMode.
@@ -149,85 +150,97 @@ func failApp(f *AppFailure, retryable bool) error {
 
 func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports, w *appWatch) (*ApplicationForegroundContext, error) {
 	pkg := in.ApplicationUnderTestDescriptor.AndroidPackageID
-	if pkg == "" {
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "applicationUnderTestDescriptor.androidPackageId is empty")
+	mode, err := launchMode(in, p)
+	if err != nil {
+		return nil, err
 	}
-	mode := in.LaunchAttachMode
-	if mode == "" {
-		mode = LaunchOrAttachMode
-	}
-	if mode != LaunchOrAttachMode && mode != ForceRestart && mode != AttachOnly {
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "launchAttachMode %q: expected LAUNCH_OR_ATTACH, FORCE_RESTART or ATTACH_ONLY", mode)
-	}
-	if p.Device == nil {
-		return nil, agent.Errorf(agent.ErrInternal, "LaunchOrAttach needs a Device port")
-	}
-	sessionID := ""
-	if in.DeviceRuntimeContext != nil {
-		sessionID = in.DeviceRuntimeContext.DriverSessionID
-	}
-	bound := DefaultLaunchTimeout
-	if ms := in.LaunchTimeoutMillis; ms > 0 {
-		bound = time.Duration(ms) * time.Millisecond
-	}
+	sessionID := in.DeviceRuntimeContext.sessionID()
+	bound := positiveMillis(in.LaunchTimeoutMillis, DefaultLaunchTimeout)
 	deadline := p.Now().Add(bound)
-
-	if mode == AttachOnly {
+	switch {
+	case mode == AttachOnly:
 		fc, last, err := awaitForeground(ctx, p, pkg, p.Now().Add(min(bound, AttachConfirmWindow)), w, sessionID, false)
 		if err != nil || fc != nil {
 			return fc, err
 		}
 		return nil, &agent.Error{ID: agent.ErrActivityNotFound, Code: NotInForeground,
 			Msg: fmt.Sprintf("launchAttachMode ATTACH_ONLY: %s is not in the foreground (foreground: %s)", pkg, describe0(last))}
-	}
-	if mode == LaunchOrAttachMode && in.Attempt > 1 {
+	case mode == LaunchOrAttachMode && in.Attempt > 1:
 		p.Logf("attempt %d: starting %s in a fresh process (am start -S)", in.Attempt, pkg)
 		mode = ForceRestart
+	case mode == LaunchOrAttachMode:
+		if fc, err := attachInFront(ctx, p, pkg, w, sessionID); err != nil || fc != nil {
+			return fc, err
+		}
 	}
-	if mode == LaunchOrAttachMode {
-		// Already in front: attach without touching the task (after
-		// answering a system dialog over it, failing on the app's own).
-		for {
-			fg, win, err := foregroundWithWindows(ctx, p.Device)
-			if err != nil {
-				return nil, err
-			}
-			if fg.Package != pkg {
-				break
-			}
-			f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
-			if err != nil {
-				return nil, err
-			}
-			if f != nil {
-				return nil, failApp(f, true)
-			}
-			if dismissed {
-				continue
-			}
+	act, err := launchActivity(ctx, p.Device, pkg, in.ApplicationUnderTestDescriptor.AndroidLaunchActivityName)
+	if err != nil {
+		return nil, err
+	}
+	if err := launch(ctx, p, w, LaunchCommand(act, mode == ForceRestart), act, deadline, bound); err != nil {
+		return nil, err
+	}
+	fc, last, err := awaitForeground(ctx, p, pkg, deadline, w, sessionID, true)
+	if err != nil || fc != nil {
+		return fc, err
+	}
+	return nil, agent.Errorf(agent.ErrLaunchTimeout, "%s not in the foreground within %v after launch (foreground: %s)", pkg, bound, describe0(last))
+}
+
+// launchMode checks the input and returns its mode (LAUNCH_OR_ATTACH when
+// it names none).
+func launchMode(in LaunchOrAttachInput, p Ports) (LaunchAttachMode, error) {
+	if in.ApplicationUnderTestDescriptor.AndroidPackageID == "" {
+		return "", agent.Errorf(agent.ErrInvalidRequest, "applicationUnderTestDescriptor.androidPackageId is empty")
+	}
+	mode := cmp.Or(in.LaunchAttachMode, LaunchOrAttachMode)
+	if mode != LaunchOrAttachMode && mode != ForceRestart && mode != AttachOnly {
+		return "", agent.Errorf(agent.ErrInvalidRequest, "launchAttachMode %q: expected LAUNCH_OR_ATTACH, FORCE_RESTART or ATTACH_ONLY", mode)
+	}
+	if p.Device == nil {
+		return "", agent.Errorf(agent.ErrInternal, "LaunchOrAttach needs a Device port")
+	}
+	return mode, nil
+}
+
+// attachInFront attaches to pkg when it is in front already, without
+// touching its task (after answering a system dialog over it, failing on
+// the app's own); nil when it is not in front.
+func attachInFront(ctx context.Context, p Ports, pkg string, w *appWatch, sessionID string) (*ApplicationForegroundContext, error) {
+	for {
+		fg, win, err := android.ForegroundWithWindows(ctx, p.Device)
+		if err != nil || fg.Package != pkg {
+			return nil, err
+		}
+		f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			return nil, failApp(f, true)
+		}
+		if !dismissed {
 			p.Logf("%s already in front (%s): attaching", pkg, fg.Activity)
 			return &ApplicationForegroundContext{CurrentPackageID: fg.Package, CurrentActivityName: fg.Activity,
 				AppBroughtToForegroundTimestamp: Timestamp(p.Now())}, nil
 		}
 	}
+}
 
-	act, err := launchActivity(ctx, p.Device, pkg, in.ApplicationUnderTestDescriptor.AndroidLaunchActivityName)
-	if err != nil {
-		return nil, err
-	}
-	cmd := LaunchCommand(act, mode == ForceRestart)
+// launch runs cmd (am start) bounded by deadline, with its exit status and
+// the device clock on the same shell: crash reports count from the launch
+// (w.sinceMillis: the device time after am, less the round trip).
+func launch(ctx context.Context, p Ports, w *appWatch, cmd string, act parse.Component, deadline time.Time, bound time.Duration) error {
 	p.Logf("%s", cmd)
 	lctx, cancel := context.WithTimeout(ctx, max(deadline.Sub(p.Now()), time.Millisecond))
 	started := p.Now()
-	// am's status and the device clock ride on the same shell: crash reports
-	// count from the launch (the device time after am, less the round trip).
 	res, err := p.Device.Shell(lctx, cmd+"; echo "+sampleSplit+" $?; date +%s.%N")
 	cancel()
 	if err != nil {
 		if e := agent.Classify(err); e.ID == agent.ErrTimeout && ctx.Err() == nil {
-			return nil, agent.Wrap(agent.ErrLaunchTimeout, err, "%s did not return within %v", cmd, bound)
+			return agent.Wrap(agent.ErrLaunchTimeout, err, "%s did not return within %v", cmd, bound)
 		}
-		return nil, err
+		return err
 	}
 	stdout, code := res.Stdout, res.ExitCode
 	if head, tail, ok := strings.Cut(res.Stdout, sampleSplit); ok {
@@ -236,26 +249,22 @@ func launchOrAttach(ctx context.Context, in LaunchOrAttachInput, p Ports, w *app
 			if n, err := strconv.Atoi(f[0]); err == nil {
 				code = n
 			}
-			if e := parseEpochMillis(f[1]); e > 0 {
+			if e := parse.ParseEpochMillis(f[1]); e > 0 {
 				w.sinceMillis = e - p.Now().Sub(started).Milliseconds() - 1
 			}
 		}
 	}
 	am, err := parse.ParseAmStart(stdout + "\n" + res.Stderr)
 	if err != nil {
-		return nil, amError(err, act)
+		return amError(err, act)
 	}
 	if code != 0 {
-		return nil, agent.Errorf(agent.ErrProcess, "%s exited %d: %s", cmd, code, strings.TrimSpace(stdout+" "+res.Stderr))
+		return agent.Errorf(agent.ErrProcess, "%s exited %d: %s", cmd, code, strings.TrimSpace(stdout+" "+res.Stderr))
 	}
 	if am.Warning != "" {
 		p.Logf("am: %s", am.Warning)
 	}
-	fc, last, err := awaitForeground(ctx, p, pkg, deadline, w, sessionID, true)
-	if err != nil || fc != nil {
-		return fc, err
-	}
-	return nil, agent.Errorf(agent.ErrLaunchTimeout, "%s not in the foreground within %v after launch (foreground: %s)", pkg, bound, describe0(last))
+	return nil
 }
 
 func describe0(c parse.Component) string {
@@ -298,36 +307,17 @@ func amError(err error, act parse.Component) error {
 func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time, w *appWatch, sessionID string, launched bool) (*ApplicationForegroundContext, parse.Component, error) {
 	var last parse.Component
 	for {
-		fg, win, pids, err := launchProbe(ctx, p.Device, pkg, launched)
-		if err != nil {
-			if e := agent.Classify(err); !e.Retryable {
-				return nil, last, e
-			}
-		} else {
-			f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
-			if err != nil {
-				return nil, last, err
-			}
-			if f != nil {
-				return nil, last, failApp(f, true)
-			}
-			if dismissed {
-				continue
-			}
-			if launched && pids != nil {
-				if len(*pids) > 0 {
-					w.notePIDs(*pids)
-				} else if f, err := w.processGone(ctx, p); err != nil || f != nil {
-					if err != nil {
-						return nil, last, err
-					}
-					return nil, last, failApp(f, true)
-				}
-			}
-			last = fg
+		fg, again, err := foregroundPoll(ctx, p, pkg, w, sessionID, launched)
+		switch {
+		case err != nil:
+			return nil, last, err
+		case again:
+			continue
+		case fg != nil:
+			last = *fg
 			if fg.Package == pkg {
 				return &ApplicationForegroundContext{CurrentPackageID: fg.Package, CurrentActivityName: fg.Activity,
-					AppBroughtToForegroundTimestamp: Timestamp(p.Now())}, fg, nil
+					AppBroughtToForegroundTimestamp: Timestamp(p.Now())}, last, nil
 			}
 		}
 		left := until.Sub(p.Now())
@@ -340,12 +330,42 @@ func awaitForeground(ctx context.Context, p Ports, pkg string, until time.Time, 
 	}
 }
 
+// foregroundPoll is one poll of awaitForeground: the foreground seen (nil
+// when a retryable error hid it), again when a system dialog was dismissed
+// (poll at once), or the app's crash / ANR as the error.
+func foregroundPoll(ctx context.Context, p Ports, pkg string, w *appWatch, sessionID string, launched bool) (*parse.Component, bool, error) {
+	fg, win, pids, err := launchProbe(ctx, p.Device, pkg, launched)
+	if err != nil {
+		if e := agent.Classify(err); !e.Retryable {
+			return nil, false, e
+		}
+		return nil, false, nil
+	}
+	f, dismissed, err := w.dialogs(ctx, p, sessionID, win)
+	if err != nil || dismissed {
+		return nil, dismissed, err
+	}
+	if f != nil {
+		return nil, false, failApp(f, true)
+	}
+	if launched && pids != nil {
+		if len(*pids) > 0 {
+			w.notePIDs(*pids)
+		} else if f, err := w.processGone(ctx, p); err != nil {
+			return nil, false, err
+		} else if f != nil {
+			return nil, false, failApp(f, true)
+		}
+	}
+	return &fg, false, nil
+}
+
 // launchProbe reads the foreground (ForegroundActivity's chain) and returns
 // the raw `dumpsys window displays` output too; withPID adds `pidof PKG` to
 // the same shell (pids nil when pidof is missing or its output unreadable).
 func launchProbe(ctx context.Context, dev device.Device, pkg string, withPID bool) (parse.Component, string, *[]int, error) {
 	if !withPID {
-		fg, win, err := foregroundWithWindows(ctx, dev)
+		fg, win, err := android.ForegroundWithWindows(ctx, dev)
 		return fg, win, nil, err
 	}
 	r, err := dev.Shell(ctx, "dumpsys window displays; echo "+sampleSplit+"; pidof "+pkg+"; echo "+sampleSplit)
@@ -362,10 +382,10 @@ func launchProbe(ctx context.Context, dev device.Device, pkg string, withPID boo
 	}
 	var pids *[]int
 	if len(parts) == 3 && !strings.Contains(r.Stderr, "pidof") {
-		ps := parsePIDs(parts[1])
+		ps := parse.ParsePIDs(parts[1])
 		pids = &ps
 	}
-	fg, err := foregroundFrom(ctx, dev, parts[0])
+	fg, err := android.ForegroundFrom(ctx, dev, parts[0])
 	return fg, parts[0], pids, err
 }
 
@@ -380,87 +400,11 @@ func (w *appWatch) processGone(ctx context.Context, p Ports) (*AppFailure, error
 	return nil, nil
 }
 
-// foregroundWithWindows is ForegroundActivity returning the `dumpsys window
-// displays` output as well (for its error dialogs).
-func foregroundWithWindows(ctx context.Context, dev device.Device) (parse.Component, string, error) {
-	out, err := shellOut(ctx, dev, "dumpsys window displays")
-	if err != nil {
-		return parse.Component{}, "", err
-	}
-	fg, err := foregroundFrom(ctx, dev, out)
-	return fg, out, err
-}
-
-// ForegroundActivity returns the activity in front and which source said so,
-// through the fallback chain of android-recipes.md (adbutils' order):
-//  1. `dumpsys window displays` (API >= 29; `dumpsys window windows` when it
-//     has no focus lines), mCurrentFocus / mFocusedApp, intersected across
-//     displays (adb.Foreground);
-//  2. `dumpsys activity activities`: mResumedActivity / topResumedActivity;
-//  3. `dumpsys activity top`: the last ACTIVITY line.
-//
-// A zero Component with a nil error means nothing is focused right now
-// (transitions): callers poll.
-func ForegroundActivity(ctx context.Context, dev device.Device) (parse.Component, string, error) {
-	out, err := shellOut(ctx, dev, "dumpsys window displays")
-	if err != nil {
-		return parse.Component{}, "", err
-	}
-	return foregroundChain(ctx, dev, out)
-}
-
-// foregroundFrom is ForegroundActivity given the `dumpsys window displays` output.
-func foregroundFrom(ctx context.Context, dev device.Device, displays string) (parse.Component, error) {
-	c, _, err := foregroundChain(ctx, dev, displays)
-	return c, err
-}
-
-func foregroundChain(ctx context.Context, dev device.Device, out string) (parse.Component, string, error) {
-	var err error
-	ds := parse.ParseWindowFocus(out)
-	if len(ds) == 0 {
-		if out, err = shellOut(ctx, dev, "dumpsys window windows"); err != nil {
-			return parse.Component{}, "", err
-		}
-		ds = parse.ParseWindowFocus(out)
-	}
-	if c, ok := parse.Foreground(ds); ok {
-		return c, "dumpsys window", nil
-	}
-	if out, err = shellOut(ctx, dev, "dumpsys activity activities"); err != nil {
-		return parse.Component{}, "", err
-	}
-	if c, ok := parse.ParseResumedActivity(out); ok {
-		return c, "dumpsys activity activities", nil
-	}
-	if out, err = shellOut(ctx, dev, "dumpsys activity top"); err != nil {
-		return parse.Component{}, "", err
-	}
-	if tops := parse.ParseActivityTop(out); len(tops) > 0 {
-		return tops[len(tops)-1].Component, "dumpsys activity top", nil
-	}
-	return parse.Component{}, "", nil
-}
-
-// shellOut runs cmd on dev and returns its stdout; a non-zero exit is
-// process_error naming the command, its exit code and output. Every node's
-// shell command goes through it.
-func shellOut(ctx context.Context, dev device.Device, cmd string) (string, error) {
-	r, err := dev.Shell(ctx, cmd)
-	if err != nil {
-		return "", err
-	}
-	if r.ExitCode != 0 {
-		return r.Stdout, agent.Errorf(agent.ErrProcess, "`%s` exited %d: %s", cmd, r.ExitCode, strings.TrimSpace(r.Stderr+" "+r.Stdout))
-	}
-	return r.Stdout, nil
-}
-
 // launchActivity returns the component to start: the named activity (".X"
 // and "pkg/act" forms accepted) or the resolved launcher activity.
 func launchActivity(ctx context.Context, dev device.Device, pkg, name string) (parse.Component, error) {
 	if name == "" {
-		return ResolveLauncherActivity(ctx, dev, pkg)
+		return android.ResolveLauncherActivity(ctx, dev, pkg)
 	}
 	if strings.Contains(name, "/") {
 		c, ok := parse.ParseComponent(name)
@@ -475,94 +419,34 @@ func launchActivity(ctx context.Context, dev device.Device, pkg, name string) (p
 	return parse.Component{Package: pkg, Activity: name}, nil
 }
 
-// ResolveLauncherActivity finds pkg's MAIN/LAUNCHER activity with `cmd package
-// resolve-activity --brief -c android.intent.category.LAUNCHER PKG` (API >= 24;
-// the last line is the component; "No activity found" when there is none),
-// falling back to the Activity Resolver Table of `dumpsys package PKG` when
-// the command is missing (capture:
-// fixtures/captures/dumpsys-package/api34-emulator-adb-installed.txt).
-// Errors: activity_not_found when the package has no launcher activity.
-func ResolveLauncherActivity(ctx context.Context, dev device.Device, pkg string) (parse.Component, error) {
-	r, err := dev.Shell(ctx, "cmd package resolve-activity --brief -c android.intent.category.LAUNCHER "+pkg)
-	if err != nil {
-		return parse.Component{}, err
+// launchOrAttachNode is LaunchOrAttach as a setup node: ProvisionApp's
+// application descriptor unless the input names one, the policy's launch
+// mode, and the engine's attempt (a retry starts a fresh process).
+type launchOrAttachNode struct{}
+
+func (launchOrAttachNode) Name() string { return NodeLaunchOrAttach }
+
+func (launchOrAttachNode) Prepare(in *LaunchOrAttachInput, s StepContext) {
+	in.IterationOrdinalNumber = s.Step.IterationOrdinalNumber
+	in.DeviceRuntimeContext = mergeContext(in.DeviceRuntimeContext, s.Context)
+	if in.ApplicationUnderTestDescriptor.AndroidPackageID == "" {
+		in.ApplicationUnderTestDescriptor = s.Inputs.ProvisionApp.ApplicationUnderTestDescriptor
 	}
-	if r.ExitCode == 0 {
-		if c, ok := ParseResolveActivity(r.Stdout); ok && c.Package == pkg {
-			return c, nil
-		}
-		if strings.Contains(r.Stdout, "No activity found") {
-			return parse.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity (not installed, or no MAIN/LAUNCHER filter)", pkg)
-		}
+	if in.LaunchAttachMode == "" {
+		in.LaunchAttachMode = LaunchAttachMode(s.Policy.LaunchAttachMode)
 	}
-	out, err := shellOut(ctx, dev, "dumpsys package "+pkg)
-	if err != nil {
-		return parse.Component{}, err
-	}
-	if c, ok := ParseLauncherActivity(out, pkg); ok {
-		return c, nil
-	}
-	return parse.Component{}, agent.Errorf(agent.ErrActivityNotFound, "%s has no launcher activity in dumpsys package", pkg)
+	in.Attempt = s.Step.Attempt
 }
 
-// ParseResolveActivity reads `cmd package resolve-activity --brief` output: a
-// match line ("priority=0 preferredOrder=0 match=0x108000 …") then the
-// component ("com.example.app/.HomeActivity"); the last component line wins.
-func ParseResolveActivity(out string) (parse.Component, bool) {
-	var c parse.Component
-	found := false
-	for _, l := range strings.Split(out, "\n") {
-		t := strings.TrimSpace(l)
-		if strings.Contains(t, "=") || t == "" {
-			continue
-		}
-		if x, ok := parse.ParseComponent(t); ok {
-			c, found = x, true
+// Run launches; a crash at launch is retryable while the policy grants
+// another attempt (retries.maxAttemptsByError, default one retry), and the
+// last attempt's error says it is not.
+func (launchOrAttachNode) Run(ctx context.Context, in LaunchOrAttachInput, s StepContext, p Ports) (LaunchOrAttachOutput, error) {
+	out, err := LaunchOrAttach(ctx, in, p)
+	if e := agent.Classify(err); e != nil && e.ID == agent.ErrAppCrashed && e.Retryable {
+		if again, _ := s.Policy.Decide(NodeLaunchOrAttach, e.ID, s.Step.Attempt); !again {
+			e.Retryable = false
 		}
 	}
-	return c, found
-}
-
-var resolverEntryRe = regexp.MustCompile(`^\s+[0-9a-f]+ (\S+/\S+) filter [0-9a-f]+`)
-
-// ParseLauncherActivity finds pkg's activity with Action
-// "android.intent.action.MAIN" and Category "android.intent.category.LAUNCHER"
-// in the Activity Resolver Table of `dumpsys package PKG` ("      797c103
-// com.example.foodies/.MainActivity filter 3be4880" then its Action:/Category:
-// lines).
-func ParseLauncherActivity(out, pkg string) (parse.Component, bool) {
-	var cur parse.Component
-	var main, launcher bool
-	flush := func() (parse.Component, bool) {
-		if !cur.IsZero() && cur.Package == pkg && main && launcher {
-			return cur, true
-		}
-		return parse.Component{}, false
-	}
-	for _, l := range strings.Split(out, "\n") {
-		l = strings.TrimRight(l, "\r")
-		if strings.HasPrefix(l, "Activity Resolver Table:") || (l != "" && l[0] != ' ' && !cur.IsZero()) {
-			if c, ok := flush(); ok {
-				return c, true
-			}
-			cur, main, launcher = parse.Component{}, false, false
-			continue
-		}
-		if m := resolverEntryRe.FindStringSubmatch(l); m != nil {
-			if c, ok := flush(); ok {
-				return c, true
-			}
-			cur, _ = parse.ParseComponent(m[1])
-			main, launcher = false, false
-			continue
-		}
-		t := strings.TrimSpace(l)
-		switch t {
-		case `Action: "android.intent.action.MAIN"`:
-			main = true
-		case `Category: "android.intent.category.LAUNCHER"`:
-			launcher = true
-		}
-	}
-	return flush()
+	return out, err
 }

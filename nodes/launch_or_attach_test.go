@@ -11,6 +11,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	droid "github.com/screengraph/screengraph-agent/device/android"
 )
 
 const demoPkg = "com.example.app"
@@ -73,7 +74,7 @@ func TestLaunchOrAttachModesOnModel(t *testing.T) {
 	if r, _ := d.Shell(ctx, "input keyevent 3"); r.ExitCode != 0 {
 		t.Fatalf("HOME: %+v", r)
 	}
-	if fg, _, _ := ForegroundActivity(ctx, d); fg.Package == demoPkg {
+	if fg, _, _ := droid.ForegroundActivity(ctx, d); fg.Package == demoPkg {
 		t.Fatalf("still in front after HOME: %v", fg)
 	}
 	if _, err := ATTACHONLY(ctx, p); agent.Classify(err).Code != NotInForeground {
@@ -192,7 +193,7 @@ func TestForegroundFallbackChain(t *testing.T) {
 		}
 		return device.ShellResult{}, nil
 	}}
-	c, src, err := ForegroundActivity(context.Background(), dev)
+	c, src, err := droid.ForegroundActivity(context.Background(), dev)
 	if err != nil || c.Package != "com.android.launcher3" || src != "dumpsys activity activities" {
 		t.Errorf("got %v from %q, %v", c, src, err)
 	}
@@ -201,7 +202,7 @@ func TestForegroundFallbackChain(t *testing.T) {
 	}
 	// Nothing anywhere: zero component, no error.
 	empty := &scriptDevice{serial: "s", shell: func(string) (device.ShellResult, error) { return device.ShellResult{}, nil }}
-	if c, _, err := ForegroundActivity(context.Background(), empty); err != nil || !c.IsZero() {
+	if c, _, err := droid.ForegroundActivity(context.Background(), empty); err != nil || !c.IsZero() {
 		t.Errorf("empty device: %v %v", c, err)
 	}
 	if empty.count("dumpsys window windows") != 1 || empty.count("dumpsys activity top") != 1 {
@@ -210,18 +211,18 @@ func TestForegroundFallbackChain(t *testing.T) {
 }
 
 func TestParseLauncher(t *testing.T) {
-	c, ok := ParseLauncherActivity(capture(t, "dumpsys-package/api34-emulator-adb-installed.txt"), "com.example.foodies")
+	c, ok := parse.ParseLauncherActivity(capture(t, "dumpsys-package/api34-emulator-adb-installed.txt"), "com.example.foodies")
 	if !ok || c != (parse.Component{Package: "com.example.foodies", Activity: "com.example.foodies.MainActivity"}) {
 		t.Errorf("got %v %v", c, ok)
 	}
-	if _, ok := ParseLauncherActivity(capture(t, "dumpsys-package/api34-emulator-adb-installed.txt"), "com.other"); ok {
+	if _, ok := parse.ParseLauncherActivity(capture(t, "dumpsys-package/api34-emulator-adb-installed.txt"), "com.other"); ok {
 		t.Error("found a launcher for another package")
 	}
-	c, ok = ParseResolveActivity("priority=0 preferredOrder=0 match=0x108000 specificIndex=-1 isDefault=false\ncom.example.app/.HomeActivity\n")
+	c, ok = parse.ParseResolveActivity("priority=0 preferredOrder=0 match=0x108000 specificIndex=-1 isDefault=false\ncom.example.app/.HomeActivity\n")
 	if !ok || c.String() != "com.example.app/com.example.app.HomeActivity" {
 		t.Errorf("got %v", c)
 	}
-	if _, ok := ParseResolveActivity("No activity found\n"); ok {
+	if _, ok := parse.ParseResolveActivity("No activity found\n"); ok {
 		t.Error("parsed No activity found")
 	}
 	// The dumpsys fallback when resolve-activity is missing (API < 24).
@@ -232,7 +233,7 @@ func TestParseLauncher(t *testing.T) {
 		}
 		return device.ShellResult{Stdout: dump}, nil
 	}}
-	c, err := ResolveLauncherActivity(context.Background(), dev, "com.example.foodies")
+	c, err := droid.ResolveLauncherActivity(context.Background(), dev, "com.example.foodies")
 	if err != nil || c.Activity != "com.example.foodies.MainActivity" {
 		t.Errorf("fallback: %v %v", c, err)
 	}

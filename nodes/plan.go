@@ -3,13 +3,12 @@ package nodes
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/schema"
 	"github.com/screengraph/screengraph-agent/agent/strictjson"
 )
 
@@ -96,25 +95,11 @@ func decodePlanWith(runID string, body []byte, ids func(*PlanHeader) error) (*Pl
 	}
 	top, ok := tree.(map[string]any)
 	if !ok {
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "$: expected a JSON object, received %s", received(tree))
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "$: expected a JSON object, received %s", schema.Received(tree))
 	}
 	p := &Plan{PlanHeader: PlanHeader{Version: PlanVersion, RunID: runID}}
-	if p.TenantID, err = treeString(top, "tenantId"); err != nil {
+	if err := p.readHeader(top); err != nil {
 		return nil, err
-	}
-	if p.ProjectID, err = treeString(top, "projectId"); err != nil {
-		return nil, err
-	}
-	if p.SchemaMode, err = treeString(top, "schemaMode"); err != nil {
-		return nil, err
-	}
-	if v, ok := top["policyVersion"]; ok && v != nil {
-		n, isNum := v.(json.Number)
-		i, err := n.Int64()
-		if !isNum || err != nil || int64(int(i)) != i {
-			return nil, agent.Errorf(agent.ErrInvalidRequest, "$.policyVersion: expected an integer, received %s", received(v))
-		}
-		p.PolicyVersion = int(i)
 	}
 	if err := ids(&p.PlanHeader); err != nil {
 		return nil, err
@@ -134,6 +119,30 @@ func decodePlanWith(runID string, body []byte, ids func(*PlanHeader) error) (*Pl
 		p.Coercions = append(p.Coercions, co...)
 	}
 	return p, nil
+}
+
+// readHeader reads the request's tenantId, projectId, schemaMode and
+// policyVersion into p (each optional; a wrong type is refused).
+func (p *Plan) readHeader(top map[string]any) error {
+	var err error
+	if p.TenantID, err = treeString(top, "tenantId"); err != nil {
+		return err
+	}
+	if p.ProjectID, err = treeString(top, "projectId"); err != nil {
+		return err
+	}
+	if p.SchemaMode, err = treeString(top, "schemaMode"); err != nil {
+		return err
+	}
+	if v, ok := top["policyVersion"]; ok && v != nil {
+		n, isNum := v.(json.Number)
+		i, err := n.Int64()
+		if !isNum || err != nil || int64(int(i)) != i {
+			return agent.Errorf(agent.ErrInvalidRequest, "$.policyVersion: expected an integer, received %s", schema.Received(v))
+		}
+		p.PolicyVersion = int(i)
+	}
+	return nil
 }
 
 type planStep struct {
@@ -157,7 +166,7 @@ func treeString(obj map[string]any, key string) (string, error) {
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", agent.Errorf(agent.ErrInvalidRequest, "$.%s: expected a string, received %s", key, received(v))
+		return "", agent.Errorf(agent.ErrInvalidRequest, "$.%s: expected a string, received %s", key, schema.Received(v))
 	}
 	return s, nil
 }
@@ -177,13 +186,13 @@ func decodeNodeTree(node string, v any, mode Mode, ids PlanHeader, dst any) ([]C
 	case v == nil:
 		obj = map[string]any{}
 	case !ok:
-		return nil, &InputError{Node: node, Err: agent.Errorf(agent.ErrInvalidRequest, "%s input: not a JSON object (received %s)", node, received(v))}
+		return nil, &InputError{Node: node, Err: agent.Errorf(agent.ErrInvalidRequest, "%s input: not a JSON object (received %s)", node, schema.Received(v))}
 	}
 	s, err := schemaFor(node + ".input")
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCaseKeys("$."+key, obj, s.doc, mode == ModeStrict); err != nil {
+	if err := schema.CheckKeyCase("$."+key, obj, s.doc, mode == ModeStrict, scopeKeys); err != nil {
 		return nil, err
 	}
 	// The run's ids, never the node input's own (the schema checks them).
@@ -201,216 +210,13 @@ func decodeNodeTree(node string, v any, mode Mode, ids PlanHeader, dst any) ([]C
 	if err != nil {
 		return nil, &InputError{Node: node, Err: err}
 	}
-	if err := assignTree(reflect.ValueOf(dst).Elem(), tree); err != nil {
+	if err := strictjson.Assign(dst, tree); err != nil {
 		return nil, &InputError{Node: node, Err: agent.Wrap(agent.ErrInvalidRequest, err, "%s input", node)}
 	}
 	for i := range cs {
 		cs[i].Path = "/" + key + cs[i].Path
 	}
 	return cs, nil
-}
-
-// checkCaseKeys walks a node input along its schema and refuses a key that
-// matches a scope key (runId, tenantId, projectId) only by case, at any
-// depth and in any mode, and, when strict, any key that matches a declared
-// property only by case (coerce and lenient mode correct those, see
-// RulePropertyCase). The messages are strictjson's.
-func checkCaseKeys(path string, v any, sch map[string]any, strict bool) error {
-	switch t := v.(type) {
-	case map[string]any:
-		props, _ := sch["properties"].(map[string]any)
-		for k, val := range t {
-			for _, sk := range scopeKeys {
-				if k != sk && strings.EqualFold(k, sk) {
-					return agent.Errorf(agent.ErrInvalidRequest, "key %q at %s matches field %q only by case (a scope key is never corrected)", k, path, sk)
-				}
-			}
-			child, known := props[k].(map[string]any)
-			if !known && strict {
-				for p := range props {
-					if strings.EqualFold(p, k) {
-						return agent.Errorf(agent.ErrInvalidRequest, "key %q at %s matches field %q only by case", k, path, p)
-					}
-				}
-			}
-			if !known {
-				child, _ = sch["additionalProperties"].(map[string]any)
-				if child == nil && !strict {
-					// A key the coercer will correct: walk it along its
-					// property's schema.
-					if name, ok := foldProperty(k, props, t); ok {
-						child, _ = props[name].(map[string]any)
-					}
-				}
-			}
-			if err := checkCaseKeys(path+"."+k, val, child, strict); err != nil {
-				return err
-			}
-		}
-	case []any:
-		items, _ := sch["items"].(map[string]any)
-		for i, e := range t {
-			if err := checkCaseKeys(fmt.Sprintf("%s[%d]", path, i), e, items, strict); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// assignTree stores a decoded JSON value into dst as encoding/json would
-// decode its text into dst's type (struct fields by their exact JSON names:
-// the schema pass has made the keys exact; unknown keys ignored; numbers into
-// integer or float kinds; any/map[string]any get float64 numbers), without
-// encoding it again.
-func assignTree(dst reflect.Value, v any) error {
-	if v == nil {
-		switch dst.Kind() {
-		case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
-			dst.SetZero()
-		}
-		return nil
-	}
-	switch dst.Kind() {
-	case reflect.Pointer:
-		if dst.IsNil() {
-			dst.Set(reflect.New(dst.Type().Elem()))
-		}
-		return assignTree(dst.Elem(), v)
-	case reflect.Interface:
-		if dst.NumMethod() != 0 {
-			return fmt.Errorf("cannot decode into %s", dst.Type())
-		}
-		dst.Set(reflect.ValueOf(plainJSON(v)))
-		return nil
-	case reflect.Struct:
-		return assignStruct(dst, v)
-	case reflect.Map:
-		return assignMap(dst, v)
-	case reflect.Slice:
-		return assignSlice(dst, v)
-	}
-	return assignScalar(dst, v)
-}
-
-func assignStruct(dst reflect.Value, v any) error {
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return fmt.Errorf("expected an object for %s, received %s", dst.Type(), received(v))
-	}
-	t := dst.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		fv, ok := obj[name]
-		if !ok {
-			continue
-		}
-		if err := assignTree(dst.Field(i), fv); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-func assignMap(dst reflect.Value, v any) error {
-	obj, ok := v.(map[string]any)
-	if !ok || dst.Type().Key().Kind() != reflect.String {
-		return fmt.Errorf("expected an object for %s, received %s", dst.Type(), received(v))
-	}
-	m := reflect.MakeMapWithSize(dst.Type(), len(obj))
-	for k, e := range obj {
-		ev := reflect.New(dst.Type().Elem()).Elem()
-		if err := assignTree(ev, e); err != nil {
-			return fmt.Errorf("%s: %w", k, err)
-		}
-		m.SetMapIndex(reflect.ValueOf(k).Convert(dst.Type().Key()), ev)
-	}
-	dst.Set(m)
-	return nil
-}
-
-func assignSlice(dst reflect.Value, v any) error {
-	arr, ok := v.([]any)
-	if !ok {
-		return fmt.Errorf("expected an array for %s, received %s", dst.Type(), received(v))
-	}
-	s := reflect.MakeSlice(dst.Type(), len(arr), len(arr))
-	for i, e := range arr {
-		if err := assignTree(s.Index(i), e); err != nil {
-			return fmt.Errorf("[%d]: %w", i, err)
-		}
-	}
-	dst.Set(s)
-	return nil
-}
-
-// assignScalar stores a string, boolean or json.Number of a decoded value.
-func assignScalar(dst reflect.Value, v any) error {
-	bad := fmt.Errorf("expected %s, received %s", dst.Type(), received(v))
-	switch dst.Kind() {
-	case reflect.String:
-		s, ok := v.(string)
-		if !ok {
-			return bad
-		}
-		dst.SetString(s)
-	case reflect.Bool:
-		b, ok := v.(bool)
-		if !ok {
-			return bad
-		}
-		dst.SetBool(b)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		n, _ := v.(json.Number)
-		i, err := n.Int64()
-		if err != nil || dst.OverflowInt(i) {
-			return bad
-		}
-		dst.SetInt(i)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		n, _ := v.(json.Number)
-		i, err := n.Int64()
-		if err != nil || i < 0 || dst.OverflowUint(uint64(i)) {
-			return bad
-		}
-		dst.SetUint(uint64(i))
-	case reflect.Float32, reflect.Float64:
-		n, _ := v.(json.Number)
-		f, err := n.Float64()
-		if err != nil {
-			return bad
-		}
-		dst.SetFloat(f)
-	default:
-		return fmt.Errorf("cannot decode into %s", dst.Type())
-	}
-	return nil
-}
-
-// plainJSON converts json.Number to float64 throughout v, as encoding/json
-// decodes numbers into interface values.
-func plainJSON(v any) any {
-	switch t := v.(type) {
-	case json.Number:
-		f, _ := t.Float64()
-		return f
-	case map[string]any:
-		for k, e := range t {
-			t[k] = plainJSON(e)
-		}
-	case []any:
-		for i, e := range t {
-			t[i] = plainJSON(e)
-		}
-	}
-	return v
 }
 
 // planCache hands a node the Plan decoded at submit when the daemon that

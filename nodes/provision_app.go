@@ -1,11 +1,11 @@
 package nodes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +13,7 @@ import (
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/android"
 	"github.com/screengraph/screengraph-agent/device/artifacts/apk"
 )
 
@@ -159,14 +160,8 @@ type ProvisionDeps struct {
 	TempDir string
 }
 
-// InstalledApp is what the device says about the package.
-type InstalledApp struct {
-	Present        bool
-	VersionCode    int64
-	VersionName    string
-	LastUpdateTime time.Time
-	CodePath       string
-}
+// InstalledApp is what the device says about the package (android.InstalledApp).
+type InstalledApp = android.InstalledApp
 
 // ProvisionApp makes sure the package is installed with the build of
 // apkStorageObjectReference, per installationPolicy.
@@ -238,15 +233,38 @@ type provisioner struct {
 }
 
 func (r *provisioner) run(ctx context.Context) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	// 1. Device.
+	lvl, app, err := android.ReadDeviceApp(ctx, r.p.Device, r.pkg)
+	if err != nil {
+		return err
+	}
+	r.apiLevel, r.app, r.read = lvl, app, true
+	if r.app.Present {
+		r.p.Logf("%s on %s: versionCode %d (%s), lastUpdateTime %s", r.pkg, r.serial, r.app.VersionCode, r.app.VersionName, dumpsysTime(r.app.LastUpdateTime))
+	} else {
+		r.p.Logf("%s is not installed on %s", r.pkg, r.serial)
+	}
+	if r.policy == NeverInstall {
+		return r.neverInstall(ctx)
+	}
+	// 2. Artifact, verified before anything touches the device.
+	if err := r.fetch(ctx); err != nil {
+		return err
+	}
+	return r.decide(ctx)
+}
+
+// check reads and checks the input and the ports.
+func (r *provisioner) check() error {
 	d := r.in.ApplicationUnderTestDescriptor
 	r.pkg = strings.TrimSpace(d.AndroidPackageID)
 	if r.pkg == "" {
 		return agent.Errorf(agent.ErrInvalidRequest, "applicationUnderTestDescriptor.androidPackageId is empty")
 	}
-	r.policy = r.in.InstallationPolicy
-	if r.policy == "" {
-		r.policy = InstallIfMissing
-	}
+	r.policy = cmp.Or(r.in.InstallationPolicy, InstallIfMissing)
 	switch r.policy {
 	case InstallIfMissing, ReinstallIfDifferent, AlwaysReinstall, NeverInstall:
 	default:
@@ -269,38 +287,26 @@ func (r *provisioner) run(ctx context.Context) error {
 		return agent.Errorf(agent.ErrInternal, "ProvisionApp: no artifact fetcher")
 	}
 	r.serial = r.p.Device.Serial()
+	return nil
+}
 
-	// 1. Device.
-	lvl, app, err := ReadDeviceApp(ctx, r.p.Device, r.pkg)
-	if err != nil {
-		return err
+// neverInstall: the app must be there; its signer is checked when an
+// expected digest is given.
+func (r *provisioner) neverInstall(ctx context.Context) error {
+	if !r.app.Present {
+		e := agent.Errorf(agent.ErrInvalidRequest, "%s is not installed on %s and installationPolicy NEVER_INSTALL forbids installing it", r.pkg, r.serial)
+		e.Code = NotInstalledCode
+		return e
 	}
-	r.apiLevel, r.app, r.read = lvl, app, true
-	if r.app.Present {
-		r.p.Logf("%s on %s: versionCode %d (%s), lastUpdateTime %s", r.pkg, r.serial, r.app.VersionCode, r.app.VersionName, dumpsysTime(r.app.LastUpdateTime))
-	} else {
-		r.p.Logf("%s is not installed on %s", r.pkg, r.serial)
+	if r.expected == "" {
+		return nil
 	}
+	r.installedSigners(ctx)
+	return r.checkInstalledSigner()
+}
 
-	if r.policy == NeverInstall {
-		if !r.app.Present {
-			e := agent.Errorf(agent.ErrInvalidRequest, "%s is not installed on %s and installationPolicy NEVER_INSTALL forbids installing it", r.pkg, r.serial)
-			e.Code = NotInstalledCode
-			return e
-		}
-		if r.expected == "" {
-			return nil
-		}
-		r.installedSigners(ctx)
-		return r.checkInstalledSigner()
-	}
-
-	// 2. Artifact, verified before anything touches the device.
-	if err := r.fetch(ctx); err != nil {
-		return err
-	}
-
-	// 3 + 4. Decide.
+// decide acts per the table of ProvisionApp's doc (steps 3 and 4).
+func (r *provisioner) decide(ctx context.Context) error {
 	state := CompareInstalled(r.app, r.info.VersionCode)
 	r.p.Logf("install state %s (installed %s, artifact versionCode %d %q), policy %s", state, versionText(r.app), r.info.VersionCode, r.info.VersionName, r.policy)
 	switch {
@@ -315,22 +321,16 @@ func (r *provisioner) run(ctx context.Context) error {
 			r.pkg, r.app.VersionCode, r.serial, r.info.VersionCode, r.policy)
 	}
 	signerDiffers := r.signers != nil && !apk.SameSigners(r.signers, r.info.SignerSHA256)
-	switch r.policy {
-	case InstallIfMissing:
-		if signerDiffers {
-			return r.installedSignerError()
-		}
-		if state == StateOlder {
-			return r.install(ctx, true)
-		}
-	case ReinstallIfDifferent:
-		switch {
-		case signerDiffers:
-			r.p.Logf("installed %s is signed by %s, the artifact by %s: uninstall + install", r.pkg, short(r.signers), short(r.info.SignerSHA256))
-			return r.reinstall(ctx)
-		case state == StateOlder, r.signers == nil, r.app.VersionName != r.info.VersionName:
-			return r.install(ctx, true)
-		}
+	switch {
+	case r.policy == InstallIfMissing && signerDiffers:
+		return r.installedSignerError()
+	case r.policy == InstallIfMissing && state == StateOlder:
+		return r.install(ctx, true)
+	case r.policy == ReinstallIfDifferent && signerDiffers:
+		r.p.Logf("installed %s is signed by %s, the artifact by %s: uninstall + install", r.pkg, short(r.signers), short(r.info.SignerSHA256))
+		return r.reinstall(ctx)
+	case r.policy == ReinstallIfDifferent && (state == StateOlder || r.signers == nil || r.app.VersionName != r.info.VersionName):
+		return r.install(ctx, true)
 	}
 	r.p.Logf("%s on %s is already the artifact's build; nothing installed", r.pkg, r.serial)
 	return r.checkInstalledSigner()
@@ -520,7 +520,7 @@ func (r *provisioner) pullSigners(ctx context.Context) ([]string, error) {
 	if r.deps.Artifacts == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "no artifact inspector")
 	}
-	out, err := shellOut(ctx, r.p.Device, "pm path "+r.pkg)
+	out, err := android.ShellOut(ctx, r.p.Device, "pm path "+r.pkg)
 	if err != nil {
 		return nil, err
 	}
@@ -583,7 +583,7 @@ func (r *provisioner) key() VerificationKey {
 }
 
 func (r *provisioner) reread(ctx context.Context) error {
-	a, err := ReadInstalledApp(ctx, r.p.Device, r.pkg, r.apiLevel)
+	a, err := android.ReadInstalledApp(ctx, r.p.Device, r.pkg, r.apiLevel)
 	if err != nil {
 		return err
 	}
@@ -660,152 +660,6 @@ func CompareInstalled(a InstalledApp, artifactVersionCode int64) InstallState {
 	return StateSame
 }
 
-// APILevel reads ro.build.version.sdk.
-func APILevel(ctx context.Context, dev device.Device) (int, error) {
-	out, err := shellOut(ctx, dev, "getprop ro.build.version.sdk")
-	if err != nil {
-		return 0, err
-	}
-	return apiLevelOf(out)
-}
-
-// apiLevelOf reads `getprop ro.build.version.sdk` output.
-func apiLevelOf(out string) (int, error) {
-	v := parse.ParseGetpropValue(out)
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		return 0, agent.Errorf(agent.ErrProcess, "ro.build.version.sdk is %q", v)
-	}
-	return n, nil
-}
-
-// provisionSplit separates the parts of ReadDeviceApp's one shell command;
-// each is followed by the exit status of the command before it.
-const provisionSplit = "--SCREENGRAPH-PROVISION-SPLIT--"
-
-// ReadDeviceApp is APILevel then ReadInstalledApp in one adb shell service
-// (one connection through the adb server instead of three): `getprop
-// ro.build.version.sdk; echo SPLIT $?; cmd package list packages
-// --show-versioncode PKG; echo SPLIT $?; dumpsys package PKG`, each part
-// read with the parser of its own command and its exit status checked as
-// shellOut would (non-zero: process_error naming that command). `dumpsys
-// package` runs also when the package is absent; its output is then not
-// read. Below API 28 (no --show-versioncode), or when the output is not
-// the shape asked for, the installed state is read again as
-// ReadInstalledApp does. Errors: the shell's transport error, process_error.
-func ReadDeviceApp(ctx context.Context, dev device.Device, pkg string) (int, InstalledApp, error) {
-	list := "cmd package list packages --show-versioncode " + pkg
-	dump := "dumpsys package " + pkg
-	r, err := dev.Shell(ctx, "getprop ro.build.version.sdk; echo "+provisionSplit+" $?; "+list+"; echo "+provisionSplit+" $?; "+dump)
-	if err != nil {
-		return 0, InstalledApp{}, err
-	}
-	parts := strings.Split(r.Stdout, provisionSplit)
-	if len(parts) != 3 {
-		// Not the shape asked for: each command on its own, as before.
-		lvl, err := APILevel(ctx, dev)
-		if err != nil {
-			return 0, InstalledApp{}, err
-		}
-		a, err := ReadInstalledApp(ctx, dev, pkg, lvl)
-		return lvl, a, err
-	}
-	// parts[1] and [2] start with " <status>\n": the exit status of the
-	// command before the marker.
-	status := func(part string) (int, string, bool) {
-		head, rest, _ := strings.Cut(part, "\n")
-		n, err := strconv.Atoi(strings.TrimSpace(head))
-		return n, rest, err == nil
-	}
-	sdkCode, listOut, ok1 := status(parts[1])
-	listCode, dumpOut, ok2 := status(parts[2])
-	if !ok1 || !ok2 {
-		lvl, err := APILevel(ctx, dev)
-		if err != nil {
-			return 0, InstalledApp{}, err
-		}
-		a, err := ReadInstalledApp(ctx, dev, pkg, lvl)
-		return lvl, a, err
-	}
-	failed := func(cmd string, code int, out string) error {
-		return agent.Errorf(agent.ErrProcess, "`%s` exited %d: %s", cmd, code, strings.TrimSpace(r.Stderr+" "+out))
-	}
-	if sdkCode != 0 {
-		return 0, InstalledApp{}, failed("getprop ro.build.version.sdk", sdkCode, parts[0])
-	}
-	lvl, err := apiLevelOf(parts[0])
-	if err != nil {
-		return 0, InstalledApp{}, err
-	}
-	if lvl < 28 {
-		a, err := ReadInstalledApp(ctx, dev, pkg, lvl)
-		return lvl, a, err
-	}
-	if listCode != 0 {
-		return lvl, InstalledApp{}, failed(list, listCode, listOut)
-	}
-	var a InstalledApp
-	for _, e := range parse.ParsePackageList(listOut) {
-		if e.Package == pkg {
-			a.Present, a.VersionCode = true, e.VersionCode
-		}
-	}
-	if !a.Present {
-		return lvl, a, nil
-	}
-	if r.ExitCode != 0 {
-		return lvl, InstalledApp{}, failed(dump, r.ExitCode, dumpOut)
-	}
-	return lvl, installedFrom(a, dumpOut, pkg), nil
-}
-
-// installedFrom completes a (listed as present) from `dumpsys package PKG`;
-// a package the dump does not show was removed meanwhile (absent).
-func installedFrom(a InstalledApp, dumpsys, pkg string) InstalledApp {
-	info, ok := parse.ParseDumpsysPackage(dumpsys, pkg)
-	if !ok {
-		return InstalledApp{}
-	}
-	a.VersionCode, a.VersionName, a.LastUpdateTime, a.CodePath = info.VersionCode, info.VersionName, info.LastUpdateTime, info.CodePath
-	return a
-}
-
-// ReadInstalledApp reads whether pkg is installed and its versions:
-// `cmd package list packages --show-versioncode PKG` on API >= 28 (older:
-// `pm path PKG`), then `dumpsys package PKG` (versionCode, versionName,
-// lastUpdateTime, codePath; formats: parse.ParsePackageList, parse.ParsePmPath,
-// parse.ParseDumpsysPackage).
-func ReadInstalledApp(ctx context.Context, dev device.Device, pkg string, apiLevel int) (InstalledApp, error) {
-	var a InstalledApp
-	if apiLevel >= 28 {
-		out, err := shellOut(ctx, dev, "cmd package list packages --show-versioncode "+pkg)
-		if err != nil {
-			return a, err
-		}
-		for _, e := range parse.ParsePackageList(out) {
-			if e.Package == pkg {
-				a.Present, a.VersionCode = true, e.VersionCode
-			}
-		}
-	} else {
-		// pm path prints nothing and exits 1 for a package that is not installed.
-		res, err := dev.Shell(ctx, "pm path "+pkg)
-		if err != nil {
-			return a, err
-		}
-		a.Present = len(parse.ParsePmPath(res.Stdout)) > 0
-	}
-	if !a.Present {
-		return a, nil
-	}
-	out, err := shellOut(ctx, dev, "dumpsys package "+pkg)
-	if err != nil {
-		return a, err
-	}
-	// Not in the dump: removed between the two commands.
-	return installedFrom(a, out, pkg), nil
-}
-
 func isSignerConflict(code string) bool {
 	return code == "INSTALL_FAILED_UPDATE_INCOMPATIBLE" || code == "INSTALL_FAILED_INCONSISTENT_CERTIFICATES" ||
 		code == "INSTALL_FAILED_SHARED_USER_INCOMPATIBLE"
@@ -848,4 +702,22 @@ func short(ds []string) string {
 		s = append(s, d)
 	}
 	return strings.Join(s, ",")
+}
+
+// provisionAppNode is ProvisionApp as a setup node: the policy's
+// installation mode unless the input names one.
+type provisionAppNode struct{ deps ProvisionDeps }
+
+func (provisionAppNode) Name() string { return NodeProvisionApp }
+
+func (provisionAppNode) Prepare(in *ProvisionAppInput, s StepContext) {
+	in.IterationOrdinalNumber = s.Step.IterationOrdinalNumber
+	in.DeviceRuntimeContext = mergeContext(in.DeviceRuntimeContext, s.Context)
+	if in.InstallationPolicy == "" {
+		in.InstallationPolicy = InstallationPolicy(s.Policy.InstallationPolicy)
+	}
+}
+
+func (n provisionAppNode) Run(ctx context.Context, in ProvisionAppInput, _ StepContext, p Ports) (ProvisionAppOutput, error) {
+	return ProvisionApp(ctx, in, p, n.deps)
 }

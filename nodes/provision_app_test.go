@@ -16,6 +16,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	droid "github.com/screengraph/screengraph-agent/device/android"
 	"github.com/screengraph/screengraph-agent/device/artifacts/apk"
 )
 
@@ -81,12 +82,12 @@ func (d *provDevice) Shell(_ context.Context, cmd string) (device.ShellResult, e
 	d.shells = append(d.shells, cmd)
 	// A `;` list with "echo MARKER $?" between its commands (ReadDeviceApp's),
 	// run as sh would: each command's output, the marker with its status.
-	sep := "; echo " + provisionSplit + " $?; "
+	sep := "; echo " + droid.ProvisionSplit + " $?; "
 	if strings.Contains(cmd, sep) {
 		var r device.ShellResult
 		for i, c := range strings.Split(cmd, sep) {
 			if i > 0 {
-				r.Stdout += fmt.Sprintf("%s %d\n", provisionSplit, r.ExitCode)
+				r.Stdout += fmt.Sprintf("%s %d\n", droid.ProvisionSplit, r.ExitCode)
 			}
 			one := d.shellOne(c)
 			r.Stdout += one.Stdout
@@ -645,7 +646,7 @@ func TestReadDeviceAppOneShell(t *testing.T) {
 	ctx := context.Background()
 	t.Run("present, api 34: one shell", func(t *testing.T) {
 		d := provDeviceWith(t, "demo-v1.apk", 0)
-		lvl, a, err := ReadDeviceApp(ctx, d, provPkg)
+		lvl, a, err := droid.ReadDeviceApp(ctx, d, provPkg)
 		if err != nil || lvl != 34 || !a.Present || a.VersionCode != 1 || a.VersionName != "1.0" || a.CodePath != d.app.codePath || a.LastUpdateTime.IsZero() {
 			t.Fatalf("%d %+v %v", lvl, a, err)
 		}
@@ -653,18 +654,18 @@ func TestReadDeviceAppOneShell(t *testing.T) {
 			t.Errorf("shells %q, want one", d.shells)
 		}
 		// The same as the three commands on their own.
-		lvl2, err := APILevel(ctx, d)
+		lvl2, err := droid.APILevel(ctx, d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := ReadInstalledApp(ctx, d, provPkg, lvl2)
+		b, err := droid.ReadInstalledApp(ctx, d, provPkg, lvl2)
 		if err != nil || lvl2 != lvl || b != a {
 			t.Errorf("separate commands: %d %+v %v", lvl2, b, err)
 		}
 	})
 	t.Run("absent", func(t *testing.T) {
 		d := provDeviceWith(t, "", 0)
-		lvl, a, err := ReadDeviceApp(ctx, d, provPkg)
+		lvl, a, err := droid.ReadDeviceApp(ctx, d, provPkg)
 		if err != nil || lvl != 34 || a != (InstalledApp{}) || len(d.shells) != 1 {
 			t.Fatalf("%d %+v %v %q", lvl, a, err, d.shells)
 		}
@@ -672,7 +673,7 @@ func TestReadDeviceAppOneShell(t *testing.T) {
 	t.Run("api 27: pm path and dumpsys on their own", func(t *testing.T) {
 		d := provDeviceWith(t, "demo-v1.apk", 0)
 		d.api = 27
-		lvl, a, err := ReadDeviceApp(ctx, d, provPkg)
+		lvl, a, err := droid.ReadDeviceApp(ctx, d, provPkg)
 		if err != nil || lvl != 27 || !a.Present || a.VersionCode != 1 {
 			t.Fatalf("%d %+v %v", lvl, a, err)
 		}
@@ -683,7 +684,7 @@ func TestReadDeviceAppOneShell(t *testing.T) {
 	t.Run("a failing part is process_error naming its command", func(t *testing.T) {
 		d := provDeviceWith(t, "demo-v1.apk", 0)
 		d.pkg = "com.example.other" // the list and dumpsys commands are "not found" (127)
-		_, _, err := ReadDeviceApp(ctx, d, provPkg)
+		_, _, err := droid.ReadDeviceApp(ctx, d, provPkg)
 		e := agent.Classify(err)
 		if e == nil || e.ID != agent.ErrProcess || !strings.Contains(e.Msg, "`cmd package list packages --show-versioncode "+provPkg+"` exited 127") {
 			t.Fatalf("err %v", err)
@@ -692,7 +693,7 @@ func TestReadDeviceAppOneShell(t *testing.T) {
 	t.Run("output without the markers: one command each", func(t *testing.T) {
 		d := provDeviceWith(t, "demo-v1.apk", 0)
 		od := &overrideShell{provDevice: d, first: "34\n"}
-		lvl, a, err := ReadDeviceApp(ctx, od, provPkg)
+		lvl, a, err := droid.ReadDeviceApp(ctx, od, provPkg)
 		if err != nil || lvl != 34 || !a.Present || a.VersionCode != 1 {
 			t.Fatalf("%d %+v %v", lvl, a, err)
 		}

@@ -3,6 +3,7 @@ package nodes
 import (
 	"encoding/json"
 	"errors"
+	"github.com/screengraph/screengraph-agent/agent/schema"
 	"reflect"
 	"sort"
 	"strings"
@@ -46,15 +47,15 @@ func rules(cs []Coercion) []string {
 	return r
 }
 
-func schemaErr(t *testing.T, err error) *SchemaError {
+func schemaErr(t *testing.T, err error) *schema.SchemaError {
 	t.Helper()
 	var ae *agent.Error
 	if !errors.As(err, &ae) || ae.ID != agent.ErrInvalidRequest || ae.Retryable {
 		t.Fatalf("want non-retryable invalid_request_error, got %#v", err)
 	}
-	var se *SchemaError
+	var se *schema.SchemaError
 	if !errors.As(err, &se) {
-		t.Fatalf("want *SchemaError cause, got %v", err)
+		t.Fatalf("want *schema.SchemaError cause, got %v", err)
 	}
 	return se
 }
@@ -139,7 +140,7 @@ func TestValidateCoercions(t *testing.T) {
 		t.Errorf("coercions (-want +got):\n%s", d)
 	}
 	for _, c := range cs {
-		if c.Rule == RuleEnumCase && c.Path == "/driverReusePolicy" && (c.From != `"reuse_or_create"` || c.To != `"REUSE_OR_CREATE"`) {
+		if c.Rule == schema.RuleEnumCase && c.Path == "/driverReusePolicy" && (c.From != `"reuse_or_create"` || c.To != `"REUSE_OR_CREATE"`) {
 			t.Errorf("enum coercion recorded as %+v", c)
 		}
 	}
@@ -161,8 +162,7 @@ func TestCoerceArrays(t *testing.T) {
 		t.Fatal(err)
 	}
 	v = numbers(v)
-	w := &coercer{}
-	got := w.walk(v, doc, nil)
+	got, out := schema.Coerce(v, doc, false)
 	want := map[string]any{"a": []any{json.Number("1"), json.Number("2")}, "b": []any{"one"},
 		"c": map[string]any{"0": json.Number("1"), "2": json.Number("3")}, "d": true, "e": json.Number("2.5"),
 		"f": []any{map[string]any{"x": json.Number("1")}}}
@@ -170,7 +170,7 @@ func TestCoerceArrays(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 	if d := cmp.Diff([]string{"/a object-to-array", "/a/0 string-to-integer", "/a/1 string-to-integer", "/b value-to-array",
-		"/d string-to-boolean", "/e string-to-number", "/f value-to-array"}, rules(w.out)); d != "" {
+		"/d string-to-boolean", "/e string-to-number", "/f value-to-array"}, rules(out)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 }
@@ -342,7 +342,7 @@ func TestSchemaDefaultsMatchGo(t *testing.T) {
 		if err := json.Unmarshal(b, &doc); err != nil {
 			t.Fatal(err)
 		}
-		s := schemaAt(doc, path)
+		s := schema.At(doc, path)
 		if s == nil {
 			t.Fatalf("%s: no schema at %v", id, path)
 		}

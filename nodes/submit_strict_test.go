@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/agent/schema"
 )
 
 // The run request is decoded strictly (agent/strictjson): a body whose
@@ -89,7 +90,7 @@ func TestNewSetupRunCorrectsKeyCase(t *testing.T) {
 			"/launchOrAttach/ApplicationUnderTestDescriptor":                         true,
 		}
 		for _, c := range p.Coercions {
-			if c.Rule == RulePropertyCase {
+			if c.Rule == schema.RulePropertyCase {
 				delete(want, c.Path)
 			}
 		}

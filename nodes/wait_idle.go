@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/device/android"
+	"github.com/screengraph/screengraph-agent/policy"
 )
 
 // Defaults of WaitIdle (the schema's "default" values say the same).
@@ -227,174 +228,263 @@ func waitIdle(ctx context.Context, in WaitIdleInput, p Ports, w *appWatch) (*UIS
 	if p.Device == nil {
 		return nil, agent.Errorf(agent.ErrInternal, "WaitIdle needs a Device port")
 	}
-	h := in.IdleHeuristicsConfiguration
-	minQuiet := millisOr(h.MinQuietMillis, DefaultMinQuiet)
-	maxWait := millisOr(h.MaxWaitMillis, DefaultMaxWait)
-	interval := millisOr(h.SamplingIntervalMillis, DefaultSampleInterval)
-	if interval <= 0 {
-		interval = DefaultSampleInterval
-	}
-	fromLastFrame := h.CountQuietFromLastFrame == nil || *h.CountQuietFromLastFrame
-	start := p.Now()
-	deadline := start.Add(maxWait)
-	sctx, cancel := context.WithTimeout(ctx, maxWait+ProbeSlack)
+	sm := newSampler(in, p, w)
+	sctx, cancel := context.WithTimeout(ctx, sm.maxWait+ProbeSlack)
 	defer cancel()
-
-	sessionID := ""
-	if in.DeviceRuntimeContext != nil {
-		sessionID = in.DeviceRuntimeContext.DriverSessionID
+	if err := sm.target(sctx); err != nil {
+		return nil, deadlineAware(ctx, sctx, err)
 	}
-	if p.Driver == nil {
-		sessionID = ""
-	}
-	pkg := ""
-	if in.ApplicationUnderTestDescriptor != nil {
-		pkg = in.ApplicationUnderTestDescriptor.AndroidPackageID
-	}
-	if pkg == "" {
-		fg, _, err := ForegroundActivity(sctx, p.Device)
-		if err != nil {
-			return nil, deadlineAware(ctx, sctx, err)
+	for {
+		shot := sm.pending
+		sm.pending = nil
+		sampledAt := p.Now()
+		x, ok, err := sm.sample(ctx, sctx)
+		if err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
 		}
-		pkg = fg.Package
+		now := p.Now()
+		sm.compare(x, now, shot)
+		if a, done, err := sm.confirm(x, now); done {
+			return a, err
+		}
+		if err := sm.pause(ctx, sctx, x, now, sampledAt); err != nil {
+			return nil, err
+		}
 	}
-	w.pkg = pkg
-	// The app's uid is read within the first sample that completes (see
-	// takeSample); uidPending until then.
-	uid, uidPending := -1, pkg != ""
-	var signals []string
-	if sessionID != "" {
-		signals = append(signals, "hierarchy")
-	}
-	if pkg != "" {
-		signals = append(signals, "frames")
-	}
-	signals = append(signals, "focus")
-	logStart := func() {
-		p.Logf("waiting for idle: quiet %v within %v, sampling every %v; signals %s; package %q uid %d",
-			minQuiet, maxWait, interval, strings.Join(signals, "+"), pkg, uid)
-	}
-	if !uidPending {
-		logStart()
-	}
-	var prev *idleSignature
-	// quietSince: the first sample of the current unchanged run; lastFrameAt:
-	// the app's last frame as the run's first sample dated it (host clock,
-	// zero when unknown); prevAt: the previous sample.
-	var quietSince, lastFrameAt, prevAt time.Time
-	confirmed := false
-	net := NetworkUnknown
-	ev := in.Evidence
-	keep := p.IdleScreens != nil && in.RunID != "" && (ev.Screenshot || ev.Hierarchy)
+}
+
+// sampler is WaitIdle's state machine. Each turn: sample (read the signals,
+// watch the app), compare (with the previous signature: the quiet window's
+// start), confirm (idle, idle_timeout, or not yet) and pause (the wait
+// before the next sample, with the evidence's screenshot taken in it when
+// the next sample may prove idle).
+type sampler struct {
+	in WaitIdleInput
+	p  Ports
+	w  *appWatch
+
+	minQuiet, maxWait, interval time.Duration
+	fromLastFrame               bool
+	start, deadline             time.Time
+	sessionID, pkg              string
+	// uid is the app's uid, read within the first sample that completes
+	// (see takeSample); uidPending until then.
+	uid        int
+	uidPending bool
+	signals    []string
+	n          int // samples begun
+
+	prev *idleSignature
+	// quietSince: the first sample of the current unchanged run;
+	// lastFrameAt: the app's last frame as the run's first sample dated it
+	// (host clock, zero when unknown); prevAt: the previous sample.
+	quietSince, lastFrameAt, prevAt time.Time
+	confirmed                       bool
+	net                             NetworkInFlightStatus
+
+	keep bool
 	// pending: the screenshot taken in the wait before this sample (see
 	// speculate); held: one that shows the current signature (the sample
 	// after it and every one since were unchanged), nil after any change.
-	var pending, held *idleShot
-	shots := 0
-	for n := 0; ; n++ {
-		shot := pending
-		pending = nil
-		sampledAt := p.Now()
-		s, err := takeSample(sctx, p, sessionID, pkg, uid, uidPending)
-		if err != nil && sessionID != "" && sessionGone(err) {
-			// The session cannot serve the hierarchy any more (its on-device
-			// server died); frames and focus still tell whether the UI settles,
-			// and the next EnsureDevice replaces the session.
-			p.Logf("UI hierarchy unavailable (%v): waiting on frames and focus only", err)
-			sessionID, prev, held = "", nil, nil
-			signals = slices.DeleteFunc(signals, func(s string) bool { return s == "hierarchy" })
-			continue
-		}
+	pending, held *idleShot
+	shots         int
+}
+
+func newSampler(in WaitIdleInput, p Ports, w *appWatch) *sampler {
+	h := in.IdleHeuristicsConfiguration
+	sm := &sampler{in: in, p: p, w: w, net: NetworkUnknown, uid: -1,
+		minQuiet: millisOr(h.MinQuietMillis, DefaultMinQuiet),
+		maxWait:  millisOr(h.MaxWaitMillis, DefaultMaxWait),
+		interval: millisOr(h.SamplingIntervalMillis, DefaultSampleInterval),
+		keep:     p.IdleScreens != nil && in.RunID != "" && (in.Evidence.Screenshot || in.Evidence.Hierarchy),
+	}
+	if sm.interval <= 0 {
+		sm.interval = DefaultSampleInterval
+	}
+	sm.fromLastFrame = h.CountQuietFromLastFrame == nil || *h.CountQuietFromLastFrame
+	sm.start = p.Now()
+	sm.deadline = sm.start.Add(sm.maxWait)
+	return sm
+}
+
+// target names what is sampled: the session's hierarchy (when there is a
+// session and a driver), the package's frames (the input's package, else
+// the foreground app's) and the focus.
+func (sm *sampler) target(sctx context.Context) error {
+	if sm.p.Driver != nil {
+		sm.sessionID = sm.in.DeviceRuntimeContext.sessionID()
+	}
+	if a := sm.in.ApplicationUnderTestDescriptor; a != nil {
+		sm.pkg = a.AndroidPackageID
+	}
+	if sm.pkg == "" {
+		fg, _, err := android.ForegroundActivity(sctx, sm.p.Device)
 		if err != nil {
-			return nil, deadlineAware(ctx, sctx, err)
+			return err
 		}
-		first := uidPending
-		if uidPending {
-			uid, uidPending = s.uid, false
-			logStart()
-		}
-		if pkg != "" && !s.changedByError {
-			f, dismissed, err := watchSample(sctx, p, w, sessionID, s, first)
-			if err != nil {
-				return nil, deadlineAware(ctx, sctx, err)
+		sm.pkg = fg.Package
+	}
+	sm.w.pkg = sm.pkg
+	sm.uidPending = sm.pkg != ""
+	if sm.sessionID != "" {
+		sm.signals = append(sm.signals, "hierarchy")
+	}
+	if sm.pkg != "" {
+		sm.signals = append(sm.signals, "frames")
+	}
+	sm.signals = append(sm.signals, "focus")
+	if !sm.uidPending {
+		sm.logStart()
+	}
+	return nil
+}
+
+func (sm *sampler) logStart() {
+	sm.p.Logf("waiting for idle: quiet %v within %v, sampling every %v; signals %s; package %q uid %d",
+		sm.minQuiet, sm.maxWait, sm.interval, strings.Join(sm.signals, "+"), sm.pkg, sm.uid)
+}
+
+// sample reads the signals once and watches the app in them. ok false:
+// sample again at once (the session went away, or a system dialog was
+// dismissed: the quiet window starts again). err ends the node (the app's
+// crash or ANR, a non-retryable read error).
+func (sm *sampler) sample(ctx, sctx context.Context) (idleSample, bool, error) {
+	sm.n++
+	x, err := takeSample(sctx, sm.p, sm.sessionID, sm.pkg, sm.uid, sm.uidPending)
+	if err != nil && sm.sessionID != "" && sessionGone(err) {
+		// The session cannot serve the hierarchy any more (its on-device
+		// server died); frames and focus still tell whether the UI settles,
+		// and the next EnsureDevice replaces the session.
+		sm.p.Logf("UI hierarchy unavailable (%v): waiting on frames and focus only", err)
+		sm.sessionID, sm.prev, sm.held = "", nil, nil
+		sm.signals = slices.DeleteFunc(sm.signals, func(s string) bool { return s == "hierarchy" })
+		return x, false, nil
+	}
+	if err != nil {
+		return x, false, deadlineAware(ctx, sctx, err)
+	}
+	first := sm.uidPending
+	if sm.uidPending {
+		sm.uid, sm.uidPending = x.uid, false
+		sm.logStart()
+	}
+	if sm.pkg == "" || x.changedByError {
+		return x, true, nil
+	}
+	f, dismissed, err := watchSample(sctx, sm.p, sm.w, sm.sessionID, x, first)
+	switch {
+	case err != nil:
+		return x, false, deadlineAware(ctx, sctx, err)
+	case f != nil:
+		return x, false, failApp(f, false)
+	case dismissed:
+		sm.prev, sm.held = nil, nil // the screen changed: the quiet window starts again
+		return x, false, nil
+	}
+	return x, true, nil
+}
+
+// compare sets the quiet window from sample x taken at now: a changed (or
+// unreadable) signature starts it again at now, or at the app's last frame
+// (never before the previous sample); an unchanged one confirms it, and
+// the screenshot taken before x (shot) then shows the idle screen.
+func (sm *sampler) compare(x idleSample, now time.Time, shot *idleShot) {
+	if x.net != "" {
+		sm.net = x.net
+	}
+	if x.changedByError || sm.prev == nil || *x.sig != *sm.prev {
+		sm.held = nil
+		sm.prev, sm.quietSince, sm.confirmed, sm.lastFrameAt = x.sig, now, false, time.Time{}
+		if sm.fromLastFrame && !x.changedByError && x.sinceFrame >= 0 {
+			sm.lastFrameAt = now.Add(-x.sinceFrame)
+			if !sm.prevAt.IsZero() && sm.lastFrameAt.Before(sm.prevAt) {
+				sm.lastFrameAt = sm.prevAt
 			}
-			if f != nil {
-				return nil, failApp(f, false)
-			}
-			if dismissed {
-				prev, held = nil, nil // the screen changed: the quiet window starts again
-				continue
-			}
 		}
-		now := p.Now()
-		if s.net != "" {
-			net = s.net
-		}
-		unchanged := !s.changedByError && prev != nil && *s.sig == *prev
-		if !unchanged {
-			held = nil
-			prev, quietSince, confirmed, lastFrameAt = s.sig, now, false, time.Time{}
-			if fromLastFrame && !s.changedByError && s.sinceFrame >= 0 {
-				lastFrameAt = now.Add(-s.sinceFrame)
-				if !prevAt.IsZero() && lastFrameAt.Before(prevAt) {
-					lastFrameAt = prevAt
-				}
-			}
-		} else {
-			confirmed = true
-			if shot != nil && shot.err == nil {
-				held = shot
-			}
-		}
-		prevAt = now
-		from := quietSince
-		if confirmed && !lastFrameAt.IsZero() && lastFrameAt.Before(from) {
-			from = lastFrameAt
-		}
-		quiet := now.Sub(from)
-		a := &UIStabilityAssessment{QuietWindowObservedMillis: quiet.Milliseconds(), NetworkInFlightStatus: net}
-		if quiet >= minQuiet && !s.changedByError {
-			how := "unchanged samples"
-			if from.Before(quietSince) {
-				how = fmt.Sprintf("back to the app's last frame; unchanged over samples %v apart", now.Sub(quietSince).Round(time.Millisecond))
-			}
-			p.Logf("idle after %v (%d samples), quiet for %v (%s), network %s",
-				now.Sub(start).Round(time.Millisecond), n+1, quiet.Round(time.Millisecond), how, net)
-			if keep {
-				keepIdleScreen(p, in.RunID, ev, sessionID, s, held, now)
-			}
-			return a, nil
-		}
-		left := deadline.Sub(now)
-		if left <= 0 {
-			return a, agent.Errorf(agent.ErrIdleTimeout, "UI not idle within %v: quiet for %v at most recently, %v needed (signals %s)",
-				maxWait, quiet.Round(time.Millisecond), minQuiet, strings.Join(signals, "+"))
-		}
-		// Sample again when the window would be complete (counting back to
-		// the last frame once confirmed), at most one interval later.
-		potential := quiet
-		if !lastFrameAt.IsZero() && lastFrameAt.Before(quietSince) {
-			potential = now.Sub(lastFrameAt)
-		}
-		wait := min(interval, max(minQuiet-potential, ConfirmGap), left)
-		// The next sample, or the one after it, completes the window (one
-		// interval more than this sample's own duration, for a slower next
-		// sample under load): a shot taken a sample early is held while the
-		// signature holds, so it costs nothing more on a quiet screen.
-		spec := keep && ev.Screenshot && held == nil && shots < MaxIdleShots && wait < left &&
-			potential+wait+interval+now.Sub(sampledAt) >= minQuiet && presentedBefore(s, confirmed, now.Sub(quietSince))
-		if spec {
-			shots++
-			pending = speculate(ctx, sctx, p, wait, wait+min(IdleShotBudget, left-wait))
-			if pending == nil {
-				return nil, ctxErr(ctx, "waiting for idle")
-			}
-			continue
-		}
-		if err := p.Wait(ctx, wait); err != nil {
-			return nil, ctxErr(ctx, "waiting for idle")
+	} else {
+		sm.confirmed = true
+		if shot != nil && shot.err == nil {
+			sm.held = shot
 		}
 	}
+	sm.prevAt = now
+}
+
+// quietFrom is where the quiet window starts at now: the run's first
+// sample, or the app's last frame once a second sample confirmed it.
+func (sm *sampler) quietFrom() time.Time {
+	if sm.confirmed && !sm.lastFrameAt.IsZero() && sm.lastFrameAt.Before(sm.quietSince) {
+		return sm.lastFrameAt
+	}
+	return sm.quietSince
+}
+
+// confirm judges the window at now: idle (the assessment; the evidence is
+// handed over), idle_timeout past the deadline, else not done.
+func (sm *sampler) confirm(x idleSample, now time.Time) (*UIStabilityAssessment, bool, error) {
+	from := sm.quietFrom()
+	quiet := now.Sub(from)
+	a := &UIStabilityAssessment{QuietWindowObservedMillis: quiet.Milliseconds(), NetworkInFlightStatus: sm.net}
+	if quiet >= sm.minQuiet && !x.changedByError {
+		how := "unchanged samples"
+		if from.Before(sm.quietSince) {
+			how = fmt.Sprintf("back to the app's last frame; unchanged over samples %v apart", now.Sub(sm.quietSince).Round(time.Millisecond))
+		}
+		sm.p.Logf("idle after %v (%d samples), quiet for %v (%s), network %s",
+			now.Sub(sm.start).Round(time.Millisecond), sm.n, quiet.Round(time.Millisecond), how, sm.net)
+		if sm.keep {
+			keepIdleScreen(sm.p, sm.in.RunID, sm.in.Evidence, sm.sessionID, x, sm.held, now)
+		}
+		return a, true, nil
+	}
+	if !now.Before(sm.deadline) {
+		return a, true, agent.Errorf(agent.ErrIdleTimeout, "UI not idle within %v: quiet for %v at most recently, %v needed (signals %s)",
+			sm.maxWait, quiet.Round(time.Millisecond), sm.minQuiet, strings.Join(sm.signals, "+"))
+	}
+	return a, false, nil
+}
+
+// nextWait is the wait before the next sample: until the window would be
+// complete (counting back to the last frame once confirmed), at most one
+// interval, at least ConfirmGap, never past the deadline. potential is the
+// quiet time the window may count at now.
+func (sm *sampler) nextWait(now time.Time) (wait, potential time.Duration) {
+	potential = now.Sub(sm.quietSince)
+	if !sm.lastFrameAt.IsZero() && sm.lastFrameAt.Before(sm.quietSince) {
+		potential = now.Sub(sm.lastFrameAt)
+	}
+	return min(sm.interval, max(sm.minQuiet-potential, ConfirmGap), sm.deadline.Sub(now)), potential
+}
+
+// speculates: take the evidence's screenshot in this wait. The next
+// sample, or the one after it, completes the window (one interval more
+// than this sample's own duration, for a slower next sample under load):
+// a shot taken a sample early is held while the signature holds, so it
+// costs nothing more on a quiet screen.
+func (sm *sampler) speculates(x idleSample, now, sampledAt time.Time, wait, potential time.Duration) bool {
+	return sm.keep && sm.in.Evidence.Screenshot && sm.held == nil && sm.shots < MaxIdleShots && wait < sm.deadline.Sub(now) &&
+		potential+wait+sm.interval+now.Sub(sampledAt) >= sm.minQuiet && presentedBefore(x, sm.confirmed, now.Sub(sm.quietSince))
+}
+
+// pause waits before the next sample, taking the screenshot in the wait
+// when speculates says so.
+func (sm *sampler) pause(ctx, sctx context.Context, x idleSample, now, sampledAt time.Time) error {
+	wait, potential := sm.nextWait(now)
+	if sm.speculates(x, now, sampledAt, wait, potential) {
+		sm.shots++
+		left := sm.deadline.Sub(now)
+		if sm.pending = speculate(ctx, sctx, sm.p, wait, wait+min(IdleShotBudget, left-wait)); sm.pending == nil {
+			return ctxErr(ctx, "waiting for idle")
+		}
+		return nil
+	}
+	if err := sm.p.Wait(ctx, wait); err != nil {
+		return ctxErr(ctx, "waiting for idle")
+	}
+	return nil
 }
 
 // MaxIdleShots bounds the screenshots one WaitIdle takes for its success
@@ -540,16 +630,8 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 			src, srcErr = p.Driver.PageSource(ctx, sessionID)
 		}()
 	}
-	cmd := "dumpsys window displays; echo " + sampleSplit + "; cat /proc/net/tcp /proc/net/tcp6"
-	want := 2 // parts of the output
-	if pkg != "" {
-		cmd = "dumpsys gfxinfo " + pkg + " framestats; echo " + sampleSplit + "; pidof " + pkg + "; echo " + sampleSplit + "; " + cmd
-		want += 2
-	}
 	readUID = readUID && pkg != ""
-	if readUID {
-		cmd += "; echo " + sampleSplit + "; date +%s.%N; echo " + sampleSplit + "; dumpsys package " + pkg
-	}
+	cmd, want := sampleCommand(pkg, readUID)
 	r, err := p.Device.Shell(ctx, cmd)
 	wg.Wait()
 	if sessionID != "" {
@@ -570,7 +652,7 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 		}
 		s.changedByError = true
 		if readUID {
-			s.uid = pmListUID(ctx, p, pkg)
+			s.uid = android.PmListUID(ctx, p.Device, pkg)
 		}
 		return s, nil
 	}
@@ -578,18 +660,41 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 	if readUID {
 		s.uid = -1
 		if len(parts) == want+2 {
-			s.epochMillis = parseEpochMillis(parts[want])
-			s.uid = dumpsysUID(parts[want+1], pkg)
+			s.epochMillis = parse.ParseEpochMillis(parts[want])
+			s.uid = android.DumpsysUID(parts[want+1], pkg)
 			parts = parts[:want]
 		}
 		if s.uid < 0 {
-			s.uid = pmListUID(ctx, p, pkg)
+			s.uid = android.PmListUID(ctx, p.Device, pkg)
 		}
 	}
 	if len(parts) != want {
 		s.changedByError = true
 		return s, nil
 	}
+	s.readParts(parts, pkg, r.Stderr)
+	return s, nil
+}
+
+// sampleCommand is takeSample's shell command and the number of parts of
+// its output before the uid's (see takeSample).
+func sampleCommand(pkg string, readUID bool) (string, int) {
+	cmd := "dumpsys window displays; echo " + sampleSplit + "; cat /proc/net/tcp /proc/net/tcp6"
+	want := 2
+	if pkg != "" {
+		cmd = "dumpsys gfxinfo " + pkg + " framestats; echo " + sampleSplit + "; pidof " + pkg + "; echo " + sampleSplit + "; " + cmd
+		want += 2
+	}
+	if readUID {
+		cmd += "; echo " + sampleSplit + "; date +%s.%N; echo " + sampleSplit + "; dumpsys package " + pkg
+	}
+	return cmd, want
+}
+
+// readParts reads a sample's parts: with a package, its gfxinfo and pidof
+// (pids unknown when pidof is missing: stderr names it), then the window
+// dump and the socket tables.
+func (s *idleSample) readParts(parts []string, pkg, stderr string) {
 	if pkg != "" {
 		if fs, ok := parse.ParseGfxinfo(parts[0]); ok {
 			s.sig.frames = fs.TotalFrames
@@ -600,8 +705,8 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 				s.sinceFrame = d
 			}
 		}
-		if !strings.Contains(r.Stderr, "pidof") {
-			ps := parsePIDs(parts[1])
+		if !strings.Contains(stderr, "pidof") {
+			ps := parse.ParsePIDs(parts[1])
 			s.pids = &ps
 		}
 		parts = parts[2:]
@@ -611,7 +716,6 @@ func takeSample(ctx context.Context, p Ports, sessionID, pkg string, uid int, re
 		s.sig.focus += fmt.Sprintf("%d:%s|%s|%v;", d.DisplayID, d.CurrentFocusWindow, d.FocusedApp, d.CurrentFocusNull)
 	}
 	s.net = NetworkStatus(parts[1], s.uid)
-	return s, nil
 }
 
 // watchSample looks at one sample for the app's crash or ANR (see WaitIdle):
@@ -649,79 +753,61 @@ func watchSample(ctx context.Context, p Ports, w *appWatch, sessionID string, s 
 	return nil, false, nil
 }
 
-// dumpsysUID returns pkg's uid from `dumpsys package PKG` output (userId=,
-// or appId= on older releases; parse.ParseDumpsysPackage), -1 when it names none.
-func dumpsysUID(out, pkg string) int {
-	if info, ok := parse.ParseDumpsysPackage(out, pkg); ok && info.UserID > 0 {
-		return int(info.UserID)
-	}
-	return -1
-}
-
-// pmListUID returns pkg's uid from `pm list packages -U PKG` ("package:PKG
-// uid:N"), -1 when the shell fails or the line is not there.
-func pmListUID(ctx context.Context, p Ports, pkg string) int {
-	r, err := p.Device.Shell(ctx, "pm list packages -U "+pkg)
-	if err != nil {
-		return -1
-	}
-	for _, l := range strings.Split(r.Stdout, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 2 && f[0] == "package:"+pkg && strings.HasPrefix(f[1], "uid:") {
-			if n, err := strconv.Atoi(strings.TrimPrefix(f[1], "uid:")); err == nil {
-				return n
-			}
-		}
-	}
-	return -1
-}
-
-// TCPRow is one socket row of /proc/net/tcp or /proc/net/tcp6.
-type TCPRow struct {
-	State   int // st, hex in the table (01 ESTABLISHED, 0A LISTEN, …)
-	TxQueue int64
-	RxQueue int64
-	UID     int
-}
-
-// ParseProcNetTCP parses /proc/net/tcp and /proc/net/tcp6 (one or both,
-// concatenated): a header line "  sl  local_address rem_address   st
-// tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode", then rows
-// "   0: 0F02000A:A1B2 4E4AFA8E:01BB 01 00000000:00000000 00:00000000
-// 00000000 10123 0 12345 …" (Linux net/ipv4/tcp_ipv4.c get_tcp4_sock,
-// net/ipv6/tcp_ipv6.c get_tcp6_sock: fields 4 = st, 5 = tx:rx in hex, 8 = uid).
-func ParseProcNetTCP(out string) []TCPRow {
-	var rows []TCPRow
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) < 8 || !strings.HasSuffix(f[0], ":") {
-			continue
-		}
-		if _, err := strconv.Atoi(strings.TrimSuffix(f[0], ":")); err != nil {
-			continue
-		}
-		st, err1 := strconv.ParseInt(f[3], 16, 32)
-		tx, rx, ok := strings.Cut(f[4], ":")
-		txq, err2 := strconv.ParseInt(tx, 16, 64)
-		rxq, err3 := strconv.ParseInt(rx, 16, 64)
-		uid, err4 := strconv.Atoi(f[7])
-		if !ok || err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-			continue
-		}
-		rows = append(rows, TCPRow{State: int(st), TxQueue: txq, RxQueue: rxq, UID: uid})
-	}
-	return rows
-}
-
 // NetworkStatus classifies the socket tables for uid (see WaitIdle).
 func NetworkStatus(tables string, uid int) NetworkInFlightStatus {
 	if uid < 0 || !strings.Contains(tables, "local_address") {
 		return NetworkUnknown
 	}
-	for _, r := range ParseProcNetTCP(tables) {
+	for _, r := range parse.ParseProcNetTCP(tables) {
 		if r.UID == uid && (r.TxQueue > 0 || r.RxQueue > 0) {
 			return NetworkActive
 		}
 	}
 	return NetworkNone
+}
+
+// waitIdleNode is WaitIdle as a setup node: the application descriptor of
+// LaunchOrAttach (else ProvisionApp) unless the input names one, the
+// policy's idle heuristics for what the input leaves out, and, with an
+// IdleScreens port, what the policy's onSuccess evidence keeps of the idle
+// screen (WaitIdle ends the graph, so its last sample may serve it).
+type waitIdleNode struct{}
+
+func (waitIdleNode) Name() string { return NodeWaitIdle }
+
+func (waitIdleNode) Prepare(in *WaitIdleInput, s StepContext) {
+	in.IterationOrdinalNumber = s.Step.IterationOrdinalNumber
+	in.DeviceRuntimeContext = mergeContext(in.DeviceRuntimeContext, s.Context)
+	if in.ApplicationUnderTestDescriptor == nil {
+		a := s.Inputs.LaunchOrAttach.ApplicationUnderTestDescriptor
+		if a.AndroidPackageID == "" {
+			a = s.Inputs.ProvisionApp.ApplicationUnderTestDescriptor
+		}
+		in.ApplicationUnderTestDescriptor = &a
+	}
+	h, idle := &in.IdleHeuristicsConfiguration, s.Policy.Idle
+	setDefault(&h.MinQuietMillis, idle.MinQuietMillis)
+	setDefault(&h.MaxWaitMillis, idle.MaxWaitMillis)
+	setDefault(&h.SamplingIntervalMillis, idle.SampleIntervalMillis)
+	if h.CountQuietFromLastFrame == nil {
+		b := idle.CountQuietFromLastFrame
+		h.CountQuietFromLastFrame = &b
+	}
+	kinds, _ := policy.EvidenceKinds(s.Policy, false)
+	in.Evidence = IdleEvidence{StepOrdinal: s.Step.StepOrdinal, Attempt: s.Step.Attempt,
+		Screenshot: slices.Contains(kinds, agent.ArtifactScreenshot), Hierarchy: slices.Contains(kinds, agent.ArtifactUIHierarchy)}
+}
+
+func (waitIdleNode) Run(ctx context.Context, in WaitIdleInput, _ StepContext, p Ports) (WaitIdleOutput, error) {
+	if p.IdleScreens == nil {
+		in.Evidence = IdleEvidence{} // nothing keeps the idle screen
+	}
+	return WaitIdle(ctx, in, p)
+}
+
+func setDefault(p **int64, v int) {
+	if *p == nil && v > 0 {
+		x := int64(v)
+		*p = &x
+	}
 }

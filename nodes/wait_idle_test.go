@@ -12,6 +12,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
+	droid "github.com/screengraph/screengraph-agent/device/android"
 )
 
 func i64(v int64) *int64 { return &v }
@@ -63,7 +64,7 @@ func TestWaitIdleSettlesOnModel(t *testing.T) {
 		// Sockets: busy right after a launch, quiet later.
 		startActivity(t, d, ".HomeActivity")
 		r, _ := d.Shell(context.Background(), "dumpsys package "+demoPkg)
-		uid := dumpsysUID(r.Stdout, demoPkg)
+		uid := droid.DumpsysUID(r.Stdout, demoPkg)
 		r, _ = d.Shell(context.Background(), "cat /proc/net/tcp /proc/net/tcp6")
 		if s := NetworkStatus(r.Stdout, uid); s != NetworkActive {
 			t.Errorf("right after launch: %s (uid %d)\n%s", s, uid, r.Stdout)

@@ -5,14 +5,18 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/migrations"
+	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
 	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
@@ -20,8 +24,13 @@ import (
 )
 
 // oldSchema is the last schema that wrote each event three times
-// (run_events.payload, run_events.envelope, run_outbox.body).
-const oldSchema = 8
+// (run_events.payload, run_events.envelope, run_outbox.body); rowidSchema the
+// last with run_events and agent_state_snapshot as rowid tables plus a key
+// index each (migration 00010 stores them WITHOUT ROWID on SQLite).
+const (
+	oldSchema   = 8
+	rowidSchema = 9
+)
 
 // oldStore is what the migration test reads back through the new code.
 type oldStore interface {
@@ -31,11 +40,12 @@ type oldStore interface {
 	Close() error
 }
 
-// fillOldSchema writes, with the old schema's own statements (ph: the
-// dialect's placeholder), a run with four events: the first published, the
-// second parked, the last two waiting in the outbox. It returns the run and
-// its events' envelopes as the old code marshalled them.
-func fillOldSchema(t *testing.T, db *sql.DB, ph func(int) string, ts string) (agent.Run, []agent.Event, [][]byte) {
+// fillOldSchema writes, with the statements of schema version (oldSchema or
+// rowidSchema; ph: the dialect's placeholder), a run with four events: the
+// first published, the second parked, the last two waiting in the outbox;
+// and step 0's snapshot. It returns the run and its events' envelopes as the
+// old code marshalled them.
+func fillOldSchema(t *testing.T, db *sql.DB, ph func(int) string, ts string, version int) (agent.Run, []agent.Event, [][]byte) {
 	t.Helper()
 	p := func(n int) string {
 		s := ""
@@ -59,9 +69,25 @@ func fillOldSchema(t *testing.T, db *sql.DB, ph func(int) string, ts string) (ag
 			t.Fatal(err)
 		}
 		envs = append(envs, env)
+		subject := fmt.Sprintf("agent.events.%s.%s", e.TenantID, e.RunID)
+		if version >= rowidSchema {
+			// Schema 9 (00009): the envelope is the event's one copy, the
+			// outbox row points at it.
+			mustExecArgs(t, db, `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES (`+p(8)+`)`,
+				e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.Checksum, env, 0)
+			switch i {
+			case 0:
+				mustExecArgs(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, published_at) VALUES (`+p(5)+`)`, e.RunID, e.Sequence, e.EventID, subject, ts)
+			case 1:
+				mustExecArgs(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, published_at, parked_at, parked_reason) VALUES (`+p(7)+`)`,
+					e.RunID, e.Sequence, e.EventID, subject, ts, ts, "too big")
+			default:
+				mustExecArgs(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES (`+p(4)+`)`, e.RunID, e.Sequence, e.EventID, subject)
+			}
+			continue
+		}
 		mustExecArgs(t, db, `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, payload, checksum, envelope, step_ordinal) VALUES (`+p(9)+`)`,
 			e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, string(e.Payload), e.Checksum, env, 0)
-		subject := fmt.Sprintf("agent.events.%s.%s", e.TenantID, e.RunID)
 		switch i {
 		case 0:
 			mustExecArgs(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body, published_at) VALUES (`+p(6)+`)`, e.RunID, e.Sequence, e.EventID, subject, env, ts)
@@ -72,7 +98,17 @@ func fillOldSchema(t *testing.T, db *sql.DB, ph func(int) string, ts string) (ag
 			mustExecArgs(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, body) VALUES (`+p(5)+`)`, e.RunID, e.Sequence, e.EventID, subject, env)
 		}
 	}
+	sn := step.Snapshot
+	mustExecArgs(t, db, `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (`+p(6)+`)`,
+		sn.RunID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, string(sn.State), ts)
 	return r, events, envs
+}
+
+// sameJSON: a and b are the same JSON value (Postgres's JSONB respaces
+// what it stores).
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	return json.Unmarshal(a, &va) == nil && json.Unmarshal(b, &vb) == nil && reflect.DeepEqual(va, vb)
 }
 
 func mustExecArgs(t *testing.T, db *sql.DB, q string, args ...any) {
@@ -89,6 +125,11 @@ func mustExecArgs(t *testing.T, db *sql.DB, q string, args ...any) {
 func checkCarriedOver(t *testing.T, s oldStore, r agent.Run, events []agent.Event, envs [][]byte) {
 	t.Helper()
 	ctx := t.Context()
+	sn, err := s.LatestSnapshot(ctx, agent.Admin(), r.RunID)
+	want := storetest.NodeStep(r, 1, 0, "EnsureDevice").Snapshot
+	if err != nil || sn.StepOrdinal != 0 || sn.NodeName != want.NodeName || len(sn.ResumeToken) != len(want.ResumeToken) || !sameJSON(sn.State, want.State) || sn.CreatedAt.IsZero() {
+		t.Errorf("LatestSnapshot = %+v, %v; want step 0 of EnsureDevice with state %s", sn, err, want.State)
+	}
 	got, err := s.Events(ctx, agent.Admin(), r.RunID, 0)
 	if err != nil || len(got) != len(events) {
 		t.Fatalf("Events = %d, %v; want %d", len(got), err, len(events))
@@ -125,6 +166,14 @@ func checkCarriedOver(t *testing.T, s oldStore, r agent.Run, events []agent.Even
 	if rows, err := s.Unpublished(ctx, 10); err != nil || len(rows) != 4 || rows[0].Sequence != 4 || rows[3].Sequence != 7 {
 		t.Errorf("Unpublished after a new step = %d rows, %v; want 4..7", len(rows), err)
 	}
+	// The keys still refuse what they refused (the conflict mapping reads
+	// their error text or constraint name).
+	if err := s.CommitStep(ctx, storetest.NodeStep(r, 5, 2, "LaunchOrAttach")); !errors.Is(err, agent.ErrSequenceTaken) {
+		t.Errorf("CommitStep of sequences 5..7 again = %v, want ErrSequenceTaken", err)
+	}
+	if err := s.CommitStep(ctx, storetest.NodeStep(r, 8, 1, "ProvisionApp")); !errors.Is(err, snapshots.ErrSnapshotTaken) {
+		t.Errorf("CommitStep of step 1 again = %v, want ErrSnapshotTaken", err)
+	}
 }
 
 // Issue 26 part 1: a database written by the old schema (each event three
@@ -138,7 +187,7 @@ func TestEventsOnceMigrationSQLite(t *testing.T) {
 	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, oldSchema); err != nil {
 		t.Fatal(err)
 	}
-	r, events, envs := fillOldSchema(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z")
+	r, events, envs := fillOldSchema(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z", oldSchema)
 	db.Close()
 	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
 	if err != nil {
@@ -157,7 +206,69 @@ func TestEventsOnceMigrationPostgres(t *testing.T) {
 	if err := migrations.UpTo(t.Context(), db, migrations.Postgres, oldSchema); err != nil {
 		t.Fatal(err)
 	}
-	r, events, envs := fillOldSchema(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z")
+	r, events, envs := fillOldSchema(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z", oldSchema)
+	db.Close()
+	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkCarriedOver(t, s, r, events, envs)
+}
+
+// Issue 26 part 1, second step: a database written at schema 9
+// (agent_state_snapshot a rowid table with its key's index) is carried over
+// by migration 00010 (SQLite: WITHOUT ROWID on its key), rows and keys
+// intact.
+func TestKeyedTablesMigrationSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, rowidSchema); err != nil {
+		t.Fatal(err)
+	}
+	r, events, envs := fillOldSchema(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z", rowidSchema)
+	db.Close()
+	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkCarriedOver(t, s, r, events, envs)
+	s.Close()
+	// The snapshot stored once, in its key's B-tree: no rowid tree beside
+	// an index of the key. run_events keeps its rowid (appends are cheaper
+	// there; see the migration).
+	db, err = sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var ddl string
+	if err := db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'agent_state_snapshot'`).Scan(&ddl); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(ddl), "WITHOUT ROWID") {
+		t.Errorf("agent_state_snapshot is stored with a rowid: %s", ddl)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'agent_state_snapshot'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("agent_state_snapshot has %d indexes, %v; want none beside its key's tree", n, err)
+	}
+}
+
+func TestKeyedTablesMigrationPostgres(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.UpTo(t.Context(), db, migrations.Postgres, rowidSchema); err != nil {
+		t.Fatal(err)
+	}
+	r, events, envs := fillOldSchema(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z", rowidSchema)
 	db.Close()
 	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
 	if err != nil {

@@ -52,6 +52,8 @@ command -v file >/dev/null || need_apt+=(file)
 command -v jq >/dev/null || need_apt+=(jq)
 # The inspector's (/ui/) tests drive Debian's headless Chromium (chromedp).
 command -v chromium >/dev/null || need_apt+=(chromium)
+# The simulator's screenrecord encodes with ffmpeg; video tests read it back with ffprobe.
+command -v ffmpeg >/dev/null || need_apt+=(ffmpeg)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   FILTER='^(Get:[0-9]+ |Setting up )' step "apt-get update" sudo_ apt-get update

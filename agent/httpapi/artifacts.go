@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"strconv"
@@ -72,8 +73,14 @@ func (a *api) artifact(w http.ResponseWriter, r *http.Request) {
 
 // serveArtifact writes one artifact's bytes from rc under the headers
 // that keep device bytes from being rendered as a page of the API's origin
-// (nosniff, a sandboxing CSP, attachment but for PNG), the given
+// (nosniff, a sandboxing CSP, attachment but for PNG and video), the given
 // Cache-Control, its digest as ETag (If-None-Match: 304) and Last-Modified.
+// Byte ranges are served (Accept-Ranges: bytes; a Range header gets 206
+// with Content-Range, RFC 9110 section 14, through http.ServeContent), so a
+// browser's <video> can seek and read an MP4's index at its end: from the
+// blob itself when it can be read at an offset (the data dir's files),
+// else from the blob read whole (at most agent.MaxArtifactBytes) when a
+// range is asked.
 func (a *api) serveArtifact(w http.ResponseWriter, r *http.Request, art agent.Artifact, rc io.Reader, cacheControl string) {
 	h := w.Header()
 	h.Set("Content-Type", art.ContentType)
@@ -82,8 +89,9 @@ func (a *api) serveArtifact(w http.ResponseWriter, r *http.Request, art agent.Ar
 	h.Set("Cache-Control", cacheControl)
 	h.Set("ETag", `"`+art.SHA256+`"`)
 	h.Set("Last-Modified", art.CreatedAt.UTC().Format(http.TimeFormat))
+	h.Set("Accept-Ranges", "bytes")
 	disp := "attachment"
-	if art.ContentType == "image/png" {
+	if art.ContentType == "image/png" || strings.HasPrefix(art.ContentType, "video/") {
 		disp = "inline"
 	}
 	h.Set("Content-Disposition", disp+`; filename="`+ArtifactFileName(art.ArtifactID, art.Kind, art.ContentType)+`"`)
@@ -91,13 +99,30 @@ func (a *api) serveArtifact(w http.ResponseWriter, r *http.Request, art agent.Ar
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
+	// Exactly the recorded length: a blob longer than its row says is cut
+	// (Content-Length was promised), a shorter one ends the response early.
+	var rs io.ReadSeeker
+	if ra, ok := rc.(io.ReaderAt); ok {
+		rs = io.NewSectionReader(ra, 0, art.Bytes)
+	} else if r.Header.Get("Range") != "" && art.Bytes <= agent.MaxArtifactBytes {
+		if b, err := io.ReadAll(io.LimitReader(rc, art.Bytes)); err == nil && int64(len(b)) == art.Bytes {
+			rs = bytes.NewReader(b)
+		} else {
+			a.fail(w, r, agent.Errorf(agent.ErrInternal, "artifact %s: reading its blob for a range", art.ArtifactID))
+			return
+		}
+	}
+	if rs != nil {
+		// ServeContent answers Range, If-Range and HEAD; the headers above
+		// stay (it keeps a Content-Type and ETag already set).
+		http.ServeContent(w, r, "", art.CreatedAt, rs)
+		return
+	}
 	h.Set("Content-Length", strconv.FormatInt(art.Bytes, 10))
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
 		return
 	}
-	// Exactly the recorded length: a blob longer than its row says is cut
-	// (Content-Length was promised), a shorter one ends the response early.
 	if _, err := io.Copy(w, io.LimitReader(rc, art.Bytes)); err != nil && a.cfg.Logf != nil {
 		a.cfg.Logf("%s %s: streaming artifact %s: %v", r.Method, r.URL.Path, art.ArtifactID, err)
 	}
@@ -115,6 +140,10 @@ func ArtifactFileName(artifactID, kind, contentType string) string {
 		ext = "xml"
 	case strings.HasPrefix(contentType, "text/plain"):
 		ext = "txt"
+	case strings.HasPrefix(contentType, "video/mp4"):
+		ext = "mp4"
+	case strings.HasPrefix(contentType, "video/webm"):
+		ext = "webm"
 	}
 	clean := func(s string) string {
 		return strings.Map(func(r rune) rune {

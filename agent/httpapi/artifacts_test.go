@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -106,6 +107,37 @@ func TestArtifactsAPI(t *testing.T) {
 		resp.Header.Get("X-Content-Type-Options") != "nosniff" || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment;") ||
 		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "sandbox") {
 		t.Errorf("hierarchy: %d %v %q", resp.StatusCode, resp.Header, body)
+	}
+
+	// Byte ranges (a <video> seeking, issue 27): 206 with Content-Range,
+	// the headers kept; another tenant's Range is the same 404.
+	rng := func(who, path, spec string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tokens[who])
+		req.Header.Set("Range", spec)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	shotPath := "/v1/runs/" + r.RunID + "/artifacts/" + shot.ArtifactID
+	resp, body = rng("acme", shotPath, "bytes=2-5")
+	if resp.StatusCode != 206 || string(body) != string(png[2:6]) || resp.Header.Get("Content-Range") != fmt.Sprintf("bytes 2-5/%d", len(png)) ||
+		resp.Header.Get("Accept-Ranges") != "bytes" || resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Content-Type") != "image/png" {
+		t.Errorf("range: %d %v %q", resp.StatusCode, resp.Header, body)
+	}
+	if resp, _ = rng("acme", shotPath, fmt.Sprintf("bytes=%d-", len(png)+10)); resp.StatusCode != 416 {
+		t.Errorf("unsatisfiable range: %d", resp.StatusCode)
+	}
+	if resp, body = rng("beta", shotPath, "bytes=0-3"); resp.StatusCode != 404 || strings.Contains(string(body), "PNG") {
+		t.Errorf("beta's range: %d %q", resp.StatusCode, body)
+	}
+	if resp, _ = get("acme", shotPath); resp.Header.Get("Accept-Ranges") != "bytes" {
+		t.Errorf("a whole artifact does not say Accept-Ranges: %v", resp.Header)
 	}
 
 	// Another tenant: the same 404 as for a run that does not exist.

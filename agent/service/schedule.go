@@ -55,19 +55,70 @@ func (s *Service) roundRuns(ctx context.Context, q agent.RunQueue, names []strin
 		return runs, err
 	}
 	if first {
-		// The started runs (to resume when no daemon drives them) and the
-		// oldest queued ones: enough to know whether a device listing is
-		// worth it this round.
+		// The oldest queued runs, and when due the started ones (to resume
+		// when no daemon drives them): enough to know whether a device
+		// listing is worth it this round.
 		oldest := 1
 		if s.cfg.Reachable == nil || s.cfg.StartUnmatched {
 			oldest = queueOldest
 		}
-		return q.QueuedRuns(ctx, agent.QueueQuery{Oldest: oldest, Started: maxInFlightRead})
+		started := 0
+		if s.startedDue(time.Now()) {
+			started = maxInFlightRead
+		}
+		runs, err := q.QueuedRuns(ctx, agent.QueueQuery{Oldest: oldest, Started: started})
+		if started > 0 {
+			s.mu.Lock()
+			if err != nil {
+				s.startedWanted = true // read them again next round
+			} else {
+				// Fair share counts each tenant's runs in flight from the
+				// latest read, until the next.
+				s.startedTenants = map[string]int{}
+				for _, r := range runs {
+					if r.Status != agent.RunPending {
+						s.startedTenants[r.TenantID]++
+					}
+				}
+			}
+			s.mu.Unlock()
+		}
+		return runs, err
 	}
 	if len(names) == 0 {
 		return nil, nil
 	}
 	return q.QueuedRuns(ctx, agent.QueueQuery{Names: names, PerTenant: queuePerTenant, MaxTenants: queueTenants})
+}
+
+// startedDue reports whether this round reads the fleet's started runs
+// (agent.QueueQuery.Started), and if so records the read. That read is the
+// one of a round that grows with the fleet (every run in flight, read by
+// every daemon; issue 26 part 4 measured it as most of Postgres's time with
+// 1,000 leased devices), and what it finds to start needs no haste: a
+// run another daemon drove is resumable only once that daemon's lease
+// expired (a TTL after its last renewal), and another daemon's run is not
+// tried again before a heartbeat (Service.elsewhere). So it is read at the
+// first round, then every Heartbeat, and at once when this daemon has a
+// reason: a control request recorded here (a queued run asked to cancel
+// ends from this read) or a run of its own whose retry delay
+// (Service.notUntil) passed since the last read. Rounds woken by other
+// daemons' new runs and releases (NOTIFY) or by the tick read only the
+// queue.
+func (s *Service) startedDue(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	due := s.startedAt.IsZero() || s.startedWanted || now.Sub(s.startedAt) >= s.cfg.Heartbeat
+	for _, t := range s.notUntil {
+		if due {
+			break
+		}
+		due = t.After(s.startedAt) && !t.After(now)
+	}
+	if due {
+		s.startedAt, s.startedWanted = now, false
+	}
+	return due
 }
 
 // mergeOldestFirst merges run lists into one, oldest first, each run once.
@@ -175,11 +226,19 @@ func (s *Service) schedule(ctx context.Context) error {
 		runs = mergeOldestFirst(runs, queued)
 		s.failUnseen(ctx, q)
 	}
-	// inflight counts each tenant's started runs (fair share).
+	// inflight counts each tenant's started runs (fair share), as the
+	// latest read of them found (startedDue).
 	inflight := map[string]int{}
-	for _, r := range runs {
-		if r.Status != agent.RunPending {
-			inflight[r.TenantID]++
+	s.mu.Lock()
+	for t, n := range s.startedTenants {
+		inflight[t] = n
+	}
+	s.mu.Unlock()
+	if q == nil {
+		for _, r := range runs {
+			if r.Status != agent.RunPending {
+				inflight[r.TenantID]++
+			}
 		}
 	}
 	now := time.Now()

@@ -204,6 +204,11 @@ type Config struct {
 	// its capture loops' period (default DefaultScreenInterval).
 	Screens        ScreenCapturer
 	ScreenInterval time.Duration
+	// NewRunner, when Runner is nil, builds the Runner over the store the
+	// engine must commit through (the service's wrapper of Store, which
+	// wakes event followers at each commit): a composition root builds the
+	// engine in one pass then, with no Runner set after New.
+	NewRunner func(agent.Store) Runner
 }
 
 // Service is the daemon's run service. Create it with New, then Start.
@@ -230,9 +235,14 @@ type Service struct {
 	// ended: run id -> when its execution here ended; a round whose run
 	// list was read before that saw the run unfinished and must not start
 	// it again (it would take a lease for a run that just ended).
-	ended    map[string]time.Time
-	health   map[string]*deviceHealth // by serial
-	stopping bool
+	ended map[string]time.Time
+	// startedAt: when a round last read the started runs (startedDue);
+	// startedWanted: the next round must read them (a control request).
+	startedAt      time.Time
+	startedWanted  bool
+	startedTenants map[string]int           // tenant -> its started runs at that read
+	health         map[string]*deviceHealth // by serial
+	stopping       bool
 	// draining: StopTaking was called (no new runs); streams ends the
 	// event streams (Follow) then.
 	draining   bool
@@ -309,6 +319,9 @@ func New(cfg Config) (*Service, error) {
 	// previous holder before the next holder's run touches the device.
 	s.screens = &screens{s: s, loops: map[string]*screenLoop{}, perTenant: map[string]int{}}
 	s.cfg.Leases = watchedLeases{Leases: cfg.Leases, changed: s.screens.leaseChanged}
+	if s.cfg.Runner == nil && cfg.NewRunner != nil {
+		s.cfg.Runner = cfg.NewRunner(s.store)
+	}
 	return s, nil
 }
 
@@ -686,6 +699,9 @@ func (s *Service) Control(ctx context.Context, sc agent.Scope, runID, kind strin
 	if err != nil {
 		return c, err
 	}
+	s.mu.Lock()
+	s.startedWanted = true
+	s.mu.Unlock()
 	s.Wake()
 	return c, nil
 }

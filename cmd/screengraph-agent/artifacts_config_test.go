@@ -25,7 +25,7 @@ func TestServeArtifactConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ac := cfg.artifacts()
+	ac := cfg.Artifacts()
 	if len(ac.FileRoots) != 2 || ac.FileRoots[0] != root || !slices.Equal(ac.AllowCIDRs, []string{"127.0.0.3/32", "10.1.0.0/16"}) ||
 		!slices.Equal(ac.S3Buckets, []string{"builds", "apks"}) || ac.MaxBytes != "512MiB" || ac.IdleTimeout != 5*time.Second {
 		t.Fatalf("artifact config %+v", ac)

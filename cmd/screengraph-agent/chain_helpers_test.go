@@ -23,6 +23,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/appium"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
@@ -159,11 +160,11 @@ func (e *chainEnv) openStore(t testing.TB) *sqlite.Store {
 
 // openTestHost opens the single-host assembly on the env's data dir;
 // AppiumURL "" starts (or reuses) the data dir's local Appium.
-func (e *chainEnv) openTestHost(t testing.TB, policyFile string, progress func(node, line string)) *host {
+func (e *chainEnv) openTestHost(t testing.TB, policyFile string, progress func(node, line string)) *agentd.Host {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	h, err := openHost(ctx, hostConfig{DataDir: e.dataDir, ADBServer: e.srv.Addr(), PolicyFile: policyFile,
+	h, err := agentd.OpenHost(ctx, agentd.HostConfig{DataDir: e.dataDir, ADBServer: e.srv.Addr(), PolicyFile: policyFile,
 		Log: zerolog.Nop(), Progress: progress})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func (e *chainEnv) openTestHost(t testing.TB, policyFile string, progress func(n
 
 // submit runs c's request on an open host the way runCmd.Run does: request,
 // DecodeSetup (refusal before any write), CreateRun, engine.Run, relay drain.
-func submit(ctx context.Context, h *host, c runCmd) (runID string, status agent.RunStatus, took time.Duration, err error) {
+func submit(ctx context.Context, h *agentd.Host, c runCmd) (runID string, status agent.RunStatus, took time.Duration, err error) {
 	req, err := c.request()
 	if err != nil {
 		return "", "", 0, err
@@ -186,15 +187,15 @@ func submit(ctx context.Context, h *host, c runCmd) (runID string, status agent.
 	}
 	run.Serial = inputs.EnsureDevice.DeviceConfiguration.DeviceName
 	run.Input, _ = json.Marshal(req)
-	run.PolicyVersion = h.policies.Current().PolicyVersion
-	if err := h.store.CreateRun(ctx, run); err != nil {
+	run.PolicyVersion = h.Policies.Current().PolicyVersion
+	if err := h.Store.CreateRun(ctx, run); err != nil {
 		return "", "", 0, err
 	}
 	start := time.Now()
-	status, err = h.engine.Run(ctx, run.RunID, h.graph)
+	status, err = h.Engine.Run(ctx, run.RunID, h.Graph)
 	took = time.Since(start)
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	h.relay.Drain(dctx)
+	h.Relay.Drain(dctx)
 	cancel()
 	return run.RunID, status, took, err
 }

@@ -406,7 +406,7 @@ nodeRetries:
 	}
 	h := env.openTestHost(t, pol, progress)
 	defer h.Close(context.Background())
-	if v := h.policies.Current().PolicyVersion; v != 7 {
+	if v := h.Policies.Current().PolicyVersion; v != 7 {
 		t.Fatalf("policy version %d in force", v)
 	}
 	apk := fixtureAPK("demo-v2.apk")
@@ -425,7 +425,7 @@ nodeRetries:
 		if when != nil {
 			<-ch
 		}
-		evs := runEvents(t, h.store, runID)
+		evs := runEvents(t, h.Store, runID)
 		checkEvents(t, evs, map[agent.RunStatus]string{agent.RunFinished: agent.KindRunFinished, agent.RunFailed: agent.KindRunFailed}[status])
 		for _, f := range finishedOf(t, evs, nodes.NodeProvisionApp) {
 			id := "-"
@@ -436,9 +436,9 @@ nodeRetries:
 		}
 		t.Logf("run %s: %s in %v", name, status, took.Round(time.Millisecond))
 		if status != agent.RunFinished {
-			rs, _ := h.store.LatestSnapshot(ctx, agent.Admin(), runID)
+			rs, _ := h.Store.LatestSnapshot(ctx, agent.Admin(), runID)
 			st, _ := agent.DecodeRunState(rs)
-			rep, _ := agent.NewErrorReport(h.graph, st)
+			rep, _ := agent.NewErrorReport(h.Graph, st)
 			t.Errorf("run %s: status %s, want FINISHED: %s", name, status, rep.Error)
 		}
 		return evs
@@ -493,7 +493,7 @@ nodeRetries:
 	// whose UiAutomator2 instrumentation died with the connection.
 	evs = run("C", nil)
 	sid := sessionOf(t, evs)
-	health, details, err := h.driver.Probe(context.Background(), sid)
+	health, details, err := h.Driver.Probe(context.Background(), sid)
 	t.Logf("run C reused session %s; Probe now says %s %v (err %v)", sid, health, details["reason"], err)
 }
 

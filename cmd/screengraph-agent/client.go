@@ -6,20 +6,14 @@ package main
 // agent.RedactString.
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"strings"
-	"time"
 
-	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
-	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/snapshots"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 )
 
 // defaultServer is the daemon the client commands talk to by default.
@@ -44,21 +38,11 @@ func newClient(server string) *client.Client {
 	return client.New(server, tok, nil)
 }
 
-// errorBody is what `--output json` prints for a failed call: the daemon's
-// body as it sent it, else the agent error format of err.
-func errorBody(err error) any {
-	var ae *client.Error
-	if errors.As(err, &ae) && json.Valid(ae.Body) && len(bytes.TrimSpace(ae.Body)) > 0 {
-		return ae.Body
-	}
-	return httpapi.ErrorBody(err, "")
-}
-
 // failHTTP reports a failed client command: the agent error format under
 // --output json; the message (redacted by main) otherwise; exit code 2.
 func (f outputFlag) failHTTP(what string, err error) error {
 	if f.Output == "json" {
-		printJSON(errorBody(err))
+		render.PrintJSON(render.ErrorBody(err))
 	}
 	return exitError{code: 2, err: fmt.Errorf("%s: %w", what, err)}
 }
@@ -68,6 +52,33 @@ func (f outputFlag) failHTTP(what string, err error) error {
 // store, the default daemon if one answers; nil means the local store.
 func (f serverFlags) daemonFor(ctx context.Context, s storeFlags) *client.Client {
 	return f.daemonUnless(ctx, s.DataDir != "")
+}
+
+// runsClient is where the runs commands read (daemonFor): a daemon's API,
+// else the API served in this process over the data dir's embedded store
+// (agentd.ServeLocal: nothing is scheduled). done releases what it opened.
+func (f serverFlags) runsClient(ctx context.Context, s storeFlags) (cl *client.Client, done func(), err error) {
+	if cl := f.daemonFor(ctx, s); cl != nil {
+		return cl, func() {}, nil
+	}
+	st, err := s.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cl, done, err = agentd.ServeLocal(st); err != nil {
+		st.Close()
+	}
+	return cl, done, err
+}
+
+// withRuns calls fn with the client of runsClient, then releases it.
+func (f serverFlags) withRuns(ctx context.Context, s storeFlags, fn func(*client.Client) error) error {
+	cl, done, err := f.runsClient(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(cl)
 }
 
 // daemonUnless is the daemon of --server; else, unless a flag names a local
@@ -85,136 +96,6 @@ func (f serverFlags) daemonUnless(ctx context.Context, localNamed bool) *client.
 	return nil
 }
 
-// followLocal polls the local store for the run's events until it ends
-// (`runs events --follow` without a daemon).
-func followLocal(ctx context.Context, st agent.Store, runID string, after int64, fn func(agent.Event) error) error {
-	return service.FollowStore(ctx, st, agent.Admin(), runID, after, nil, 200*time.Millisecond, fn)
-}
-
-// eventPrinter prints followed events as they arrive: a table row each
-// (text) or one JSON object a line (json), redacted. The payload is printed
-// whole (a token_delta's text is what the reader follows).
-func eventPrinter(output string) func(agent.Event) error {
-	header := false
-	return func(e agent.Event) error {
-		e.Payload = agent.RedactJSON(e.Payload)
-		if output == "json" {
-			b, err := json.Marshal(e)
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(os.Stdout, "%s\n", agent.RedactJSON(b))
-			return err
-		}
-		if !header {
-			fmt.Fprintf(os.Stdout, "%-5s  %-24s  %-30s  %-26s  %-13s  %s\n", "SEQ", "TS", "KIND", "EVENT ID", "CHECKSUM", "PAYLOAD")
-			header = true
-		}
-		_, err := fmt.Fprintf(os.Stdout, "%-5d  %-24s  %-30s  %-26s  %-13s  %s\n", e.Sequence, e.TS, e.Kind, e.EventID, clip(e.Checksum, 12), e.Payload)
-		return err
-	}
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
-// ---- runs list|show|events|inspect through the daemon ----
-
-func (c *runsListCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
-	page, err := cl.ListRuns(ctx, client.ListOptions{Limit: c.Limit, Serial: c.Serial, Status: c.Status, Cursor: c.Cursor})
-	if err != nil {
-		return c.failHTTP("runs list", err)
-	}
-	if c.Output == "json" {
-		return printJSON(page)
-	}
-	runs := make([]agent.Run, 0, len(page.Runs))
-	for _, s := range page.Runs {
-		runs = append(runs, client.SummaryRun(s))
-	}
-	if err := writeRuns(runs); err != nil {
-		return err
-	}
-	printNextPage(page.NextCursor)
-	return nil
-}
-
-func (c *runsShowCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
-	d, err := cl.Run(ctx, c.RunID)
-	if err != nil {
-		return c.failHTTP("runs show", err)
-	}
-	// Each step commits one agent.node.finished: the latest step is Steps-1.
-	var snap agent.Snapshot
-	snapErr := agent.ErrNotFound
-	if d.Steps > 0 {
-		snap, snapErr = cl.Step(ctx, c.RunID, d.Steps-1)
-	}
-	return c.print(d, snap, snapErr)
-}
-
-func (c *runsEventsCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
-	if c.Follow {
-		if err := cl.Follow(ctx, c.RunID, c.After, eventPrinter(c.Output)); err != nil {
-			return c.failHTTP("runs events", err)
-		}
-		return nil
-	}
-	evs, err := cl.Events(ctx, c.RunID, c.After)
-	if err != nil {
-		return c.failHTTP("runs events", err)
-	}
-	if c.Output == "json" {
-		return printJSON(map[string]any{"events": evs})
-	}
-	return snapshots.WriteEvents(os.Stdout, redactEvents(evs))
-}
-
-func (c *runsInspectCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
-	d, err := cl.Run(ctx, c.RunID)
-	if err != nil {
-		return c.failHTTP("runs inspect", err)
-	}
-	n := c.Step
-	if n < 0 {
-		n = d.Steps - 1
-	}
-	if n < 0 || n >= d.Steps {
-		return c.failHTTP("runs inspect", snapshots.NoStep(c.RunID, n, d.Steps))
-	}
-	v := snapshots.StepView{Run: client.RunRow(d), LastSequence: int64(d.Events), Events: []agent.Event{}}
-	if v.Snapshot, err = cl.Step(ctx, c.RunID, n); err != nil {
-		if errors.Is(err, agent.ErrNotFound) {
-			err = snapshots.NoStep(c.RunID, n, d.Steps) // the run is known: the step is not
-		}
-		return c.failHTTP(fmt.Sprintf("runs inspect step %d", n), err)
-	}
-	// The step's node events (started, token deltas, finished), by the
-	// stepOrdinal of their payloads.
-	evs, err := cl.Events(ctx, c.RunID, 0)
-	if err != nil {
-		return c.failHTTP("runs inspect", err)
-	}
-	for _, e := range evs {
-		var p struct {
-			StepOrdinal *int `json:"stepOrdinal"`
-		}
-		if strings.HasPrefix(e.Kind, "agent.node.") && json.Unmarshal(e.Payload, &p) == nil && p.StepOrdinal != nil && *p.StepOrdinal == n {
-			v.Events = append(v.Events, e)
-		}
-	}
-	if c.Output == "json" {
-		return printJSON(v)
-	}
-	v.Snapshot.State = agent.RedactJSON(v.Snapshot.State)
-	v.Events = redactEvents(v.Events)
-	return snapshots.WriteStepView(os.Stdout, v)
-}
-
 // ---- cancel, pause, resume, policy switch ----
 
 type controlFlags struct {
@@ -230,7 +111,7 @@ func (f controlFlags) control(ctx context.Context, what, runID string, send func
 		return f.failHTTP(what, err)
 	}
 	if f.Output == "json" {
-		return printJSON(r)
+		return render.PrintJSON(r)
 	}
 	fmt.Printf("%s of run %s recorded\n", what, runID)
 	return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/agent/service/servicetest"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/policy"
 	"github.com/screengraph/screengraph-agent/snapshots"
@@ -654,7 +655,7 @@ func TestEventPrinterWholePayload(t *testing.T) {
 	text := strings.Repeat("streamed tokens of a long answer ", 6) + "END"
 	payload := `{"node":"Agent","text":"` + text + `"}`
 	out, err := captureOutput(t, func() error {
-		return eventPrinter("text")(agent.Event{Sequence: 4, Kind: "agent.token_delta", EventID: "01J0000000000000000000TOKE", Payload: []byte(payload)})
+		return render.EventPrinter("text")(agent.Event{Sequence: 4, Kind: "agent.token_delta", EventID: "01J0000000000000000000TOKE", Payload: []byte(payload)})
 	})
 	if err != nil || !strings.Contains(out, payload) {
 		t.Fatalf("followed event row cuts the payload (%d bytes): %v\n%s", len(payload), err, out)

@@ -12,6 +12,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 )
 
 // clearScreengraphEnv unsets SCREENGRAPH_* for the test (restored after).
@@ -48,7 +49,7 @@ func serveFlagNames(t *testing.T) []string {
 // Every serve flag but --config, --print-config and --output is a config key,
 // with kong's own name for it (what serveFlagValues keys the flags by).
 func TestServeFlagsAreConfigKeys(t *testing.T) {
-	keys := configKeys()
+	keys := agentd.ConfigKeys()
 	var flags []string
 	for _, name := range serveFlagNames(t) {
 		if !serveMetaFlags[name] {
@@ -118,7 +119,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, format := range []string{"text", "json"} {
-		out, err := printConfig(want, format)
+		out, err := want.Marshal(format)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +160,7 @@ func TestPrintConfigDefaults(t *testing.T) {
 		"text": {"artifact-idle-timeout: 1m0s\n", "stream-max-bytes: 536870912\n", `artifact-max-bytes: "2147483648"` + "\n"},
 		"json": {`"artifact-idle-timeout": "1m0s"`, `"stream-max-bytes": 536870912,`, `"artifact-max-bytes": "2147483648"`},
 	} {
-		out, err := printConfig(cfg, format)
+		out, err := cfg.Marshal(format)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +183,7 @@ func TestPrintConfigRedacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, format := range []string{"text", "json"} {
-		out, _ := printConfig(cfg, format)
+		out, _ := cfg.Marshal(format)
 		if strings.Contains(string(out), "s3cret-pw") || !strings.Contains(string(out), "db.example") {
 			t.Errorf("%s: %s", format, out)
 		}

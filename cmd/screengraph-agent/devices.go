@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/adb"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
-	"github.com/screengraph/screengraph-agent/device"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/device/adbdevice"
 )
 
@@ -52,29 +49,7 @@ func (d *devicesCmd) viaDaemon(ctx context.Context, cl *client.Client) error {
 	if err != nil {
 		return f.failHTTP("devices", err)
 	}
-	if d.Output == "json" {
-		return printJSON(map[string]any{"devices": devs})
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SERIAL\tSTATE\tMODEL\tAPI\tREADINESS\tHELD BY")
-	for _, s := range devs {
-		api, model, held := "-", s.Model, s.HeldBy
-		if s.APILevel > 0 {
-			api = fmt.Sprint(s.APILevel)
-		}
-		if model == "" {
-			model = "-"
-		}
-		if held == "" {
-			held = "-"
-		}
-		readiness := s.Readiness
-		if s.Quarantined {
-			readiness += " (quarantined: " + s.QuarantineReason + ")"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Serial, s.State, model, api, readiness, held)
-	}
-	return w.Flush()
+	return render.Devices(d.Output, devs)
 }
 
 func (d *devicesCmd) Run(ctx context.Context) error {
@@ -86,30 +61,5 @@ func (d *devicesCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if d.Output == "json" {
-		if list == nil {
-			list = []device.Summary{}
-		}
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"devices": list})
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SERIAL\tSTATE\tMODEL\tAPI\tBOOT")
-	for _, s := range list {
-		api := "-"
-		if s.APILevel > 0 {
-			api = fmt.Sprintf("%d (Android %s)", s.APILevel, s.Release)
-		}
-		boot := "ready"
-		if !s.BootReady {
-			boot = "not ready: " + s.BootDetail
-		}
-		model := s.Model
-		if model == "" {
-			model = "-"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Serial, s.State, model, api, boot)
-	}
-	return w.Flush()
+	return render.DeviceSummaries(d.Output, list)
 }

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/screengraph/screengraph-agent/device/hostcheck"
+	"github.com/screengraph/screengraph-agent/cmd/internal/hostcheck"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 )
 
 // doctorCmd takes serve's flags and config, and checks the host serve would
-// run on (device/hostcheck).
+// run on (cmd/internal/hostcheck).
 type doctorCmd struct {
 	serveCmd `embed:""`
 }
@@ -26,7 +27,7 @@ func (c *doctorCmd) Run(ctx context.Context) error {
 	}
 	r := hostcheck.Run(ctx, hc)
 	if c.Output == "json" {
-		if err := printJSON(r); err != nil {
+		if err := render.PrintJSON(r); err != nil {
 			return err
 		}
 	} else {

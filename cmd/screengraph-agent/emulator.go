@@ -22,10 +22,6 @@ type simCmd struct {
 	EmulatorArgs []string `arg:"" optional:"" name:"emulator-flags" help:"The real emulator binary's flags, single-dash (-avd NAME -port P -no-window -no-audio -no-boot-anim -read-only -no-snapshot-save -no-snapshot-load -no-snapshot -wipe-data -gpu MODE -accel MODE, -list-avds; @NAME): run one simulated emulator for that AVD in place of the SDK's emulator (AVDs from $ANDROID_AVD_HOME or ~/.android/avd; config.ini key screengraph.simProfile names the profile)."`
 }
 
-// init lets the real emulator's single-dash flags through kong (see
-// separateEmulatorFlags).
-func init() { os.Args = separateEmulatorFlags(os.Args) }
-
 // separateEmulatorFlags puts a "--" after "sim" in `[globals] emulator sim
 // -avd NAME ...` when what follows is the real emulator's command line
 // (single-dash flags or @NAME), so that kong hands all of it to
@@ -65,44 +61,5 @@ func (s *simCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if s.Count < 1 {
-		return fmt.Errorf("--count must be at least 1")
-	}
-	var emus []*sim.Emulator
-	defer func() {
-		for _, e := range emus {
-			e.Close()
-		}
-	}()
-	for i := 0; i < s.Count; i++ {
-		e, _, err := sim.Launch(ctx, sim.LaunchConfig{
-			ConsolePort: s.Port + 2*i,
-			ADBServer:   adbAddr(s.ADBServer),
-			Profile:     prof,
-			Log:         log,
-		})
-		if err != nil {
-			return err
-		}
-		emus = append(emus, e)
-		fmt.Printf("%s adb-port=%d console-port=%d profile=%s\n", e.Serial(), e.ADBPort(), e.ConsolePort(), prof.Name)
-	}
-	log.Info().Int("count", len(emus)).Msg("simulated emulators running; SIGINT or SIGTERM stops them")
-	select {
-	case <-ctx.Done():
-	case <-allDone(emus):
-	}
-	return nil
-}
-
-// allDone is closed once every emulator has stopped (each by its console's kill).
-func allDone(emus []*sim.Emulator) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		for _, e := range emus {
-			<-e.Done()
-		}
-		close(ch)
-	}()
-	return ch
+	return sim.RunFleet(ctx, sim.FleetConfig{Count: s.Count, ConsolePort: s.Port, ADBServer: adbAddr(s.ADBServer), Profile: prof, Log: log, Out: os.Stdout})
 }

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator"
 )
@@ -38,27 +38,13 @@ func (f emulatorFlags) manager() (*emulator.Manager, error) {
 func (f emulatorFlags) fail(what string, err error) error {
 	e := agent.Classify(err)
 	if f.Output == "json" {
-		rep := agent.ErrorReport{Error: e.Error(), Errors: []agent.ErrorEntry{{
-			Category: agent.CategoryExecutionFailure, NodeID: what, Message: e.Error(), Fixable: e.Retryable,
-			Context: map[string]any{"error_id": e.ID, "retryable": e.Retryable}}},
-			Execution:  agent.Execution{Steps: []agent.ExecutionStep{{NodeID: what, Status: agent.StepFailed}}},
-			Checkpoint: agent.Checkpoint{CompletedNodes: []string{}, FailedNode: what}}
-		if e.Code != "" {
-			rep.Errors[0].Context["error_code"] = e.Code
-		}
-		_ = printJSON(rep)
+		_ = render.PrintJSON(render.FailureReport(what, e))
 	}
 	return exitError{code: 1, err: fmt.Errorf("%s: %w", what, e)}
 }
 
 type emulatorListCmd struct {
 	emulatorFlags
-}
-
-// avdRow is one AVD of `emulator list`.
-type avdRow struct {
-	emulator.AVDInfo
-	Running []string `json:"running"`
 }
 
 func (c *emulatorListCmd) Run(ctx context.Context) error {
@@ -74,54 +60,7 @@ func (c *emulatorListCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return c.fail("emulator list", err)
 	}
-	rows := make([]avdRow, 0, len(names))
-	for _, n := range names {
-		info, _ := m.DescribeAVD(n)
-		r := avdRow{AVDInfo: info, Running: []string{}}
-		for _, in := range ins {
-			if in.AVD == n {
-				r.Running = append(r.Running, in.Serial)
-			}
-		}
-		rows = append(rows, r)
-	}
-	if ins == nil {
-		ins = []emulator.Instance{}
-	}
-	if c.Output == "json" {
-		return printJSON(map[string]any{"avds": rows, "emulators": ins})
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "AVD\tAPI\tDISPLAY\tRUNNING")
-	for _, r := range rows {
-		run := strings.Join(r.Running, ", ")
-		if run == "" {
-			run = "-"
-		}
-		api, disp := "-", "-"
-		if r.APILevel > 0 {
-			api = fmt.Sprint(r.APILevel)
-		}
-		if r.Display != "" {
-			disp = r.Display
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.Name, api, disp, run)
-	}
-	if len(ins) > 0 {
-		fmt.Fprintln(w, "\nSERIAL\tSTATE\tAVD\tBOOTED HERE")
-		for _, in := range ins {
-			booted := "-"
-			if in.Booted != nil {
-				booted = "since " + in.Booted.BootedAt.Format(time.RFC3339)
-			}
-			avd := in.AVD
-			if avd == "" {
-				avd = "?"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", in.Serial, in.State, avd, booted)
-		}
-	}
-	return w.Flush()
+	return render.Emulators(c.Output, m, names, ins)
 }
 
 type emulatorStartCmd struct {
@@ -154,7 +93,7 @@ func (c *emulatorStartCmd) Run(ctx context.Context) error {
 	}
 	out := startResult{AVD: c.Name, Serial: res.Serial, BootMode: string(res.Mode), BootMillis: res.Took.Milliseconds(), ColdBootReason: res.ColdBootReason}
 	if c.Output == "json" {
-		return printJSON(out)
+		return render.PrintJSON(out)
 	}
 	fmt.Printf("%s %s (%s boot, %d ms)", out.Serial, out.AVD, strings.ToLower(out.BootMode), out.BootMillis)
 	if out.ColdBootReason != "" {
@@ -178,7 +117,7 @@ func (c *emulatorStopCmd) Run(ctx context.Context) error {
 		return c.fail("emulator stop", err)
 	}
 	if c.Output == "json" {
-		return printJSON(map[string]any{"serial": c.Serial, "stopped": true})
+		return render.PrintJSON(map[string]any{"serial": c.Serial, "stopped": true})
 	}
 	fmt.Printf("%s stopped\n", c.Serial)
 	return nil

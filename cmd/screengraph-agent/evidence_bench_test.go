@@ -31,11 +31,11 @@ import (
 func BenchmarkEvidenceVsAppiumAlone(b *testing.B) {
 	_, h, _, id := warmChainHost(b)
 	ctx := context.Background()
-	run, err := h.store.GetRun(ctx, agent.Admin(), id)
+	run, err := h.Store.GetRun(ctx, agent.Admin(), id)
 	if err != nil {
 		b.Fatal(err)
 	}
-	snap, err := h.store.LatestSnapshot(ctx, agent.Admin(), id)
+	snap, err := h.Store.LatestSnapshot(ctx, agent.Admin(), id)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func BenchmarkEvidenceVsAppiumAlone(b *testing.B) {
 	if err := json.Unmarshal(snap.State, &st); err != nil {
 		b.Fatal(err)
 	}
-	pol, err := h.policies.Policy(ctx, st.PolicyVersion)
+	pol, err := h.Policies.Policy(ctx, st.PolicyVersion)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func BenchmarkEvidenceVsAppiumAlone(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		arts, lines := h.engine.Evidence.Capture(ctx, req)
+		arts, lines := h.Engine.Evidence.Capture(ctx, req)
 		if len(arts) != 2 {
 			b.Fatalf("evidence: %d artifacts, want screenshot and ui_hierarchy: %+v", len(arts), lines)
 		}
@@ -112,8 +112,8 @@ func BenchmarkEvidenceVsAppiumAlone(b *testing.B) {
 func BenchmarkWarmChainEvidenceCost(b *testing.B) {
 	_, h, c, _ := warmChainHost(b)
 	ctx := context.Background()
-	capturer, graph := h.engine.Evidence, h.graph
-	bare := h.setup
+	capturer, graph := h.Engine.Evidence, h.Graph
+	bare := h.Setup
 	bare.Ports.IdleScreens = nil
 	plain, err := nodes.NewSetupGraph(bare)
 	if err != nil {
@@ -123,9 +123,9 @@ func BenchmarkWarmChainEvidenceCost(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, ev := range []agent.Evidence{capturer, nil} {
-			h.engine.Evidence, h.graph = ev, graph
+			h.Engine.Evidence, h.Graph = ev, graph
 			if ev == nil {
-				h.graph = plain
+				h.Graph = plain
 			}
 			_, status, took, err := submit(ctx, h, c)
 			if err != nil || status != agent.RunFinished {
@@ -138,7 +138,7 @@ func BenchmarkWarmChainEvidenceCost(b *testing.B) {
 			}
 		}
 	}
-	h.engine.Evidence, h.graph = capturer, graph
+	h.Engine.Evidence, h.Graph = capturer, graph
 	b.ReportMetric(float64(with.Milliseconds())/float64(b.N), "with-evidence-ms")
 	b.ReportMetric(float64(without.Milliseconds())/float64(b.N), "without-evidence-ms")
 	b.ReportMetric(float64(with-without)/float64(time.Millisecond)/float64(b.N), "evidence-cost-ms")

@@ -65,16 +65,16 @@ func TestChainSuccessEvidenceFromWaitIdle(t *testing.T) {
 	env := newChainEnv(t)
 	h := env.openTestHost(t, "", func(n, l string) { t.Logf("%s: %s", n, l) })
 	t.Cleanup(func() { h.Close(context.Background()) })
-	capt := h.engine.Evidence.(*evidence.Capturer)
+	capt := h.Engine.Evidence.(*evidence.Capturer)
 	var shots, sources atomic.Int32
 	deviceFor := capt.DeviceFor
 	capt.DeviceFor = func(serial string) device.Device { return screencapCounter{deviceFor(serial), &shots} }
 	capt.Driver = sourceCounter{capt.Driver, &sources}
 	apk := fixtureAPK("demo-v2.apk")
 	c := env.runCmd(apk, signerDigest(t, apk))
-	idx, ok := h.store.(agent.ArtifactIndex)
+	idx, ok := h.Store.(agent.ArtifactIndex)
 	if !ok {
-		t.Fatalf("store %T lists no artifacts", h.store)
+		t.Fatalf("store %T lists no artifacts", h.Store)
 	}
 	for _, pass := range []string{"cold", "warm"} {
 		id, status, _, err := submit(ctx, h, c)
@@ -93,7 +93,7 @@ func TestChainSuccessEvidenceFromWaitIdle(t *testing.T) {
 		}
 		var shot, hier []byte
 		for _, a := range arts {
-			b, err := blobs.ReadAll(ctx, h.blobs, a.SHA256)
+			b, err := blobs.ReadAll(ctx, h.Blobs, a.SHA256)
 			if err != nil || int64(len(b)) != a.Bytes || blobs.Sum(b) != a.SHA256 || a.Node != "WaitIdle" {
 				t.Fatalf("%s run: artifact %+v: %d bytes, %v", pass, a, len(b), err)
 			}
@@ -127,7 +127,7 @@ func TestChainSuccessEvidenceFromWaitIdle(t *testing.T) {
 		}
 		// The screen is still the idle one: the session's page source now is
 		// the hierarchy WaitIdle proved idle.
-		snap, err := h.store.LatestSnapshot(ctx, agent.Admin(), id)
+		snap, err := h.Store.LatestSnapshot(ctx, agent.Admin(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestChainSuccessEvidenceFromWaitIdle(t *testing.T) {
 		if err := json.Unmarshal(st.Outputs["EnsureDevice"], &ed); err != nil || ed.DRC.Session == "" {
 			t.Fatalf("no session in EnsureDevice's output: %v", err)
 		}
-		src, err := h.driver.PageSource(ctx, ed.DRC.Session)
+		src, err := h.Driver.PageSource(ctx, ed.DRC.Session)
 		if err != nil || src != string(hier) {
 			t.Errorf("%s run: hierarchy differs from the session's page source (%v):\n%.300s\n---\n%.300s", pass, err, hier, src)
 		}

@@ -4,11 +4,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 )
 
 // Globals are flags every command takes.
@@ -59,75 +58,11 @@ type emulatorCmd struct {
 }
 
 func (g Globals) logger() zerolog.Logger {
-	return newLogger(os.Stderr, g.LogLevel, g.LogJSON)
-}
-
-// logTimeFormat is RFC 3339 with milliseconds, UTC offset included: the
-// timestamp of JSON log lines, and what the console writer parses (with
-// zerolog's default, second precision, every console line read ".000").
-const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
-
-// Set once, before any logger exists: zerolog reads this global on every
-// event, so setting it per logger would race with loggers already running.
-func init() { zerolog.TimeFieldFormat = logTimeFormat }
-
-// newLogger logs to w at level (info when unknown): JSON lines, or console
-// lines coloured only when w is a terminal (and NO_COLOR is unset), so a
-// log file carries no ANSI escape codes.
-func newLogger(w io.Writer, level string, jsonLines bool) zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		lvl = zerolog.InfoLevel
-	}
-	if jsonLines {
-		return zerolog.New(redactingWriter{w}).Level(lvl).With().Timestamp().Logger()
-	}
-	_, noColor := os.LookupEnv("NO_COLOR")
-	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: noColor || !isTTY(w)}
-	return zerolog.New(redactingWriter{cw}).Level(lvl).With().Timestamp().Logger()
-}
-
-// redactingWriter takes zerolog's events (one JSON object per Write) and
-// passes them on with their secrets hidden (agent.RedactJSON: every string
-// field, the message included, decoded first), whatever the code that
-// logged them did: the log is a place secrets must not reach. An event
-// without secrets passes unchanged; one with secrets is re-encoded (keys
-// sorted).
-type redactingWriter struct{ w io.Writer }
-
-func (r redactingWriter) Write(p []byte) (int, error) {
-	line := bytes.TrimRight(p, "\n")
-	out := agent.RedactJSON(line)
-	if bytes.Equal(out, line) {
-		return r.w.Write(p)
-	}
-	if _, err := r.w.Write(append(out, '\n')); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// isTTY reports whether w is a character device (a terminal), not a
-// file or a pipe.
-func isTTY(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return agentd.NewLogger(os.Stderr, g.LogLevel, g.LogJSON)
 }
 
 func main() {
 	var c cli
-	// `screengraph-agent --version` is the version command (a global flag
-	// would clash with policy switch's --version).
-	if len(os.Args) > 1 && os.Args[1] == "--version" {
-		os.Args[1] = "version"
-	}
-	if len(os.Args) == 1 {
-		os.Args = append(os.Args, "--help") // no command: the overview, not an error
-	}
 	parser, err := kong.New(&c,
 		kong.Name("screengraph-agent"),
 		kong.Description("The ScreenGraph device agent: prepares Android devices through adb and Appium."),
@@ -136,7 +71,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "screengraph-agent:", err)
 		os.Exit(1)
 	}
-	kctx, err := parser.Parse(os.Args[1:])
+	kctx, err := parser.Parse(commandLine(os.Args)[1:])
 	if err != nil {
 		// The error (with kong's closest-flag suggestion) first, then one
 		// line pointing at the command's help: ~90 lines of usage before
@@ -153,6 +88,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "screengraph-agent:", agent.RedactString(err.Error()))
 		os.Exit(exitCode(err))
 	}
+}
+
+// commandLine is the command line kong parses: `screengraph-agent
+// --version` is the version command (a global flag would clash with policy
+// switch's --version); no command is --help (the overview, not an error);
+// the real emulator's single-dash flags after `emulator sim` pass through
+// (separateEmulatorFlags). os.Args itself is left as it is.
+func commandLine(args []string) []string {
+	args = separateEmulatorFlags(args)
+	if len(args) > 1 && args[1] == "--version" {
+		args = append([]string{args[0], "version"}, args[2:]...)
+	}
+	if len(args) == 1 {
+		args = append(args, "--help")
+	}
+	return args
 }
 
 // helpCommand is the command line whose --help describes the command a
@@ -178,6 +129,10 @@ type exitError struct {
 }
 
 func (e exitError) Error() string { return e.err.Error() }
+
+// Unwrap lets errors.As and errors.Is see the failure under the exit code
+// (its agent error id).
+func (e exitError) Unwrap() error { return e.err }
 
 func exitCode(err error) int {
 	var e exitError

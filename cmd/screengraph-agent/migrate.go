@@ -8,6 +8,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 )
 
@@ -21,7 +22,7 @@ type migrateCmd struct {
 func (c *migrateCmd) Run(ctx context.Context) error {
 	fail := func(err error) error {
 		if c.Output == "json" {
-			printJSON(httpapi.ErrorBody(err, ""))
+			render.PrintJSON(httpapi.ErrorBody(err, ""))
 		}
 		return exitError{code: 2, err: err}
 	}
@@ -37,7 +38,7 @@ func (c *migrateCmd) Run(ctx context.Context) error {
 		return fail(agent.Wrap(agent.ErrNetwork, err, "migrating %s", postgres.RedactConnString(cfg.DatabaseURL)))
 	}
 	if c.Output == "json" {
-		printJSON(res)
+		render.PrintJSON(res)
 		return nil
 	}
 	if len(res.Applied) == 0 {

@@ -10,7 +10,8 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
-	"github.com/screengraph/screengraph-agent/agent/service"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
@@ -29,7 +30,7 @@ type runsResumeCmd struct {
 
 func (c *runsResumeCmd) fail(err error) error {
 	if c.Output == "json" {
-		printJSON(httpapi.ErrorBody(err, ""))
+		render.PrintJSON(httpapi.ErrorBody(err, ""))
 	}
 	return exitError{code: 2, err: err}
 }
@@ -64,37 +65,25 @@ func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {
 		return c.fail(agent.Errorf(agent.ErrInvalidRequest, "run %s already ended (%s): nothing to resume", c.RunID, run.Status))
 	}
 
-	log := g.logger()
-	progress := func(node, line string) {
-		if c.Output == "text" {
-			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
-		}
-	}
-	h, err := openHost(ctx, hostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, Log: log, Progress: progress})
+	h, err := agentd.OpenHost(ctx, agentd.HostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, Log: g.logger(), Progress: agentd.TextProgress(c.Output == "text")})
 	if err != nil {
 		return c.fail(err)
 	}
 	defer h.Close(context.Background())
 	// Resuming is the user's request: a PAUSED run goes on.
 	if run.Status == agent.RunPaused {
-		if _, err := h.store.RequestControl(ctx, agent.Control{RunID: run.RunID, Kind: agent.KindResumeRequested, RequestedAt: time.Now()}); err != nil {
+		if _, err := h.Store.RequestControl(ctx, agent.Control{RunID: run.RunID, Kind: agent.KindResumeRequested, RequestedAt: time.Now()}); err != nil {
 			return c.fail(agent.Wrap(agent.ErrProcess, err, "recording the resume of run %s", run.RunID))
 		}
 	}
-	o, begun := h.oneShot(fmt.Sprintf("resume:%d", os.Getpid()), c.Output == "text",
+	status, took, begun, err := h.Drive(ctx, run, fmt.Sprintf("resume:%d", os.Getpid()), c.Output == "text",
 		fmt.Sprintf("resuming run %s (%s) on %s", run.RunID, run.Status, run.Serial))
-	status, took, err := o.Run(ctx, run)
-	if err != nil && !*begun {
+	if err != nil && !begun {
 		return c.fail(err)
 	}
 	if err != nil {
 		return c.fail(fmt.Errorf("run %s: %w (the run stays resumable)", run.RunID, err))
 	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := service.WaitPublished(dctx, h.store, run.RunID, 0); err != nil {
-		log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
-	}
-	cancel()
 	rc := runCmd{Output: c.Output}
 	return rc.report(ctx, h, run.RunID, status, took, time.Since(start))
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/agent/strictjson"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/nodes"
 )
 
@@ -65,17 +67,10 @@ func (c *runCmd) request() (nodes.SetupRequest, error) {
 				return agent.Wrap(agent.ErrInvalidRequest, err, "--input %s", c.Input)
 			}
 		}
-		m := obj
-		for _, k := range path[:len(path)-1] {
-			sub, ok := m[k].(map[string]any)
-			if !ok {
-				sub = map[string]any{}
-				m[k] = sub
-			}
-			m = sub
-		}
 		if v != "" { // a flag overrides --input
-			m[path[len(path)-1]] = v
+			nodes.SetPath(obj, v, path...)
+		} else {
+			nodes.SetPath(obj, nil, path...)
 		}
 		b, _ := json.Marshal(obj)
 		*raw = b
@@ -131,14 +126,8 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	run.Serial = inputs.EnsureDevice.DeviceConfiguration.DeviceName
 	run.Input, _ = json.Marshal(req)
 
-	log := g.logger()
-	progress := func(node, line string) {
-		if c.Output == "text" {
-			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
-		}
-	}
-	h, err := openHost(ctx, hostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, AppiumBinary: c.AppiumBin,
-		PolicyFile: c.Policy, Log: log, Progress: progress})
+	h, err := agentd.OpenHost(ctx, agentd.HostConfig{DataDir: dir, ADBServer: adbAddr(c.ADBServer), AppiumURL: c.Appium, AppiumBinary: c.AppiumBin,
+		PolicyFile: c.Policy, Log: g.logger(), Progress: agentd.TextProgress(c.Output == "text")})
 	if err != nil {
 		return c.fail(nil, err)
 	}
@@ -146,121 +135,39 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 	if h.AppiumStart > 0 && c.Output == "text" {
 		fmt.Fprintf(os.Stderr, "started a local Appium server in %v\n", h.AppiumStart.Round(time.Millisecond))
 	}
-	run.PolicyVersion = h.policies.Current().PolicyVersion
+	run.PolicyVersion = h.Policies.Current().PolicyVersion
 	// "<id>/<serial>" names this host's device or AVD or is refused.
-	if _, err := (service.Keys{HostID: h.hostID, Identity: h.reach}).Local(ctx, run.Serial); err != nil {
+	if _, err := (service.Keys{HostID: h.HostID, Identity: h.Reach}).Local(ctx, run.Serial); err != nil {
 		return c.fail(nil, err)
 	}
-	if err := h.store.CreateRun(ctx, run); err != nil {
+	if err := h.Store.CreateRun(ctx, run); err != nil {
 		return c.fail(nil, agent.Wrap(agent.ErrProcess, err, "storing the run"))
 	}
 	// The device lease: a daemon (or another run) driving the device makes
 	// this run wait, never share it.
-	o, begun := h.oneShot(fmt.Sprintf("run:%d", os.Getpid()), c.Output == "text",
+	status, took, begun, err := h.Drive(ctx, run, fmt.Sprintf("run:%d", os.Getpid()), c.Output == "text",
 		fmt.Sprintf("run %s on %s (policy v%d)", run.RunID, run.Serial, run.PolicyVersion))
-	status, took, err := o.Run(ctx, run)
-	if err != nil && !*begun {
+	if err != nil && !begun {
 		return c.fail(nil, err)
 	}
 	if err != nil {
 		return fmt.Errorf("run %s: %w (the run stays resumable)", run.RunID, err)
 	}
-	// Publish the run's events before reporting, so NATS has them when we
-	// exit: wait for the running relay (Drain must not run beside it).
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := service.WaitPublished(dctx, h.store, run.RunID, 0); err != nil {
-		log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
-	}
-	cancel()
 	return c.report(ctx, h, run.RunID, status, took, time.Since(start))
 }
 
 // report prints the outcome: node outputs on success, the agent error format
 // on failure (secrets redacted).
-func (c *runCmd) report(ctx context.Context, h *host, runID string, status agent.RunStatus, took, total time.Duration) error {
-	sn, err := h.store.LatestSnapshot(ctx, agent.Admin(), runID)
-	if err != nil {
-		return err
+func (c *runCmd) report(ctx context.Context, h *agentd.Host, runID string, status agent.RunStatus, took, total time.Duration) error {
+	err := render.RunOutcome(ctx, c.Output, h.Store, h.Graph, runID, status, took, total)
+	if nf := (render.ErrRunNotFinished{}); errors.As(err, &nf) {
+		return exitError{code: 2, err: err}
 	}
-	st, err := agent.DecodeRunState(sn)
-	if err != nil {
-		return err
-	}
-	if status != agent.RunFinished {
-		rep, err := agent.NewErrorReport(h.graph, st)
-		if err != nil && !errors.Is(err, agent.ErrNoFailure) {
-			return err
-		}
-		if errors.Is(err, agent.ErrNoFailure) {
-			rep = agent.ErrorReport{Error: "run " + string(status)}
-		}
-		if c.Output == "json" {
-			printJSON(struct {
-				RunID  string          `json:"runId"`
-				Status agent.RunStatus `json:"status"`
-				agent.ErrorReport
-			}{runID, status, rep})
-		} else {
-			fmt.Fprintf(os.Stderr, "run %s %s after %v: %s\n", runID, status, took.Round(time.Millisecond), agent.RedactString(rep.Error))
-		}
-		return exitError{code: 2, err: fmt.Errorf("run %s %s", runID, status)}
-	}
-	if c.Output == "json" {
-		return printJSON(map[string]any{"success": true, "runId": runID, "status": status,
-			"tookMillis": took.Milliseconds(), "outputs": agent.Redact(st.Outputs)})
-	}
-	evs, _ := h.store.Events(ctx, agent.Admin(), runID, 0)
-	started := map[string]time.Time{}
-	for _, e := range evs {
-		ts, _ := time.Parse(agent.TimestampLayout, e.TS)
-		var p struct {
-			NodeName string `json:"nodeName"`
-		}
-		json.Unmarshal(e.Payload, &p)
-		switch e.Kind {
-		case agent.KindNodeStarted:
-			started[p.NodeName] = ts
-		case agent.KindNodeFinished:
-			fmt.Fprintf(os.Stderr, "  %-15s done in %v\n", p.NodeName, ts.Sub(started[p.NodeName]).Round(time.Millisecond))
-		}
-	}
-	for _, name := range h.graph.NodeNames() {
-		fmt.Printf("%s: %s\n", name, summarize(st.Outputs[name]))
-	}
-	fmt.Printf("run %s FINISHED in %v (%d events; %v with set-up)\n", runID, took.Round(time.Millisecond), len(evs), total.Round(time.Millisecond))
-	return nil
-}
-
-// summarize picks the node-specific part of an output for the text report.
-func summarize(raw json.RawMessage) string {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(raw, &obj) != nil {
-		return string(raw)
-	}
-	for _, k := range []string{"deviceRuntimeContext", "applicationProvisioningOutcome", "applicationForegroundContext", "uiStabilityAssessment"} {
-		if v, ok := obj[k]; ok {
-			if k == "deviceRuntimeContext" {
-				var d map[string]any
-				json.Unmarshal(v, &d)
-				delete(d, "capabilitiesEcho")
-				b, _ := json.Marshal(d)
-				return string(b)
-			}
-			return string(v)
-		}
-	}
-	return string(raw)
-}
-
-func category(e *agent.Error) string {
-	if e.ID == agent.ErrInvalidRequest {
-		return agent.CategoryAPIValidation
-	}
-	return agent.CategoryExecutionFailure
+	return err
 }
 
 // fail reports an error that stopped the run before it started.
-func (c *runCmd) fail(_ *host, err error) error {
+func (c *runCmd) fail(_ *agentd.Host, err error) error {
 	e := agent.Classify(err)
 	node := ""
 	var ie *nodes.InputError
@@ -272,11 +179,11 @@ func (c *runCmd) fail(_ *host, err error) error {
 		for _, n := range []string{nodes.NodeEnsureDevice, nodes.NodeProvisionApp, nodes.NodeLaunchOrAttach, nodes.NodeWaitIdle} {
 			steps = append(steps, map[string]any{"node_id": n, "status": "not_executed", "cached": false})
 		}
-		printJSON(map[string]any{
+		render.PrintJSON(map[string]any{
 			"success": false,
 			"error":   agent.RedactString(e.Error()),
-			"errors": []map[string]any{{"category": category(e), "node_id": node,
-				"message": agent.RedactString(e.Error()), "fixable": category(e) == agent.CategoryAPIValidation || e.Retryable, "error_id": e.ID}},
+			"errors": []map[string]any{{"category": render.Category(e), "node_id": node,
+				"message": agent.RedactString(e.Error()), "fixable": render.Category(e) == agent.CategoryAPIValidation || e.Retryable, "error_id": e.ID}},
 			"execution":  map[string]any{"steps": steps},
 			"checkpoint": map[string]any{"completed_nodes": []string{}, "failed_node": node},
 		})

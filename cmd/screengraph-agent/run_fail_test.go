@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
@@ -180,13 +181,13 @@ func TestHostCloseStopsRelayBeforeDrain(t *testing.T) {
 
 	// --appium pointing at nothing: the host opens (Appium is only used by nodes).
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
-	h, err := openHost(octx, hostConfig{DataDir: dataDir, ADBServer: "127.0.0.1:1", AppiumURL: "http://127.0.0.1:1",
+	h, err := agentd.OpenHost(octx, agentd.HostConfig{DataDir: dataDir, ADBServer: "127.0.0.1:1", AppiumURL: "http://127.0.0.1:1",
 		Log: zerolog.Nop()})
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay := h.relay
+	relay := h.Relay
 	h.Close(ctx)
 	if n := relay.Stats().Published; n != int64(len(evs)) {
 		t.Errorf("the relay marked %d rows published for %d events: rows published twice (Drain beside Run) or left", n, len(evs))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,14 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	"github.com/screengraph/screengraph-agent/agent/retention"
-	"github.com/screengraph/screengraph-agent/nodes"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
@@ -70,38 +68,11 @@ type outputFlag struct {
 	Output string `help:"Output format: text or json." default:"text" enum:"text,json"`
 }
 
-// printJSON prints v as indented JSON with its secrets redacted
-// (agent.RedactJSON: URL userinfo, signed-URL query parameters, secret-named
-// keys). Every `--output json` goes through it; the store keeps the run
-// input as submitted (resume needs it), the CLI never shows its credentials.
-func printJSON(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, agent.RedactJSON(b), "", "  "); err != nil {
-		return err
-	}
-	buf.WriteByte('\n')
-	_, err = os.Stdout.Write(buf.Bytes())
-	return err
-}
-
-// redactEvents returns copies of evs whose payloads are redacted, for the
-// text output (events written before redaction existed may hold secrets).
-func redactEvents(evs []agent.Event) []agent.Event {
-	out := make([]agent.Event, len(evs))
-	for i, e := range evs {
-		e.Payload = agent.RedactJSON(e.Payload)
-		out[i] = e
-	}
-	return out
-}
-
-// The runs commands read through the daemon when --server is given (or
-// SCREENGRAPH_SERVER), or when no --data-dir is given and a daemon answers
-// at the default address; otherwise they read the local embedded store.
+// The runs commands read through the daemon's HTTP API, each written once
+// against the client (runsClient): the daemon of --server (or
+// SCREENGRAPH_SERVER), or the default one when no --data-dir is given and it
+// answers; otherwise the API served in this process over the data dir's
+// embedded store.
 
 type runsListCmd struct {
 	storeFlags
@@ -114,80 +85,24 @@ type runsListCmd struct {
 }
 
 func (c *runsListCmd) Run(ctx context.Context) error {
-	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
-		return c.viaDaemon(ctx, cl)
-	}
-	st, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	f := agent.RunFilter{Serial: c.Serial}
-	if c.Limit > 0 {
-		f.Limit = c.Limit + 1 // one more: whether a next page exists
-	}
-	for _, s := range strings.Split(c.Status, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			f.Status = append(f.Status, agent.RunStatus(strings.ToUpper(s)))
-		}
-	}
-	if c.Cursor != "" {
-		k, err := agent.ParseRunCursor("--cursor", c.Cursor)
+	return c.withRuns(ctx, c.storeFlags, func(cl *client.Client) error {
+		page, err := cl.ListRuns(ctx, client.ListOptions{Limit: c.Limit, Serial: c.Serial, Status: c.Status, Cursor: c.Cursor})
 		if err != nil {
+			return c.failHTTP("runs list", err)
+		}
+		if c.Output == "json" {
+			return render.PrintJSON(page)
+		}
+		runs := make([]agent.Run, 0, len(page.Runs))
+		for _, s := range page.Runs {
+			runs = append(runs, client.SummaryRun(s))
+		}
+		if err := render.WriteRuns(runs); err != nil {
 			return err
 		}
-		f.After = &k
-	}
-	runs, err := st.ListRuns(ctx, agent.Admin(), f)
-	if err != nil {
-		return err
-	}
-	next := ""
-	if c.Limit > 0 && len(runs) > c.Limit {
-		runs = runs[:c.Limit]
-		next = runs[c.Limit-1].Key().Cursor()
-	}
-	if c.Output == "json" {
-		if runs == nil {
-			runs = []agent.Run{}
-		}
-		out := map[string]any{"runs": runs}
-		if next != "" {
-			out["nextCursor"] = next
-		}
-		return printJSON(out)
-	}
-	if err := writeRuns(runs); err != nil {
-		return err
-	}
-	printNextPage(next)
-	return nil
-}
-
-// printNextPage tells (on stderr, so the table stays parseable) how to list
-// the page after this one.
-func printNextPage(cursor string) {
-	if cursor != "" {
-		fmt.Fprintf(os.Stderr, "more runs: runs list --cursor %s\n", cursor)
-	}
-}
-
-// writeRuns prints runs as a table.
-func writeRuns(runs []agent.Run) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "RUN ID\tSTATUS\tSERIAL\tGRAPH\tCREATED\tTOOK")
-	for _, r := range runs {
-		took := "-"
-		if r.Status.Terminal() {
-			took = r.UpdatedAt.Sub(r.CreatedAt).Round(time.Millisecond).String()
-		}
-		graph := r.Graph
-		if graph == "" {
-			graph = "-" // the daemon's run list does not name the graph
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Status, r.Serial, graph, r.CreatedAt.UTC().Format(time.RFC3339), took)
-	}
-	return w.Flush()
+		render.PrintNextPage(page.NextCursor)
+		return nil
+	})
 }
 
 type runsShowCmd struct {
@@ -198,137 +113,55 @@ type runsShowCmd struct {
 }
 
 func (c *runsShowCmd) Run(ctx context.Context) error {
-	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
-		return c.viaDaemon(ctx, cl)
-	}
-	st, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	// The chain's structure only (no device is driven): the error report
-	// lists its nodes in order.
-	g, err := nodes.NewSetupGraph(nodes.SetupDeps{})
-	if err != nil {
-		return err
-	}
-	d, err := httpapi.Detail(ctx, localRuns{st}, agent.Admin(), g, c.RunID)
-	if err != nil {
-		return fmt.Errorf("run %s: %w", c.RunID, err)
-	}
-	snap, err := st.LatestSnapshot(ctx, agent.Admin(), c.RunID)
-	return c.print(d, snap, err)
-}
-
-// localRuns reads a run from the embedded store for httpapi.Detail, as the
-// run service does (runs show without a daemon).
-type localRuns struct{ st *sqlite.Store }
-
-func (l localRuns) Get(ctx context.Context, sc agent.Scope, runID string) (agent.Run, error) {
-	return l.st.GetRun(ctx, sc, runID)
-}
-
-func (l localRuns) Events(ctx context.Context, sc agent.Scope, runID string, after int64) ([]agent.Event, error) {
-	return l.st.Events(ctx, sc, runID, after)
-}
-
-func (l localRuns) LatestState(ctx context.Context, sc agent.Scope, runID string) (agent.RunState, error) {
-	snap, err := l.st.LatestSnapshot(ctx, sc, runID)
-	if err != nil {
-		return agent.RunState{}, err
-	}
-	return agent.DecodeRunState(snap)
-}
-
-func (l localRuns) RunLease(ctx context.Context, sc agent.Scope, runID string) (agent.Lease, bool, error) {
-	ls, err := l.st.LeasePage(ctx, sc, agent.LeaseQuery{RunID: runID, Limit: 1})
-	if err != nil || len(ls) == 0 {
-		return agent.Lease{}, false, err
-	}
-	return ls[0], true, nil
-}
-
-// print shows a run's detail: under --output json the run row, its latest
-// state, last sequence, node timings and (FAILED) error report; as text the
-// run's fields, each node attempt with its outcome and duration, and the
-// error report of a FAILED run (the agent error format, indented JSON).
-func (c *runsShowCmd) print(d httpapi.RunDetail, snap agent.Snapshot, snapErr error) error {
-	r := client.RunRow(d)
-	var state *agent.RunState
-	if snapErr == nil {
-		if rs, err := agent.DecodeRunState(snap); err == nil {
-			state = &rs
-		}
-	}
-	last := int64(d.Events) // sequences are 1..n without gaps
-	if c.Output == "json" {
-		return printJSON(map[string]any{"run": r, "state": state, "lastSequence": last, "nodes": d.Nodes, "error": d.Error})
-	}
-	writeShow(r, state, last)
-	if d.TookMillis > 0 {
-		fmt.Printf("took %.1f s\n", float64(d.TookMillis)/1000)
-	}
-	for _, n := range d.Nodes {
-		line := fmt.Sprintf("node %-15s step %d attempt %d  %-7s %7.1f s", n.Node, n.StepOrdinal, n.Attempt, n.Outcome, float64(n.DurationMillis)/1000)
-		if n.ErrorID != nil {
-			line += "  " + *n.ErrorID
-		}
-		fmt.Println(line)
-	}
-	if d.Error != nil {
-		b, err := json.MarshalIndent(d.Error, "", "  ")
+	return c.withRuns(ctx, c.storeFlags, func(cl *client.Client) error {
+		d, snap, snapErr, err := latestStep(ctx, cl, c.RunID)
 		if err != nil {
-			return err
+			return c.failHTTP("runs show", err)
 		}
-		fmt.Printf("error report:\n%s\n", agent.RedactJSON(b))
-	}
-	return nil
+		return render.PrintRunDetail(c.Output, d, snap, snapErr)
+	})
 }
 
-// writeShow prints a run, its completed nodes and its last sequence.
-func writeShow(r agent.Run, state *agent.RunState, last int64) {
-	fmt.Printf("run %s\nstatus %s\nserial %s\ngraph %s\ntenant %s\npolicy v%d\ncreated %s\nupdated %s\nevents %d\n",
-		r.RunID, r.Status, r.Serial, r.Graph, r.TenantID, r.PolicyVersion,
-		r.CreatedAt.UTC().Format(time.RFC3339Nano), r.UpdatedAt.UTC().Format(time.RFC3339Nano), last)
-	if state != nil {
-		for _, n := range state.Completed {
-			fmt.Printf("completed %s (step %d)\n", n.Node, n.StepOrdinal)
-		}
+// latestStep reads a run's detail and the snapshot of its latest step
+// (snapErr agent.ErrNotFound when it has none); err is the run's.
+func latestStep(ctx context.Context, cl *client.Client, runID string) (d httpapi.RunDetail, snap agent.Snapshot, snapErr, err error) {
+	if d, err = cl.Run(ctx, runID); err != nil {
+		return d, snap, nil, err
 	}
+	// Each step commits one agent.node.finished: the latest step is Steps-1.
+	snapErr = agent.ErrNotFound
+	if d.Steps > 0 {
+		snap, snapErr = cl.Step(ctx, runID, d.Steps-1)
+	}
+	return d, snap, snapErr, nil
 }
 
 type runsEventsCmd struct {
 	storeFlags
 	serverFlags
-	outputFlag
 	RunID  string `arg:"" help:"The run's ULID."`
 	After  int64  `help:"Only events with a sequence above this." default:"0"`
 	Follow bool   `help:"Print each event as it is committed until the run ends (json: one event a line)." short:"f"`
+	outputFlag
 }
 
 func (c *runsEventsCmd) Run(ctx context.Context) error {
-	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
-		return c.viaDaemon(ctx, cl)
-	}
-	st, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if c.Follow {
-		return followLocal(ctx, st, c.RunID, c.After, eventPrinter(c.Output))
-	}
-	evs, err := snapshots.RunEvents(ctx, st, c.RunID, c.After)
-	if err != nil {
-		return fmt.Errorf("run %s: %w", c.RunID, err)
-	}
-	if c.Output == "json" {
-		if evs == nil {
-			evs = []agent.Event{}
+	return c.withRuns(ctx, c.storeFlags, func(cl *client.Client) error {
+		if c.Follow {
+			if err := cl.Follow(ctx, c.RunID, c.After, render.EventPrinter(c.Output)); err != nil {
+				return c.failHTTP("runs events", err)
+			}
+			return nil
 		}
-		return printJSON(map[string]any{"events": evs})
-	}
-	return snapshots.WriteEvents(os.Stdout, redactEvents(evs))
+		evs, err := cl.Events(ctx, c.RunID, c.After)
+		if err != nil {
+			return c.failHTTP("runs events", err)
+		}
+		if c.Output == "json" {
+			return render.PrintJSON(map[string]any{"events": evs})
+		}
+		return snapshots.WriteEvents(os.Stdout, render.RedactEvents(evs))
+	})
 }
 
 type runsInspectCmd struct {
@@ -340,24 +173,46 @@ type runsInspectCmd struct {
 }
 
 func (c *runsInspectCmd) Run(ctx context.Context) error {
-	if cl := c.daemonFor(ctx, c.storeFlags); cl != nil {
-		return c.viaDaemon(ctx, cl)
-	}
-	st, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	v, err := snapshots.InspectStep(ctx, st, c.RunID, c.Step)
-	if err != nil {
-		return err // names the run or the step it lacks
-	}
-	if c.Output == "json" {
-		return printJSON(v)
-	}
-	v.Snapshot.State = agent.RedactJSON(v.Snapshot.State)
-	v.Events = redactEvents(v.Events)
-	return snapshots.WriteStepView(os.Stdout, v)
+	return c.withRuns(ctx, c.storeFlags, func(cl *client.Client) error {
+		d, err := cl.Run(ctx, c.RunID)
+		if err != nil {
+			return c.failHTTP("runs inspect", err)
+		}
+		n := c.Step
+		if n < 0 {
+			n = d.Steps - 1
+		}
+		if n < 0 || n >= d.Steps {
+			return c.failHTTP("runs inspect", snapshots.NoStep(c.RunID, n, d.Steps))
+		}
+		v := snapshots.StepView{Run: client.RunRow(d), LastSequence: int64(d.Events), Events: []agent.Event{}}
+		if v.Snapshot, err = cl.Step(ctx, c.RunID, n); err != nil {
+			if errors.Is(err, agent.ErrNotFound) {
+				err = snapshots.NoStep(c.RunID, n, d.Steps) // the run is known: the step is not
+			}
+			return c.failHTTP(fmt.Sprintf("runs inspect step %d", n), err)
+		}
+		// The step's node events (started, token deltas, finished), by the
+		// stepOrdinal of their payloads.
+		evs, err := cl.Events(ctx, c.RunID, 0)
+		if err != nil {
+			return c.failHTTP("runs inspect", err)
+		}
+		for _, e := range evs {
+			var p struct {
+				StepOrdinal *int `json:"stepOrdinal"`
+			}
+			if strings.HasPrefix(e.Kind, "agent.node.") && json.Unmarshal(e.Payload, &p) == nil && p.StepOrdinal != nil && *p.StepOrdinal == n {
+				v.Events = append(v.Events, e)
+			}
+		}
+		if c.Output == "json" {
+			return render.PrintJSON(v)
+		}
+		v.Snapshot.State = agent.RedactJSON(v.Snapshot.State)
+		v.Events = render.RedactEvents(v.Events)
+		return snapshots.WriteStepView(os.Stdout, v)
+	})
 }
 
 type runsPruneCmd struct {
@@ -384,7 +239,7 @@ func (c *runsPruneCmd) Run(ctx context.Context) error {
 		return c.fail("runs prune", agent.Wrap(agent.ErrProcess, err, "prune (deleted %d runs before the failure)", res.Runs))
 	}
 	if c.Output == "json" {
-		return printJSON(res)
+		return render.PrintJSON(res)
 	}
 	fmt.Printf("deleted %d runs ended more than %v ago: %d events, %d outbox rows, %d snapshots, %d control rows, %d leases\n",
 		res.Runs, c.OlderThan, res.Events, res.Outbox, res.Snapshots, res.Controls, res.Leases)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 )
 
 // runsArtifactsCmd lists a run's evidence through the daemon's API and,
@@ -58,7 +59,7 @@ func (c *runsArtifactsCmd) Run(ctx context.Context) error {
 		for _, a := range arts {
 			out = append(out, entry{a, saved[a.ArtifactID]})
 		}
-		return printJSON(map[string]any{"artifacts": out})
+		return render.PrintJSON(map[string]any{"artifacts": out})
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ARTIFACT\tKIND\tNODE\tSTEP\tTYPE\tBYTES\tSHA256\tCREATED\tSAVED")

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
+	"github.com/screengraph/screengraph-agent/nodes"
 )
 
 type runsSubmitCmd struct {
@@ -41,7 +42,7 @@ func (c *runsSubmitCmd) Run(ctx context.Context) error {
 	req, err := c.request()
 	if err != nil {
 		if c.Output == "json" {
-			printJSON(httpapi.ErrorBody(err, ""))
+			render.PrintJSON(httpapi.ErrorBody(err, ""))
 		}
 		return exitError{code: 2, err: fmt.Errorf("runs submit: %w", err)}
 	}
@@ -52,7 +53,7 @@ func (c *runsSubmitCmd) Run(ctx context.Context) error {
 	}
 	if !c.Follow {
 		if c.Output == "json" {
-			return printJSON(submitResult(resp))
+			return render.PrintJSON(submitResult(resp))
 		}
 		fmt.Println(resp.RunID)
 		return nil
@@ -60,17 +61,17 @@ func (c *runsSubmitCmd) Run(ctx context.Context) error {
 	if c.Output != "json" {
 		fmt.Printf("run %s accepted (%s, device %s)\n", resp.RunID, resp.Status, resp.Serial)
 	}
-	v := newProgressView(os.Stdout, c.Output == "json", time.Now)
-	if err := cl.Follow(ctx, resp.RunID, 0, v.event); err != nil {
+	v := render.NewProgressView(os.Stdout, c.Output == "json", time.Now)
+	if err := cl.Follow(ctx, resp.RunID, 0, v.Event); err != nil {
 		return c.failHTTP("runs submit --follow", err)
 	}
-	switch v.status {
+	switch v.Status {
 	case agent.RunFinished:
 		return nil
 	case "":
 		return exitError{code: 2, err: fmt.Errorf("runs submit --follow: the event stream of run %s ended without its end event", resp.RunID)}
 	default:
-		return exitError{code: 1, err: fmt.Errorf("run %s %s", resp.RunID, v.status)}
+		return exitError{code: 1, err: fmt.Errorf("run %s %s", resp.RunID, v.Status)}
 	}
 }
 
@@ -109,54 +110,15 @@ func (c *runsSubmitCmd) request() ([]byte, error) {
 			return nil, agent.Errorf(agent.ErrInvalidRequest, "-f %s: not a JSON object: %v", c.File, err)
 		}
 	}
-	set := func(v any, path ...string) {
-		m := req
-		for _, k := range path[:len(path)-1] {
-			next, ok := m[k].(map[string]any)
-			if !ok {
-				next = map[string]any{}
-				m[k] = next
-			}
-			m = next
-		}
-		m[path[len(path)-1]] = v
-	}
-	if c.Device != "" {
-		set("android", "ensureDevice", "deviceConfiguration", "platformName")
-		set(c.Device, "ensureDevice", "deviceConfiguration", "deviceName")
-	}
-	if c.Package != "" {
-		set(c.Package, "provisionApp", "applicationUnderTestDescriptor", "androidPackageId")
-		set(c.Package, "launchOrAttach", "applicationUnderTestDescriptor", "androidPackageId")
-	}
+	f := nodes.RequestFields{Device: c.Device, Package: c.Package, SHA256: c.SHA256, Activity: c.Activity, Mode: c.Mode, PolicyVersion: c.PolicyVersion}
 	if c.APK != "" {
 		ref, err := apkReference(c.APK)
 		if err != nil {
 			return nil, err
 		}
-		set(ref, "provisionApp", "applicationUnderTestDescriptor", "apkStorageObjectReference")
+		f.APKReference = ref
 	}
-	if c.SHA256 != "" {
-		set(strings.ToLower(c.SHA256), "provisionApp", "applicationUnderTestDescriptor", "expectedBuildSignatureSha256")
-	}
-	if c.Activity != "" {
-		set(c.Activity, "launchOrAttach", "applicationUnderTestDescriptor", "androidLaunchActivityName")
-	}
-	if c.Mode != "" {
-		set(c.Mode, "launchOrAttach", "launchAttachMode")
-	}
-	if c.PolicyVersion != 0 {
-		set(c.PolicyVersion, "policyVersion")
-	}
-	if _, ok := req["waitIdle"]; !ok {
-		set(map[string]any{}, "waitIdle", "idleHeuristicsConfiguration")
-	}
-	for _, need := range []struct{ node, flag string }{{"ensureDevice", "--device"}, {"provisionApp", "--package"}, {"launchOrAttach", "--package"}} {
-		if _, ok := req[need.node]; !ok {
-			return nil, agent.Errorf(agent.ErrInvalidRequest, "the request has no %s: give %s (or -f run.json)", need.node, need.flag)
-		}
-	}
-	return json.Marshal(req)
+	return nodes.EditRequest(req, f)
 }
 
 // apkReference is the apkStorageObjectReference for --apk: a URL as given
@@ -180,100 +142,4 @@ func apkReference(apk string) (string, error) {
 		return "", agent.Errorf(agent.ErrInvalidRequest, "--apk %s: not a regular file", apk)
 	}
 	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(p)}).String(), nil
-}
-
-// progressView prints a followed run as it goes: one line per node start,
-// progress/log line and node end, each with the time since the run started,
-// and the final status with the failure's error id and summary. Under json
-// it prints each event as one JSON line instead (eventPrinter).
-type progressView struct {
-	w      io.Writer
-	json   func(agent.Event) error
-	now    func() time.Time
-	start  time.Time
-	node   string
-	status agent.RunStatus
-}
-
-func newProgressView(w io.Writer, asJSON bool, now func() time.Time) *progressView {
-	v := &progressView{w: w, now: now}
-	if asJSON {
-		v.json = eventPrinter("json")
-	}
-	return v
-}
-
-func (v *progressView) event(e agent.Event) error {
-	if v.start.IsZero() {
-		v.start = v.now()
-	}
-	switch e.Kind {
-	case agent.KindRunFinished:
-		v.status = agent.RunFinished
-	case agent.KindRunFailed:
-		v.status = agent.RunFailed
-	case agent.KindRunCanceled:
-		v.status = agent.RunCanceled
-	}
-	if v.json != nil {
-		return v.json(e)
-	}
-	el := fmt.Sprintf("%7.1fs", v.now().Sub(v.start).Seconds())
-	line := ""
-	switch e.Kind {
-	case agent.KindRunStarted:
-		var p agent.RunStartedPayload
-		_ = json.Unmarshal(e.Payload, &p)
-		line = fmt.Sprintf("run started on %s (policy %d)", p.Serial, p.PolicyVersion)
-	case agent.KindNodeStarted:
-		var p agent.NodeStartedPayload
-		_ = json.Unmarshal(e.Payload, &p)
-		v.node = p.NodeName
-		line = fmt.Sprintf("%-15s started (attempt %d)", p.NodeName, p.Attempt)
-	case agent.KindNodeTokenDelta:
-		var p agent.TokenDeltaPayload
-		_ = json.Unmarshal(e.Payload, &p)
-		pct := ""
-		if p.Percent != nil {
-			pct = fmt.Sprintf(" %.0f%%", *p.Percent)
-		}
-		line = fmt.Sprintf("%-15s %s%s", p.NodeName, agent.RedactString(p.Text), pct)
-	case agent.KindNodeFinished:
-		var p agent.NodeFinishedPayload
-		_ = json.Unmarshal(e.Payload, &p)
-		line = fmt.Sprintf("%-15s %s in %.1f s", p.NodeName, p.NodeExecutionOutcomeStatus, float64(p.DurationMillis)/1000)
-		if p.ErrorID != nil {
-			line += ": " + string(*p.ErrorID)
-			if p.HumanReadableFailureSummary != nil {
-				line += ": " + agent.RedactString(*p.HumanReadableFailureSummary)
-			}
-		}
-	case agent.KindRunFinished, agent.KindRunFailed, agent.KindRunCanceled:
-		var p agent.RunEndedPayload
-		_ = json.Unmarshal(e.Payload, &p)
-		line = "run " + string(p.Status)
-		if p.FailedNode != "" {
-			line += " at " + p.FailedNode
-		}
-		if p.ErrorID != nil {
-			line += ": " + string(*p.ErrorID)
-		}
-		if p.Summary != "" {
-			line += ": " + agent.RedactString(p.Summary)
-		}
-		if p.CanceledBeforeNode != "" {
-			line += " before " + p.CanceledBeforeNode
-		}
-	case agent.KindRunPaused:
-		line = "run PAUSED (resume it with `screengraph-agent resume " + e.RunID + "`)"
-	case agent.KindRunResumed:
-		line = "run resumed"
-	default:
-		return nil
-	}
-	_, err := fmt.Fprintf(v.w, "%s  %s\n", el, strings.ReplaceAll(line, "\n", " "))
-	if errors.Is(err, os.ErrClosed) {
-		return nil
-	}
-	return err
 }

@@ -11,17 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
+	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
-	"github.com/screengraph/screengraph-agent/snapshots/postgres"
-	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
 type tokenCmd struct {
@@ -37,42 +35,16 @@ type tokenStoreFlags struct {
 	DatabaseURL string `help:"The fleet's Postgres (a postgres:// URL or libpq keyword/value pairs) instead of the embedded store." name:"database-url" env:"SCREENGRAPH_DATABASE_URL"`
 }
 
-// tokenStore is a store the admin commands open themselves (token …, runs
-// prune), with or without a daemon on it.
-type tokenStore interface {
-	agent.Tokens
-	agent.Pruner
-	Close() error
-}
-
-func (f tokenStoreFlags) open(ctx context.Context) (tokenStore, error) {
-	if f.DatabaseURL != "" {
-		s, err := postgres.Open(ctx, f.DatabaseURL, postgres.Options{NoListen: true})
-		if err != nil {
-			return nil, agent.Wrap(agent.ErrNetwork, err, "Postgres %s", postgres.RedactConnString(f.DatabaseURL))
-		}
-		return s, nil
-	}
-	dir := f.DataDir
-	if dir == "" {
-		d, err := sqlite.DataDir()
-		if err != nil {
-			return nil, err
-		}
-		dir = d
-	}
-	s, err := sqlite.Open(ctx, filepath.Join(dir, "agent.db"), sqlite.Options{})
-	if err != nil {
-		return nil, agent.Wrap(agent.ErrProcess, err, "embedded store in %s", dir)
-	}
-	return s, nil
+// open opens the store of the flags (agentd.OpenAdminStore).
+func (f tokenStoreFlags) open(ctx context.Context) (agentd.AdminStore, error) {
+	return agentd.OpenAdminStore(ctx, f.DataDir, f.DatabaseURL)
 }
 
 // fail reports a token command's failure: the agent error format under
 // --output json, exit code 2.
 func (f outputFlag) fail(what string, err error) error {
 	if f.Output == "json" {
-		printJSON(httpapi.ErrorBody(err, ""))
+		render.PrintJSON(httpapi.ErrorBody(err, ""))
 	}
 	return exitError{code: 2, err: fmt.Errorf("%s: %w", what, err)}
 }
@@ -138,23 +110,7 @@ func (c *tokenListCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return c.fail("token list", err)
 	}
-	if ts == nil {
-		ts = []agent.APIToken{}
-	}
-	if c.Output == "json" {
-		// A bare array: a key named like "tokens" would be redacted whole.
-		return printJSON(ts)
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tTENANT\tADMIN\tCREATED\tREVOKED")
-	for _, t := range ts {
-		rev := "-"
-		if t.RevokedAt != nil {
-			rev = t.RevokedAt.Format(time.RFC3339)
-		}
-		fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\n", t.ID, t.TenantID, t.Admin, t.CreatedAt.Format(time.RFC3339), rev)
-	}
-	return w.Flush()
+	return render.Tokens(c.Output, ts)
 }
 
 type tokenRevokeCmd struct {
@@ -177,7 +133,7 @@ func (c *tokenRevokeCmd) Run(ctx context.Context) error {
 		return c.fail("token revoke", err)
 	}
 	if c.Output == "json" {
-		return printJSON(t)
+		return render.PrintJSON(t)
 	}
 	fmt.Printf("token %s (tenant %s) revoked at %s\n", t.ID, t.TenantID, t.RevokedAt.Format(time.RFC3339))
 	return nil
@@ -205,10 +161,4 @@ func (c *natsConfigCmd) Run(ctx context.Context) error {
 		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
 	}
 	return natsbus.WriteAuthConfig(os.Stdout, string(dh), ts)
-}
-
-// storeTokens is the store's agent.Tokens for the HTTP API (nil: none).
-func storeTokens(st agent.Store) agent.Tokens {
-	ts, _ := st.(agent.Tokens)
-	return ts
 }

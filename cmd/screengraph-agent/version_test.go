@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/screengraph/screengraph-agent/appium"
+	"github.com/screengraph/screengraph-agent/cmd/internal/hostcheck"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 )
 
@@ -63,7 +64,7 @@ func TestVersionOutsideCheckout(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var v versionInfo
+	var v hostcheck.Versions
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/screengraph/screengraph-agent/adb"
+	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 )
@@ -135,7 +136,7 @@ func (d *ADBDevice) Shell(ctx context.Context, cmd string) (device.ShellResult, 
 	if err != nil {
 		return device.ShellResult{}, AgentError(err)
 	}
-	return device.ShellResult{Stdout: string(r.Stdout), Stderr: string(r.Stderr), ExitCode: r.ExitCode}, nil
+	return device.ShellResult{Stdout: string(r.Stdout), Stderr: string(r.Stderr), ExitCode: r.ExitCode, TransportID: r.TransportID}, nil
 }
 
 // Install installs the local APK (streamed install with feature cmd, else push
@@ -188,35 +189,29 @@ func AgentError(err error) error {
 	if !errors.As(err, &e) {
 		return agent.Classify(err)
 	}
-	id := agent.ErrInternal
-	switch e.ID {
-	case adb.IDDeviceNotFound:
-		id = agent.ErrDeviceNotFound
-	case adb.IDDeviceOffline:
-		id = agent.ErrDeviceOffline
-	case adb.IDDeviceUnauthorized:
-		id = agent.ErrDeviceUnauthorized
-	case adb.IDTimeout:
-		id = agent.ErrTimeout
-	case adb.IDCanceled:
-		id = agent.ErrInterrupted
-	case adb.IDNetworkError:
-		id = agent.ErrNetwork
-	case adb.IDInstallFailed:
-		id = agent.ErrInstallFailed
-		if e.Code == "INSTALL_FAILED_VERSION_DOWNGRADE" {
-			id = agent.ErrVersionDowngrade
-		}
-	case adb.IDActivityNotFound:
-		id = agent.ErrActivityNotFound
-	case adb.IDPermissionError:
-		id = agent.ErrPermission
-	case adb.IDProcessError:
-		id = agent.ErrProcess
-	case adb.IDResourceExhausted:
-		id = agent.ErrResourceExhausted
+	id, ok := adbErrorIDs[e.ID]
+	if !ok {
+		id = agent.ErrInternal
+	}
+	if e.ID == adb.IDInstallFailed && e.Code == "INSTALL_FAILED_VERSION_DOWNGRADE" {
+		id = agent.ErrVersionDowngrade
 	}
 	return &agent.Error{ID: id, Code: e.Code, Retryable: agent.DefaultRetryable(id), Msg: e.Msg, Err: e.Err}
+}
+
+// adbErrorIDs maps adb's error ids to the agent's; any other is internal.
+var adbErrorIDs = map[string]agent.ErrorID{
+	adb.IDDeviceNotFound:     agent.ErrDeviceNotFound,
+	adb.IDDeviceOffline:      agent.ErrDeviceOffline,
+	adb.IDDeviceUnauthorized: agent.ErrDeviceUnauthorized,
+	adb.IDTimeout:            agent.ErrTimeout,
+	adb.IDCanceled:           agent.ErrInterrupted,
+	adb.IDNetworkError:       agent.ErrNetwork,
+	adb.IDInstallFailed:      agent.ErrInstallFailed,
+	adb.IDActivityNotFound:   agent.ErrActivityNotFound,
+	adb.IDPermissionError:    agent.ErrPermission,
+	adb.IDProcessError:       agent.ErrProcess,
+	adb.IDResourceExhausted:  agent.ErrResourceExhausted,
 }
 
 // Resolver finds the device a name designates on the adb server it talks to
@@ -273,30 +268,15 @@ func ResolveSerial(ctx context.Context, c *adb.Client, name string) (string, err
 			return in.Serial, nil
 		}
 	}
-	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), " ", "_")) }
-	want := norm(name)
+	want := normName(name)
 	var hits []string
 	for _, in := range infos {
-		if want != "" && (norm(in.Model) == want || norm(in.Product) == want || norm(in.Device) == want) {
+		if want != "" && (normName(in.Model) == want || normName(in.Product) == want || normName(in.Device) == want) {
 			hits = append(hits, in.Serial)
 		}
 	}
 	if len(hits) == 0 {
-		for _, in := range infos {
-			if !in.State.Online() || !strings.HasPrefix(in.Serial, "emulator-") {
-				continue
-			}
-			out, err := c.ShellOutput(ctx, in.Serial, "getprop ro.boot.qemu.avd_name; getprop ro.kernel.qemu.avd_name")
-			if err != nil {
-				continue
-			}
-			for _, l := range strings.Split(out, "\n") {
-				if l = strings.TrimSpace(l); l != "" && norm(l) == want {
-					hits = append(hits, in.Serial)
-					break
-				}
-			}
-		}
+		hits = avdHits(ctx, c, infos, want)
 	}
 	switch len(hits) {
 	case 1:
@@ -314,6 +294,34 @@ func ResolveSerial(ctx context.Context, c *adb.Client, name string) (string, err
 	}
 	return "", &agent.Error{ID: agent.ErrDeviceNotFound, Code: CodeAmbiguous,
 		Msg: fmt.Sprintf("%q names %d devices (%s): use a serial", name, len(hits), strings.Join(hits, ", "))}
+}
+
+// normName folds a device name for comparison: trimmed, lower case,
+// spaces as underscores.
+func normName(s string) string {
+	return strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), " ", "_"))
+}
+
+// avdHits are the online emulators whose AVD name (ro.boot.qemu.avd_name,
+// or ro.kernel.qemu.avd_name on older images) folds to want.
+func avdHits(ctx context.Context, c *adb.Client, infos []parse.DeviceInfo, want string) []string {
+	var hits []string
+	for _, in := range infos {
+		if !in.State.Online() || !strings.HasPrefix(in.Serial, "emulator-") {
+			continue
+		}
+		out, err := c.ShellOutput(ctx, in.Serial, "getprop ro.boot.qemu.avd_name; getprop ro.kernel.qemu.avd_name")
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if l = strings.TrimSpace(l); l != "" && normName(l) == want {
+				hits = append(hits, in.Serial)
+				break
+			}
+		}
+	}
+	return hits
 }
 
 var _ device.ExecOuter = (*ADBDevice)(nil)

@@ -297,30 +297,40 @@ func parseURLRef(ref string, allowHTTP bool) (*url.URL, error) {
 	if err != nil {
 		return nil, agent.Wrap(agent.ErrInvalidRequest, err, "apkStorageObjectReference %q", ref)
 	}
+	if err := checkRefURL(ref, u, allowHTTP); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// checkRefURL checks a parsed reference's scheme and host (see parseRef).
+func checkRefURL(ref string, u *url.URL, allowHTTP bool) error {
 	switch u.Scheme {
 	case "file":
 		if u.Host != "" && u.Host != "localhost" || !strings.HasPrefix(u.Path, "/") {
-			return nil, agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: file references are file:///absolute/path", ref)
+			return agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: file references are file:///absolute/path", ref)
 		}
-	case "https":
-	case "http":
-		if !allowHTTP {
-			return nil, agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: plain http is not allowed (use https)", ref)
-		}
+		return nil
 	case "s3":
 		if u.Host == "" || strings.Trim(u.Path, "/") == "" {
-			return nil, agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: expected s3://bucket/key", ref)
+			return agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: expected s3://bucket/key", ref)
 		}
+		return nil
+	case "http":
+		if !allowHTTP {
+			return agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: plain http is not allowed (use https)", ref)
+		}
+	case "https":
 	default:
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: unsupported scheme (file, https, s3)", ref)
+		return agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: unsupported scheme (file, https, s3)", ref)
 	}
-	if (u.Scheme == "https" || u.Scheme == "http") && u.Host == "" {
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: no host", ref)
+	if u.Host == "" {
+		return agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: no host", ref)
 	}
-	if (u.Scheme == "https" || u.Scheme == "http") && numericHost(u.Hostname()) {
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: host %q is neither a name nor a canonical IP address", agent.RedactString(ref), u.Hostname())
+	if numericHost(u.Hostname()) {
+		return agent.Errorf(agent.ErrInvalidRequest, "apkStorageObjectReference %q: host %q is neither a name nor a canonical IP address", agent.RedactString(ref), u.Hostname())
 	}
-	return u, nil
+	return nil
 }
 
 // numericHost reports a host that looks like a number but is not a

@@ -178,32 +178,8 @@ func openConfined(roots []string, ref, path string) (*os.File, os.FileInfo, erro
 // Policy.control, the host's own interface addresses.
 func deniedRule(ip netip.Addr, tenanted bool) string {
 	ip = ip.Unmap()
-	if ip.Is6() {
-		b := ip.As16()
-		var embedded []netip.Addr
-		kind := ""
-		switch {
-		case nat64.Contains(ip):
-			kind, embedded = "NAT64 addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[12:]))}
-		case ipv4Compatible.Contains(ip) && !ip.IsUnspecified() && !ip.IsLoopback():
-			kind, embedded = "IPv4-compatible (::/96) addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[12:]))}
-		case sixToFour.Contains(ip):
-			kind, embedded = "6to4 (2002::/16) addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[2:6]))}
-		case teredo.Contains(ip):
-			client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
-			kind, embedded = "Teredo (2001::/32) addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[4:8])), netip.AddrFrom4(client)}
-		}
-		for _, v4 := range embedded {
-			if rule := deniedRule(v4, tenanted); rule != "" {
-				if kind == "NAT64 addresses" {
-					return rule // 64:ff9b::7f00:1 is as loopback as 127.0.0.1
-				}
-				return kind + " embedding " + rule
-			}
-		}
-		if kind == "IPv4-compatible (::/96) addresses" && tenanted {
-			return kind // deprecated (RFC 4291): nothing public is reached this way
-		}
+	if rule := embeddedRule(ip, tenanted); rule != "" {
+		return rule
 	}
 	if ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() {
 		return "link-local (cloud metadata) addresses"
@@ -211,6 +187,46 @@ func deniedRule(ip netip.Addr, tenanted bool) string {
 	if !tenanted {
 		return ""
 	}
+	return tenantedRule(ip)
+}
+
+// embeddedRule judges an IPv6 address that embeds IPv4 ones (NAT64,
+// IPv4-compatible, 6to4, Teredo) by those (see deniedRule); "" when it
+// embeds none that is refused.
+func embeddedRule(ip netip.Addr, tenanted bool) string {
+	if !ip.Is6() {
+		return ""
+	}
+	b := ip.As16()
+	var embedded []netip.Addr
+	kind := ""
+	switch {
+	case nat64.Contains(ip):
+		kind, embedded = "NAT64 addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[12:]))}
+	case ipv4Compatible.Contains(ip) && !ip.IsUnspecified() && !ip.IsLoopback():
+		kind, embedded = "IPv4-compatible (::/96) addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[12:]))}
+	case sixToFour.Contains(ip):
+		kind, embedded = "6to4 (2002::/16) addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[2:6]))}
+	case teredo.Contains(ip):
+		client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+		kind, embedded = "Teredo (2001::/32) addresses", []netip.Addr{netip.AddrFrom4([4]byte(b[4:8])), netip.AddrFrom4(client)}
+	}
+	for _, v4 := range embedded {
+		if rule := deniedRule(v4, tenanted); rule != "" {
+			if kind == "NAT64 addresses" {
+				return rule // 64:ff9b::7f00:1 is as loopback as 127.0.0.1
+			}
+			return kind + " embedding " + rule
+		}
+	}
+	if kind == "IPv4-compatible (::/96) addresses" && tenanted {
+		return kind // deprecated (RFC 4291): nothing public is reached this way
+	}
+	return ""
+}
+
+// tenantedRule: the ranges refused only while tenanted.
+func tenantedRule(ip netip.Addr) string {
 	switch {
 	case ip.IsLoopback():
 		return "loopback addresses"

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,8 @@ type Capturer struct {
 	// to it): the success evidence of that run's attempt uses its page
 	// source and screenshot instead of asking again. nil captures always.
 	Idle *IdleScreens
+	// Video is the run's screen recording (kind video); nil records none.
+	Video *Recorder
 }
 
 var _ agent.Evidence = (*Capturer)(nil)
@@ -73,6 +76,11 @@ type target struct {
 // Capture implements agent.Evidence: the kinds concurrently, under the budget.
 func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]agent.Artifact, []agent.TokenDelta) {
 	kinds, budget := c.Kinds(req.Policy, req.Failed)
+	if c.Video != nil && !slices.Contains(kinds, agent.ArtifactVideo) {
+		// The run's end, and its outcome's list keeps no video: the
+		// recording stops (and its files go) before the run's end commits.
+		c.Video.Drop(ctx, req.Run.RunID)
+	}
 	if len(kinds) == 0 {
 		return nil, nil
 	}
@@ -117,6 +125,7 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 		ctype, sum string
 		err        error
 		noted      string
+		lines      []string // of the video: what was left out
 	}
 	results := make([]result, len(kinds))
 	var wg sync.WaitGroup
@@ -125,7 +134,12 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 		go func() {
 			defer wg.Done()
 			r := &results[i]
-			r.data, r.ctype, r.err = c.capture(ctx, dev, tg, kind, idle)
+			if kind == agent.ArtifactVideo {
+				r.data, r.lines, r.err = c.video(ctx, req.Run.RunID)
+				r.ctype = TypeMP4
+			} else {
+				r.data, r.ctype, r.err = c.capture(ctx, dev, tg, kind, idle)
+			}
 			if r.err != nil && ctx.Err() != nil {
 				r.noted = fmt.Sprintf("%s not captured: the %s evidence budget ran out", kind, budget)
 				return
@@ -142,6 +156,9 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 	wg.Wait()
 	for i, kind := range kinds {
 		r := results[i]
+		for _, l := range r.lines {
+			note("%s: %s", kind, l)
+		}
 		switch {
 		case r.noted != "":
 			note("%s", r.noted)
@@ -191,6 +208,14 @@ func (c *Capturer) capture(ctx context.Context, dev device.Device, tg target, ki
 		return b, TypeText, err
 	}
 	return nil, "", fmt.Errorf("unknown kind %q", kind)
+}
+
+// video is the run's recording (Recorder.Video); nil data when none was made.
+func (c *Capturer) video(ctx context.Context, runID string) ([]byte, []string, error) {
+	if c.Video == nil {
+		return nil, nil, errors.New("this daemon records no video")
+	}
+	return c.Video.Video(ctx, runID)
 }
 
 // screenshot is `adb exec-out screencap -p`, checked to be a PNG.

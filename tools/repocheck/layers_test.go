@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	// The domain and the daemon's core: only agent/... (TestAgentImportsOnlyAgent).
 	"agent/...": {},
 	// Pure, DB-blind, network-blind nodes: ports and parsers only.
-	"nodes":  {"device", "device/artifacts/apk", "adb/parse", "policy"},
+	"nodes":  {"device", "device/android", "device/artifacts/apk", "adb/parse", "policy"},
 	"policy": {},
 	// adb: the transport uses its parsers; the parsers use nothing.
 	"adb":       {"adb/parse"},
@@ -38,13 +38,13 @@ var allowed = map[string][]string{
 	"appium": {"device"},
 	// device: the ports the nodes consume, nothing else.
 	"device": {},
+	// What a device answers to the nodes' shell commands, over the port.
+	"device/android": {"device", "adb/parse"},
 	// The adb-side implementations of the device ports.
 	"device/adbdevice":     {"adb", "adb/parse", "device"},
 	"device/artifacts":     {"device/artifacts/apk"},
 	"device/artifacts/apk": {},
 	"device/evidence":      {"adb/parse", "device"},
-	// The host check (`doctor`) probes every adapter of a host.
-	"device/hostcheck": {"adb", "appium", "device/adbdevice", "emulator"},
 	// The emulator lifecycle drives the adb server and implements device.Emulators.
 	"emulator": {"adb", "adb/parse", "device", "device/adbdevice"},
 	// The simulated emulator is a device of its own: it shares the APK parser
@@ -71,6 +71,9 @@ var allowed = map[string][]string{
 	"examples":                   {},
 	"tools/...":                  {},
 	"cmd/...":                    {"..."},
+	// The host check (`doctor`) probes every adapter of a host: it stands
+	// above them (under device/ it ran back up to appium and emulator).
+	"cmd/internal/hostcheck": {"adb", "appium", "device/adbdevice", "emulator"},
 }
 
 // leaves import no project package at all, not even agent/: the parsers,
@@ -285,4 +288,38 @@ func reachableAllowed(k, q string) bool {
 		return false
 	}
 	return walk(k)
+}
+
+// top is a project package's top-level folder: its layer in the one-way
+// order cmd -> {snapshots, device, adb, appium, emulator, policy, nodes} ->
+// agent ("device/hostcheck" -> "device").
+func top(pkg string) string {
+	t, _, _ := strings.Cut(pkg, "/")
+	return t
+}
+
+// TestImportsRunOneWay: no import runs back up. A package of folder A that
+// imports one of folder B, while B's packages reach A's (appium -> device,
+// emulator -> device), makes A and B stand above each other: the table may
+// allow both edges, this test refuses the pair (device/hostcheck importing
+// appium and emulator did, issue 24). agent/ is below every folder, cmd/
+// above every one.
+func TestImportsRunOneWay(t *testing.T) {
+	g := graph(t)
+	n := 0
+	for _, p := range projectPackages(g) {
+		for _, imp := range g[module+p] {
+			q, ok := strings.CutPrefix(imp, module)
+			if !ok || top(q) == top(p) {
+				continue
+			}
+			n++
+			if c := chain(g, imp, []string{module + top(p), module + top(p) + "/..."}); c != "" {
+				t.Errorf("%s imports %s, which reaches back into %s/ (%s): one of them must move (tools/repocheck/layers_test.go, docs/layout.md)", p, q, top(p), c)
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d imports across folders", n)
+	}
 }

@@ -24,9 +24,10 @@ var sleepAllowed = map[string]string{
 	"nodes/wait_idle_evidence_test.go:shotDevice":       "a device whose screencap takes a given time",
 
 	// Measurement windows: a rate or a negative ("never") is observed over a span.
-	"agent/httpapi/ui_devices_browser_test.go:TestUIBrowserDevicesLeases": "the requests a devices tab makes in a 4 s window",
-	"cmd/internal/e2e/livescreen_test.go:BenchmarkLiveScreen32":           "live screen frames delivered and daemon CPU over a 10 s window (a benchmark, not run by go test)",
-	"emulator/sim/console_test.go:TestUnauthorizedForever":                "still unauthorized 2 s after a profile that never authorizes",
+	"agent/httpapi/ui_devices_browser_test.go:TestUIBrowserDevicesLeases":       "the requests a devices tab makes in a 4 s window",
+	"cmd/internal/e2e/livescreen_test.go:BenchmarkLiveScreen32":                 "live screen frames delivered and daemon CPU over a 10 s window (a benchmark, not run by go test)",
+	"agent/service/fleet_controlplane_bench_test.go:BenchmarkFleetControlPlane": "Postgres CPU, renewals and WAL over the idle and hold windows (a benchmark, not run by go test)",
+	"emulator/sim/console_test.go:TestUnauthorizedForever":                      "still unauthorized 2 s after a profile that never authorizes",
 
 	// Seeded chaos and load schedules: when the next fault or commit lands,
 	// and how long a fault lasts (replayable with the seed), not a wait.

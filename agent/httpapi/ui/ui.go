@@ -29,10 +29,12 @@ var assets embed.FS
 var shell []byte
 
 // CSP is the Content-Security-Policy of every /ui/ response: scripts,
-// styles, images (blob: for screenshots fetched with the bearer) and
+// styles, images (blob: for screenshots fetched with the bearer), media
+// (the run's video: the artifact endpoint, or a blob: without a service
+// worker) and
 // connections only from the daemon itself; no inline code, no eval, no
 // framing, no plugins, forms post nowhere else.
-const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; " +
+const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob:; media-src 'self' blob:; connect-src 'self'; " +
 	"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // Pages are the paths (Go ServeMux patterns) that serve the app shell; the
@@ -78,6 +80,11 @@ func Handler() http.Handler {
 			return
 		}
 		headers(w, ct)
+		if name == "sw.js" {
+			// The worker lives with the assets but serves the pages under
+			// /ui/ (lib.js registers it with that scope).
+			w.Header().Set("Service-Worker-Allowed", "/ui/")
+		}
 		w.Write(b)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { notFound(w) })

@@ -64,7 +64,8 @@ type Device struct {
 	logs   *logStore   // the device log (logcat.go); has its own lock
 	faults *faultState // app faults, error dialogs, dropbox (faults.go; guarded by mu)
 
-	png pngCache // the last screen's PNG (screencap.go; has its own lock)
+	png pngCache   // the last screen's PNG (screencap.go; has its own lock)
+	rec recordings // running screenrecord processes (screenrecord.go; has its own lock)
 }
 
 // Ctx is what a shell command gets: its arguments (argv[0] is the command name),

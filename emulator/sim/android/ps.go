@@ -56,6 +56,7 @@ func (d *Device) processesLocked(withSelf bool) []psEntry {
 	for _, p := range d.am.sortedProcsLocked() {
 		ps = append(ps, psEntry{appUser(p.uid), p.pid, pidZygote64, psVszApp, psRssApp, "S", p.pkg})
 	}
+	ps = append(ps, d.rec.entries()...)
 	if withSelf {
 		sh := d.am.nextPID
 		d.am.nextPID += 2

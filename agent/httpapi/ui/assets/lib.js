@@ -173,3 +173,31 @@ export function ageOf(iso) {
 export function link(href, text, attrs = {}) {
   return el("a", { ...attrs, href, "data-route": true }, text);
 }
+
+// artifactWorker registers the inspector's service worker (sw.js: it adds
+// this tab's bearer to the artifact requests a <video> makes, asking for it
+// here each time) and resolves true once it controls the page; false where
+// service workers are not offered (an insecure context) or it did not take
+// control within 5 s. Registered once per page load.
+let workerReady = null;
+export function artifactWorker() {
+  if (workerReady) return workerReady;
+  const sw = navigator.serviceWorker;
+  if (!sw || !window.isSecureContext) return (workerReady = Promise.resolve(false));
+  sw.addEventListener("message", (ev) => {
+    if (ev.data && ev.data.type === "screengraph.token?" && ev.ports[0]) ev.ports[0].postMessage(getToken());
+  });
+  workerReady = (async () => {
+    try {
+      await sw.register("/ui/assets/sw.js", { scope: "/ui/" });
+      if (sw.controller) return true;
+      return await new Promise((resolve) => {
+        const timer = setTimeout(() => resolve(!!sw.controller), 5000);
+        sw.addEventListener("controllerchange", () => { clearTimeout(timer); resolve(true); }, { once: true });
+      });
+    } catch (_) {
+      return false;
+    }
+  })();
+  return workerReady;
+}

@@ -4,7 +4,7 @@
 // the control buttons (enabled only when the action applies; the API's
 // refusal is shown). One SSE stream (the run's events); the page re-reads
 // the run when an event changes it.
-import { el, replace, api, apiBlob, stream, errorBox, statusBadge, fmtMillis, fmtTime, ageOf, AuthError } from "./lib.js";
+import { el, replace, api, apiBlob, artifactWorker, stream, errorBox, statusBadge, fmtMillis, fmtTime, ageOf, AuthError } from "./lib.js";
 
 const TERMINAL = new Set(["FINISHED", "FAILED", "CANCELED"]);
 
@@ -231,6 +231,17 @@ export async function render(main, params, ctx) {
 
   function artifactView(a, node, step) {
     const url = base + "/artifacts/" + encodeURIComponent(a.artifactId);
+    if (a.kind === "video") {
+      // Streamed from the artifact endpoint with byte ranges through the
+      // service worker (sw.js adds the bearer); where no worker can run (a
+      // page not served from a secure context), fetched whole with the
+      // bearer into a blob: URL.
+      const video = el("video", { controls: true, preload: "metadata", muted: true, playsinline: true, class: "run-video",
+        "data-artifact": a.artifactId, "aria-label": "Video of the run up to " + node + " (step " + step + ")" });
+      videoSource(url).then((src) => { video.src = src; })
+        .catch((e) => video.replaceWith(errorBox(e)));
+      return el("figure", { "data-kind": a.kind }, video, el("figcaption", { class: "muted" }, a.kind + " · " + a.bytes + " bytes"));
+    }
     if (a.contentType === "image/png" || a.kind === "screenshot") {
       // A click (or Enter) shows it at its full size, another shrinks it back.
       const img = el("img", { alt: "Screenshot after " + node + " (step " + step + ")", class: "screenshot", "data-artifact": a.artifactId,
@@ -255,6 +266,15 @@ export async function render(main, params, ctx) {
       } catch (e) { pre.replaceWith(errorBox(e)); }
     });
     return el("figure", { "data-kind": a.kind }, el("figcaption", {}, a.kind + " · " + a.bytes + " bytes "), btn, pre);
+  }
+
+  // videoSource is what a <video> plays for an artifact URL: the URL itself
+  // once the service worker controls this page, else a blob: URL.
+  async function videoSource(url) {
+    if (await artifactWorker()) return url;
+    const u = URL.createObjectURL(await apiBlob(url, abort.signal));
+    blobs.push(u);
+    return u;
   }
 
   async function refresh() {

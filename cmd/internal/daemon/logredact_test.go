@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 func TestLoggerRedacts(t *testing.T) {
 	for _, jsonLines := range []bool{true, false} {
 		var buf bytes.Buffer
-		log := newLogger(&buf, "info", jsonLines)
+		log := NewLogger(&buf, "info", jsonLines)
 		log.Info().Str("nats", "nats://bob:Hunt'er2@127.0.0.1:4222").Msgf("fetch %q: refused", "https://u:pa'ss@h/app.apk?token=ab'cd&x=1")
 		log.Warn().Msgf("Postgres host=db user=agent password='s3 cr\\'et' dbname=sg: refused")
 		log.Info().Str("device", "emulator-5554").Msg("plain line")

@@ -29,7 +29,7 @@ func find(t *testing.T, r Report, name string) Check {
 // Postgres, no SDK and no KVM: each check says so, with a fix.
 func TestRunReportsEachCheck(t *testing.T) {
 	srv := simtest.StartADBServer(t)
-	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	root, _ := filepath.Abs(filepath.Join("..", "..", ".."))
 	bin := filepath.Join(root, "tools", "node", "node_modules", ".bin", "appium")
 	t.Setenv("APPIUM_HOME", filepath.Join(root, ".cache", "appium-home"))
 	data := filepath.Join(t.TempDir(), "data")

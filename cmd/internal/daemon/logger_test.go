@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"os"
@@ -27,7 +27,7 @@ func TestLoggerFileNoColourRealMillis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		log := newLogger(f, "info", jsonLines)
+		log := NewLogger(f, "info", jsonLines)
 		log.Warn().Str("serial", "emulator-5554").Msg("device offline")
 		f.Close()
 		b, err := os.ReadFile(path)

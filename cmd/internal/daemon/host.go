@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/screengraph/screengraph-agent/adb"
@@ -32,10 +31,10 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
-// hostConfig is what a single host runs with: the embedded default store, a
+// HostConfig is what a single host runs with: the embedded default store, a
 // NATS JetStream (in-process, or an external server), the shared adb server
 // and an Appium server.
-type hostConfig struct {
+type HostConfig struct {
 	DataDir string
 	// DatabaseURL puts the host on a shared Postgres (fleet mode) instead
 	// of the embedded store in DataDir.
@@ -59,14 +58,15 @@ type hostConfig struct {
 	// one listens on NATSListen (host:port; "" = 127.0.0.1 and a random port).
 	NATSURL    string
 	NATSListen string
-	Log        zerolog.Logger
+	// Log is the one logger of the host and of every piece it builds
+	// (their Logf funcs are its levels, log.go).
+	Log zerolog.Logger
 	// Progress sees node progress lines live; may be nil.
 	Progress func(node, line string)
 	// NATSTokens (serve) makes the embedded NATS server authenticate its
-	// clients against the store's API tokens (natsbus.TokenAuth); NATSLog
-	// reports the connections it refuses (may be nil).
+	// clients against the store's API tokens (natsbus.TokenAuth); the
+	// connections it refuses are logged as warnings.
 	NATSTokens bool
-	NATSLog    func(format string, args ...any)
 	// NATSMaxConns caps the in-process NATS server's clients (0: its
 	// default): they hold this process's descriptors (serve).
 	NATSMaxConns int
@@ -81,10 +81,10 @@ type hostConfig struct {
 	ArtifactStoreEndpoint string
 }
 
-// hostStore is what the host needs of a store: runs, events, outbox and
+// HostStore is what the host needs of a store: runs, events, outbox and
 // device leases (sqlite.Store on one host, postgres.Store in a
 // fleet).
-type hostStore interface {
+type HostStore interface {
 	agent.Store
 	agent.Leases
 	agent.ParkedLister
@@ -100,36 +100,44 @@ var (
 	_ policy.KVInit = (*sqlite.Store)(nil)
 )
 
-// host holds the running pieces; Close stops them in reverse order, after the
-// relay has published what the runs committed.
-type host struct {
-	cfg      hostConfig
-	store    hostStore
-	policies *policy.Store
-	// bus is the NATS side (in-process server, connection, publisher);
-	// nc its connection.
-	bus     *natsbus.Bus
-	nc      *nats.Conn
-	relay   *relay.Relay
+// Host holds a host's running pieces (store, policies, NATS, relay, adb,
+// Appium driver, setup graph, engine over the store); Close stops them in
+// reverse order, after the relay has published what the runs committed.
+// `run` and `runs resume` drive runs on a Host; a Daemon serves one.
+type Host struct {
+	Config   HostConfig
+	Store    HostStore
+	Policies *policy.Store
+	// Bus is the NATS side (in-process server, connection, publisher).
+	Bus     *natsbus.Bus
+	Relay   *relay.Relay
 	relayBg *relay.Background
-	adb     *adb.Client
-	// hostID identifies the adb server's machine (device.HostID): the
-	// leases of AVDs this host boots are keyed agent.DeviceKey(hostID,
-	// AVD name). reach lists the devices and reads their identities
+	ADB     *adb.Client
+	// HostID identifies the adb server's machine (device.HostID): the
+	// leases of AVDs this host boots are keyed agent.DeviceKey(HostID,
+	// AVD name). Reach lists the devices and reads their identities
 	// (service.Keys): a connected device's lease is keyed by what the
 	// device says of itself, whichever host or daemon asks.
-	hostID string
-	reach  *adbdevice.Reachable
-	driver *appium.Client
-	engine *agent.Engine
-	graph  *agent.Graph
-	// setup is what graph was built from.
-	setup nodes.SetupDeps
-	// blobs keeps the evidence artifacts' bytes (the rows are the store's).
-	blobs agent.BlobStore
-	// artifacts is the fetcher ProvisionApp uses (serve checks
+	HostID string
+	Reach  *adbdevice.Reachable
+	Driver *appium.Client
+	// Engine commits to Store (run, runs resume); a Daemon builds its own
+	// over the service's store (EngineOn).
+	Engine *agent.Engine
+	Graph  *agent.Graph
+	// Setup is what Graph was built from.
+	Setup nodes.SetupDeps
+	// Blobs keeps the evidence artifacts' bytes (the rows are the store's).
+	Blobs agent.BlobStore
+	// Artifacts is the fetcher ProvisionApp uses (serve checks
 	// references with it at submission).
-	artifacts *artifacts.Fetcher
+	Artifacts *artifacts.Fetcher
+	// recorder, evidence and handover are the engine's screen recorder
+	// (video evidence), evidence capturer and device handover, shared by
+	// every engine of the host.
+	recorder *evidence.Recorder
+	evidence *evidence.Capturer
+	handover *evidence.Handover
 	// NATSClientURL is where the events are published (nats://host:port).
 	NATSClientURL string
 	// AppiumURL is the Appium server the driver talks to.
@@ -137,6 +145,13 @@ type host struct {
 	// AppiumStart is how long starting the local Appium server took (0 when
 	// one was reused or an external one was given).
 	AppiumStart time.Duration
+}
+
+// EngineOn is an engine of the host committing through st (the host's
+// store, or the service's wrapper of it); logf reports its warnings (nil
+// drops them).
+func (h *Host) EngineOn(st agent.Store, logf func(format string, args ...any)) *agent.Engine {
+	return &agent.Engine{Store: st, Policies: h.Policies, Recorder: h.recorder, Evidence: h.evidence, Handover: h.handover, Logf: logf}
 }
 
 func adbPort(addr string) int {
@@ -150,8 +165,8 @@ func adbPort(addr string) int {
 
 // openHost starts the host's pieces. On failure it stops what it started and
 // returns a nil host with an error classified for the agent error format.
-func openHost(ctx context.Context, cfg hostConfig) (*host, error) {
-	h := &host{cfg: cfg, adb: adb.New(cfg.ADBServer)}
+func OpenHost(ctx context.Context, cfg HostConfig) (*Host, error) {
+	h := &Host{Config: cfg, ADB: adb.New(cfg.ADBServer)}
 	if err := h.open(ctx); err != nil {
 		// h is the partly opened host (never nil here): Close stops what
 		// open started.
@@ -161,15 +176,15 @@ func openHost(ctx context.Context, cfg hostConfig) (*host, error) {
 	return h, nil
 }
 
-func (h *host) open(ctx context.Context) (err error) {
-	cfg := h.cfg
+func (h *Host) open(ctx context.Context) (err error) {
+	cfg := h.Config
 	if err := sqlite.PrepareDataDir(cfg.DataDir); err != nil {
 		return err
 	}
-	if h.hostID, err = device.HostID(ctx, cfg.ADBServer); err != nil {
+	if h.HostID, err = device.HostID(ctx, cfg.ADBServer); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "identifying the adb server's machine")
 	}
-	h.reach = adbdevice.NewReachable(h.adb, emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil).ListAVDs)
+	h.Reach = adbdevice.NewReachable(h.ADB, emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil).ListAVDs)
 	if cfg.DatabaseURL != "" {
 		// Migrates under goose's advisory lock: daemons starting together
 		// migrate once.
@@ -177,15 +192,15 @@ func (h *host) open(ctx context.Context) (err error) {
 		if err != nil {
 			return agent.Wrap(agent.ErrNetwork, err, "Postgres %s", postgres.RedactConnString(cfg.DatabaseURL))
 		}
-		h.store = pg
+		h.Store = pg
 	} else {
 		emb, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "agent.db"), sqlite.Options{})
 		if err != nil {
 			return agent.Wrap(agent.ErrProcess, err, "embedded store")
 		}
-		h.store = emb
+		h.Store = emb
 	}
-	if h.policies, err = policy.NewStore(ctx, h.store); err != nil {
+	if h.Policies, err = policy.NewStore(ctx, h.Store); err != nil {
 		return agent.Wrap(agent.ErrProcess, err, "policies")
 	}
 	// run --policy runs under its policy; serve's first --policy becomes current.
@@ -193,7 +208,7 @@ func (h *host) open(ctx context.Context) (err error) {
 	if cfg.PolicyFile != "" {
 		files = append(files, cfg.PolicyFile)
 	}
-	if err := h.policies.AddFiles(ctx, files, cfg.PolicyFile); err != nil {
+	if err := h.Policies.AddFiles(ctx, files, cfg.PolicyFile); err != nil {
 		return err
 	}
 	bc := natsbus.BusConfig{URL: cfg.NATSURL, Listen: cfg.NATSListen, Dir: filepath.Join(cfg.DataDir, "nats"),
@@ -203,16 +218,16 @@ func (h *host) open(ctx context.Context) (err error) {
 		}}
 	bc.MaxConns = cfg.NATSMaxConns
 	if cfg.NATSTokens {
-		bc.Tokens, bc.TokenLog = h.store, cfg.NATSLog
+		bc.Tokens, bc.TokenLog = h.Store, logf(cfg.Log, zerolog.WarnLevel)
 	}
-	if h.bus, err = natsbus.OpenBus(ctx, bc); err != nil {
+	if h.Bus, err = natsbus.OpenBus(ctx, bc); err != nil {
 		return err
 	}
-	h.nc, h.NATSClientURL = h.bus.Conn, h.bus.ClientURL
+	h.NATSClientURL = h.Bus.ClientURL
 	// Runs publish side by side (each strictly in order): a daemon drives
 	// up to one run per device, and 4 at a time left 32 devices queueing.
-	h.relay = &relay.Relay{Store: h.store, Publisher: h.bus.Publisher, Log: cfg.Log, Concurrency: 64}
-	h.relayBg = relay.Start(h.relay)
+	h.Relay = &relay.Relay{Store: h.Store, Publisher: h.Bus.Publisher, Log: cfg.Log, Concurrency: 64}
+	h.relayBg = relay.Start(h.Relay)
 
 	url := cfg.AppiumURL
 	if url == "" {
@@ -224,13 +239,13 @@ func (h *host) open(ctx context.Context) (err error) {
 		}
 	}
 	h.AppiumURL = url
-	if h.driver, err = appium.New(url, appium.Options{}); err != nil {
+	if h.Driver, err = appium.New(url, appium.Options{}); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "--appium")
 	}
 	aopt := artifacts.Options{CacheDir: filepath.Join(cfg.DataDir, "artifacts")}
 	if cfg.Artifacts != nil {
 		var tenanted func(context.Context) (bool, error)
-		if ts, ok := h.store.(agent.Tokens); ok {
+		if ts, ok := h.Store.(agent.Tokens); ok {
 			tenanted = ts.HasTokens
 		}
 		if aopt, err = cfg.Artifacts.DaemonOptions(aopt.CacheDir, tenanted); err != nil {
@@ -245,77 +260,86 @@ func (h *host) open(ctx context.Context) (err error) {
 		}
 		return agent.Wrap(agent.ErrProcess, err, "artifact cache")
 	}
-	h.artifacts = fetcher
+	h.Artifacts = fetcher
 	port := adbPort(cfg.ADBServer)
 	// WaitIdle's idle screen goes to the success evidence (evidence.IdleScreens).
 	idle := &evidence.IdleScreens{}
-	h.setup = nodes.SetupDeps{
+	h.Setup = nodes.SetupDeps{
 		Ports: nodes.Ports{
 			IdleScreens:   idle,
-			Driver:        h.driver,
-			Resolve:       adbdevice.NewResolver(h.adb, adbdevice.ReconnectGrace),
+			Driver:        h.Driver,
+			Resolve:       adbdevice.NewResolver(h.ADB, adbdevice.ReconnectGrace),
 			Emulators:     emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil),
 			ADBServerPort: port,
 			Capabilities: func(serial string, adbPort int) (map[string]any, error) {
 				return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: adbPort})
 			},
 		},
-		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.adb, serial) },
-		Sessions:  nodes.StoreSessions{KV: h.store, Server: url},
-		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: &nodes.StoreVerifications{KV: h.store},
+		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.ADB, serial) },
+		Sessions:  nodes.StoreSessions{KV: h.Store, Server: url},
+		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: &nodes.StoreVerifications{KV: h.Store},
 			TempDir: filepath.Join(cfg.DataDir, "tmp")},
 		Progress: cfg.Progress,
 	}
-	h.graph, err = nodes.NewSetupGraph(h.setup)
+	h.Graph, err = nodes.NewSetupGraph(h.Setup)
 	if err != nil {
 		return agent.Wrap(agent.ErrInternal, err, "setup graph")
 	}
-	if h.blobs, err = blobs.Open(ctx, filepath.Join(cfg.DataDir, "evidence"), cfg.ArtifactStore, cfg.ArtifactStoreEndpoint); err != nil {
+	if h.Blobs, err = blobs.Open(ctx, filepath.Join(cfg.DataDir, "evidence"), cfg.ArtifactStore, cfg.ArtifactStoreEndpoint); err != nil {
 		return err
 	}
-	h.engine = &agent.Engine{Store: h.store, Policies: h.policies, Evidence: &evidence.Capturer{
-		Blobs:     h.blobs,
-		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.adb, serial) },
-		Driver:    h.driver,
+	warnf := logf(cfg.Log, zerolog.WarnLevel)
+	h.recorder = &evidence.Recorder{
+		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.ADB, serial) },
+		Settings:  videoSettings, FirstNode: policy.NodeLaunchOrAttach,
+		Logf: warnf,
+	}
+	h.evidence = &evidence.Capturer{
+		Video:     h.recorder,
+		Blobs:     h.Blobs,
+		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.ADB, serial) },
+		Driver:    h.Driver,
 		Kinds:     policy.EvidenceKinds,
-		Logf:      func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
+		Logf:      warnf,
 		Idle:      idle,
-	}, Handover: &evidence.Handover{
-		Leases: h.store,
-		Runs:   h.store,
-		KV:     h.store,
+	}
+	h.handover = &evidence.Handover{
+		Leases: h.Store,
+		Runs:   h.Store,
+		KV:     h.Store,
 		DeviceFor: func(serial string) device.Device {
-			return adbdevice.NewADBDevice(h.adb, serial).WithReconnectGrace(0)
+			return adbdevice.NewADBDevice(h.ADB, serial).WithReconnectGrace(0)
 		},
-		Logf: func(format string, args ...any) { cfg.Log.Warn().Msgf(format, args...) },
-	}}
+		Logf: warnf,
+	}
+	h.Engine = h.EngineOn(h.Store, nil)
 	return nil
 }
 
 // Close stops the relay, then publishes what is left in the outbox (bounded:
 // Drain runs only once Run has returned), then stops NATS and the store.
 // It is safe on a partly opened host.
-func (h *host) Close(ctx context.Context) {
+func (h *Host) Close(ctx context.Context) {
 	if h == nil {
 		return
 	}
 	if err := h.relayBg.Stop(ctx, 10*time.Second); err != nil {
-		h.cfg.Log.Warn().Err(err).Msg("outbox relay: events left unpublished; the next start publishes them")
+		h.Config.Log.Warn().Err(err).Msg("outbox relay: events left unpublished; the next start publishes them")
 	}
-	h.bus.Close()
-	if h.store != nil {
-		h.store.Close()
+	h.Bus.Close()
+	if h.Store != nil {
+		h.Store.Close()
 	}
 }
 
-// oneShot drives runs of h outside a daemon (run, runs resume) as holder:
+// OneShot drives runs of h outside a daemon (run, runs resume) as holder:
 // with text, it tells on stderr when it waits for the device and, once the
 // lease is held, says started. *begun turns true then: a failure before it
 // is the command's own (in the agent error format), not the run's.
-func (h *host) oneShot(holder string, text bool, started string) (o service.OneShot, begun *bool) {
+func (h *Host) OneShot(holder string, text bool, started string) (o service.OneShot, begun *bool) {
 	begun = new(bool)
-	return service.OneShot{Leases: h.store, Runner: agent.GraphRunner{Engine: h.engine, Graph: h.graph},
-		HostID: h.hostID, Identity: h.reach, Holder: holder, LeaseTTL: 30 * time.Second,
+	return service.OneShot{Leases: h.Store, Runner: agent.GraphRunner{Engine: h.Engine, Graph: h.Graph},
+		HostID: h.HostID, Identity: h.Reach, Holder: holder, LeaseTTL: 30 * time.Second,
 		Waiting: func(err error) {
 			if text {
 				fmt.Fprintf(os.Stderr, "waiting for the device: %v\n", err)
@@ -327,4 +351,43 @@ func (h *host) oneShot(holder string, text bool, started string) (o service.OneS
 				fmt.Fprintln(os.Stderr, started)
 			}
 		}}, begun
+}
+
+// Drive drives run to its end in this process under its device's lease as
+// holder (run, runs resume; service.OneShot), then waits (10 s at most) for
+// the relay to publish its events, so NATS has them when the process
+// exits. With text, stderr tells when it waits for the device and says
+// started once the lease is held. begun reports whether it was: an error
+// before is the command's own (the agent error format), one after leaves
+// the run resumable.
+func (h *Host) Drive(ctx context.Context, run agent.Run, holder string, text bool, started string) (status agent.RunStatus, took time.Duration, begun bool, err error) {
+	o, b := h.OneShot(holder, text, started)
+	status, took, err = o.Run(ctx, run)
+	if err != nil {
+		return status, took, *b, err
+	}
+	// Wait for the running relay (Drain must not run beside it).
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := service.WaitPublished(dctx, h.Store, run.RunID, 0); err != nil {
+		h.Config.Log.Warn().Err(err).Msg("events stay in the outbox; the next start publishes them")
+	}
+	return status, took, true, nil
+}
+
+// TextProgress is a HostConfig.Progress printing node progress lines on
+// stderr when text (the CLI's text output), nothing otherwise.
+func TextProgress(text bool) func(node, line string) {
+	return func(node, line string) {
+		if text {
+			fmt.Fprintf(os.Stderr, "  %-15s %s\n", node, line)
+		}
+	}
+}
+
+// videoSettings is policy.VideoOf as evidence.Recorder reads it.
+func videoSettings(pol agent.RetryPolicy) (evidence.VideoSettings, bool) {
+	v, on := policy.VideoOf(pol)
+	return evidence.VideoSettings{ShortSide: v.ShortSide, BitRate: v.BitRate, Segment: v.Segment.D(),
+		MaxLength: v.MaxLength.D(), MaxBytes: v.MaxBytes}, on
 }

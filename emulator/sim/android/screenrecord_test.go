@@ -1,0 +1,259 @@
+package android
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// probe is what ffprobe reads of an MP4's first video stream.
+type probe struct {
+	Codec, Profile string
+	W, H           int
+	Seconds        float64
+	Frames         int
+}
+
+// ffprobe decodes every frame of data (-count_frames), so a file a player
+// could not read fails here.
+func ffprobe(t *testing.T, data []byte) (probe, error) {
+	t.Helper()
+	if _, err := exec.LookPath("ffprobe"); err != nil {
+		t.Fatalf("ffprobe (Debian's ffmpeg, tools/setup.sh) is required: %v", err)
+	}
+	f := filepath.Join(t.TempDir(), "v.mp4")
+	if err := os.WriteFile(f, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0",
+		"-show_entries", "stream=codec_name,profile,width,height,nb_read_frames:format=duration", "-of", "json", f).CombinedOutput()
+	if err != nil {
+		return probe{}, &exec.ExitError{Stderr: out}
+	}
+	var doc struct {
+		Streams []struct {
+			CodecName    string `json:"codec_name"`
+			Profile      string `json:"profile"`
+			Width        int    `json:"width"`
+			Height       int    `json:"height"`
+			NbReadFrames string `json:"nb_read_frames"`
+		} `json:"streams"`
+		Format struct {
+			Duration string `json:"duration"`
+		} `json:"format"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil || len(doc.Streams) != 1 {
+		t.Fatalf("ffprobe: %v %s", err, out)
+	}
+	s := doc.Streams[0]
+	p := probe{Codec: s.CodecName, Profile: s.Profile, W: s.Width, H: s.Height}
+	p.Seconds, _ = strconv.ParseFloat(doc.Format.Duration, 64)
+	p.Frames, _ = strconv.Atoi(s.NbReadFrames)
+	return p, nil
+}
+
+func TestScreenrecordOptions(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	for _, tc := range []struct {
+		cmd, stderr string
+		code        int
+	}{
+		{"screenrecord", "Must specify output file (see --help).\n", 2},
+		{"screenrecord --time-limit 181 /sdcard/a.mp4", "Time limit 181s outside acceptable range [1,180]\n", 2},
+		{"screenrecord --bit-rate 50000 /sdcard/a.mp4", "Bit rate 50000bps outside acceptable range [100000,200000000]\n", 2},
+		{"screenrecord --bit-rate x /sdcard/a.mp4", "Invalid bit rate 'x'\n", 2},
+		{"screenrecord --size 720 /sdcard/a.mp4", "Invalid size '720', must be width x height\n", 2},
+		{"screenrecord --size 721x1280 /sdcard/a.mp4", "ERROR: unable to configure video encoder\n", 1},
+	} {
+		if _, e, code := amSh(t, d, tc.cmd); code != tc.code || e != tc.stderr {
+			t.Errorf("%s: exit %d %q, want %d %q", tc.cmd, code, e, tc.code, tc.stderr)
+		}
+	}
+	out, _, code := amSh(t, d, "screenrecord --help")
+	if code != 0 || !strings.Contains(out, "--time-limit TIME") || !strings.Contains(out, "Default 20Mbps") {
+		t.Errorf("--help: %d %q", code, out)
+	}
+	if _, e, code := amSh(t, d, "kill -2 99999"); code != 1 || e != "kill: pid 99999: No such process\n" {
+		t.Errorf("kill of no process: %d %q", code, e)
+	}
+	if _, _, code := amSh(t, d, "pkill -INT screenrecord"); code != 1 {
+		t.Errorf("pkill with nothing to signal: exit %d, want 1", code)
+	}
+}
+
+// TestScreenrecordTimeLimit records until --time-limit: an H.264 MP4 of the
+// requested size whose duration is the time limit, the verbose lines of
+// screenrecord.cpp, exit 0, and no process left.
+func TestScreenrecordTimeLimit(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	out, e, code := amSh(t, d, "screenrecord --verbose --time-limit 2 --size 360x640 --bit-rate 4M /sdcard/a.mp4")
+	if code != 0 || e != "" {
+		t.Fatalf("screenrecord: exit %d %q %q", code, out, e)
+	}
+	for _, want := range []string{"Configuring recorder for 360x640 video/avc at 4.00Mbps\n", "Time limit reached\n", "Encoder stopping; recorded 11 frames in 2 seconds\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("verbose output %q lacks %q", out, want)
+		}
+	}
+	b, err := d.ReadFile("/sdcard/a.mp4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ffprobe(t, b)
+	if err != nil {
+		t.Fatalf("ffprobe: %v", err)
+	}
+	if p.Codec != "h264" || p.W != 360 || p.H != 640 || p.Seconds < 1.8 || p.Seconds > 2.3 || p.Frames < 10 {
+		t.Fatalf("probe %+v, want h264 360x640 of about 2 s", p)
+	}
+	if n := d.Recordings(); n != 0 {
+		t.Fatalf("%d recordings left", n)
+	}
+}
+
+// startRecording runs screenrecord in the background (as `adb shell`
+// would) and waits until ps lists it.
+func startRecording(t *testing.T, ctx context.Context, d *Device, file string) <-chan int {
+	t.Helper()
+	done := make(chan int, 1)
+	go func() {
+		var o, e bytes.Buffer
+		done <- d.Shell(ctx, "screenrecord --size 360x640 "+file, nil, &o, &e)
+	}()
+	deadline := time.After(30 * time.Second)
+	for {
+		if ps, _, _ := amSh(t, d, "ps -A"); strings.Contains(ps, " screenrecord") {
+			return done
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("screenrecord ended at once: %d", code)
+		case <-deadline:
+			t.Fatal("screenrecord never listed by ps")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestScreenrecordSignals: SIGINT (pkill -INT, as drivers stop it) and the
+// shell going away (SIGHUP) finish a playable file; SIGKILL leaves one no
+// player reads. Nothing is left running after any of them.
+func TestScreenrecordSignals(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	done := startRecording(t, context.Background(), d, "/sdcard/int.mp4")
+	if _, e, code := amSh(t, d, "pkill -INT screenrecord"); code != 0 {
+		t.Fatalf("pkill: %d %q", code, e)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("screenrecord after SIGINT: exit %d", code)
+	}
+	b, _ := d.ReadFile("/sdcard/int.mp4")
+	if p, err := ffprobe(t, b); err != nil || p.Codec != "h264" {
+		t.Fatalf("SIGINT file: %+v %v", p, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done = startRecording(t, ctx, d, "/sdcard/hup.mp4")
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("screenrecord after SIGHUP: exit %d", code)
+	}
+	b, _ = d.ReadFile("/sdcard/hup.mp4")
+	if p, err := ffprobe(t, b); err != nil || p.Codec != "h264" {
+		t.Fatalf("SIGHUP file: %+v %v", p, err)
+	}
+
+	done = startRecording(t, context.Background(), d, "/sdcard/kill.mp4")
+	ps, _, _ := amSh(t, d, "pidof screenrecord")
+	if _, e, code := amSh(t, d, "kill -9 "+strings.TrimSpace(ps)); code != 0 {
+		t.Fatalf("kill -9 %s: %d %q", ps, code, e)
+	}
+	if code := <-done; code != 137 {
+		t.Fatalf("screenrecord after SIGKILL: exit %d, want 137", code)
+	}
+	b, _ = d.ReadFile("/sdcard/kill.mp4")
+	if _, err := ffprobe(t, b); err == nil {
+		t.Fatal("a SIGKILLed recording decoded; it has no index on a device")
+	}
+	if ps, _, _ := amSh(t, d, "ps -A"); strings.Contains(ps, "screenrecord") {
+		t.Fatalf("a screenrecord is left:\n%s", ps)
+	}
+}
+
+// BenchmarkScreenrecord records 10 s of the default profile's display
+// (1080x2400) at the daemon's default settings (--size 720x1600
+// --bit-rate 4M), a still screen and one that changes every frame, and
+// reports ffmpeg's CPU per recorded second (the simulator's children, from
+// getrusage) and the file's size per minute.
+func BenchmarkScreenrecord(b *testing.B) {
+	for _, moving := range []bool{false, true} {
+		name := "still"
+		if moving {
+			name = "changing"
+		}
+		b.Run(name, func(b *testing.B) {
+			d, err := New(amProfile(34), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var cpu time.Duration
+			var bytes int
+			for i := 0; i < b.N; i++ {
+				stop := make(chan struct{})
+				if moving {
+					// A new screen every 200 ms (the recording's frame interval):
+					// home and the app's activity in turn.
+					go func() {
+						tick := time.NewTicker(200 * time.Millisecond)
+						defer tick.Stop()
+						for j := 0; ; j++ {
+							select {
+							case <-stop:
+								return
+							case <-tick.C:
+							}
+							if j%2 == 0 {
+								amShB(d, "am start -n "+amPkg+"/.HomeActivity")
+							} else {
+								amShB(d, "input keyevent KEYCODE_HOME")
+							}
+						}
+					}()
+				}
+				before := childCPU()
+				_, e, code := amShB(d, "screenrecord --time-limit 10 --size 720x1600 --bit-rate 4M /sdcard/b.mp4")
+				close(stop)
+				if code != 0 {
+					b.Fatalf("screenrecord: %d %s", code, e)
+				}
+				cpu += childCPU() - before
+				f, _ := d.ReadFile("/sdcard/b.mp4")
+				bytes += len(f)
+			}
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N)/10, "ffmpeg-cpu-ms/recorded-s")
+			b.ReportMetric(float64(bytes)/float64(b.N)*6/1e6, "MB/min")
+		})
+	}
+}
+
+func amShB(d *Device, cmd string) (string, string, int) {
+	var o, e strings.Builder
+	code := d.Shell(context.Background(), cmd, nil, &o, &e)
+	return o.String(), e.String(), code
+}
+
+// childCPU is the user+system CPU of the reaped children of this process.
+func childCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,63 @@
+package postgres_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
+	"github.com/screengraph/screengraph-agent/snapshots/storetest"
+)
+
+// The fleet relay's claim of run heads (ClaimOutbox) reads the unpublished
+// rows in id order through run_outbox_unpublished_order (migration 00011),
+// not by walking the primary key through the published rows kept until
+// retention: here 30,000 rows published (and vacuumed) after the table was
+// analyzed while they were not (the planner's view of a fast-growing
+// outbox), and one unpublished; the head query's plan reads at most a few pages.
+// BenchmarkFleetControlPlane measured that walk at 30 ms per claim.
+func TestClaimHeadsReadOnlyUnpublishedRows(t *testing.T) {
+	s := testenv.Postgres(t)
+	ctx := t.Context()
+	r := storetest.NewRun("T", "emulator-5554")
+	if err := s.CreateRun(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO run_outbox (run_id, sequence, event_id, subject) SELECT $1, n, 'e' || n, 'agent.events.T.x' FROM generate_series(1, 30000) n`,
+		`ANALYZE run_outbox`,
+		`UPDATE run_outbox SET published_at = now() WHERE run_id = $1`,
+		// Autovacuum's part (the dead row versions go), without a new
+		// ANALYZE: the column statistics still say nearly all unpublished.
+		`VACUUM run_outbox`,
+		`INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES ($1, 30001, 'e30001', 'agent.events.T.x')`,
+	} {
+		args := []any{r.RunID}
+		if q == `ANALYZE run_outbox` || q == `VACUUM run_outbox` {
+			args = nil
+		}
+		if _, err := s.Pool().Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// The head query of outbox_claim.go, as the claim sends it.
+	var plan []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	var raw []byte
+	if err := s.Pool().QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT o.run_id FROM run_outbox o
+		WHERE o.published_at IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM run_outbox p WHERE p.run_id = o.run_id AND p.published_at IS NULL AND p.sequence < o.sequence)
+		ORDER BY o.id
+		LIMIT 64
+		FOR UPDATE SKIP LOCKED`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("plan %s: %v", raw, err)
+	}
+	top := plan[0].Plan
+	blocks := top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)
+	if blocks > 40 {
+		t.Errorf("the claim's head query read %.0f pages for one unpublished row among 30,000 published, want a few:\n%s", blocks, raw)
+	}
+}
