@@ -169,6 +169,9 @@ func (h *avdHost) wantFinished(r chainRun, what string) *nodes.EmulatorLifecycle
 // once; two CREATE_NEW runs get two -read-only instances; the console's kill
 // ends an emulator and it leaves `adb devices`.
 func TestSetupChainBootsAVD(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow under -short (a setup chain through a real Appium that boots an AVD); make test runs it")
+	}
 	h := newAVDHost(t)
 	ctx := context.Background()
 	simtest.CreateAVD(t, h.avdHome, simtest.AVD{Name: "Pixel_7", Profile: "quickboot"})

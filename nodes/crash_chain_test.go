@@ -32,6 +32,9 @@ import (
 //   - "System UI isn't responding" over the healthy app: dismissed (Wait
 //     tapped where Appium's page source puts it), FINISHED.
 func TestSetupChainCrashAndANR(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow under -short (setup chains through a real Appium to a crash and an ANR); make test runs it")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	srv := simtest.StartADBServer(t)

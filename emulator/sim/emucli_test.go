@@ -57,6 +57,11 @@ type emuWorld struct {
 }
 
 func newEmuWorld(t *testing.T) *emuWorld {
+	if testing.Short() {
+		// The first of these tests builds the stand-in binary: minutes on a
+		// loaded 2-core machine (232-345 s measured), most of -short's time.
+		t.Skip("slow under -short (builds and runs the simulator as the SDK's emulator binary); make test runs it")
+	}
 	home := t.TempDir()
 	// The adb CLI reads the console token from $HOME too (`adb emu`).
 	t.Setenv("HOME", home)

@@ -48,6 +48,9 @@ func samePixels(t *testing.T, got, want image.Image, statusBar int) {
 // threadtime lines, and its takeScreenshot decodes at the `wm size` with
 // the device's own pixels.
 func TestAppiumADBReadsSimulatorLogcatAndScreenshot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow under -short (a real Appium with appium-adb); make test runs it")
+	}
 	root := repoRoot(t)
 	probe := filepath.Join(root, "tools", "node", "appium-adb-evidence.mjs")
 	if _, err := os.Stat(filepath.Join(root, "tools", "node", "node_modules", "appium-adb")); err != nil {
@@ -109,6 +112,9 @@ func TestAppiumADBReadsSimulatorLogcatAndScreenshot(t *testing.T) {
 // responding", android:id/aerr_wait) and clicking Wait through the driver
 // dismisses it.
 func TestAppiumUiAutomator2ScreenshotAndSystemUIANR(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow under -short (a real Appium session with the uiautomator2 driver); make test runs it")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	srvADB := simtest.StartADBServer(t)

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -24,7 +25,6 @@ var sleepAllowed = map[string]string{
 
 	// Measurement windows: a rate or a negative ("never") is observed over a span.
 	"agent/httpapi/ui_devices_browser_test.go:TestUIBrowserDevicesLeases":       "the requests a devices tab makes in a 4 s window",
-	"cmd/internal/e2e/sched_bench_test.go:BenchmarkFleetPendingBacklog":         "a warm-up, then rows read per second over 20 s (a benchmark, not run by go test)",
 	"cmd/internal/e2e/livescreen_test.go:BenchmarkLiveScreen32":                 "live screen frames delivered and daemon CPU over a 10 s window (a benchmark, not run by go test)",
 	"agent/service/fleet_controlplane_bench_test.go:BenchmarkFleetControlPlane": "Postgres CPU, renewals and WAL over the idle and hold windows (a benchmark, not run by go test)",
 	"emulator/sim/console_test.go:TestUnauthorizedForever":                      "still unauthorized 2 s after a profile that never authorizes",
@@ -41,9 +41,9 @@ var sleepAllowed = map[string]string{
 	"snapshots/relay/stream_test.go:TestRelayStreamCleanStopMarksAcked": "the seeded instant of the stop, mid-stream",
 	"snapshots/relay/stream_test.go:TestRelayStreamsThroughNATSRestart": "the seeded instant of the NATS shutdown and the outage's length",
 
-	// Fixed waits with no hook yet in the code under test (to be replaced:
-	// it orders a cancel after a call blocks on the real adb server).
-	"adb/client_test.go:TestTrackerEndsOnCancel": "WAIT: cancel after Next blocks on the adb server",
+	// Fixed waits with no hook yet in the code under test (to be replaced).
+	"adb/client_test.go:TestTrackerEndsOnCancel":                        "WAIT: cancel after Next blocks on the adb server",
+	"cmd/internal/e2e/sched_bench_test.go:BenchmarkFleetPendingBacklog": "WAIT: a 3 s warm-up until every daemon saw the backlog, then rows read per second over a 20 s window (a benchmark: go test does not run it)",
 }
 
 // sleepCall is one time.Sleep in a test file.
@@ -222,5 +222,60 @@ func TestNoSleepsAsWaits(t *testing.T) {
 		}
 	}
 	t.Logf("%d allow-listed functions still wait a fixed time (WAIT:)", waits)
-	t.Logf("%d time.Sleep calls in tests: %d on synctest's fake clock, %d pacing a polling loop with a deadline, %d in %d allow-listed helpers, %d used as waits", len(calls), bubbles, polls, allowed, len(sleepAllowed), len(bad))
+	t.Logf("%d time.Sleep calls in tests: %d on synctest's fake clock, %d pacing a polling loop with a deadline, %d in %d allow-listed functions, %d used as waits outside them", len(calls), bubbles, polls, allowed, len(sleepAllowed), len(bad))
+}
+
+// TestSleepClasses checks the three classes on a file of each: a sleep in a
+// synctest bubble, the interval of a polling loop, and a fixed wait.
+func TestSleepClasses(t *testing.T) {
+	dir := t.TempDir()
+	src := `package x
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { time.Sleep(time.Hour) })
+}
+
+func TestPoll(t *testing.T) {
+	for deadline := time.Now().Add(time.Second); !done(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("late")
+		}
+	}
+}
+
+func TestFixed(t *testing.T) {
+	go func() { time.Sleep(300 * time.Millisecond) }()
+	time.Sleep(700 * time.Millisecond)
+}
+
+func done() bool { return true }
+`
+	if err := os.WriteFile(filepath.Join(dir, "x_test.go"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][3]int{}
+	for _, c := range testSleeps(t, dir) {
+		n := got[c.fn]
+		switch {
+		case c.bubble:
+			n[0]++
+		case c.poll:
+			n[1]++
+		default:
+			n[2]++
+		}
+		got[c.fn] = n
+	}
+	want := map[string][3]int{"x_test.go:TestBubble": {1, 0, 0}, "x_test.go:TestPoll": {0, 1, 0}, "x_test.go:TestFixed": {0, 0, 2}}
+	for fn, w := range want {
+		if got[fn] != w {
+			t.Errorf("%s: [bubble poll fixed] %v, want %v", fn, got[fn], w)
+		}
+	}
 }
