@@ -108,7 +108,11 @@ func (s *Service) roundRuns(ctx context.Context, q agent.RunQueue, names []strin
 func (s *Service) startedDue(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	due := s.startedAt.IsZero() || s.startedWanted || now.Sub(s.startedAt) >= s.cfg.Heartbeat
+	// Half a tick of slack: the rounds that come every tick start a hair
+	// less than a tick apart, and a read missed by that hair would wait a
+	// whole tick more, so a killed daemon's run was taken over up to a tick
+	// after TTL + heartbeat (TestFleetChaos: 5.37 s against its 5 s bound).
+	due := s.startedAt.IsZero() || s.startedWanted || now.Sub(s.startedAt) >= s.cfg.Heartbeat-s.cfg.Tick/2
 	for _, t := range s.notUntil {
 		if due {
 			break
