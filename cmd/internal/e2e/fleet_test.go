@@ -231,8 +231,16 @@ func TestFleetChaos(t *testing.T) {
 			}
 		}
 	}
-	if bound := ttl + ttl/3 + time.Second; worst > bound {
-		t.Errorf("a killed daemon's lease was taken over %v after its last renewal, want <= TTL + heartbeat (+1 s scheduling) = %v", worst, bound)
+	// The bound counts each term the comment above names: the scheduler's
+	// tick (serve's default, 1 s) is the poll that finds the expiry (no
+	// NOTIFY comes from a killed daemon), a run seen held elsewhere is not
+	// tried again before a heartbeat, and the acquisition (device checks, the
+	// lease insert) gets 1 s on a loaded machine. The bound used to fold tick
+	// and acquisition into one second, which CI's fresh clones exceeded by
+	// 0.25-0.37 s with the scheduler reading started runs once per heartbeat.
+	const tick = time.Second
+	if bound := ttl + ttl/3 + tick + time.Second; worst > bound {
+		t.Errorf("a killed daemon's lease was taken over %v after its last renewal, want <= TTL + heartbeat + tick + 1 s acquisition = %v", worst, bound)
 	}
 	if takeovers[agent.LeaseHolderLost]+takeovers[agent.LeaseExpired] == 0 {
 		t.Fatalf("no lease was taken over in %d kills: the kills hit no run in flight", kills)
