@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,23 +25,44 @@ import (
 // default, 500 ms quiet) and minQuiet100 (input minQuietMillis 100, sampling
 // every 50 ms).
 func BenchmarkWarmChain(b *testing.B) {
-	_, h, base, _ := warmChainHost(b)
+	env, h, base, _ := warmChainHost(b)
 	ctx := context.Background()
 	quick := base
 	quick.Input = writeJSON(b, b.TempDir(), "input.json", map[string]any{
 		"waitIdle": map[string]any{"idleHeuristicsConfiguration": map[string]any{"minQuietMillis": 100, "samplingIntervalMillis": 50}}})
+	recorder := h.Engine.Recorder
 	for _, bc := range []struct {
-		name string
-		c    runCmd
-	}{{"policy-default-minQuiet500", base}, {"minQuiet100", quick}} {
+		name     string
+		c        runCmd
+		recorder bool
+	}{{"policy-default-minQuiet500", base, true}, {"minQuiet100", quick, true}, {"minQuiet100-no-recorder", quick, false}} {
 		b.Run(bc.name, func(b *testing.B) {
+			// The video recorder (issue 27) measured apart: the engine
+			// without it records nothing (the default policy's video).
+			h.Engine.Recorder = recorder
+			if !bc.recorder {
+				h.Engine.Recorder = nil
+			}
+			defer func() { h.Engine.Recorder = recorder }()
+			env.emu.Opened()
 			var runs []string
+			var last []string
+			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				id, status, _, err := submit(ctx, h, bc.c)
 				if err != nil || status != agent.RunFinished {
 					b.Fatalf("run: %s %v", status, err)
 				}
 				runs = append(runs, id)
+				if i == b.N-1 {
+					b.StopTimer()
+					last = env.emu.Opened() // the last chain's
+					b.StartTimer()
+				} else if i == b.N-2 {
+					b.StopTimer()
+					env.emu.Opened()
+					b.StartTimer()
+				}
 			}
 			msPerOp := float64(b.Elapsed().Milliseconds()) / float64(b.N)
 			b.ReportMetric(msPerOp, "ms/op")
@@ -51,8 +73,45 @@ func BenchmarkWarmChain(b *testing.B) {
 			// warm device, beside its target.
 			b.ReportMetric(msPerOp-means[nodes.NodeWaitIdle], "outside-wait-ms")
 			b.ReportMetric(warmOutsideWaitTarget, "outside-wait-target-ms")
+			reportStreams(b, last)
 		})
 	}
+}
+
+// reportStreams reports the device streams (adb round trips) the last
+// chain opened outside WaitIdle's sampling, and WaitIdle's apart, and logs
+// each service opened once (the profile of where the round trips go).
+func reportStreams(b *testing.B, opened []string) {
+	var other, idle int
+	seen := map[string]int{}
+	var order []string
+	for _, s := range opened {
+		if isIdleSample(s) {
+			idle++
+		} else {
+			other++
+		}
+		if seen[s] == 0 {
+			order = append(order, s)
+		}
+		seen[s]++
+	}
+	b.ReportMetric(float64(other), "adb-streams-outside-wait/chain")
+	b.ReportMetric(float64(idle), "adb-streams-waitidle/chain")
+	for _, s := range order {
+		b.Logf("%3dx %.160s", seen[s], s)
+	}
+}
+
+// isIdleSample: a stream WaitIdle's sampler opens (the screen, its
+// gfxinfo framestats sample), told apart by the commands it sends.
+func isIdleSample(service string) bool {
+	for _, c := range []string{"screencap", "dumpsys gfxinfo"} {
+		if strings.Contains(service, c) {
+			return true
+		}
+	}
+	return false
 }
 
 // warmChainHost opens a single-host assembly on a simulated emulator and
