@@ -292,7 +292,7 @@ func (h *Host) open(ctx context.Context) (err error) {
 	h.recorder = &evidence.Recorder{
 		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.ADB, serial) },
 		Settings:  videoSettings, FirstNode: policy.NodeLaunchOrAttach,
-		Logf: warnf,
+		Logf: warnf, Transport: h.ADB.LastTransportID,
 	}
 	h.evidence = &evidence.Capturer{
 		Video:     h.recorder,
