@@ -63,8 +63,6 @@ var funcSizeDebt = map[string]string{
 	"cmd/internal/daemon.(*Host).open":                  "139/21",
 	"cmd/internal/daemon.(*Daemon).build":               "92/6",
 	"cmd/internal/render.(*ProgressView).Event":         "74/21",
-	"device/evidence.(*Capturer).Capture":               "84/20",
-	"device/evidence.(*Handover).Handover":              "79/16",
 	"emulator.(*Manager).Boot":                          "78/23",
 	"emulator.(*Manager).waitBoot":                      "66/18",
 	"policy.(*Policy).Validate":                         "61/25",
