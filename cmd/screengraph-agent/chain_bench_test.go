@@ -73,9 +73,39 @@ func BenchmarkWarmChain(b *testing.B) {
 			// warm device, beside its target.
 			b.ReportMetric(msPerOp-means[nodes.NodeWaitIdle], "outside-wait-ms")
 			b.ReportMetric(warmOutsideWaitTarget, "outside-wait-target-ms")
+			reportSpans(b, h, runs, means, msPerOp)
 			reportStreams(b, last)
 		})
 	}
+}
+
+// reportSpans splits a chain's time by its events' timestamps (ms
+// resolution, so a mean over runs): the nodes (their durationMillis), the
+// engine between them (run start, the step commits, the recorder's start
+// and drop, the evidence, the end: "engine-between-nodes-ms") and outside
+// the engine's first and last event (creating the run, the relay drain:
+// "outside-engine-ms").
+func reportSpans(b *testing.B, h *agentd.Host, runs []string, means map[string]float64, msPerOp float64) {
+	var span float64
+	for _, id := range runs {
+		evs, err := h.Store.Events(context.Background(), agent.Admin(), id, 0)
+		if err != nil || len(evs) == 0 {
+			b.Fatalf("events of %s: %v", id, err)
+		}
+		first, err1 := time.Parse(time.RFC3339Nano, evs[0].TS)
+		last, err2 := time.Parse(time.RFC3339Nano, evs[len(evs)-1].TS)
+		if err1 != nil || err2 != nil {
+			b.Fatalf("event ts: %v %v", err1, err2)
+		}
+		span += float64(last.Sub(first).Microseconds()) / 1000
+	}
+	span /= float64(len(runs))
+	var nodeSum float64
+	for _, ms := range means {
+		nodeSum += ms
+	}
+	b.ReportMetric(span-nodeSum, "engine-between-nodes-ms")
+	b.ReportMetric(msPerOp-span, "outside-engine-ms")
 }
 
 // reportStreams reports the device streams (adb round trips) the last
