@@ -528,7 +528,9 @@ func TestSimOpenedAndLastTransport(t *testing.T) {
 	if len(opened) != 1 {
 		t.Fatalf("opened called %d times, want 1", len(opened))
 	}
-	if at := <-opened; returned.Sub(at) < 900*time.Millisecond {
+	at := <-opened
+	t.Logf("opened after %v, returned after %v", at.Sub(start), returned.Sub(start))
+	if returned.Sub(at) < 900*time.Millisecond {
 		t.Errorf("opened %v after the start, %v before the command ended: not while it ran", at.Sub(start), returned.Sub(at))
 	}
 	if id := c.LastTransportID(e.Serial()); id == 0 || id != r.TransportID {

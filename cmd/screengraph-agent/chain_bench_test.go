@@ -31,6 +31,13 @@ func BenchmarkWarmChain(b *testing.B) {
 	quick.Input = writeJSON(b, b.TempDir(), "input.json", map[string]any{
 		"waitIdle": map[string]any{"idleHeuristicsConfiguration": map[string]any{"minQuietMillis": 100, "samplingIntervalMillis": 50}}})
 	recorder := h.Engine.Recorder
+	// The recorder's start and the evidence (the recorder's drop with it)
+	// timed where the engine calls them.
+	timedRec := &timedRecorder{Recorder: recorder}
+	evidence := h.Engine.Evidence
+	timedEv := &timedEvidence{Evidence: evidence}
+	h.Engine.Evidence = timedEv
+	defer func() { h.Engine.Evidence = evidence }()
 	for _, bc := range []struct {
 		name     string
 		c        runCmd
@@ -39,10 +46,11 @@ func BenchmarkWarmChain(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			// The video recorder (issue 27) measured apart: the engine
 			// without it records nothing (the default policy's video).
-			h.Engine.Recorder = recorder
+			h.Engine.Recorder = timedRec
 			if !bc.recorder {
 				h.Engine.Recorder = nil
 			}
+			timedRec.took, timedEv.took = 0, 0
 			defer func() { h.Engine.Recorder = recorder }()
 			env.emu.Opened()
 			var runs []string
@@ -74,9 +82,36 @@ func BenchmarkWarmChain(b *testing.B) {
 			b.ReportMetric(msPerOp-means[nodes.NodeWaitIdle], "outside-wait-ms")
 			b.ReportMetric(warmOutsideWaitTarget, "outside-wait-target-ms")
 			reportSpans(b, h, runs, means, msPerOp)
+			b.ReportMetric(float64(timedRec.took.Microseconds())/1000/float64(b.N), "recorder-start-ms")
+			b.ReportMetric(float64(timedEv.took.Microseconds())/1000/float64(b.N), "evidence-ms")
 			reportStreams(b, last)
 		})
 	}
+}
+
+// timedRecorder sums the time NodeStarting takes (the node waits for it).
+type timedRecorder struct {
+	agent.Recorder
+	took time.Duration
+}
+
+func (t *timedRecorder) NodeStarting(ctx context.Context, req agent.RecordRequest) {
+	start := time.Now()
+	t.Recorder.NodeStarting(ctx, req)
+	t.took += time.Since(start)
+}
+
+// timedEvidence sums the time Capture takes (with the recorder's Drop when
+// the outcome keeps no video).
+type timedEvidence struct {
+	agent.Evidence
+	took time.Duration
+}
+
+func (t *timedEvidence) Capture(ctx context.Context, req agent.EvidenceRequest) ([]agent.Artifact, []agent.TokenDelta) {
+	start := time.Now()
+	defer func() { t.took += time.Since(start) }()
+	return t.Evidence.Capture(ctx, req)
 }
 
 // reportSpans splits a chain's time by its events' timestamps (ms
