@@ -24,7 +24,6 @@ const (
 	NoConflict          Conflict = iota
 	ConflictSequence             // run_events (run_id, sequence)
 	ConflictEventID              // run_events event_id
-	ConflictOutbox               // run_outbox: the sequence is still unpublished
 	ConflictSnapshot             // agent_state_snapshot (run_id, step_ordinal)
 	ConflictArtifact             // artifacts primary key
 	ConflictLeaseDevice          // one active lease per device
@@ -60,8 +59,8 @@ type StepTx interface {
 	UpdateStatus(ctx context.Context, runID string, from, to agent.RunStatus, now time.Time) error
 	// UpdatePolicyVersion sets the run's policy version.
 	UpdatePolicyVersion(ctx context.Context, runID string, version int) error
-	// InsertEvents writes the events (run_events, and their outbox entries)
-	// in sequence order; stepOrdinal nil: no snapshot in the step.
+	// InsertEvents writes the events (run_events, each its own outbox entry,
+	// unpublished) in sequence order; stepOrdinal nil: no snapshot in the step.
 	InsertEvents(ctx context.Context, evs []PreparedEvent, stepOrdinal *int) error
 	// InsertSnapshot writes sn of runID, created at created.
 	InsertSnapshot(ctx context.Context, runID string, sn agent.Snapshot, created time.Time) error
@@ -151,8 +150,6 @@ func eventConflict(c Conflict, runID string, evs []PreparedEvent, err error) err
 	switch c {
 	case ConflictSequence:
 		return fmt.Errorf("%s: %v: %w", span, err, agent.ErrSequenceTaken)
-	case ConflictOutbox:
-		return fmt.Errorf("%s still unpublished in the outbox: %v: %w", span, err, agent.ErrSequenceTaken)
 	case ConflictEventID:
 		return fmt.Errorf("%w: %s: event id already recorded: %v", snapshots.ErrInvalid, span, err)
 	}

@@ -104,11 +104,10 @@ func AnySlice(ss []string) []any {
 	return out
 }
 
-// PreparedEvent is an event ready to insert: envelope bytes and subject.
+// PreparedEvent is an event ready to insert with its envelope bytes.
 type PreparedEvent struct {
 	agent.Event
 	Envelope []byte // the event's JSON envelope, as published
-	Subject  string // its NATS subject (snapshots.Subject)
 }
 
 // PrepareStep validates a Step independently of the database: ULIDs, one
@@ -163,7 +162,7 @@ func PrepareStep(s agent.Step) ([]PreparedEvent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: event %s: %v", snapshots.ErrInvalid, e.EventID, err)
 		}
-		out = append(out, PreparedEvent{Event: e, Envelope: env, Subject: snapshots.Subject(e.TenantID, e.RunID, e.Kind)})
+		out = append(out, PreparedEvent{Event: e, Envelope: env})
 	}
 	return out, nil
 }
@@ -276,11 +275,22 @@ func ScanEvent(r RowScanner) (agent.Event, error) {
 	return DecodeEvent(env)
 }
 
-// ScanOutboxRow scans run_id, sequence, event_id, subject, body of a
-// run_outbox row.
+// OutboxCols are the columns ScanOutboxRow reads of an unpublished event
+// (run_events e joined with its run r): the subject is derived from the
+// run's tenant (snapshots.Subject), the body is the envelope.
+const OutboxCols = `e.run_id, e.sequence, e.event_id, r.tenant_id, e.envelope`
+
+// OutboxFrom is the FROM clause OutboxCols reads.
+const OutboxFrom = ` FROM run_events e JOIN runs r ON r.run_id = e.run_id`
+
+// ScanOutboxRow scans OutboxCols into an outbox row.
 func ScanOutboxRow(r RowScanner) (agent.OutboxRow, error) {
-	var o agent.OutboxRow
-	err := r.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body)
+	var (
+		o      agent.OutboxRow
+		tenant string
+	)
+	err := r.Scan(&o.RunID, &o.Sequence, &o.EventID, &tenant, &o.Body)
+	o.Subject = snapshots.Subject(tenant, o.RunID, "")
 	return o, err
 }
 
