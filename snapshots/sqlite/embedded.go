@@ -155,33 +155,8 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("snapshots: open %s read-only: %w", path, err)
 		}
-	} else {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("snapshots: data dir: %w", err)
-		}
-		if err := ownerOnly(path); err != nil {
-			return nil, err
-		}
-		w, err := openOneConn(sqliteDSN(path, o.BusyTimeout, true, o))
-		if err != nil {
-			return nil, err
-		}
-		if _, err := migrations.Up(ctx, w, migrations.SQLite); err != nil {
-			w.Close()
-			return nil, err
-		}
-		s.w = w
-		s.ws = newStmtCache(w)
-		if err := s.ws.prepare(ctx, writerTxStatements...); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("snapshots: prepare: %w", err)
-		}
-		if !o.CheckpointInCommit {
-			if s.ckpt, err = startCheckpointer(path, o.BusyTimeout, s.group, w); err != nil {
-				s.Close()
-				return nil, fmt.Errorf("snapshots: open %s: %w", path, err)
-			}
-		}
+	} else if err := s.openWriter(ctx, o); err != nil {
+		return nil, err
 	}
 	r, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, false, o))
 	if err != nil {
@@ -197,6 +172,40 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("snapshots: open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// openWriter creates s's file (and directory) when needed, opens the
+// writer's connection, migrates, prepares the writer's hot statements and
+// starts the checkpointer (unless o.CheckpointInCommit). On an error s is
+// closed.
+func (s *Store) openWriter(ctx context.Context, o Options) error {
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
+		return fmt.Errorf("snapshots: data dir: %w", err)
+	}
+	if err := ownerOnly(s.path); err != nil {
+		return err
+	}
+	w, err := openOneConn(sqliteDSN(s.path, o.BusyTimeout, true, o))
+	if err != nil {
+		return err
+	}
+	if _, err := migrations.Up(ctx, w, migrations.SQLite); err != nil {
+		w.Close()
+		return err
+	}
+	s.w = w
+	s.ws = newStmtCache(w)
+	if err := s.ws.prepare(ctx, writerTxStatements...); err != nil {
+		s.Close()
+		return fmt.Errorf("snapshots: prepare: %w", err)
+	}
+	if !o.CheckpointInCommit {
+		if s.ckpt, err = startCheckpointer(s.path, o.BusyTimeout, s.group, w); err != nil {
+			s.Close()
+			return fmt.Errorf("snapshots: open %s: %w", s.path, err)
+		}
+	}
+	return nil
 }
 
 // openOneConn opens dsn as a pool of one connection, kept open for good

@@ -86,29 +86,14 @@ func CommitStep(ctx context.Context, tx StepTx, st agent.Step, evs []PreparedEve
 	if err := CheckStepAgainstRun(st, evs, run.Tenant, run.Status, run.Last); err != nil {
 		return err
 	}
-	if f := st.Fence; f != nil {
-		l, found, now, err := tx.FenceLease(ctx, f.Serial, f.Token)
-		if err != nil {
-			return err
-		}
-		if err := CheckFence(f, l, found, now); err != nil {
-			return err
-		}
+	if err := checkFence(ctx, tx, st.Fence); err != nil {
+		return err
 	}
 	if err := takeControl(ctx, tx, st, run.Now); err != nil {
 		return err
 	}
-	if st.StatusTo != "" {
-		// The run is locked since LockRun, so the status read there is
-		// current; the dialect's UPDATE repeats it as its own CAS.
-		if err := tx.UpdateStatus(ctx, st.RunID, run.Status, st.StatusTo, run.Now); err != nil {
-			return err
-		}
-	}
-	if st.PolicyVersion > 0 {
-		if err := tx.UpdatePolicyVersion(ctx, st.RunID, st.PolicyVersion); err != nil {
-			return err
-		}
+	if err := updateRun(ctx, tx, st, run); err != nil {
+		return err
 	}
 	if len(evs) > 0 {
 		var step *int
@@ -119,18 +104,8 @@ func CommitStep(ctx context.Context, tx StepTx, st agent.Step, evs []PreparedEve
 			return eventConflict(tx.Conflict(err), st.RunID, evs, err)
 		}
 	}
-	if sn := st.Snapshot; sn != nil {
-		created := run.Now
-		if !sn.CreatedAt.IsZero() {
-			created = StoreTime(sn.CreatedAt)
-		}
-		err := tx.InsertSnapshot(ctx, st.RunID, *sn, created)
-		if tx.Conflict(err) == ConflictSnapshot {
-			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
-		}
-		if err != nil {
-			return err
-		}
+	if err := insertSnapshot(ctx, tx, st, run.Now); err != nil {
+		return err
 	}
 	for _, a := range st.Artifacts {
 		err := tx.InsertArtifact(ctx, st.RunID, run.Tenant, a, ArtifactCreated(a, run.Now))
@@ -142,6 +117,52 @@ func CommitStep(ctx context.Context, tx StepTx, st agent.Step, evs []PreparedEve
 		}
 	}
 	return nil
+}
+
+// checkFence checks the step's fence (none: nothing to check) against its
+// lease, read locked.
+func checkFence(ctx context.Context, tx StepTx, f *agent.Fence) error {
+	if f == nil {
+		return nil
+	}
+	l, found, now, err := tx.FenceLease(ctx, f.Serial, f.Token)
+	if err != nil {
+		return err
+	}
+	return CheckFence(f, l, found, now)
+}
+
+// updateRun writes the step's status CAS and policy version to its run.
+func updateRun(ctx context.Context, tx StepTx, st agent.Step, run StepRun) error {
+	if st.StatusTo != "" {
+		// The run is locked since LockRun, so the status read there is
+		// current; the dialect's UPDATE repeats it as its own CAS.
+		if err := tx.UpdateStatus(ctx, st.RunID, run.Status, st.StatusTo, run.Now); err != nil {
+			return err
+		}
+	}
+	if st.PolicyVersion > 0 {
+		return tx.UpdatePolicyVersion(ctx, st.RunID, st.PolicyVersion)
+	}
+	return nil
+}
+
+// insertSnapshot writes the step's snapshot (none: nothing), created at
+// its CreatedAt or now.
+func insertSnapshot(ctx context.Context, tx StepTx, st agent.Step, now time.Time) error {
+	sn := st.Snapshot
+	if sn == nil {
+		return nil
+	}
+	created := now
+	if !sn.CreatedAt.IsZero() {
+		created = StoreTime(sn.CreatedAt)
+	}
+	err := tx.InsertSnapshot(ctx, st.RunID, *sn, created)
+	if tx.Conflict(err) == ConflictSnapshot {
+		return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
+	}
+	return err
 }
 
 // eventConflict is InsertEvents' error err as the step commit returns it.
