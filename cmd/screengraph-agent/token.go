@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 
 	"golang.org/x/crypto/bcrypt"
@@ -45,7 +46,7 @@ func (f outputFlag) fail(what string, err error) error {
 	if f.Output == "json" {
 		render.PrintJSON(httpapi.ErrorBody(err, ""))
 	}
-	return exitError{code: 2, err: fmt.Errorf("%s: %w", what, err)}
+	return cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %w", what, err)}
 }
 
 // tokenFlags locate the tokens' API: the daemon of --server, else the API
@@ -146,16 +147,16 @@ type natsConfigCmd struct {
 func (c *natsConfigCmd) Run(ctx context.Context) error {
 	st, err := c.open(ctx)
 	if err != nil {
-		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
+		return cli.ExitError{Code: 2, Err: fmt.Errorf("nats-config: %w", err)}
 	}
 	defer st.Close()
 	ts, err := st.ListTokens(ctx)
 	if err != nil {
-		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
+		return cli.ExitError{Code: 2, Err: fmt.Errorf("nats-config: %w", err)}
 	}
 	dh, err := bcrypt.GenerateFromPassword([]byte(c.DaemonPassword), bcrypt.DefaultCost)
 	if err != nil {
-		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
+		return cli.ExitError{Code: 2, Err: fmt.Errorf("nats-config: %w", err)}
 	}
 	return natsbus.WriteAuthConfig(os.Stdout, string(dh), ts)
 }

@@ -10,7 +10,10 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -335,4 +338,17 @@ func OpenAdminStore(ctx context.Context, dataDir, databaseURL string) (AdminStor
 		return nil, agent.Wrap(agent.ErrProcess, err, "embedded store in %s", dataDir)
 	}
 	return s, nil
+}
+
+// OpenExistingStore opens the embedded store of dataDir, which must exist:
+// the runs commands read a store, they never create one. Errors:
+// invalid_request_error naming the path and hint (what to pass instead)
+// for a data dir with no agent.db (an empty table there read as "no runs"
+// when the user meant another data dir or a daemon that was down).
+func OpenExistingStore(ctx context.Context, dataDir, hint string) (*sqlite.Store, error) {
+	p := filepath.Join(dataDir, "agent.db")
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "no local store at %s (%s)", p, hint)
+	}
+	return sqlite.Open(ctx, p, sqlite.Options{})
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator"
+	"github.com/screengraph/screengraph-agent/nodes"
 )
 
 // PrintJSON prints v as indented JSON with its secrets redacted
@@ -542,4 +543,30 @@ func RunOutcome(ctx context.Context, output string, st agent.Store, g *agent.Gra
 	}
 	fmt.Printf("run %s FINISHED in %v (%d events; %v with set-up)\n", runID, took.Round(time.Millisecond), len(evs), total.Round(time.Millisecond))
 	return nil
+}
+
+// RunRefused prints, in the agent error format of `run --output json`, a
+// run refused before it started (bad flags or input, no device, a lease
+// that could not be waited for): every node not_executed, the failed node
+// the one whose input was refused (nodes.InputError), if any; secrets
+// redacted.
+func RunRefused(err error) {
+	e := agent.Classify(err)
+	node := ""
+	var ie *nodes.InputError
+	if errors.As(err, &ie) {
+		node = ie.Node
+	}
+	steps := []map[string]any{}
+	for _, n := range []string{nodes.NodeEnsureDevice, nodes.NodeProvisionApp, nodes.NodeLaunchOrAttach, nodes.NodeWaitIdle} {
+		steps = append(steps, map[string]any{"node_id": n, "status": "not_executed", "cached": false})
+	}
+	PrintJSON(map[string]any{
+		"success": false,
+		"error":   agent.RedactString(e.Error()),
+		"errors": []map[string]any{{"category": Category(e), "node_id": node,
+			"message": agent.RedactString(e.Error()), "fixable": Category(e) == agent.CategoryAPIValidation || e.Retryable, "error_id": e.ID}},
+		"execution":  map[string]any{"steps": steps},
+		"checkpoint": map[string]any{"completed_nodes": []string{}, "failed_node": node},
+	})
 }
