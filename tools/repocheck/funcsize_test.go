@@ -34,13 +34,6 @@ var funcSizeExempt = []string{"emulator/sim/..."}
 // when one listed is within the limits (remove it here) and for any new one.
 // nodes/, device/android, device/adbdevice and device/artifacts have none.
 var funcSizeDebt = map[string]string{
-	"adb.(*Client).Pull":                                "58/17",
-	"adb/parse.ParseAmStart":                            "47/17",
-	"adb/parse.ParseDropbox":                            "70/19",
-	"adb/parse.parseServiceLine":                        "28/17",
-	"adb/parse.ParseFramestats":                         "57/29",
-	"adb/parse.ParseFatalExceptions":                    "75/30",
-	"adb/parse.ParseDumpsysPackage":                     "82/28",
 	"agent/agenttest.(*Store).CommitStep":               "77/23",
 	"agent.(*runner).boundary":                          "67/23",
 	"agent.(*runner).runStep":                           "149/29",
@@ -56,8 +49,6 @@ var funcSizeDebt = map[string]string{
 	"agent/service.(*Service).Devices":                  "47/18",
 	"agent/service.(*Service).execute":                  "89/22",
 	"agent/service.New":                                 "47/18",
-	"agent/strictjson.(*walker).object":                 "65/18",
-	"agent/strictjson.(*walker).value":                  "57/21",
 	"appium.Locate":                                     "76/19",
 	"appium.startServer":                                "109/25",
 	"cmd/internal/daemon.(*Host).open":                  "139/21",
@@ -67,7 +58,6 @@ var funcSizeDebt = map[string]string{
 	"device/evidence.(*Handover).Handover":              "79/16",
 	"emulator.(*Manager).Boot":                          "78/23",
 	"emulator.(*Manager).waitBoot":                      "66/18",
-	"policy.(*Policy).Validate":                         "61/25",
 	"snapshots/internal/storekit.PrepareStep":           "56/24",
 	"snapshots/internal/storekit.CommitStep":            "68/22",
 	"snapshots/natsbus.OpenBus":                         "63/16",
