@@ -42,8 +42,6 @@ var funcSizeDebt = map[string]string{
 	"agent.redactParams":                                "50/23",
 	"agent/service.(*Service).schedule":                 "209/47",
 	"agent/service.(*Service).execute":                  "89/22",
-	"appium.Locate":                                     "76/19",
-	"appium.startServer":                                "109/25",
 	"cmd/internal/daemon.(*Host).open":                  "139/21",
 	"cmd/internal/daemon.(*Daemon).build":               "92/6",
 	"cmd/internal/render.(*ProgressView).Event":         "74/21",
