@@ -47,8 +47,6 @@ var funcSizeDebt = map[string]string{
 	"cmd/internal/render.(*ProgressView).Event":         "74/21",
 	"device/evidence.(*Capturer).Capture":               "84/20",
 	"device/evidence.(*Handover).Handover":              "79/16",
-	"emulator.(*Manager).Boot":                          "78/23",
-	"emulator.(*Manager).waitBoot":                      "66/18",
 	"snapshots/internal/storekit.PrepareStep":           "56/24",
 	"snapshots/internal/storekit.CommitStep":            "68/22",
 	"snapshots/natsbus.OpenBus":                         "63/16",
