@@ -55,16 +55,6 @@ var funcSizeDebt = map[string]string{
 	"snapshots/relay.(*Relay).claimOnce":                "73/19",
 	"snapshots/relay.(*Relay).send":                     "60/19",
 	"snapshots/sqlite.Open":                             "66/17",
-	"snapshots/storetest.testLeaseDeviceKey":            "52/22",
-	"snapshots/storetest.testListRunsPages":             "96/25",
-	"snapshots/storetest.testPruneSelection":            "50/22",
-	"snapshots/storetest.testCommitStep":                "61/22",
-	"snapshots/storetest.testControl":                   "110/34",
-	"snapshots/storetest.testControlExactlyOnce":        "116/26",
-	"snapshots/storetest.testOutbox":                    "75/24",
-	"snapshots/storetest.testRuns":                      "79/22",
-	"snapshots/storetest.testSnapshots":                 "42/18",
-	"snapshots/storetest.testReadsByScope":              "94/30",
 }
 
 // Cyclomatic is gocyclo's complexity of fn (see maxCyclomatic).
