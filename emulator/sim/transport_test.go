@@ -233,16 +233,21 @@ func TestTransportThroughRealADBServer(t *testing.T) {
 
 func TestFaultOfflineSeenByADBServer(t *testing.T) {
 	srv := simtest.StartADBServer(t)
-	// The offline period is long enough to be seen by a poll of `adb
-	// devices` on a loaded machine (CI missed a 1.5 s one: the device was
-	// back before the first poll after its connect); the waits' bounds only
-	// bound a failure.
-	e, _ := startFake(t, srv, sim.TransportFaults{OfflineAfter: 300 * time.Millisecond, OfflineFor: 8 * time.Second})
+	// The device goes offline only once the server has seen it online: a
+	// timed fault could fire before the first poll, and the server also
+	// lists a serial as "offline" while its CNXN handshake is under way, so
+	// a wait for "offline" alone could end before the fault (CI saw the
+	// shell succeed 20 ms into the test). The timed fault is tested through
+	// a profile in faults_test.go.
+	e, _ := startFake(t, srv, sim.TransportFaults{})
+	srv.WaitState(t, e.Serial(), "device", 30*time.Second)
+	e.SetOffline(true)
 	srv.WaitState(t, e.Serial(), "offline", 30*time.Second)
 	_, errOut, code := srv.Run(t, "-s", e.Serial(), "shell", "echo", "hi")
 	if code == 0 || !strings.Contains(errOut, "offline") {
 		t.Fatalf("shell on an offline device: exit %d, stderr %q", code, errOut)
 	}
+	e.SetOffline(false)
 	srv.WaitState(t, e.Serial(), "device", 30*time.Second)
 	if out, _, code := srv.Run(t, "-s", e.Serial(), "shell", "echo", "back"); out != "back\n" || code != 0 {
 		t.Fatalf("after the offline period: %q exit %d", out, code)
