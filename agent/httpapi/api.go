@@ -73,6 +73,9 @@ type Config struct {
 	// connection arrived on (serve --allowed-host; guard.go): "NAME" (any
 	// port) or "NAME:PORT". Validate each with CheckAllowedHost.
 	AllowedHosts []string
+	// TokenAdmin, when set, serves the admin token routes (tokens.go:
+	// POST/GET /v1/tokens, DELETE /v1/tokens/{id}); nil: they answer 404.
+	TokenAdmin *TokenAdmin
 }
 
 // Route is one route of the API.
@@ -89,7 +92,7 @@ func Routes() []Route {
 		{"POST", "/v1/runs/{id}/policy"},
 		{"GET", "/v1/devices"}, {"GET", "/v1/leases"}, {"GET", "/v1/outbox/parked"},
 		{"GET", "/healthz"}, {"GET", "/readyz"}, {"GET", "/metrics"}, {"GET", "/v1/openapi.json"},
-	}, append(artifactRoutes, deviceRoutes...)...)
+	}, slices.Concat(artifactRoutes, deviceRoutes, tokenRoutes)...)
 }
 
 type api struct {
@@ -135,6 +138,9 @@ func New(cfg Config) http.Handler {
 		h["GET /metrics"] = func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }
 	}
 	for p, f := range a.artifactHandlers() {
+		h[p] = f
+	}
+	for p, f := range a.tokenHandlers() {
 		h[p] = f
 	}
 	for p, f := range h {
