@@ -42,6 +42,11 @@ CREATE TABLE run_events_v12 (
     parked_reason TEXT,
     CONSTRAINT run_events_run_sequence_key UNIQUE (run_id, sequence)
 );
+-- Each event's outbox rows are looked up by (run_id, sequence) below; the
+-- outbox had that key only for unpublished rows, so a run's every row
+-- would be read once per event of the run. An index for the copy (it goes
+-- with the table).
+CREATE INDEX run_outbox_copy_idx ON run_outbox (run_id, sequence, id);
 INSERT INTO run_events_v12 (id, run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal, published_at, parked_at, parked_reason)
     SELECT e.rowid, e.run_id, e.sequence, e.event_id, e.kind, e.ts, e.checksum, e.envelope, e.step_ordinal,
         CASE
