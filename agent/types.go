@@ -104,7 +104,8 @@ type Snapshot struct {
 	CreatedAt   time.Time       `json:"createdAt"`
 }
 
-// OutboxRow is one run_outbox row: an event waiting for the relay.
+// OutboxRow is an event waiting for the relay (a run_events row with no
+// published_at: each event is its own outbox entry).
 type OutboxRow struct {
 	RunID       string
 	Sequence    int64

@@ -7,7 +7,7 @@
 //   - snapshots/postgres: the fleet store (pgx v5), schema from
 //     migrations/postgres; the outbox claims several daemons' relays share.
 //   - snapshots/relay: the transactional-outbox forwarder that publishes
-//     run_outbox rows to a Publisher strictly in sequence order per run, and
+//     unpublished events to a Publisher strictly in sequence order per run, and
 //     the outbox watch /readyz asks.
 //   - snapshots/natsbus: the NATS side: the in-process NATS server of the
 //     single-host default, the AGENT_EVENTS stream config, the JetStream

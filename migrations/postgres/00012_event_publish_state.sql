@@ -14,6 +14,11 @@ ALTER TABLE run_events ADD COLUMN id BIGINT GENERATED ALWAYS AS IDENTITY,
     ADD COLUMN published_at TIMESTAMPTZ,
     ADD COLUMN parked_at TIMESTAMPTZ,
     ADD COLUMN parked_reason TEXT;
+-- Each event's outbox rows are looked up by (run_id, sequence) below; the
+-- outbox had that key only for unpublished rows, so a run's every row
+-- would be read once per event of the run. An index for the copy (it goes
+-- with the table).
+CREATE INDEX run_outbox_copy_idx ON run_outbox (run_id, sequence, id);
 UPDATE run_events e SET
     published_at = CASE
         WHEN EXISTS (SELECT 1 FROM run_outbox o WHERE o.run_id = e.run_id AND o.sequence = e.sequence AND o.published_at IS NULL) THEN NULL

@@ -42,16 +42,19 @@ CREATE TABLE run_events_v12 (
     parked_reason TEXT,
     CONSTRAINT run_events_run_sequence_key UNIQUE (run_id, sequence)
 );
+-- Each event's outbox rows are read grouped by (run_id, sequence) in one
+-- pass (a sort, then a transient index of the groups), not looked up per
+-- event: the outbox had that key only for its unpublished rows, so each
+-- event would have read its run's every row.
 INSERT INTO run_events_v12 (id, run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal, published_at, parked_at, parked_reason)
     SELECT e.rowid, e.run_id, e.sequence, e.event_id, e.kind, e.ts, e.checksum, e.envelope, e.step_ordinal,
-        CASE
-            WHEN EXISTS (SELECT 1 FROM run_outbox o WHERE o.run_id = e.run_id AND o.sequence = e.sequence AND o.published_at IS NULL) THEN NULL
-            ELSE coalesce((SELECT max(o.published_at) FROM run_outbox o WHERE o.run_id = e.run_id AND o.sequence = e.sequence),
-                          strftime('%Y-%m-%dT%H:%M:%f', 'now') || '000Z')
-        END,
-        (SELECT o.parked_at FROM run_outbox o WHERE o.run_id = e.run_id AND o.sequence = e.sequence ORDER BY o.id DESC LIMIT 1),
-        (SELECT o.parked_reason FROM run_outbox o WHERE o.run_id = e.run_id AND o.sequence = e.sequence ORDER BY o.id DESC LIMIT 1)
-    FROM run_events e ORDER BY e.rowid;
+        CASE WHEN o.waiting THEN NULL ELSE coalesce(o.published, strftime('%Y-%m-%dT%H:%M:%f', 'now') || '000Z') END,
+        p.parked_at, p.parked_reason
+    FROM run_events e
+    LEFT JOIN (SELECT run_id, sequence, max(published_at IS NULL) AS waiting, max(published_at) AS published, max(id) AS last
+               FROM run_outbox GROUP BY run_id, sequence) o ON o.run_id = e.run_id AND o.sequence = e.sequence
+    LEFT JOIN run_outbox p ON p.id = o.last
+    ORDER BY e.rowid;
 DROP TABLE run_outbox;
 DROP TABLE run_events;
 ALTER TABLE run_events_v12 RENAME TO run_events;

@@ -62,7 +62,7 @@ func (p pgTx) LockRun(ctx context.Context, runID string) (storekit.StepRun, bool
 		return r, false, err
 	}
 	r.Status, r.Now = agent.RunStatus(status), storekit.StoreTime(r.Now)
-	err = p.tx.QueryRow(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM run_events WHERE run_id = $1`, runID).Scan(&r.Last)
+	err = p.tx.QueryRow(ctx, sqlLastSequence, runID).Scan(&r.Last)
 	return r, true, err
 }
 

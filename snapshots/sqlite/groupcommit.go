@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // writeReq is one write waiting for its group: fn runs in the group's
@@ -98,10 +97,13 @@ func (g *groupCommitter) lead() {
 		return
 	}
 	// The steps were accepted by their callers; one caller's ctx ending must
-	// not fail the others', so the group has a deadline of its own.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	errs, err := g.s.commitGroup(ctx, batch)
+	// not fail the others', so the group runs on a context of its own, one
+	// that never ends: modernc.org/sqlite watches a cancellable context with
+	// a goroutine (and a progress handler) per statement, about 15% of a
+	// step commit's CPU (BenchmarkCommitStep/embedded: 213-238 -> 182-192
+	// µs, 37 fewer allocations). A deadline here bought nothing: lock waits
+	// end at busy_timeout, and an interrupt reaches no stalled write.
+	errs, err := g.s.commitGroup(context.Background(), batch)
 	g.groups.Add(1)
 	g.steps.Add(int64(len(batch)))
 	if err == nil && g.s.ckpt != nil {
