@@ -51,9 +51,16 @@ var agentBin struct {
 	err  error
 }
 
+// buildAgent builds the binary under test once per test process.
+// SCREENGRAPH_AGENT_BIN names a binary built elsewhere to run instead (a
+// benchmark's "before" side: main's build against this tree's harness).
 func buildAgent(t testing.TB) string {
 	t.Helper()
 	agentBin.once.Do(func() {
+		if p := os.Getenv("SCREENGRAPH_AGENT_BIN"); p != "" {
+			agentBin.path = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "screengraph-agent-bin-")
 		if err != nil {
 			agentBin.err = err
