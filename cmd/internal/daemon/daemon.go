@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/rand"
 	"net"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -59,12 +58,8 @@ func newID() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
 // through the service's store), the HTTP API and the NATS control
 // subscription. Errors are agent errors (the agent error format); on one,
 // what New started is stopped.
-//
-// New also puts the process under the daemon's soft memory limit
-// (DefaultMemoryLimit, or GOMEMLIMIT's): only serve builds a Daemon.
 func New(ctx context.Context, cfg Config) (d *Daemon, err error) {
 	log := cfg.Log
-	log.Info().Int64("memoryLimitBytes", applyMemoryLimit(os.Getenv)).Msg("Go soft memory limit (GOMEMLIMIT)")
 	if cfg.PprofListen != "" {
 		servePprof(cfg.PprofListen, log)
 	}
