@@ -36,8 +36,6 @@ var funcSizeExempt = []string{"emulator/sim/..."}
 var funcSizeDebt = map[string]string{
 	"agent/service.(*Service).schedule":                 "209/47",
 	"agent/service.(*Service).execute":                  "89/22",
-	"device/evidence.(*Capturer).Capture":               "84/20",
-	"device/evidence.(*Handover).Handover":              "79/16",
 	"snapshots/natsbus.OpenBus":                         "63/16",
 	"snapshots/natsbus.(*JetStreamPublisher).sendChain": "58/18",
 	"snapshots/relay.(*Relay).claimOnce":                "73/19",
