@@ -637,83 +637,93 @@ func (r *runner) finish(ctx context.Context, kind string, to RunStatus) error {
 // boundary honors control between steps. It reports done when the run
 // became (or already was) terminal.
 func (r *runner) boundary(ctx context.Context) (bool, error) {
-	ctrl, err := r.readControl(ctx)
-	if err != nil {
-		return false, err
-	}
-	if err := r.refresh(ctx); err != nil {
-		return false, err
-	}
-	if r.run.Status.Terminal() {
-		return true, nil
+	ctrl, done, err := r.readState(ctx)
+	if done || err != nil {
+		return done, err
 	}
 	paused := r.run.Status == RunPaused
 	cancel := r.run.Status == RunCancelRequested
 	r.apply(ctx, ctrl, &cancel, &paused)
 	for {
-		if cancel {
-			if r.e.Recorder != nil {
-				// Stopped before the run shows CANCELED; Run's return drops it.
-				r.e.Recorder.Pause(ctx, r.run.RunID)
-			}
+		switch {
+		case cancel:
+			// Stopped before the run shows CANCELED; Run's return drops it.
+			r.pauseRecording(ctx)
 			return r.cancel(ctx)
-		}
-		if !paused {
-			if r.run.Status == RunPaused {
-				ok, err := r.pauseTransition(ctx, KindRunResumed, RunPaused, RunRunning)
-				if err != nil {
-					return false, err
-				}
-				if !ok {
-					if done, err := r.afterConflict(&cancel, &paused); done || err != nil {
-						return done, err
-					}
-					continue
-				}
-			}
+		case !paused && r.run.Status != RunPaused:
 			return false, nil
-		}
-		if r.run.Status != RunPaused {
-			if r.e.Recorder != nil {
-				// Stopped before the run shows PAUSED: a paused run records nothing.
-				r.e.Recorder.Pause(ctx, r.run.RunID)
+		case !paused:
+			done, again, err := r.settle(ctx, KindRunResumed, RunPaused, RunRunning, &cancel, &paused)
+			if !again {
+				return done, err
 			}
-			ok, err := r.pauseTransition(ctx, KindRunPaused, RunRunning, RunPaused)
-			if err != nil {
-				return false, err
-			}
-			if !ok {
-				if done, err := r.afterConflict(&cancel, &paused); done || err != nil {
-					return done, err
-				}
+			continue
+		case r.run.Status != RunPaused:
+			// Stopped before the run shows PAUSED: a paused run records nothing.
+			r.pauseRecording(ctx)
+			done, again, err := r.settle(ctx, KindRunPaused, RunRunning, RunPaused, &cancel, &paused)
+			if again {
 				continue
 			}
+			if done || err != nil {
+				return done, err
+			}
 		}
-		// Paused: wait for resume or cancel, by request or by status. A
-		// paused run records nothing.
-		if r.e.Recorder != nil {
-			r.e.Recorder.Pause(ctx, r.run.RunID)
+		if done, err := r.waitPaused(ctx, &cancel, &paused); done || err != nil {
+			return done, err
 		}
-		if err := r.sleep(ctx, r.pollInterval()); err != nil {
-			return false, err
-		}
-		if ctrl, err = r.readControl(ctx); err != nil {
-			return false, err
-		}
-		if err := r.refresh(ctx); err != nil {
-			return false, err
-		}
-		if r.run.Status.Terminal() {
-			return true, nil
-		}
-		switch r.run.Status {
-		case RunCancelRequested:
-			cancel = true
-		case RunRunning: // resumed by status
-			paused = false
-		}
-		r.apply(ctx, ctrl, &cancel, &paused)
 	}
+}
+
+// readState reads the run's new control requests (readControl) and its
+// status; done when the run is terminal.
+func (r *runner) readState(ctx context.Context) (ctrl []Control, done bool, err error) {
+	if ctrl, err = r.readControl(ctx); err != nil {
+		return nil, false, err
+	}
+	if err := r.refresh(ctx); err != nil {
+		return nil, false, err
+	}
+	return ctrl, r.run.Status.Terminal(), nil
+}
+
+// pauseRecording stops the run's recording (Engine.Recorder), if any.
+func (r *runner) pauseRecording(ctx context.Context) {
+	if r.e.Recorder != nil {
+		r.e.Recorder.Pause(ctx, r.run.RunID)
+	}
+}
+
+// settle commits a pause or resume (pauseTransition); again when its CAS
+// lost to a change that leaves the run open, for boundary to decide anew.
+func (r *runner) settle(ctx context.Context, kind string, from, to RunStatus, cancel, paused *bool) (done, again bool, err error) {
+	ok, err := r.pauseTransition(ctx, kind, from, to)
+	if err != nil || ok {
+		return false, false, err
+	}
+	done, err = r.afterConflict(cancel, paused)
+	return done, !done && err == nil, err
+}
+
+// waitPaused waits one poll interval in PAUSED for a resume or a cancel, by
+// request or by status, and reads them. A paused run records nothing.
+func (r *runner) waitPaused(ctx context.Context, cancel, paused *bool) (bool, error) {
+	r.pauseRecording(ctx)
+	if err := r.sleep(ctx, r.pollInterval()); err != nil {
+		return false, err
+	}
+	ctrl, done, err := r.readState(ctx)
+	if done || err != nil {
+		return done, err
+	}
+	switch r.run.Status {
+	case RunCancelRequested:
+		*cancel = true
+	case RunRunning: // resumed by status
+		*paused = false
+	}
+	r.apply(ctx, ctrl, cancel, paused)
+	return false, nil
 }
 
 // pauseTransition commits agent.run.paused / agent.run.resumed with the
@@ -805,26 +815,21 @@ func (r *runner) waitUntil(ctx context.Context, ts string) error {
 
 // runStep runs one attempt of r.st.Next and commits it.
 func (r *runner) runStep(ctx context.Context) error {
-	name := r.st.Next
-	stepOrd := r.step + 1
-	stepCtrl := r.takeable(true)
-	attempt := r.st.Attempts[name] + 1
-	token := r.ids.NewID()
-	timeout := r.pol.Timeout(name)
+	a := r.newAttempt()
 	if r.e.Recorder != nil {
-		r.e.Recorder.NodeStarting(ctx, RecordRequest{Run: r.run, Node: name, Policy: r.pol,
+		r.e.Recorder.NodeStarting(ctx, RecordRequest{Run: r.run, Node: a.name, Policy: r.pol,
 			Outputs: cloneRaw(r.st.Outputs), Window: r.window})
 	}
 	in := NodeInput{
-		Run: r.run, NodeName: name, StepOrdinal: stepOrd, Attempt: attempt,
+		Run: r.run, NodeName: a.name, StepOrdinal: a.step, Attempt: a.attempt,
 		IterationOrdinalNumber: r.st.IterationOrdinalNumber, PolicyVersion: r.st.PolicyVersion,
-		Policy: r.pol, ResumeToken: token, RandomSeed: StepSeed(r.st.Seed, stepOrd, name),
+		Policy: r.pol, ResumeToken: a.token, RandomSeed: StepSeed(r.st.Seed, a.step, a.name),
 		Outputs: cloneRaw(r.st.Outputs), Carry: cloneRaw(r.st.Carry), Clock: r.clock,
 	}
 	started, err := r.event(r.seq+1, KindNodeStarted, NodeStartedPayload{
-		PayloadBase: r.base(), NodeName: name, StepOrdinal: stepOrd, Attempt: attempt,
-		PolicyVersion: r.st.PolicyVersion, ResumeToken: token, TimeoutMillis: timeout.Milliseconds(),
-		AppliedControl: applied(stepCtrl),
+		PayloadBase: r.base(), NodeName: a.name, StepOrdinal: a.step, Attempt: a.attempt,
+		PolicyVersion: r.st.PolicyVersion, ResumeToken: a.token, TimeoutMillis: a.timeout.Milliseconds(),
+		AppliedControl: applied(a.ctrl),
 	})
 	if err != nil {
 		return err
@@ -833,15 +838,15 @@ func (r *runner) runStep(ctx context.Context) error {
 	// event, which names the control, with the snapshot that takes it:
 	// taken earlier, the switch would be lost to a crash before the step's
 	// end (takeable). Its progress is then seen at the node's end.
-	live := r.startLive(ctx, started, name, stepOrd, attempt, len(stepCtrl) == 0)
+	live := r.startLive(ctx, started, a.name, a.step, a.attempt, len(a.ctrl) == 0)
 	in.Progress = live.add
 	t0 := r.clock.Now()
 	var res NodeResult
 	deadlineHit := false
-	if node, ok := r.g.Node(name); ok {
-		res, deadlineHit = r.invoke(ctx, node, in, timeout)
+	if node, ok := r.g.Node(a.name); ok {
+		res, deadlineHit = r.invoke(ctx, node, in, a.timeout)
 	} else {
-		res = NodeResult{Err: Errorf(ErrInternal, "graph %q has no node %q", r.g.Name, name)}
+		res = NodeResult{Err: Errorf(ErrInternal, "graph %q has no node %q", r.g.Name, a.name)}
 	}
 	startedDone, pending := live.stop()
 	if err := ctx.Err(); err != nil {
@@ -851,7 +856,59 @@ func (r *runner) runStep(ctx context.Context) error {
 		return err
 	}
 	now := r.clock.Now()
+	obj, fe := r.outcome(a, res, deadlineHit)
+	common := in.Common()
+	fin := NodeFinishedPayload{
+		PayloadBase: r.base(), NodeName: a.name, StepOrdinal: a.step, Attempt: a.attempt,
+		NodeExecutionOutcomeStatus: OutcomeSuccess, DurationMillis: now.Sub(t0).Milliseconds(),
+	}
+	if fe == nil {
+		r.advance(a, res, &fin)
+	} else {
+		r.failStep(a, fe, now, &fin, &common)
+	}
+	out, err := stampCommon(obj, common)
+	if err != nil {
+		return err
+	}
+	fin.Output = out
+	if fe == nil {
+		r.st.Outputs[a.name] = out
+	} else if f := r.st.Failure; f != nil && f.Node == a.name && f.StepOrdinal == a.step {
+		f.Output = out
+	}
+	arts, lines := r.captureEvidence(ctx, a.name, a.step, a.attempt, fe, res.Next, out, now)
+	if err := ctx.Err(); err != nil {
+		return err // daemon stop during the capture: as during the node
+	}
+	var first []Event
+	if !startedDone {
+		first = append(first, started)
+	}
+	return r.commitStep(ctx, a, first, append(append(pending, res.Deltas...), lines...), fin, arts, now)
+}
 
+// stepAttempt is what runStep fixes before a node runs.
+type stepAttempt struct {
+	name          string
+	step, attempt int
+	token         string
+	timeout       time.Duration
+	ctrl          []Control // the control requests the step's commit takes
+}
+
+func (r *runner) newAttempt() stepAttempt {
+	name := r.st.Next
+	return stepAttempt{
+		name: name, step: r.step + 1, attempt: r.st.Attempts[name] + 1, token: r.ids.NewID(),
+		timeout: r.pol.Timeout(name), ctrl: r.takeable(true),
+	}
+}
+
+// outcome reads a node's result: its output object and its failure (nil
+// on success), from the error it returned, the output's own failure fields,
+// the deadline, or a next node the graph does not have.
+func (r *runner) outcome(a stepAttempt, res NodeResult, deadlineHit bool) (map[string]json.RawMessage, *Error) {
 	obj, fe := outputObject(res.Output)
 	if fe == nil {
 		fe = Classify(res.Err)
@@ -860,85 +917,74 @@ func (r *runner) runStep(ctx context.Context) error {
 		fe = failureFromOutput(obj)
 	}
 	if fe != nil && deadlineHit {
-		fe = &Error{ID: ErrTimeout, Retryable: DefaultRetryable(ErrTimeout), Msg: fmt.Sprintf("%s exceeded its %s timeout", name, timeout), Err: fe}
+		fe = &Error{ID: ErrTimeout, Retryable: DefaultRetryable(ErrTimeout), Msg: fmt.Sprintf("%s exceeded its %s timeout", a.name, a.timeout), Err: fe}
 	}
 	if fe == nil {
 		if _, ok := r.g.Node(res.Next); !ok && res.Next != End {
-			fe = Errorf(ErrInternal, "%s returned unknown next node %q", name, res.Next)
+			fe = Errorf(ErrInternal, "%s returned unknown next node %q", a.name, res.Next)
 		}
 	}
+	return obj, fe
+}
 
-	common := in.Common()
-	fin := NodeFinishedPayload{
-		PayloadBase: r.base(), NodeName: name, StepOrdinal: stepOrd, Attempt: attempt,
-		NodeExecutionOutcomeStatus: OutcomeSuccess, DurationMillis: now.Sub(t0).Milliseconds(),
-	}
+// advance moves the run's state past a node that succeeded.
+func (r *runner) advance(a stepAttempt, res NodeResult, fin *NodeFinishedPayload) {
 	st := &r.st
-	if fe == nil {
-		fin.NextNode = res.Next
-		st.Completed = append(st.Completed, CompletedNode{Node: name, StepOrdinal: stepOrd, Pass: st.Pass})
-		delete(st.Attempts, name)
-		st.Next, st.NotBefore = res.Next, ""
-		for k, v := range res.Carry {
-			if st.Carry == nil {
-				st.Carry = map[string]json.RawMessage{}
-			}
-			st.Carry[k] = v
+	fin.NextNode = res.Next
+	st.Completed = append(st.Completed, CompletedNode{Node: a.name, StepOrdinal: a.step, Pass: st.Pass})
+	delete(st.Attempts, a.name)
+	st.Next, st.NotBefore = res.Next, ""
+	for k, v := range res.Carry {
+		if st.Carry == nil {
+			st.Carry = map[string]json.RawMessage{}
 		}
-	} else {
-		id := fe.ID
-		// Classification at the boundary wins: the policy may narrow retries
-		// (its retryOn), never make a failure classified permanent retryable
-		// (an HTTP 404 artifact_unavailable stays not retryable).
-		retryable := fe.Retryable && r.pol.Retryable(name, id)
-		summary := failureSummary(fe)
-		common.NodeExecutionOutcomeStatus = OutcomeFailure
-		common.ErrorID, common.Retryable, common.HumanReadableFailureSummary = &id, &retryable, &summary
-		fin.NodeExecutionOutcomeStatus = OutcomeFailure
-		fin.ErrorID, fin.ErrorCode, fin.Retryable, fin.HumanReadableFailureSummary = &id, fe.Code, &retryable, &summary
-		retry, backoff := false, time.Duration(0)
-		if retryable {
-			retry, backoff = r.pol.Decide(name, id, attempt)
-		}
-		if retry {
-			st.Attempts[name] = attempt
-			st.NotBefore = FormatTS(now.Add(backoff))
-			ms := backoff.Milliseconds()
-			fin.RetryBackoffMillis = &ms
-		} else {
-			st.Attempts[name] = attempt
-			st.Next, st.NotBefore = "", ""
-			st.Failure = &NodeFailure{
-				Node: name, StepOrdinal: stepOrd, Pass: st.Pass, ErrorID: id, Code: fe.Code,
-				Summary: summary, Retryable: retryable, Attempts: attempt,
-			}
-		}
+		st.Carry[k] = v
 	}
-	out, err := stampCommon(obj, common)
-	if err != nil {
-		return err
-	}
-	fin.Output = out
-	if fe == nil {
-		st.Outputs[name] = out
-	} else if st.Failure != nil && st.Failure.Node == name && st.Failure.StepOrdinal == stepOrd {
-		st.Failure.Output = out
-	}
-	arts, lines := r.captureEvidence(ctx, name, stepOrd, attempt, fe, res.Next, out, now)
-	if err := ctx.Err(); err != nil {
-		return err // daemon stop during the capture: as during the node
-	}
-	res.Deltas = append(append(pending, res.Deltas...), lines...)
-	for _, a := range arts {
-		fin.Artifacts = append(fin.Artifacts, a.ArtifactRef)
-		st.Artifacts = append(st.Artifacts, StepArtifact{Node: name, StepOrdinal: stepOrd, ArtifactRef: a.ArtifactRef})
-	}
+}
 
-	var events []Event
-	if !startedDone {
-		events = append(events, started)
+// failStep records a failed attempt: a retry after the policy's backoff,
+// or the run's failure; fin and common carry the failure fields.
+func (r *runner) failStep(a stepAttempt, fe *Error, now time.Time, fin *NodeFinishedPayload, common *Common) {
+	st := &r.st
+	id := fe.ID
+	// Classification at the boundary wins: the policy may narrow retries
+	// (its retryOn), never make a failure classified permanent retryable
+	// (an HTTP 404 artifact_unavailable stays not retryable).
+	retryable := fe.Retryable && r.pol.Retryable(a.name, id)
+	summary := failureSummary(fe)
+	common.NodeExecutionOutcomeStatus = OutcomeFailure
+	common.ErrorID, common.Retryable, common.HumanReadableFailureSummary = &id, &retryable, &summary
+	fin.NodeExecutionOutcomeStatus = OutcomeFailure
+	fin.ErrorID, fin.ErrorCode, fin.Retryable, fin.HumanReadableFailureSummary = &id, fe.Code, &retryable, &summary
+	retry, backoff := false, time.Duration(0)
+	if retryable {
+		retry, backoff = r.pol.Decide(a.name, id, a.attempt)
 	}
-	if events, err = r.deltaEvents(events, name, stepOrd, attempt, res.Deltas); err != nil {
+	st.Attempts[a.name] = a.attempt
+	if retry {
+		st.NotBefore = FormatTS(now.Add(backoff))
+		ms := backoff.Milliseconds()
+		fin.RetryBackoffMillis = &ms
+		return
+	}
+	st.Next, st.NotBefore = "", ""
+	st.Failure = &NodeFailure{
+		Node: a.name, StepOrdinal: a.step, Pass: st.Pass, ErrorID: id, Code: fe.Code,
+		Summary: summary, Retryable: retryable, Attempts: a.attempt,
+	}
+}
+
+// commitStep commits a step: events (the started event when not yet
+// committed), its progress lines, agent.node.finished with the evidence
+// arts, and the snapshot of the state after it.
+func (r *runner) commitStep(ctx context.Context, a stepAttempt, events []Event, lines []TokenDelta, fin NodeFinishedPayload, arts []Artifact, now time.Time) error {
+	st := &r.st
+	for _, art := range arts {
+		fin.Artifacts = append(fin.Artifacts, art.ArtifactRef)
+		st.Artifacts = append(st.Artifacts, StepArtifact{Node: a.name, StepOrdinal: a.step, ArtifactRef: art.ArtifactRef})
+	}
+	events, err := r.deltaEvents(events, a.name, a.step, a.attempt, lines)
+	if err != nil {
 		return err
 	}
 	finEv, err := r.event(r.seq+int64(len(events))+1, KindNodeFinished, fin)
@@ -950,11 +996,11 @@ func (r *runner) runStep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run %s: state: %w", r.run.RunID, err)
 	}
-	snap := &Snapshot{RunID: r.run.RunID, StepOrdinal: stepOrd, NodeName: name, ResumeToken: token, State: stateJSON, CreatedAt: now}
-	if _, err := r.commit(ctx, events, snap, nil, "", stepCtrl, arts...); err != nil {
+	snap := &Snapshot{RunID: r.run.RunID, StepOrdinal: a.step, NodeName: a.name, ResumeToken: a.token, State: stateJSON, CreatedAt: now}
+	if _, err := r.commit(ctx, events, snap, nil, "", a.ctrl, arts...); err != nil {
 		return err
 	}
-	r.step = stepOrd
+	r.step = a.step
 	return nil
 }
 

@@ -259,38 +259,21 @@ func redactParams(s string) string {
 		if c := s[i]; c != '?' && c != '&' && c != ';' && c != '#' {
 			continue
 		}
-		n := i + 1
-		for n < len(s) && !isBlank(s[n]) && strings.IndexByte("=?&;#\"'<>", s[n]) < 0 {
-			n++
-		}
-		if n == i+1 || n >= len(s) || s[n] != '=' {
+		n, secret := secretParamAt(s, i)
+		if n < 0 {
 			continue
 		}
-		name := s[i+1 : n]
-		if dec, err := url.QueryUnescape(name); err == nil {
-			name = dec
-		}
-		if !secretParam.MatchString(name) || notSecretQuery[strings.ToLower(name)] {
+		if !secret {
 			i = n
 			continue
 		}
 		v := n + 1
-		e := v
-		for e < len(s) && !isBlank(s[e]) && strings.IndexByte("&;#", s[e]) < 0 {
-			e++
+		value, e := paramValue(s, v)
+		if value != "" {
+			b.WriteString(s[done:v])
+			b.WriteString(Redacted)
+			done = v + len(value)
 		}
-		value := s[v:e]
-		// At most two: a value that ends in more is not ended by prose.
-		if t := strings.TrimRight(value, ":,.)]\"'"); t != "" && len(value)-len(t) <= 2 {
-			value = t
-		}
-		if value == "" {
-			i = e - 1
-			continue
-		}
-		b.WriteString(s[done:v])
-		b.WriteString(Redacted)
-		done = v + len(value)
 		i = e - 1
 	}
 	if done == 0 {
@@ -298,6 +281,39 @@ func redactParams(s string) string {
 	}
 	b.WriteString(s[done:])
 	return b.String()
+}
+
+// secretParamAt reads the parameter name after the separator at s[i]: n is
+// the index of its '=' (-1 when no name=value starts there), secret whether
+// the name (percent-decoded) is secret-looking.
+func secretParamAt(s string, i int) (n int, secret bool) {
+	n = i + 1
+	for n < len(s) && !isBlank(s[n]) && strings.IndexByte("=?&;#\"'<>", s[n]) < 0 {
+		n++
+	}
+	if n == i+1 || n >= len(s) || s[n] != '=' {
+		return -1, false
+	}
+	name := s[i+1 : n]
+	if dec, err := url.QueryUnescape(name); err == nil {
+		name = dec
+	}
+	return n, secretParam.MatchString(name) && !notSecretQuery[strings.ToLower(name)]
+}
+
+// paramValue is the value that starts at s[v] (without the prose
+// punctuation that ends it) and e, the index where its run ends.
+func paramValue(s string, v int) (value string, e int) {
+	e = v
+	for e < len(s) && !isBlank(s[e]) && strings.IndexByte("&;#", s[e]) < 0 {
+		e++
+	}
+	value = s[v:e]
+	// At most two: a value that ends in more is not ended by prose.
+	if t := strings.TrimRight(value, ":,.)]\"'"); t != "" && len(value)-len(t) <= 2 {
+		value = t
+	}
+	return value, e
 }
 
 // mayHideURLOrHeader: s may hold URL userinfo, a query or path parameter,
@@ -432,19 +448,7 @@ func redact(v any) (any, bool) {
 	case json.Number, bool, float64, float32, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
 		return v, false
 	case map[string]any:
-		out := make(map[string]any, len(x))
-		changed := false
-		for k, val := range x {
-			if isSecretKey(k) && val != nil && val != "" {
-				out[k] = Redacted
-				changed = changed || val != Redacted
-				continue
-			}
-			r, c := redact(val)
-			out[k] = r
-			changed = changed || c
-		}
-		return out, changed
+		return redactMap(x)
 	case []any:
 		out := make([]any, len(x))
 		changed := false
@@ -458,20 +462,48 @@ func redact(v any) (any, bool) {
 		r, c := redactJSON(x)
 		return json.RawMessage(r), c
 	case map[string]json.RawMessage:
-		out := make(map[string]json.RawMessage, len(x))
-		changed := false
-		for k, val := range x {
-			if isSecretKey(k) && len(val) > 0 && string(val) != "null" && string(val) != `""` {
-				out[k] = json.RawMessage(`"` + Redacted + `"`)
-				changed = changed || string(val) != `"`+Redacted+`"`
-				continue
-			}
-			r, c := redactJSON(val)
-			out[k] = r
-			changed = changed || c
-		}
-		return out, changed
+		return redactRawMap(x)
 	}
+	return redactOther(v)
+}
+
+// redactMap is redact of a decoded JSON object.
+func redactMap(x map[string]any) (map[string]any, bool) {
+	out := make(map[string]any, len(x))
+	changed := false
+	for k, val := range x {
+		if isSecretKey(k) && val != nil && val != "" {
+			out[k] = Redacted
+			changed = changed || val != Redacted
+			continue
+		}
+		r, c := redact(val)
+		out[k] = r
+		changed = changed || c
+	}
+	return out, changed
+}
+
+// redactRawMap is redact of an object of raw JSON values.
+func redactRawMap(x map[string]json.RawMessage) (map[string]json.RawMessage, bool) {
+	out := make(map[string]json.RawMessage, len(x))
+	changed := false
+	for k, val := range x {
+		if isSecretKey(k) && len(val) > 0 && string(val) != "null" && string(val) != `""` {
+			out[k] = json.RawMessage(`"` + Redacted + `"`)
+			changed = changed || string(val) != `"`+Redacted+`"`
+			continue
+		}
+		r, c := redactJSON(val)
+		out[k] = r
+		changed = changed || c
+	}
+	return out, changed
+}
+
+// redactOther is redact of a value of no type redact names: named strings
+// and numbers by kind, anything else through its JSON encoding.
+func redactOther(v any) (any, bool) {
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.String: // named string types (ErrorID, …)
@@ -510,16 +542,7 @@ func mayNeedRedaction(b []byte) bool {
 		if b[i] != '"' {
 			continue
 		}
-		// A string from b[i] to its closing quote (b is valid JSON: every
-		// quote outside a string opens one, a backslash escapes one byte
-		// after it, and \uXXXX holds no quote).
-		j, escaped := i+1, false
-		for ; j < len(b) && b[j] != '"'; j++ {
-			if b[j] == '\\' {
-				escaped = true
-				j++
-			}
-		}
+		j, escaped := stringEnd(b, i)
 		if j >= len(b) {
 			return true // not valid JSON after all: let the decoder say
 		}
@@ -529,29 +552,45 @@ func mayNeedRedaction(b []byte) bool {
 		for k < len(b) && (b[k] == ' ' || b[k] == '\t' || b[k] == '\n' || b[k] == '\r') {
 			k++
 		}
-		isKey := k < len(b) && b[k] == ':'
-		if !escaped {
-			body := raw[1 : len(raw)-1]
-			if isKey && isSecretKeyBytes(body) || !isKey && mayHoldSecret(body) {
-				return true
-			}
-			continue
-		}
-		var str string
-		if err := json.Unmarshal(raw, &str); err != nil {
-			return true
-		}
-		if isKey {
-			if isSecretKey(str) {
-				return true
-			}
-			continue
-		}
-		if mayHoldSecret(str) {
+		if stringMayNeedRedaction(raw, escaped, k < len(b) && b[k] == ':') {
 			return true
 		}
 	}
 	return false
+}
+
+// stringEnd is the index of the quote that closes the JSON string opening
+// at b[i] (len(b) when none does), and whether the string holds an escape.
+// In valid JSON a backslash escapes one byte after it, and \uXXXX holds no
+// quote.
+func stringEnd(b []byte, i int) (j int, escaped bool) {
+	for j = i + 1; j < len(b) && b[j] != '"'; j++ {
+		if b[j] == '\\' {
+			escaped = true
+			j++
+		}
+	}
+	return j, escaped
+}
+
+// stringMayNeedRedaction is mayNeedRedaction's test of one JSON string raw
+// (quotes included): a key when isKey, else a value.
+func stringMayNeedRedaction(raw []byte, escaped, isKey bool) bool {
+	if !escaped {
+		body := raw[1 : len(raw)-1]
+		if isKey {
+			return isSecretKeyBytes(body)
+		}
+		return mayHoldSecret(body)
+	}
+	var str string
+	if err := json.Unmarshal(raw, &str); err != nil {
+		return true
+	}
+	if isKey {
+		return isSecretKey(str)
+	}
+	return mayHoldSecret(str)
 }
 
 // contains: b holds sub; with fold, sub (ASCII lower case) in any ASCII case.

@@ -34,11 +34,6 @@ var funcSizeExempt = []string{"emulator/sim/..."}
 // when one listed is within the limits (remove it here) and for any new one.
 // nodes/, device/android, device/adbdevice and device/artifacts have none.
 var funcSizeDebt = map[string]string{
-	"agent.(*runner).boundary":                          "67/23",
-	"agent.(*runner).runStep":                           "149/29",
-	"agent.mayNeedRedaction":                            "48/22",
-	"agent.redact":                                      "76/30",
-	"agent.redactParams":                                "50/23",
 	"agent/service.(*Service).schedule":                 "209/47",
 	"agent/service.(*Service).execute":                  "89/22",
 	"snapshots/natsbus.OpenBus":                         "63/16",

@@ -262,9 +262,15 @@ var agentBin struct {
 
 // BuildAgent builds the screengraph-agent binary once per test process
 // (into a temporary directory) and returns its path.
+// SCREENGRAPH_AGENT_BIN names a binary built elsewhere to run instead (a
+// benchmark's "before" side: main's build against this tree's harness).
 func BuildAgent(t testing.TB) string {
 	t.Helper()
 	agentBin.once.Do(func() {
+		if p := os.Getenv("SCREENGRAPH_AGENT_BIN"); p != "" {
+			agentBin.path = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "screengraph-agent-bin-")
 		if err != nil {
 			agentBin.err = err
