@@ -19,7 +19,25 @@ var (
 	_ snapshots.OrderedPublisher = (*JetStreamPublisher)(nil)
 	_ snapshots.StreamTail       = (*JetStreamPublisher)(nil)
 	_ snapshots.StreamTail       = (*LazyPublisher)(nil)
+	_ snapshots.CapablePublisher = (*JetStreamPublisher)(nil)
+	_ snapshots.CapablePublisher = (*LazyPublisher)(nil)
+	_ snapshots.PayloadLimiter   = (*LazyPublisher)(nil)
 )
+
+// PublisherCapabilities implements snapshots.CapablePublisher: pipelined
+// windows (PublishOrdered), the chain of the streaming relay (SendChain;
+// only this publisher, made for the in-process server: see chain.go), the
+// stream's tail (LastSequence) and the server's max_payload.
+func (p *JetStreamPublisher) PublisherCapabilities() snapshots.PublisherCapabilities {
+	return snapshots.PublisherCapabilities{Ordered: p, Chain: p, Tail: p, Payload: p}
+}
+
+// PublisherCapabilities implements snapshots.CapablePublisher: those of
+// JetStreamPublisher but the chain (an external server or cluster may store
+// a row of an ended chain after a later one's: see chain.go).
+func (p *LazyPublisher) PublisherCapabilities() snapshots.PublisherCapabilities {
+	return snapshots.PublisherCapabilities{Ordered: p, Tail: p, Payload: p}
+}
 
 // jsErrCodeStreamWrongLastMsgID is the server's JSStreamWrongLastMsgIDErrF
 // ("wrong last msg ID: ..."), which nats.go has no constant for.

@@ -13,7 +13,8 @@ import (
 )
 
 // The streaming relay: Run's mode for a store with a single relay
-// (OutboxCursor: the embedded store) and a ChainPublisher (JetStream). A
+// (OutboxCursor: the embedded store) and a publisher declaring Chain
+// (JetStream's in-process server). A
 // pass-by-pass relay makes a row committed while a window is out wait for
 // that window's acks and marks; at 32 devices on 2 cores those passes took
 // 10-30 ms each, plus up to 50 ms waiting for SQLite's writer to mark. Here
@@ -30,16 +31,14 @@ import (
 // with nothing sent since the last one (at the latest every sweepEvery ticks)
 // a session also ends quietly, so rows enqueued again (Requeue) are read.
 
-// streamCapable reports whether Run streams (see above).
+// streamCapable reports whether Run streams (see above): the store's and
+// the Publisher's declared capabilities allow it (ModeWith) and the relay
+// is not OneByOne.
 func (r *Relay) streamCapable() (snapshots.OutboxCursor, snapshots.MultiUpToMarker, snapshots.ChainPublisher, bool) {
-	if r.OneByOne {
+	if r.OneByOne || r.caps.ModeWith(r.pcaps) != snapshots.ModeStream {
 		return nil, nil, nil, false
 	}
-	if r.caps.Mode() != snapshots.ModeStream {
-		return nil, nil, nil, false
-	}
-	cp, ok := r.Publisher.(snapshots.ChainPublisher)
-	return r.caps.Cursor, r.caps.UpToMany, cp, ok
+	return r.caps.Cursor, r.caps.UpToMany, r.pcaps.Chain, true
 }
 
 // sweepEvery: under steady load a session sweeps every sweepEvery
