@@ -525,24 +525,14 @@ func (r *Relay) claimOnce(ctx context.Context, c snapshots.OutboxClaimer, maxRun
 	if err != nil {
 		return 0, false, fmt.Errorf("snapshots: relay claim outbox: %w", err)
 	}
-	runs := claim.Runs()
-	if len(runs) == 0 {
+	if len(claim.Runs()) == 0 {
 		claim.Release()
 		return 0, false, nil
 	}
-	{
-		kept := runs[:0:0]
-		for _, run := range runs {
-			run, err := r.parkUnpublishable(ctx, run, claim.Park)
-			if err != nil {
-				claim.Release()
-				return 0, false, err
-			}
-			if len(run) > 0 {
-				kept = append(kept, run)
-			}
-		}
-		runs = kept
+	runs, err := r.parkClaimed(ctx, claim)
+	if err != nil {
+		claim.Release()
+		return 0, false, err
 	}
 	acked := make(map[string]int64, len(runs))
 	if tail, ok := r.checksTails(); ok {
@@ -552,17 +542,58 @@ func (r *Relay) claimOnce(ctx context.Context, c snapshots.OutboxClaimer, maxRun
 			return 0, false, err
 		}
 	}
+	errs := r.publishClaimed(ctx, runs, acked)
+	// Also on a canceled ctx: a clean stop marks what was acked. The store
+	// call is short; it gets its own deadline.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.PublishTimeout)
+	n, ferr := claim.Finish(fctx, acked)
+	cancel()
+	r.published.Add(int64(n))
+	if ferr != nil {
+		errs = append(errs, ferr)
+	}
+	if ctx.Err() != nil && ferr == nil {
+		return n, false, nil
+	}
+	return n, true, errors.Join(errs...)
+}
+
+// parkClaimed parks the claim's rows that can never be published (inside
+// the claim's transaction) and returns the claimed runs left to publish.
+func (r *Relay) parkClaimed(ctx context.Context, claim snapshots.OutboxClaim) ([][]agent.OutboxRow, error) {
+	runs := claim.Runs()
+	kept := runs[:0:0]
+	for _, run := range runs {
+		run, err := r.parkUnpublishable(ctx, run, claim.Park)
+		if err != nil {
+			return nil, err
+		}
+		if len(run) > 0 {
+			kept = append(kept, run)
+		}
+	}
+	return kept, nil
+}
+
+// publishClaimed publishes the claimed runs, as one pipelined window when
+// the Publisher declares Ordered, else each run on its own goroutine one
+// row at a time, and records each run's acknowledged prefix in acked. It
+// returns the failures.
+func (r *Relay) publishClaimed(ctx context.Context, runs [][]agent.OutboxRow, acked map[string]int64) []error {
+	if len(runs) == 0 {
+		return nil
+	}
+	if op := r.ordered(); op != nil {
+		if err := r.publishPipelined(ctx, op, runs, acked); err != nil {
+			return []error{err}
+		}
+		return nil
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	if op := r.ordered(); op != nil && len(runs) > 0 {
-		if err := r.publishPipelined(ctx, op, runs, acked); err != nil {
-			errs = append(errs, err)
-		}
-		runs = nil
-	}
 	for _, run := range runs {
 		wg.Add(1)
 		go func() {
@@ -579,19 +610,7 @@ func (r *Relay) claimOnce(ctx context.Context, c snapshots.OutboxClaimer, maxRun
 		}()
 	}
 	wg.Wait()
-	// Also on a canceled ctx: a clean stop marks what was acked. The store
-	// call is short; it gets its own deadline.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.PublishTimeout)
-	n, ferr := claim.Finish(fctx, acked)
-	cancel()
-	r.published.Add(int64(n))
-	if ferr != nil {
-		errs = append(errs, ferr)
-	}
-	if ctx.Err() != nil && ferr == nil {
-		return n, false, nil
-	}
-	return n, true, errors.Join(errs...)
+	return errs
 }
 
 // publishSequential publishes rows in order, each only after the previous

@@ -169,29 +169,10 @@ func (r *Relay) send(ctx context.Context, cur snapshots.OutboxCursor, cp snapsho
 		if rows, err = r.parkUnpublishable(ctx, rows, r.storeParker()); err != nil {
 			return endError, err
 		}
-		for _, row := range rows {
-			select {
-			case <-broken:
-				return endSweep, nil // the acker reports why
-			case <-ctx.Done():
-				return endStop, nil
-			default:
-			}
-			a, err := cp.SendChain(ctx, row)
-			if err != nil {
-				return endError, fmt.Errorf("run %s sequence %d: %w", row.RunID, row.Sequence, err)
-			}
-			sentSinceTick = true
-			select {
-			case out <- inFlight{row: row, ack: a, sent: time.Now()}:
-			case <-broken:
-				return endSweep, nil
-			case <-ctx.Done():
-				// Sent: the acker still settles it (a clean stop marks it).
-				out <- inFlight{row: row, ack: a, sent: time.Now()}
-				return endStop, nil
-			}
+		if end, stop, err := r.sendRows(ctx, cp, rows, out, broken); stop {
+			return end, err
 		}
+		sentSinceTick = sentSinceTick || len(rows) > 0
 		cursor = last
 		if n == r.BatchSize {
 			continue
@@ -210,6 +191,35 @@ func (r *Relay) send(ctx context.Context, cur snapshots.OutboxCursor, cp snapsho
 		case <-r.Wake:
 		}
 	}
+}
+
+// sendRows sends rows on the chain, handing each to the acker through out;
+// stop: the session ends (broken closed, ctx ended, a send failed) with
+// end and err.
+func (r *Relay) sendRows(ctx context.Context, cp snapshots.ChainPublisher, rows []agent.OutboxRow, out chan<- inFlight, broken <-chan struct{}) (end sessionEnd, stop bool, err error) {
+	for _, row := range rows {
+		select {
+		case <-broken:
+			return endSweep, true, nil // the acker reports why
+		case <-ctx.Done():
+			return endStop, true, nil
+		default:
+		}
+		a, err := cp.SendChain(ctx, row)
+		if err != nil {
+			return endError, true, fmt.Errorf("run %s sequence %d: %w", row.RunID, row.Sequence, err)
+		}
+		select {
+		case out <- inFlight{row: row, ack: a, sent: time.Now()}:
+		case <-broken:
+			return endSweep, true, nil
+		case <-ctx.Done():
+			// Sent: the acker still settles it (a clean stop marks it).
+			out <- inFlight{row: row, ack: a, sent: time.Now()}
+			return endStop, true, nil
+		}
+	}
+	return endSweep, false, nil
 }
 
 // settle waits for each sent row's ack in order, hands acked rows (stored,
