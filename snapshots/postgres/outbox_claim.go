@@ -43,15 +43,10 @@ func (s *Store) ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (snaps
 }
 
 func (c *pgClaim) claim(ctx context.Context, maxRuns, rowsPerRun int) ([][]agent.OutboxRow, error) {
-	// Heads: unpublished rows with no unpublished row of the same run below
-	// them (run_outbox_unpublished_key makes (run, sequence) unique among
-	// unpublished rows). SKIP LOCKED skips heads other relays hold.
-	rows, err := c.tx.Query(ctx, `SELECT o.run_id FROM run_outbox o
-		WHERE o.published_at IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM run_outbox p WHERE p.run_id = o.run_id AND p.published_at IS NULL AND p.sequence < o.sequence)
-		ORDER BY o.id
-		LIMIT $1
-		FOR UPDATE SKIP LOCKED`, maxRuns)
+	// Heads: unpublished events with no unpublished event of the same run
+	// below them, oldest first (run_events_unpublished_order). SKIP LOCKED
+	// skips heads other relays hold.
+	rows, err := c.tx.Query(ctx, sqlClaimHeads, maxRuns)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: claim outbox heads: %w", err)
 	}
@@ -62,20 +57,19 @@ func (c *pgClaim) claim(ctx context.Context, maxRuns, rowsPerRun int) ([][]agent
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	// The body is the event's envelope (one copy, in run_events).
-	rows, err = c.tx.Query(ctx, `SELECT r.run_id, r.sequence, r.event_id, r.subject, e.envelope FROM (
-			SELECT run_id, sequence, event_id, subject, row_number() OVER (PARTITION BY run_id ORDER BY sequence) AS n
-			FROM run_outbox WHERE run_id = ANY($1) AND published_at IS NULL) r
-		JOIN run_events e ON e.run_id = r.run_id AND e.sequence = r.sequence
-		WHERE r.n <= $2 ORDER BY r.run_id, r.sequence`, ids, rowsPerRun)
+	// Each run's first rowsPerRun unpublished events, in sequence order.
+	rows, err = c.tx.Query(ctx, `SELECT `+storekit.OutboxCols+` FROM unnest($1::text[]) AS h(run_id)
+		JOIN runs r ON r.run_id = h.run_id
+		CROSS JOIN LATERAL (SELECT * FROM run_events x WHERE x.run_id = h.run_id AND x.published_at IS NULL ORDER BY x.sequence LIMIT $2) e
+		ORDER BY e.run_id, e.sequence`, ids, rowsPerRun)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: claim outbox rows: %w", err)
 	}
 	defer rows.Close()
 	var out [][]agent.OutboxRow
 	for rows.Next() {
-		var o agent.OutboxRow
-		if err := rows.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
+		o, err := storekit.ScanOutboxRow(rows)
+		if err != nil {
 			return nil, err
 		}
 		if n := len(out); n > 0 && out[n-1][0].RunID == o.RunID {
@@ -86,6 +80,14 @@ func (c *pgClaim) claim(ctx context.Context, maxRuns, rowsPerRun int) ([][]agent
 	}
 	return out, rows.Err()
 }
+
+// sqlClaimHeads is the claim's read of run heads (ClaimOutbox), locked.
+const sqlClaimHeads = `SELECT o.run_id FROM run_events o
+		WHERE o.published_at IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM run_events p WHERE p.run_id = o.run_id AND p.published_at IS NULL AND p.sequence < o.sequence)
+		ORDER BY o.id
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED`
 
 // pgClaim is one open claim transaction.
 type pgClaim struct {
@@ -113,8 +115,7 @@ func (c *pgClaim) Finish(ctx context.Context, ackedUpTo map[string]int64) (int, 
 		if !ok || upTo < run[0].Sequence {
 			continue
 		}
-		qs = append(qs, b.Queue(`UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence <= $3 AND published_at IS NULL`,
-			now, run[0].RunID, upTo))
+		qs = append(qs, b.Queue(sqlMarkUpTo, now, run[0].RunID, upTo))
 	}
 	marked := 0
 	for _, q := range qs {
