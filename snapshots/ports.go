@@ -96,8 +96,8 @@ type OutboxClaim interface {
 	Park(ctx context.Context, runID string, sequence int64, reason string) error
 }
 
-// OrderedPublisher is implemented by publishers that pipeline many rows at
-// once and still keep each run strictly in order (JetStreamPublisher, with
+// OrderedPublisher is offered (PublisherCapabilities.Ordered) by publishers
+// that pipeline many rows at once and still keep each run strictly in order (JetStreamPublisher, with
 // JetStream's expected-sequence headers). rows hold several runs' rows, each
 // run's in sequence order starting at its next unpublished row; ok[i] tells
 // whether rows[i] was acknowledged (stored, or a duplicate of a stored
@@ -108,8 +108,8 @@ type OrderedPublisher interface {
 	PublishOrdered(ctx context.Context, rows []agent.OutboxRow) (ok []bool, err error)
 }
 
-// StreamTail is implemented by publishers that can read what the stream
-// holds last on a run's subject (JetStream: the subject's last message). A
+// StreamTail is offered (PublisherCapabilities.Tail) by publishers that can
+// read what the stream holds last on a run's subject (JetStream: the subject's last message). A
 // relay resuming after failures checks each run against it instead of
 // trusting its own acks and the stream's deduplication, which a cluster that
 // lost its leader or restarted can break (an acknowledged message gone, a
@@ -122,14 +122,14 @@ type StreamTail interface {
 	LastSequence(ctx context.Context, subject string) (seq int64, ok bool, err error)
 }
 
-// PayloadLimiter is implemented by publishers that know the largest message
-// their server accepts (NATS: the server's max_payload, from its INFO).
+// PayloadLimiter is offered (PublisherCapabilities.Payload) by publishers
+// that know the largest message their server accepts (NATS: the server's max_payload, from its INFO).
 type PayloadLimiter interface {
 	MaxPayload() int64
 }
 
-// ChainPublisher publishes outbox rows as one chain kept across calls, for a
-// relay that is the stream's only writer (the embedded store's): rows go out
+// ChainPublisher (PublisherCapabilities.Chain) publishes outbox rows as one
+// chain kept across calls, for a relay that is the stream's only writer (the embedded store's): rows go out
 // as they are committed, without waiting for the acks of the rows before.
 type ChainPublisher interface {
 	// SendChain sends row without waiting for its ack (but for the chain's
@@ -236,4 +236,56 @@ func (c Capabilities) Mode() RelayMode {
 		return ModeStream
 	}
 	return ModePasses
+}
+
+// ModeWith is the relay mode of a store with capabilities c and a publisher
+// with capabilities p: Mode, but the stream only with a publisher that
+// declares Chain (else passes).
+func (c Capabilities) ModeWith(p PublisherCapabilities) RelayMode {
+	if m := c.Mode(); m != ModeStream || p.Chain != nil {
+		return m
+	}
+	return ModePasses
+}
+
+// PublisherCapabilities are what a publisher offers the relay beyond
+// agent.Publisher, declared by the publisher itself (CapablePublisher) in
+// one value, as a store declares its Capabilities: the relay pipelines,
+// streams, checks the stream's tail and parks oversized rows only through
+// what is declared here, never by probing the publisher's type. A nil field
+// is a capability the publisher does not offer, even if it has the method
+// (LazyPublisher has no Chain: see natsbus/chain.go).
+type PublisherCapabilities struct {
+	// Ordered pipelines a window of rows, each run strictly in order (the
+	// pass and claim relays); without it each run's rows are published one
+	// at a time, each after the previous one's ack.
+	Ordered OrderedPublisher
+	// Chain publishes rows as one chain across calls, for the streaming
+	// relay (a store whose Mode is ModeStream); without it that store is
+	// drained pass by pass.
+	Chain ChainPublisher
+	// Tail reads the stream's last event of a run (the tail checks after a
+	// failure); without it the relay trusts its acks and the stream's
+	// deduplication.
+	Tail StreamTail
+	// Payload knows the largest message the server accepts; rows over it
+	// are parked. Without it (and without Relay.MaxMessageBytes) the
+	// publish itself fails on them.
+	Payload PayloadLimiter
+}
+
+// CapablePublisher is a publisher that declares its PublisherCapabilities.
+type CapablePublisher interface {
+	agent.Publisher
+	PublisherCapabilities() PublisherCapabilities
+}
+
+// PublisherCapabilitiesOf is p's declared PublisherCapabilities; none for a
+// publisher that declares nothing (a bare agent.Publisher: each run's rows
+// are published one at a time, pass by pass).
+func PublisherCapabilitiesOf(p agent.Publisher) PublisherCapabilities {
+	if c, ok := p.(CapablePublisher); ok {
+		return c.PublisherCapabilities()
+	}
+	return PublisherCapabilities{}
 }

@@ -68,60 +68,71 @@ func OpenBus(ctx context.Context, cfg BusConfig) (b *Bus, err error) {
 			b = nil
 		}
 	}()
-	maxAge, maxBytes := cfg.MaxAge, cfg.MaxBytes
-	if maxAge <= 0 {
-		maxAge = DefaultStreamMaxAge
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = DefaultStreamMaxAge
 	}
-	if maxBytes <= 0 {
-		maxBytes = DefaultStreamMaxBytes
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultStreamMaxBytes
 	}
 	if cfg.URL != "" {
-		b.ClientURL = cfg.URL
-		if b.Conn, err = Connect(b.ClientURL, nats.RetryOnFailedConnect(true)); err != nil {
-			return b, agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(b.ClientURL))
-		}
-		lp := NewLazyPublisher(b.Conn, StreamConfigLimited(max(cfg.Replicas, 1), maxAge, maxBytes))
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := lp.Ready(rctx); err != nil && cfg.NotReady != nil {
-			cfg.NotReady(err)
-		}
-		b.Publisher = lp
-		return b, nil
+		return b, b.openExternal(ctx, cfg)
 	}
-	// The in-process server keeps its JetStream files in Dir, so events
-	// published survive a restart (the outbox holds the unpublished ones).
+	return b, b.openInProcess(ctx, cfg)
+}
+
+// openExternal connects b to the external NATS of cfg.URL (retrying in the
+// background while it is down) with a publisher that ensures the stream
+// once JetStream answers.
+func (b *Bus) openExternal(ctx context.Context, cfg BusConfig) (err error) {
+	b.ClientURL = cfg.URL
+	if b.Conn, err = Connect(b.ClientURL, nats.RetryOnFailedConnect(true)); err != nil {
+		return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(b.ClientURL))
+	}
+	lp := NewLazyPublisher(b.Conn, StreamConfigLimited(max(cfg.Replicas, 1), cfg.MaxAge, cfg.MaxBytes))
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := lp.Ready(rctx); err != nil && cfg.NotReady != nil {
+		cfg.NotReady(err)
+	}
+	b.Publisher = lp
+	return nil
+}
+
+// openInProcess starts b's in-process server (its JetStream files in
+// cfg.Dir, so events published survive a restart; the outbox holds the
+// unpublished ones), connects to it and ensures the stream.
+func (b *Bus) openInProcess(ctx context.Context, cfg BusConfig) (err error) {
 	o := EmbeddedOptions{Dir: cfg.Dir, MaxConns: cfg.MaxConns}
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
-			return b, agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.Listen)
+			return agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.Listen)
 		}
 		o.Host = host
 		if o.Port, err = strconv.Atoi(port); err != nil {
-			return b, agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.Listen)
+			return agent.Wrap(agent.ErrInvalidRequest, err, "--nats-listen %q", cfg.Listen)
 		}
 	}
 	var own []nats.Option // the daemon's own credentials (tenancy)
 	if cfg.Tokens != nil {
 		if o.Auth, own, err = TokenAuth(cfg.Tokens, cfg.TokenLog); err != nil {
-			return b, err
+			return err
 		}
 	}
 	if b.Server, b.ClientURL, err = StartEmbeddedWith(o); err != nil {
-		return b, agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.Listen)
+		return agent.Wrap(agent.ErrProcess, err, "embedded NATS on %s", cfg.Listen)
 	}
 	// The daemon's own connection to its own server is in-process (a
 	// pipe, not loopback TCP): the relay's publishes and acks then cost no
 	// socket syscalls on either side, the client's nor the server's.
 	// Other programs still connect over ClientURL.
 	if b.Conn, err = Connect(b.ClientURL, append(own, nats.InProcessServer(b.Server))...); err != nil {
-		return b, agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(b.ClientURL))
+		return agent.Wrap(agent.ErrNetwork, err, "NATS %s", agent.RedactString(b.ClientURL))
 	}
-	if b.Publisher, err = NewJetStreamPublisher(ctx, b.Conn, WithStreamLimits(maxAge, maxBytes)); err != nil {
-		return b, agent.Wrap(agent.ErrNetwork, err, "NATS JetStream")
+	if b.Publisher, err = NewJetStreamPublisher(ctx, b.Conn, WithStreamLimits(cfg.MaxAge, cfg.MaxBytes)); err != nil {
+		return agent.Wrap(agent.ErrNetwork, err, "NATS JetStream")
 	}
-	return b, nil
+	return nil
 }
 
 // Ready is the daemon's readiness check of NATS (GET /readyz): connected,

@@ -22,8 +22,8 @@ import (
 // cluster may store a row of a session that ended (its ack lost in a leader
 // change, a reconnect) after a later session's rows
 // (TestPublishOrderedLateRowAfterOtherRunsHead), so LazyPublisher (external
-// NATS) is not a ChainPublisher and its relay goes pass by pass
-// (PublishOrdered, whose conditions name the row's own run).
+// NATS) does not declare Chain (PublisherCapabilities) and its relay goes
+// pass by pass (PublishOrdered, whose conditions name the row's own run).
 var _ snapshots.ChainPublisher = (*JetStreamPublisher)(nil)
 
 // chainState is SendChain's chain: the last row sent and its ack.

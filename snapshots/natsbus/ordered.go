@@ -19,16 +19,47 @@ var (
 	_ snapshots.OrderedPublisher = (*JetStreamPublisher)(nil)
 	_ snapshots.StreamTail       = (*JetStreamPublisher)(nil)
 	_ snapshots.StreamTail       = (*LazyPublisher)(nil)
+	_ snapshots.CapablePublisher = (*JetStreamPublisher)(nil)
+	_ snapshots.CapablePublisher = (*LazyPublisher)(nil)
+	_ snapshots.PayloadLimiter   = (*LazyPublisher)(nil)
 )
+
+// PublisherCapabilities implements snapshots.CapablePublisher: pipelined
+// windows (PublishOrdered), the chain of the streaming relay (SendChain;
+// only this publisher, made for the in-process server: see chain.go), the
+// stream's tail (LastSequence) and the server's max_payload.
+func (p *JetStreamPublisher) PublisherCapabilities() snapshots.PublisherCapabilities {
+	return snapshots.PublisherCapabilities{Ordered: p, Chain: p, Tail: p, Payload: p}
+}
+
+// PublisherCapabilities implements snapshots.CapablePublisher: those of
+// JetStreamPublisher but the chain (an external server or cluster may store
+// a row of an ended chain after a later one's: see chain.go).
+func (p *LazyPublisher) PublisherCapabilities() snapshots.PublisherCapabilities {
+	return snapshots.PublisherCapabilities{Ordered: p, Tail: p, Payload: p}
+}
 
 // jsErrCodeStreamWrongLastMsgID is the server's JSStreamWrongLastMsgIDErrF
 // ("wrong last msg ID: ..."), which nats.go has no constant for.
 const jsErrCodeStreamWrongLastMsgID jetstream.ErrorCode = 10070
 
 // orderedState: how many windows are still to be published one row at a
-// time per run after a window failed; mu serializes windows (a window is a
-// chain on one connection).
+// time per run after a window failed, and the counters (mu guards both);
+// send is held while a window's rows go out.
+//
+// A window is one chain on the stream: Nats-Expected-Last-Msg-Id is a
+// condition on the stream's last message, not the subject's, so two windows
+// sent at once would break each other's chains. Only the sending is
+// serialized, though: once a window's last row is sent the next window's
+// rows follow on the same connection (the server receives them after this
+// window's), while this window's acks are still waited for. Its rows
+// cannot break the next window's conditions: those name the next window's
+// own rows, of runs no other window holds (the relay's claims and passes
+// see to that), and a run's first row in a window carries none. So a relay
+// with two claim workers keeps the stream busy: one window's acks and the
+// store's marks overlap the next window's sending.
 type orderedState struct {
+	send     sync.Mutex
 	mu       sync.Mutex
 	fallback int
 	stats    OrderedStats
@@ -89,32 +120,49 @@ const orderedFallbackWindows = 4
 // the next row of their run is rejected unless the duplicate was the
 // stream's last message.
 func (p *JetStreamPublisher) PublishOrdered(ctx context.Context, rows []agent.OutboxRow) ([]bool, error) {
+	if p.oneByOneWindow() {
+		return p.publishRunsOneByOne(ctx, rows)
+	}
+	grouped, back := groupByRun(rows)
+	ok, err := p.publishWindow(ctx, grouped)
+	return back(ok), err
+}
+
+// oneByOneWindow counts a window and reports whether it goes one row at a
+// time per run (a failure's fallback windows are not used up yet).
+func (p *JetStreamPublisher) oneByOneWindow() bool {
 	st := &p.ordered
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.fallback > 0 {
 		st.fallback--
 		st.stats.OneByOne++
-		return p.publishRunsOneByOne(ctx, rows)
+		return true
 	}
 	st.stats.Pipelined++
-	grouped, back := groupByRun(rows)
-	ok, err := p.publishWindow(ctx, grouped)
-	return back(ok), err
+	return false
+}
+
+// windowBroke starts the fallback windows after a window's failure.
+func (p *JetStreamPublisher) windowBroke() {
+	st := &p.ordered
+	st.mu.Lock()
+	st.fallback = orderedFallbackWindows
+	st.stats.Broken++
+	st.mu.Unlock()
 }
 
 // publishWindow is PublishOrdered's pipelined window over rows grouped by
-// run; ok is indexed like rows. p.ordered.mu is held.
+// run; ok is indexed like rows.
 func (p *JetStreamPublisher) publishWindow(ctx context.Context, rows []agent.OutboxRow) ([]bool, error) {
-	st := &p.ordered
-	ok := make([]bool, len(rows))
-	guardOnly, firstErr := p.sendChain(ctx, rows, ok)
+	w := &window{p: p, rows: rows, ok: make([]bool, len(rows)), guardOnly: true}
+	w.send(ctx)
+	ok, firstErr := w.ok, w.firstErr
 	if firstErr == nil {
 		return ok, nil
 	}
-	st.fallback = orderedFallbackWindows
-	st.stats.Broken++
-	if !guardOnly {
+	p.windowBroke()
+	if !w.guardOnly {
 		return ok, firstErr
 	}
 	// Only rejections: the chain broke (a duplicate stored nothing, another
@@ -193,69 +241,94 @@ func grouped(rows []agent.OutboxRow) bool {
 // (snapshots.ChainInFlight): row i is sent once row i-1024's ack is in.
 const OrderedInFlight = snapshots.ChainInFlight
 
-// sendChain publishes rows (grouped by run) as one pipeline, at most
-// OrderedInFlight unacknowledged, and sets ok: a run's first row without a
-// condition, each later one expecting the run's previous row as the stream's
-// last message. It stops sending at the first failure it sees and waits for
-// the acks of what it sent. guardOnly: every failure was a rejection of a
-// row's condition.
-func (p *JetStreamPublisher) sendChain(ctx context.Context, rows []agent.OutboxRow, ok []bool) (guardOnly bool, firstErr error) {
-	futs := make([]jetstream.PubAckFuture, 0, len(rows))
-	guardOnly = true
-	done := 0 // acks waited for
-	wait := func() bool {
-		i := done
-		done++
-		select {
-		case ack := <-futs[i].Ok():
-			if err := provenStored(ack); err != nil {
-				guardOnly = false
-				if firstErr == nil {
-					firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", rows[i].Subject, rows[i].EventID, err)
-				}
-				break
-			}
-			ok[i] = true
-			if ack.Duplicate {
-				p.duplicates.Add(1)
-			}
-		case err := <-futs[i].Err():
-			guardOnly = guardOnly && wrongLast(err)
-			if firstErr == nil {
-				firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", rows[i].Subject, rows[i].EventID, err)
-			}
-		case <-ctx.Done():
-			guardOnly = false
-			if firstErr == nil {
-				firstErr = fmt.Errorf("snapshots: ordered publish window: %w", ctx.Err())
-			}
-			return false
-		}
-		return true
+// window is one pipelined PublishOrdered window: rows (grouped by run) go
+// out as async publishes, at most OrderedInFlight unacknowledged; a run's
+// first row without a condition, each later one expecting the run's
+// previous row as the stream's last message. Sending stops at the first
+// failure seen; the acks of what was sent are still waited for.
+type window struct {
+	p    *JetStreamPublisher
+	rows []agent.OutboxRow
+	ok   []bool // ok[i]: rows[i] is stored (or a duplicate of a stored one)
+	futs []jetstream.PubAckFuture
+	done int // acks waited for
+	// guardOnly: every failure was a rejection of a row's condition;
+	// firstErr the first failure.
+	guardOnly bool
+	firstErr  error
+}
+
+// send sends the window's rows (holding the publisher's send lock until
+// the last is sent) and waits for their acks.
+func (w *window) send(ctx context.Context) {
+	w.futs = make([]jetstream.PubAckFuture, 0, len(w.rows))
+	if !w.sendRows(ctx) {
+		return
 	}
-	for i, row := range rows {
-		for firstErr == nil && len(futs)-done >= OrderedInFlight {
-			if !wait() {
-				return false, firstErr
+	for w.done < len(w.futs) {
+		if !w.wait(ctx) {
+			return
+		}
+	}
+}
+
+// sendRows sends the rows under the send lock, waiting for acks only to
+// keep at most OrderedInFlight outstanding; false when ctx ended.
+func (w *window) sendRows(ctx context.Context) bool {
+	w.p.ordered.send.Lock()
+	defer w.p.ordered.send.Unlock()
+	for i := range w.rows {
+		for w.firstErr == nil && len(w.futs)-w.done >= OrderedInFlight {
+			if !w.wait(ctx) {
+				return false
 			}
 		}
-		if firstErr != nil {
+		if w.firstErr != nil {
 			break
 		}
-		f, err := p.js.PublishMsgAsync(windowMsg(rows, i))
+		f, err := w.p.js.PublishMsgAsync(windowMsg(w.rows, i))
 		if err != nil {
-			guardOnly = false
-			firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", row.Subject, row.EventID, err)
+			w.fail(i, err, false)
 			break
 		}
-		futs = append(futs, f)
+		w.futs = append(w.futs, f)
 	}
-	for done < len(futs) {
-		if !wait() {
-			return false, firstErr
+	return true
+}
+
+// fail records row i's failure; guard: it is a rejection of its condition.
+func (w *window) fail(i int, err error, guard bool) {
+	w.guardOnly = w.guardOnly && guard
+	if w.firstErr == nil {
+		w.firstErr = fmt.Errorf("snapshots: publish %s (%s): %w", w.rows[i].Subject, w.rows[i].EventID, err)
+	}
+}
+
+// wait waits for the next outstanding ack; false when ctx ended first (the
+// window gives up: its later rows count as failed).
+func (w *window) wait(ctx context.Context) bool {
+	i := w.done
+	w.done++
+	select {
+	case ack := <-w.futs[i].Ok():
+		if err := provenStored(ack); err != nil {
+			w.fail(i, err, false)
+			return true
 		}
+		w.ok[i] = true
+		if ack.Duplicate {
+			w.p.duplicates.Add(1)
+		}
+	case err := <-w.futs[i].Err():
+		w.fail(i, err, wrongLast(err))
+	case <-ctx.Done():
+		w.guardOnly = false
+		if w.firstErr == nil {
+			w.firstErr = fmt.Errorf("snapshots: ordered publish window: %w", ctx.Err())
+		}
+		return false
 	}
-	return guardOnly, firstErr
+	return true
 }
 
 // windowMsg is the message of rows[i] in a window grouped by run:
@@ -289,7 +362,11 @@ func wrongLast(err error) bool {
 
 // publishRunsOneByOne publishes each run's rows in order, each after the
 // previous one's ack, runs side by side; a run stops at its first failure.
+// It holds the send lock: its rows carry no chain condition, so sent
+// between another window's rows they would break that window's chain.
 func (p *JetStreamPublisher) publishRunsOneByOne(ctx context.Context, rows []agent.OutboxRow) ([]bool, error) {
+	p.ordered.send.Lock()
+	defer p.ordered.send.Unlock()
 	ok := make([]bool, len(rows))
 	byRun := map[string][]int{}
 	var order []string

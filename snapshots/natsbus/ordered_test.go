@@ -244,16 +244,22 @@ func TestPublishOrderedConditionsNameOwnRun(t *testing.T) {
 
 // The publisher of an external NATS (LazyPublisher) never chains rows
 // across calls: the streaming relay's chain names other runs' rows, which
-// keeps order only on the in-process server (see chain.go).
+// keeps order only on the in-process server (see chain.go). Each publisher
+// says so in its declared capabilities, which are all the relay reads.
 func TestExternalPublisherDoesNotChain(t *testing.T) {
 	_, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{})
-	nc, _ := testenv.ConnectPublisher(t, url)
-	var p any = natsbus.NewLazyPublisher(nc, natsbus.StreamConfig())
-	if _, ok := p.(snapshots.ChainPublisher); ok {
-		t.Fatal("LazyPublisher is a snapshots.ChainPublisher")
+	nc, pub := testenv.ConnectPublisher(t, url)
+	lazy := snapshots.PublisherCapabilitiesOf(natsbus.NewLazyPublisher(nc, natsbus.StreamConfig()))
+	if lazy.Chain != nil || lazy.Ordered == nil || lazy.Tail == nil || lazy.Payload == nil {
+		t.Errorf("LazyPublisher declares %+v; want windows, tail and payload limit, no chain", lazy)
 	}
-	if _, ok := p.(snapshots.OrderedPublisher); !ok {
-		t.Fatal("LazyPublisher is not a snapshots.OrderedPublisher")
+	own := snapshots.PublisherCapabilitiesOf(pub)
+	if own.Chain == nil || own.Ordered == nil || own.Tail == nil || own.Payload == nil {
+		t.Errorf("JetStreamPublisher declares %+v; want all four", own)
+	}
+	hidden := snapshots.PublisherCapabilitiesOf(struct{ agent.Publisher }{pub})
+	if hidden != (snapshots.PublisherCapabilities{}) {
+		t.Errorf("a wrapper hiding the publisher declares %+v; want none", hidden)
 	}
 }
 

@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -90,12 +89,12 @@ func newCounting() *countingPublisher {
 }
 
 // via returns a Publisher that counts into c and publishes through p (also
-// pipelined, when p is an OrderedPublisher); onAck (optional) runs after each
+// pipelined, when p declares Ordered); onAck (optional) runs after each
 // acknowledged row.
 func (c *countingPublisher) via(p agent.Publisher, n *atomic.Int64, onAck func()) agent.Publisher {
 	cp := &countedPublisher{c: c, p: p, n: n, onAck: onAck}
-	if op, ok := p.(snapshots.OrderedPublisher); ok {
-		return &countedOrdered{cp, op}
+	if caps := snapshots.PublisherCapabilitiesOf(p); caps.Ordered != nil {
+		return &countedOrdered{cp, caps}
 	}
 	return cp
 }
@@ -134,24 +133,20 @@ func (cp *countedPublisher) acked() {
 
 type countedOrdered struct {
 	*countedPublisher
-	op snapshots.OrderedPublisher
+	caps snapshots.PublisherCapabilities // the wrapped publisher's
 }
 
-// LastSequence passes the relay's tail checks (snapshots.StreamTail)
-// through to the wrapped publisher.
-func (co *countedOrdered) LastSequence(ctx context.Context, subject string) (int64, bool, error) {
-	tail, ok := co.op.(snapshots.StreamTail)
-	if !ok {
-		return 0, false, errors.New("the wrapped publisher cannot read the stream's tail")
-	}
-	return tail.LastSequence(ctx, subject)
+// PublisherCapabilities: windows counted by this wrapper; the wrapped
+// publisher's tail checks (it declares Tail) passed through as they are.
+func (co *countedOrdered) PublisherCapabilities() snapshots.PublisherCapabilities {
+	return snapshots.PublisherCapabilities{Ordered: co, Tail: co.caps.Tail}
 }
 
 func (co *countedOrdered) PublishOrdered(ctx context.Context, rows []agent.OutboxRow) ([]bool, error) {
 	for _, r := range rows {
 		co.c.count(r.EventID)
 	}
-	ok, err := co.op.PublishOrdered(ctx, rows)
+	ok, err := co.caps.Ordered.PublishOrdered(ctx, rows)
 	for _, o := range ok {
 		if o {
 			co.acked()

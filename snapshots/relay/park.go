@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/snapshots"
 )
 
 // headerAllowance is what a published message carries besides its body:
@@ -13,13 +12,14 @@ import (
 // (JetStream counts headers in max_payload).
 const headerAllowance = 1024
 
-// messageLimit is MaxMessageBytes, else the Publisher's MaxPayload; 0 when
-// not known (not connected yet: the publish itself will tell).
+// messageLimit is MaxMessageBytes, else the Publisher's declared Payload
+// limit; 0 when not known (none declared, or not connected yet: the
+// publish itself will tell).
 func (r *Relay) messageLimit() int64 {
 	if r.MaxMessageBytes > 0 {
 		return int64(r.MaxMessageBytes)
 	}
-	if pl, ok := r.Publisher.(snapshots.PayloadLimiter); ok {
+	if pl := r.pcaps.Payload; pl != nil {
 		return pl.MaxPayload()
 	}
 	return 0

@@ -26,15 +26,17 @@ import (
 // failure the relay backs off (MinBackoff doubling to MaxBackoff, with
 // jitter) and drains again from the first unpublished row.
 //
-// The store's declared snapshots.Capabilities choose the mode
-// (Capabilities.Mode). With a store whose Claimer is set (Postgres) the relay claims runs
-// instead of reading Unpublished, so relays of several daemons drain one
-// outbox together and never publish one run at the same time: see
-// OutboxClaimer. The embedded store (one daemon per data dir) is read as is;
-// when the Publisher is an OrderedPublisher (JetStream) each batch Drain reads
-// is published as one pipelined window, still strictly in order per run, and
-// its acknowledged prefixes are marked with one write (MultiUpToMarker); Run
-// streams rows as they are committed (relay_stream.go).
+// The store's declared snapshots.Capabilities and the Publisher's declared
+// snapshots.PublisherCapabilities choose the mode (Capabilities.ModeWith)
+// and each optional step; neither is probed by type. With a store whose
+// Claimer is set (Postgres) the relay claims runs instead of reading
+// Unpublished, so relays of several daemons drain one outbox together and
+// never publish one run at the same time: see OutboxClaimer. The embedded
+// store (one daemon per data dir) is read as is; when the Publisher declares
+// Ordered (JetStream) each batch Drain reads or claims is published as one
+// pipelined window, still strictly in order per run, and its acknowledged
+// prefixes are marked with one write (MultiUpToMarker); with Chain, Run
+// streams rows as they are committed (stream.go).
 type Relay struct {
 	Store     agent.Store
 	Publisher agent.Publisher
@@ -55,9 +57,9 @@ type Relay struct {
 	MarkEvery int
 	// ClaimRows: with an OutboxClaimer store, rows one claim takes in all,
 	// split evenly over its runs (default 4096). A claim
-	// is one pipelined window when the Publisher is an OrderedPublisher.
+	// is one pipelined window when the Publisher declares Ordered.
 	ClaimRows int
-	// OneByOne: never pipeline through an OrderedPublisher; each run's next
+	// OneByOne: never pipeline (Ordered) nor stream (Chain); each run's next
 	// row is published only after the previous one's ack (the mode the
 	// relay falls back to anyway after a failed window).
 	OneByOne bool
@@ -68,21 +70,23 @@ type Relay struct {
 	// PublishTimeout bounds one publish's wait for its ack (default 5 s).
 	PublishTimeout time.Duration
 	// MaxMessageBytes: a row whose message would be larger is parked
-	// (OutboxParker) instead of published; 0: the Publisher's MaxPayload
-	// (PayloadLimiter), the NATS server's max_payload.
+	// (OutboxParker) instead of published; 0: the Publisher's declared
+	// Payload limit (PayloadLimiter), the NATS server's max_payload.
 	MaxMessageBytes int
 	MinBackoff      time.Duration // default 50 ms
 	MaxBackoff      time.Duration // default 5 s
 	// VerifyTails: compare every pass's runs with the stream's last event
-	// on their subjects (a StreamTail publisher) before publishing; by
+	// on their subjects (a publisher declaring Tail) before publishing; by
 	// default only passes within 30 s of a failure do (tail.go).
 	VerifyTails bool
 	Log         zerolog.Logger
 
 	once sync.Once
-	// caps: the Store's declared capabilities (snapshots.CapabilitiesOf),
+	// caps and pcaps: the Store's and the Publisher's declared
+	// capabilities (snapshots.CapabilitiesOf, PublisherCapabilitiesOf),
 	// read by defaults; the mode and each optional step follow from them.
 	caps       snapshots.Capabilities
+	pcaps      snapshots.PublisherCapabilities
 	running    atomic.Bool
 	published  atomic.Int64
 	failures   atomic.Int64
@@ -148,6 +152,7 @@ func (r *Relay) setDefaults() {
 		r.MaxBackoff = max(5*time.Second, r.MinBackoff)
 	}
 	r.caps = snapshots.CapabilitiesOf(r.Store)
+	r.pcaps = snapshots.PublisherCapabilitiesOf(r.Publisher)
 	if r.Wake == nil && r.caps.Notifier != nil {
 		r.Wake = r.caps.Notifier.Commits()
 	}
@@ -239,8 +244,7 @@ func (r *Relay) drain(ctx context.Context) (n int, err error) {
 	if r.caps.Mode() == snapshots.ModeClaims {
 		return r.drainClaims(ctx, r.caps.Claimer)
 	}
-	op, pipelined := r.Publisher.(snapshots.OrderedPublisher)
-	pipelined = pipelined && !r.OneByOne
+	op := r.ordered()
 	total := 0
 	for {
 		rows, err := r.Store.Unpublished(ctx, r.BatchSize)
@@ -266,7 +270,7 @@ func (r *Relay) drain(ctx context.Context) (n int, err error) {
 		var n int
 		switch {
 		case len(rows) == 0:
-		case pipelined:
+		case op != nil:
 			n, err = r.publishWindow(ctx, op, rows)
 		default:
 			n, err = r.publishBatch(ctx, rows)
@@ -279,6 +283,15 @@ func (r *Relay) drain(ctx context.Context) (n int, err error) {
 			return total, nil
 		}
 	}
+}
+
+// ordered is the Publisher's declared Ordered capability, or nil when it
+// has none or the relay goes OneByOne.
+func (r *Relay) ordered() snapshots.OrderedPublisher {
+	if r.OneByOne {
+		return nil
+	}
+	return r.pcaps.Ordered
 }
 
 // publishWindow publishes rows (ordered by run, sequence; one relay on the
@@ -512,24 +525,14 @@ func (r *Relay) claimOnce(ctx context.Context, c snapshots.OutboxClaimer, maxRun
 	if err != nil {
 		return 0, false, fmt.Errorf("snapshots: relay claim outbox: %w", err)
 	}
-	runs := claim.Runs()
-	if len(runs) == 0 {
+	if len(claim.Runs()) == 0 {
 		claim.Release()
 		return 0, false, nil
 	}
-	{
-		kept := runs[:0:0]
-		for _, run := range runs {
-			run, err := r.parkUnpublishable(ctx, run, claim.Park)
-			if err != nil {
-				claim.Release()
-				return 0, false, err
-			}
-			if len(run) > 0 {
-				kept = append(kept, run)
-			}
-		}
-		runs = kept
+	runs, err := r.parkClaimed(ctx, claim)
+	if err != nil {
+		claim.Release()
+		return 0, false, err
 	}
 	acked := make(map[string]int64, len(runs))
 	if tail, ok := r.checksTails(); ok {
@@ -539,17 +542,58 @@ func (r *Relay) claimOnce(ctx context.Context, c snapshots.OutboxClaimer, maxRun
 			return 0, false, err
 		}
 	}
+	errs := r.publishClaimed(ctx, runs, acked)
+	// Also on a canceled ctx: a clean stop marks what was acked. The store
+	// call is short; it gets its own deadline.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.PublishTimeout)
+	n, ferr := claim.Finish(fctx, acked)
+	cancel()
+	r.published.Add(int64(n))
+	if ferr != nil {
+		errs = append(errs, ferr)
+	}
+	if ctx.Err() != nil && ferr == nil {
+		return n, false, nil
+	}
+	return n, true, errors.Join(errs...)
+}
+
+// parkClaimed parks the claim's rows that can never be published (inside
+// the claim's transaction) and returns the claimed runs left to publish.
+func (r *Relay) parkClaimed(ctx context.Context, claim snapshots.OutboxClaim) ([][]agent.OutboxRow, error) {
+	runs := claim.Runs()
+	kept := runs[:0:0]
+	for _, run := range runs {
+		run, err := r.parkUnpublishable(ctx, run, claim.Park)
+		if err != nil {
+			return nil, err
+		}
+		if len(run) > 0 {
+			kept = append(kept, run)
+		}
+	}
+	return kept, nil
+}
+
+// publishClaimed publishes the claimed runs, as one pipelined window when
+// the Publisher declares Ordered, else each run on its own goroutine one
+// row at a time, and records each run's acknowledged prefix in acked. It
+// returns the failures.
+func (r *Relay) publishClaimed(ctx context.Context, runs [][]agent.OutboxRow, acked map[string]int64) []error {
+	if len(runs) == 0 {
+		return nil
+	}
+	if op := r.ordered(); op != nil {
+		if err := r.publishPipelined(ctx, op, runs, acked); err != nil {
+			return []error{err}
+		}
+		return nil
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	if op, ok := r.Publisher.(snapshots.OrderedPublisher); ok && !r.OneByOne && len(runs) > 0 {
-		if err := r.publishPipelined(ctx, op, runs, acked); err != nil {
-			errs = append(errs, err)
-		}
-		runs = nil
-	}
 	for _, run := range runs {
 		wg.Add(1)
 		go func() {
@@ -566,19 +610,7 @@ func (r *Relay) claimOnce(ctx context.Context, c snapshots.OutboxClaimer, maxRun
 		}()
 	}
 	wg.Wait()
-	// Also on a canceled ctx: a clean stop marks what was acked. The store
-	// call is short; it gets its own deadline.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.PublishTimeout)
-	n, ferr := claim.Finish(fctx, acked)
-	cancel()
-	r.published.Add(int64(n))
-	if ferr != nil {
-		errs = append(errs, ferr)
-	}
-	if ctx.Err() != nil && ferr == nil {
-		return n, false, nil
-	}
-	return n, true, errors.Join(errs...)
+	return errs
 }
 
 // publishSequential publishes rows in order, each only after the previous

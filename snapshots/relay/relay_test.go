@@ -293,7 +293,7 @@ func TestRelayNATSOutageThenRecovery(t *testing.T) {
 	s := testenv.Embedded(t)
 	dir := t.TempDir()
 	ns, url := testenv.StartNATS(t, natsbus.EmbeddedOptions{Dir: dir})
-	port := ns.Addr().(interface{ String() string }).String()
+	port := ns.Addr().String()
 	port = port[strings.LastIndex(port, ":")+1:]
 	_, pub := testenv.ConnectPublisher(t, url)
 	runs := commitRuns(t, s, 2, 6)

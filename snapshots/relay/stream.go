@@ -13,7 +13,8 @@ import (
 )
 
 // The streaming relay: Run's mode for a store with a single relay
-// (OutboxCursor: the embedded store) and a ChainPublisher (JetStream). A
+// (OutboxCursor: the embedded store) and a publisher declaring Chain
+// (JetStream's in-process server). A
 // pass-by-pass relay makes a row committed while a window is out wait for
 // that window's acks and marks; at 32 devices on 2 cores those passes took
 // 10-30 ms each, plus up to 50 ms waiting for SQLite's writer to mark. Here
@@ -30,16 +31,14 @@ import (
 // with nothing sent since the last one (at the latest every sweepEvery ticks)
 // a session also ends quietly, so rows enqueued again (Requeue) are read.
 
-// streamCapable reports whether Run streams (see above).
+// streamCapable reports whether Run streams (see above): the store's and
+// the Publisher's declared capabilities allow it (ModeWith) and the relay
+// is not OneByOne.
 func (r *Relay) streamCapable() (snapshots.OutboxCursor, snapshots.MultiUpToMarker, snapshots.ChainPublisher, bool) {
-	if r.OneByOne {
+	if r.OneByOne || r.caps.ModeWith(r.pcaps) != snapshots.ModeStream {
 		return nil, nil, nil, false
 	}
-	if r.caps.Mode() != snapshots.ModeStream {
-		return nil, nil, nil, false
-	}
-	cp, ok := r.Publisher.(snapshots.ChainPublisher)
-	return r.caps.Cursor, r.caps.UpToMany, cp, ok
+	return r.caps.Cursor, r.caps.UpToMany, r.pcaps.Chain, true
 }
 
 // sweepEvery: under steady load a session sweeps every sweepEvery
@@ -170,29 +169,10 @@ func (r *Relay) send(ctx context.Context, cur snapshots.OutboxCursor, cp snapsho
 		if rows, err = r.parkUnpublishable(ctx, rows, r.storeParker()); err != nil {
 			return endError, err
 		}
-		for _, row := range rows {
-			select {
-			case <-broken:
-				return endSweep, nil // the acker reports why
-			case <-ctx.Done():
-				return endStop, nil
-			default:
-			}
-			a, err := cp.SendChain(ctx, row)
-			if err != nil {
-				return endError, fmt.Errorf("run %s sequence %d: %w", row.RunID, row.Sequence, err)
-			}
-			sentSinceTick = true
-			select {
-			case out <- inFlight{row: row, ack: a, sent: time.Now()}:
-			case <-broken:
-				return endSweep, nil
-			case <-ctx.Done():
-				// Sent: the acker still settles it (a clean stop marks it).
-				out <- inFlight{row: row, ack: a, sent: time.Now()}
-				return endStop, nil
-			}
+		if end, stop, err := r.sendRows(ctx, cp, rows, out, broken); stop {
+			return end, err
 		}
+		sentSinceTick = sentSinceTick || len(rows) > 0
 		cursor = last
 		if n == r.BatchSize {
 			continue
@@ -211,6 +191,35 @@ func (r *Relay) send(ctx context.Context, cur snapshots.OutboxCursor, cp snapsho
 		case <-r.Wake:
 		}
 	}
+}
+
+// sendRows sends rows on the chain, handing each to the acker through out;
+// stop: the session ends (broken closed, ctx ended, a send failed) with
+// end and err.
+func (r *Relay) sendRows(ctx context.Context, cp snapshots.ChainPublisher, rows []agent.OutboxRow, out chan<- inFlight, broken <-chan struct{}) (end sessionEnd, stop bool, err error) {
+	for _, row := range rows {
+		select {
+		case <-broken:
+			return endSweep, true, nil // the acker reports why
+		case <-ctx.Done():
+			return endStop, true, nil
+		default:
+		}
+		a, err := cp.SendChain(ctx, row)
+		if err != nil {
+			return endError, true, fmt.Errorf("run %s sequence %d: %w", row.RunID, row.Sequence, err)
+		}
+		select {
+		case out <- inFlight{row: row, ack: a, sent: time.Now()}:
+		case <-broken:
+			return endSweep, true, nil
+		case <-ctx.Done():
+			// Sent: the acker still settles it (a clean stop marks it).
+			out <- inFlight{row: row, ack: a, sent: time.Now()}
+			return endStop, true, nil
+		}
+	}
+	return endSweep, false, nil
 }
 
 // settle waits for each sent row's ack in order, hands acked rows (stored,

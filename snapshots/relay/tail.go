@@ -32,8 +32,8 @@ const tailCheckWindow = 30 * time.Second
 
 // checksTails reports whether this pass compares runs with the stream.
 func (r *Relay) checksTails() (snapshots.StreamTail, bool) {
-	tail, ok := r.Publisher.(snapshots.StreamTail)
-	if !ok {
+	tail := r.pcaps.Tail
+	if tail == nil {
 		return nil, false
 	}
 	if r.VerifyTails {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
 	"github.com/screengraph/screengraph-agent/snapshots/relay"
@@ -80,10 +81,7 @@ func TestRelayTailCheckRepublishesLostRows(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s, pub, runs, _ := storedAhead(t, open(t), 2)
 			// 1-5 acknowledged and marked; the stream kept only 1 and 2.
-			um := s.(interface {
-				MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error)
-			})
-			if _, err := um.MarkPublishedUpTo(t.Context(), runs[0].RunID, 5); err != nil {
+			if _, err := snapshots.CapabilitiesOf(s).UpTo.MarkPublishedUpTo(t.Context(), runs[0].RunID, 5); err != nil {
 				t.Fatal(err)
 			}
 			rl := &relay.Relay{Store: s, Publisher: pub, VerifyTails: true}
@@ -122,6 +120,14 @@ func TestRelayChecksTailsOnlyAfterFailures(t *testing.T) {
 type countingTail struct {
 	*natsbus.JetStreamPublisher
 	reads atomic.Int64
+}
+
+// PublisherCapabilities: the publisher's, with this tail in place of its
+// own (the relay reads the tail only through what is declared).
+func (c *countingTail) PublisherCapabilities() snapshots.PublisherCapabilities {
+	caps := c.JetStreamPublisher.PublisherCapabilities()
+	caps.Tail = c
+	return caps
 }
 
 func (c *countingTail) LastSequence(ctx context.Context, subject string) (int64, bool, error) {
