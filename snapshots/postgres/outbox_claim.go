@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,6 +23,11 @@ import (
 // earlier one is unpublished, so two relays never publish one run at once.
 // The transaction stays open until Finish (or Release): the caller publishes
 // meanwhile. An empty claim (no run free) is returned already finished.
+//
+// Which heads: those of the runs this process committed events of
+// (localOutbox), through the (run_id, sequence) index; and, at most every
+// SweepEvery, those of any run, oldest first (the sweep: the rows no live
+// relay takes). With neither, the claim asks Postgres nothing.
 func (s *Store) ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (snapshots.OutboxClaim, error) {
 	if maxRuns <= 0 {
 		maxRuns = 1
@@ -28,12 +35,16 @@ func (s *Store) ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (snaps
 	if rowsPerRun <= 0 {
 		rowsPerRun = 256
 	}
+	local, sweep := s.outbox.claimable(time.Now())
+	if len(local) == 0 && !sweep {
+		return &pgClaim{done: true}, nil
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c := &pgClaim{s: s, tx: tx}
-	runs, err := c.claim(ctx, maxRuns, rowsPerRun)
+	c := &pgClaim{s: s, tx: tx, local: local, rowsPerRun: rowsPerRun}
+	runs, err := c.claim(ctx, maxRuns, rowsPerRun, sweep)
 	if err != nil || len(runs) == 0 {
 		tx.Rollback(context.Background())
 		return &pgClaim{done: true}, err
@@ -42,16 +53,25 @@ func (s *Store) ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (snaps
 	return c, nil
 }
 
-func (c *pgClaim) claim(ctx context.Context, maxRuns, rowsPerRun int) ([][]agent.OutboxRow, error) {
-	// Heads: unpublished rows with no unpublished row of the same run below
-	// them (run_outbox_unpublished_key makes (run, sequence) unique among
-	// unpublished rows). SKIP LOCKED skips heads other relays hold.
+// claimHeads locks up to limit heads (unpublished rows with no unpublished
+// row of the same run below them: run_outbox_unpublished_key makes (run,
+// sequence) unique among unpublished rows), oldest first, and returns
+// their runs. only: the runs to look at; when nil, any run but those of
+// not (this claim's own). SKIP LOCKED skips heads other relays hold.
+func (c *pgClaim) claimHeads(ctx context.Context, limit int, only, not []string) ([]string, error) {
+	// Two statements, not one with an OR: each keeps its own plan (the
+	// local one through run_outbox_unpublished_key, the sweep through
+	// run_outbox_unpublished_order).
+	which, arg := `o.run_id <> ALL($2::text[])`, not
+	if only != nil {
+		which, arg = `o.run_id = ANY($2::text[])`, only
+	}
 	rows, err := c.tx.Query(ctx, `SELECT o.run_id FROM run_outbox o
-		WHERE o.published_at IS NULL
+		WHERE o.published_at IS NULL AND `+which+`
 		  AND NOT EXISTS (SELECT 1 FROM run_outbox p WHERE p.run_id = o.run_id AND p.published_at IS NULL AND p.sequence < o.sequence)
 		ORDER BY o.id
 		LIMIT $1
-		FOR UPDATE SKIP LOCKED`, maxRuns)
+		FOR UPDATE SKIP LOCKED`, limit, arg)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: claim outbox heads: %w", err)
 	}
@@ -59,11 +79,76 @@ func (c *pgClaim) claim(ctx context.Context, maxRuns, rowsPerRun int) ([][]agent
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: claim outbox heads: %w", err)
 	}
+	return ids, nil
+}
+
+// claimLocal claims the heads of this process's runs; the runs of them
+// left with no unpublished row (published by another relay's sweep, or a
+// commit rolled back) are forgotten.
+func (c *pgClaim) claimLocal(ctx context.Context, maxRuns int) ([]string, error) {
+	only := make([]string, 0, len(c.local))
+	for id := range c.local {
+		only = append(only, id)
+	}
+	ids, err := c.claimHeads(ctx, maxRuns, only, []string{})
+	if err != nil || len(ids) == len(only) {
+		return ids, err
+	}
+	rest := slices.DeleteFunc(only, func(id string) bool { return slices.Contains(ids, id) })
+	rows, err := c.tx.Query(ctx, `SELECT DISTINCT run_id FROM run_outbox WHERE run_id = ANY($1) AND published_at IS NULL`, rest)
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: outbox runs pending: %w", err)
+	}
+	pending, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: outbox runs pending: %w", err)
+	}
+	for _, id := range rest {
+		if !slices.Contains(pending, id) {
+			c.s.outbox.forget(id, c.local[id])
+		}
+	}
+	return ids, nil
+}
+
+func (c *pgClaim) claim(ctx context.Context, maxRuns, rowsPerRun int, sweep bool) ([][]agent.OutboxRow, error) {
+	var ids []string
+	if len(c.local) > 0 {
+		var err error
+		if ids, err = c.claimLocal(ctx, maxRuns); err != nil {
+			return nil, err
+		}
+	}
+	var swept []string
+	if sweep && len(ids) < maxRuns {
+		var err error
+		if swept, err = c.claimHeads(ctx, maxRuns-len(ids), nil, append([]string{}, ids...)); err != nil {
+			return nil, err
+		}
+		ids = append(ids, swept...)
+	}
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	runs, err := c.readRows(ctx, ids, rowsPerRun)
+	if err != nil {
+		return nil, err
+	}
+	full := len(ids) == maxRuns && len(swept) > 0
+	for _, run := range runs {
+		full = full || (len(run) == rowsPerRun && slices.Contains(swept, run[0].RunID))
+	}
+	if full {
+		c.s.outbox.sweepAgain()
+	}
+	return runs, nil
+}
+
+// readRows reads up to rowsPerRun unpublished rows of each of runs from
+// its head on, with their bodies.
+func (c *pgClaim) readRows(ctx context.Context, ids []string, rowsPerRun int) ([][]agent.OutboxRow, error) {
 	// The body is the event's envelope (one copy, in run_events).
-	rows, err = c.tx.Query(ctx, `SELECT r.run_id, r.sequence, r.event_id, r.subject, e.envelope FROM (
+	rows, err := c.tx.Query(ctx, `SELECT r.run_id, r.sequence, r.event_id, r.subject, e.envelope FROM (
 			SELECT run_id, sequence, event_id, subject, row_number() OVER (PARTITION BY run_id ORDER BY sequence) AS n
 			FROM run_outbox WHERE run_id = ANY($1) AND published_at IS NULL) r
 		JOIN run_events e ON e.run_id = r.run_id AND e.sequence = r.sequence
@@ -93,6 +178,10 @@ type pgClaim struct {
 	tx   pgx.Tx
 	runs [][]agent.OutboxRow
 	done bool
+	// local: this process's runs at the claim, with their generations
+	// (localOutbox); rowsPerRun: the claim's bound of rows per run.
+	local      map[string]uint64
+	rowsPerRun int
 }
 
 func (c *pgClaim) Runs() [][]agent.OutboxRow { return c.runs }
@@ -127,6 +216,15 @@ func (c *pgClaim) Finish(ctx context.Context, ackedUpTo map[string]int64) (int, 
 	}
 	if err := c.tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("snapshots: commit outbox claim: %w", err)
+	}
+	// A local run whose rows the claim read all (fewer than its bound) and
+	// marked all is done, unless it committed again since.
+	for _, run := range c.runs {
+		id := run[0].RunID
+		gen, ok := c.local[id]
+		if ok && len(run) < c.rowsPerRun && ackedUpTo[id] >= run[len(run)-1].Sequence {
+			c.s.outbox.forget(id, gen)
+		}
 	}
 	return marked, nil
 }
