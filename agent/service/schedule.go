@@ -289,7 +289,32 @@ func (r *round) readQueue(q agent.RunQueue) ([]agent.Run, error) {
 		}
 	}
 	r.s.seeDevices(r.ctx, q, all)
+	r.s.setWakeNames(all)
 	return r.s.roundRuns(r.ctx, q, free, false)
+}
+
+// setWakeNames records the device names this daemon reaches (as of this
+// round's listing): the queue's signals naming another device wake it no
+// more (wakesFor).
+func (s *Service) setWakeNames(names []string) {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[agent.QueueName(n)] = true
+	}
+	s.mu.Lock()
+	s.wakeNames = set
+	s.mu.Unlock()
+}
+
+// wakesFor is the filter of the store's queue signals
+// (agent.QueueWakeFilter): a new run or a released lease wakes this
+// daemon's scheduler when it names a device this daemon reaches, or
+// before its first listing. A device that came since is found at the next
+// tick.
+func (s *Service) wakesFor(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wakeNames == nil || s.wakeNames[name]
 }
 
 // pick is the first device of c that is free here and not quarantined,

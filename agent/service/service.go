@@ -240,9 +240,12 @@ type Service struct {
 	// startedWanted: the next round must read them (a control request).
 	startedAt      time.Time
 	startedWanted  bool
-	startedTenants map[string]int           // tenant -> its started runs at that read
-	health         map[string]*deviceHealth // by serial
-	stopping       bool
+	startedTenants map[string]int // tenant -> its started runs at that read
+	// wakeNames: the device names (agent.QueueName) this daemon reached at
+	// its last listing; nil before it (wakesFor).
+	wakeNames map[string]bool
+	health    map[string]*deviceHealth // by serial
+	stopping  bool
 	// draining: StopTaking was called (no new runs); streams ends the
 	// event streams (Follow) then.
 	draining   bool
@@ -421,6 +424,12 @@ func (s *Service) loop() {
 	var changed <-chan struct{} // nil: the store wakes no one
 	if qn, ok := s.store.Store.(agent.QueueNotifier); ok {
 		changed = qn.QueueChanged()
+	}
+	if f, ok := s.store.Store.(agent.QueueWakeFilter); ok && s.cfg.Reachable != nil && !s.cfg.StartUnmatched {
+		// Only a daemon that knows its devices can tell which signals are
+		// its own (a run on a name as given may start anywhere).
+		f.FilterQueueWakes(s.wakesFor)
+		defer f.FilterQueueWakes(nil)
 	}
 	for {
 		if err := s.schedule(s.runCtx); err != nil && s.runCtx.Err() == nil {
