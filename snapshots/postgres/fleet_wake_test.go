@@ -193,3 +193,49 @@ func TestClaimOwnRunsSweepOthers(t *testing.T) {
 		t.Errorf("unpublished left: %v, %v", rows, err)
 	}
 }
+
+// The fleet sweeps the outbox once per SweepEvery whatever its number of
+// daemons: the turn is one row of agent_kv, taken by the first daemon
+// whose check finds it a SweepEvery old (a sweep walks every unpublished
+// row; each of N daemons sweeping was N walks a second).
+func TestFleetSweepTurnIsShared(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	var stores []*postgres.Store
+	for range 3 {
+		s, err := postgres.Open(t.Context(), url, postgres.Options{NoListen: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores = append(stores, s)
+	}
+	turns := func() (n int) {
+		for _, s := range stores {
+			ok, err := postgres.FleetSweepDue(s, t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				n++
+			}
+		}
+		return n
+	}
+	if n := turns(); n != 1 {
+		t.Fatalf("first round: %d daemons got the sweep, want 1", n)
+	}
+	if n := turns(); n != 0 {
+		t.Fatalf("at once again: %d daemons got the sweep, want 0", n)
+	}
+	deadline := time.Now().Add(5 * postgres.SweepEvery)
+	for {
+		n := turns()
+		if n == 1 {
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d daemons got the sweep in one round, want 1 once a SweepEvery passed", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

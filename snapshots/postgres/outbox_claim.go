@@ -35,7 +35,16 @@ func (s *Store) ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (snaps
 	if rowsPerRun <= 0 {
 		rowsPerRun = 256
 	}
-	local, sweep := s.outbox.claimable(time.Now())
+	local, sweep, again := s.outbox.claimable(time.Now())
+	if sweep && !again {
+		var err error
+		if sweep, err = s.fleetSweepDue(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if sweep || again {
+		s.outbox.swept(sweep, s.wake)
+	}
 	if len(local) == 0 && !sweep {
 		return &pgClaim{done: true}, nil
 	}
@@ -51,6 +60,33 @@ func (s *Store) ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (snaps
 	}
 	c.runs = runs
 	return c, nil
+}
+
+// sweepKey is the agent_kv row whose updated_at is the fleet's last sweep.
+const sweepKey = "relay.outbox_sweep"
+
+// sweepSlack: the fleet's turn comes this much before SweepEvery by the
+// database's clock, so that a daemon's own SweepEvery (its clock, read
+// before the upsert) is not refused by a hair.
+const sweepSlack = 100 * time.Millisecond
+
+// fleetSweepDue reports whether no relay of the fleet swept the outbox in
+// the last SweepEvery by the database's clock, and if so records this one:
+// one upsert on its own (outside the claim's transaction, which stays open
+// while it publishes: the row lock would hold every other daemon's check).
+func (s *Store) fleetSweepDue(ctx context.Context) (bool, error) {
+	rows, err := s.pool.Query(ctx, `INSERT INTO agent_kv (key, value, updated_at) VALUES ($1, '', clock_timestamp())
+		ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at
+		WHERE agent_kv.updated_at <= excluded.updated_at - $2::bigint * interval '1 microsecond'
+		RETURNING 1`, sweepKey, (SweepEvery - sweepSlack).Microseconds())
+	if err != nil {
+		return false, fmt.Errorf("snapshots: outbox sweep turn: %w", err)
+	}
+	n, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return false, fmt.Errorf("snapshots: outbox sweep turn: %w", err)
+	}
+	return len(n) == 1, nil
 }
 
 // claimHeads locks up to limit heads (unpublished rows with no unpublished
