@@ -3,7 +3,9 @@ package adb
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,7 +186,9 @@ func TestTrackerEndsOnCancel(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := tr.Next(); done <- err }()
-	time.Sleep(50 * time.Millisecond)
+	// Cancel only once Next is parked reading the socket (a polled state):
+	// the cancel must wake a blocked read, not just fail a read not begun.
+	waitBlockedIn(t, "adb.(*Tracker).Next")
 	cancel()
 	select {
 	case err := <-done:
@@ -202,4 +206,22 @@ func TestForwardListEmptyAndErrors(t *testing.T) {
 	}
 	_, err := c.Forward(ctx, "nope-serial", "tcp:0", "tcp:6790")
 	wantID(t, err, IDDeviceNotFound)
+}
+
+// waitBlockedIn polls the goroutine dump until a goroutine whose stack holds
+// fn waits on the network poller ("[IO wait]"), or fails after 5 s.
+func waitBlockedIn(t *testing.T, fn string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	buf := make([]byte, 1<<20)
+	for time.Now().Before(deadline) {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, fn) {
+				return
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("no goroutine blocked reading in %s after 5 s", fn)
 }

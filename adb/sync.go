@@ -299,6 +299,13 @@ func (c *Client) Pull(ctx context.Context, serial, remote string, w io.Writer, p
 	if err := s.sendReq("RECV", []byte(remote)); err != nil {
 		return 0, err
 	}
+	return s.recv(w, total, progress)
+}
+
+// recv reads the answer to a RECV into w: DATA chunks (at most
+// SyncMaxChunk bytes each) up to DONE, or FAIL. It returns the bytes
+// written; progress, when not nil, gets them with total after each chunk.
+func (s *syncConn) recv(w io.Writer, total int64, progress Progress) (int64, error) {
 	buf := make([]byte, SyncMaxChunk)
 	var done int64
 	for {
@@ -308,14 +315,8 @@ func (c *Client) Pull(ctx context.Context, serial, remote string, w io.Writer, p
 		}
 		switch id {
 		case "DATA":
-			if n > SyncMaxChunk {
-				return done, protocolError("pull", "DATA chunk of %d bytes", n)
-			}
-			if _, err := io.ReadFull(s.r, buf[:n]); err != nil {
-				return done, s.fail(err)
-			}
-			if _, err := w.Write(buf[:n]); err != nil {
-				return done, &Error{ID: IDProcessError, Msg: "pull: writing local data", Err: err}
+			if err := s.recvData(w, buf, n); err != nil {
+				return done, err
 			}
 			done += int64(n)
 			if progress != nil {
@@ -325,16 +326,36 @@ func (c *Client) Pull(ctx context.Context, serial, remote string, w io.Writer, p
 			s.quit()
 			return done, nil
 		case "FAIL":
-			ferr := s.readFail(n)
-			var e *Error
-			if errors.As(ferr, &e) && containsFold(e.Msg, "No such file") {
-				e.Err = fs.ErrNotExist
-			}
-			return done, ferr
+			return done, s.recvFail(n)
 		default:
 			return done, protocolError("pull", "unexpected %q", id)
 		}
 	}
+}
+
+// recvData copies one DATA chunk of n bytes to w through buf.
+func (s *syncConn) recvData(w io.Writer, buf []byte, n uint32) error {
+	if n > SyncMaxChunk {
+		return protocolError("pull", "DATA chunk of %d bytes", n)
+	}
+	if _, err := io.ReadFull(s.r, buf[:n]); err != nil {
+		return s.fail(err)
+	}
+	if _, err := w.Write(buf[:n]); err != nil {
+		return &Error{ID: IDProcessError, Msg: "pull: writing local data", Err: err}
+	}
+	return nil
+}
+
+// recvFail reads a FAIL's message of n bytes: a process_error, wrapping
+// fs.ErrNotExist when the device says "No such file".
+func (s *syncConn) recvFail(n uint32) error {
+	ferr := s.readFail(n)
+	var e *Error
+	if errors.As(ferr, &e) && containsFold(e.Msg, "No such file") {
+		e.Err = fs.ErrNotExist
+	}
+	return ferr
 }
 
 // PullFile pulls remote into the local path (created or truncated).

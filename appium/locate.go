@@ -68,80 +68,118 @@ func InstallDir(dataDir string) string { return filepath.Join(dataDir, "appium")
 // a symlink), that install's home, where its driver is.
 // Errors: process_error naming every place tried and why it did not fit.
 func Locate(cfg LocateConfig) (Installation, error) {
-	getenv := cfg.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	getwd := cfg.Getwd
-	if getwd == nil {
-		getwd = os.Getwd
-	}
-	envHome := getenv("APPIUM_HOME")
-	withHome := func(in Installation, fallback string) Installation {
-		switch {
-		case envHome != "":
-			in.Home = envHome
-		case fallback != "" && isDir(fallback):
-			in.Home = fallback
-		}
-		return in
-	}
-	var tried []string
+	l := newLocator(cfg)
 	if cfg.Bin != "" {
 		if err := executable(cfg.Bin); err != nil {
 			return Installation{}, agent.Errorf(agent.ErrProcess, "appium: --appium-binary %s: %v", cfg.Bin, err)
 		}
-		return withHome(Installation{Bin: cfg.Bin, Source: "--appium-binary"}, installHome(cfg.Bin)), nil
+		return l.withHome(Installation{Bin: cfg.Bin, Source: "--appium-binary"}, installHome(cfg.Bin)), nil
 	}
-	tried = append(tried, "--appium-binary (not given)")
-
-	if root := repoRootFrom(getwd); root != "" {
-		p := filepath.Join(root, "tools", "node", "node_modules", ".bin", "appium")
-		if err := executable(p); err == nil {
-			return withHome(Installation{Bin: p, Source: "checkout"}, filepath.Join(root, ".cache", "appium-home")), nil
-		} else {
-			tried = append(tried, p+" ("+err.Error()+"; run tools/setup.sh)")
-		}
-	} else {
-		tried = append(tried, "the checkout's tools/node (not inside a checkout)")
-	}
-
-	if p, err := lookPath("appium", getenv("PATH")); err == nil {
-		return withHome(Installation{Bin: p, Source: "PATH"}, installHome(p)), nil
-	} else {
-		tried = append(tried, "appium on PATH ("+err.Error()+")")
-	}
-
-	if envHome != "" {
-		p := filepath.Join(envHome, "node_modules", ".bin", "appium")
-		if err := executable(p); err == nil {
-			return withHome(Installation{Bin: p, Source: "APPIUM_HOME"}, ""), nil
-		} else {
-			tried = append(tried, "$APPIUM_HOME "+p+" ("+err.Error()+")")
-		}
-	} else {
-		tried = append(tried, "$APPIUM_HOME/node_modules/.bin/appium (APPIUM_HOME not set)")
-	}
-
-	defaultDir := cfg.DefaultDataDir
-	if defaultDir == "" {
-		defaultDir, _ = agent.DefaultDataDirFrom(getenv, runtime.GOOS)
-	}
-	for _, c := range []struct{ dataDir, source string }{{cfg.DataDir, "data dir"}, {defaultDir, "default data dir"}} {
-		if c.dataDir == "" || (c.source == "default data dir" && sameDir(c.dataDir, cfg.DataDir)) {
-			continue
-		}
-		dir := InstallDir(c.dataDir)
-		p := filepath.Join(dir, "node_modules", ".bin", "appium")
-		if err := executable(p); err == nil {
-			return withHome(Installation{Bin: p, Source: c.source}, filepath.Join(dir, "home")), nil
-		} else {
-			tried = append(tried, p+" ("+err.Error()+")")
+	l.tried = append(l.tried, "--appium-binary (not given)")
+	for _, find := range []func() (Installation, bool){l.checkout, l.onPath, l.appiumHome, l.dataDirs} {
+		if in, ok := find(); ok {
+			return in, nil
 		}
 	}
 	return Installation{}, agent.Errorf(agent.ErrProcess,
 		"appium: no server binary found; tried %s. Install it with `screengraph-agent setup appium`, or pass --appium-binary PATH or --appium URL",
-		strings.Join(tried, "; "))
+		strings.Join(l.tried, "; "))
+}
+
+// locator is Locate's search: its config with the defaults applied, and
+// the places tried so far, each with why it did not fit.
+type locator struct {
+	cfg     LocateConfig
+	getenv  func(string) string
+	getwd   func() (string, error)
+	envHome string // $APPIUM_HOME
+	tried   []string
+}
+
+func newLocator(cfg LocateConfig) *locator {
+	l := &locator{cfg: cfg, getenv: cfg.Getenv, getwd: cfg.Getwd}
+	if l.getenv == nil {
+		l.getenv = os.Getenv
+	}
+	if l.getwd == nil {
+		l.getwd = os.Getwd
+	}
+	l.envHome = l.getenv("APPIUM_HOME")
+	return l
+}
+
+// withHome gives in its home: $APPIUM_HOME when set, else fallback when it
+// is a directory (else none: the inherited one).
+func (l *locator) withHome(in Installation, fallback string) Installation {
+	switch {
+	case l.envHome != "":
+		in.Home = l.envHome
+	case fallback != "" && isDir(fallback):
+		in.Home = fallback
+	}
+	return in
+}
+
+// checkout: the checkout's tools/node/node_modules/.bin/appium, with its
+// .cache/appium-home.
+func (l *locator) checkout() (Installation, bool) {
+	root := repoRootFrom(l.getwd)
+	if root == "" {
+		l.tried = append(l.tried, "the checkout's tools/node (not inside a checkout)")
+		return Installation{}, false
+	}
+	p := filepath.Join(root, "tools", "node", "node_modules", ".bin", "appium")
+	if err := executable(p); err != nil {
+		l.tried = append(l.tried, p+" ("+err.Error()+"; run tools/setup.sh)")
+		return Installation{}, false
+	}
+	return l.withHome(Installation{Bin: p, Source: "checkout"}, filepath.Join(root, ".cache", "appium-home")), true
+}
+
+// onPath: `appium` on PATH.
+func (l *locator) onPath() (Installation, bool) {
+	p, err := lookPath("appium", l.getenv("PATH"))
+	if err != nil {
+		l.tried = append(l.tried, "appium on PATH ("+err.Error()+")")
+		return Installation{}, false
+	}
+	return l.withHome(Installation{Bin: p, Source: "PATH"}, installHome(p)), true
+}
+
+// appiumHome: $APPIUM_HOME/node_modules/.bin/appium.
+func (l *locator) appiumHome() (Installation, bool) {
+	if l.envHome == "" {
+		l.tried = append(l.tried, "$APPIUM_HOME/node_modules/.bin/appium (APPIUM_HOME not set)")
+		return Installation{}, false
+	}
+	p := filepath.Join(l.envHome, "node_modules", ".bin", "appium")
+	if err := executable(p); err != nil {
+		l.tried = append(l.tried, "$APPIUM_HOME "+p+" ("+err.Error()+")")
+		return Installation{}, false
+	}
+	return l.withHome(Installation{Bin: p, Source: "APPIUM_HOME"}, ""), true
+}
+
+// dataDirs: the `setup appium` install of the data dir, then of the
+// default data dir (when another), with their homes.
+func (l *locator) dataDirs() (Installation, bool) {
+	defaultDir := l.cfg.DefaultDataDir
+	if defaultDir == "" {
+		defaultDir, _ = agent.DefaultDataDirFrom(l.getenv, runtime.GOOS)
+	}
+	for _, c := range []struct{ dataDir, source string }{{l.cfg.DataDir, "data dir"}, {defaultDir, "default data dir"}} {
+		if c.dataDir == "" || (c.source == "default data dir" && sameDir(c.dataDir, l.cfg.DataDir)) {
+			continue
+		}
+		dir := InstallDir(c.dataDir)
+		p := filepath.Join(dir, "node_modules", ".bin", "appium")
+		if err := executable(p); err != nil {
+			l.tried = append(l.tried, p+" ("+err.Error()+")")
+			continue
+		}
+		return l.withHome(Installation{Bin: p, Source: c.source}, filepath.Join(dir, "home")), true
+	}
+	return Installation{}, false
 }
 
 // executable is nil when p is an executable regular file (after symlinks).

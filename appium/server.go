@@ -99,49 +99,76 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 }
 
+// startServer is one try of StartServer.
 func startServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	inst, err := Locate(LocateConfig{Bin: cfg.Bin, DataDir: cfg.DataDir})
 	if err != nil {
 		return nil, err
 	}
-	bin := inst.Bin
-	home := cfg.AppiumHome
-	if home == "" {
-		home = inst.Home
+	if cfg.AppiumHome == "" {
+		cfg.AppiumHome = inst.Home
 	}
-	addr := cfg.Address
-	if addr == "" {
-		addr = "127.0.0.1"
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
 	}
-	port := cfg.Port
-	if port == 0 {
-		p, err := freePort(addr)
-		if err != nil {
-			return nil, agent.Wrap(agent.ErrProcess, err, "appium: choose a port")
-		}
-		port = p
+	cmd := serverCommand(inst.Bin, cfg)
+	s := &Server{URL: fmt.Sprintf("http://%s", net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port))), Port: cfg.Port,
+		cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: 256 << 10}, stopTo: cfg.StopTimeout, logPath: cfg.LogFile}
+	if err := s.wireLog(cfg); err != nil {
+		return nil, err
 	}
-	androidHome := cfg.AndroidHome
-	if androidHome == "" {
-		androidHome = "/usr/lib/android-sdk"
+	if err := cmd.Start(); err != nil {
+		s.closeLog()
+		return nil, agent.Wrap(agent.ErrProcess, err, "appium: start %s", inst.Bin)
 	}
-	startTO := cfg.StartTimeout
-	if startTO <= 0 {
-		startTO = 60 * time.Second
+	go func() {
+		s.waitErr = cmd.Wait()
+		s.closeLog()
+		close(s.done)
+	}()
+	if err := s.waitReady(ctx, cfg.StartTimeout); err != nil {
+		return nil, err
 	}
-	stopTO := cfg.StopTimeout
-	if stopTO <= 0 {
-		stopTO = 20 * time.Second
-	}
+	return s, nil
+}
 
-	args := []string{"server", "--address", addr, "--port", strconv.Itoa(port),
+// setDefaults fills cfg's unset address (127.0.0.1), port (a free one),
+// Android SDK (/usr/lib/android-sdk) and timeouts (see ServerConfig).
+func (cfg *ServerConfig) setDefaults() error {
+	if cfg.Address == "" {
+		cfg.Address = "127.0.0.1"
+	}
+	if cfg.Port == 0 {
+		p, err := freePort(cfg.Address)
+		if err != nil {
+			return agent.Wrap(agent.ErrProcess, err, "appium: choose a port")
+		}
+		cfg.Port = p
+	}
+	if cfg.AndroidHome == "" {
+		cfg.AndroidHome = "/usr/lib/android-sdk"
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = 20 * time.Second
+	}
+	return nil
+}
+
+// serverCommand is the `appium server` command of bin for cfg (defaults
+// set): its flags, its environment (the SDK, APPIUM_HOME, the adb server's
+// port) and its own process group.
+func serverCommand(bin string, cfg ServerConfig) *exec.Cmd {
+	args := []string{"server", "--address", cfg.Address, "--port", strconv.Itoa(cfg.Port),
 		"--allow-insecure=" + InsecureFeatures, "--log-no-colors", "--log-timestamp"}
 	args = append(args, cfg.ExtraArgs...)
 	cmd := exec.Command(bin, args...)
-	env := withEnv(os.Environ(), "ANDROID_HOME", androidHome)
-	env = withEnv(env, "ANDROID_SDK_ROOT", androidHome)
-	if home != "" {
-		env = withEnv(env, "APPIUM_HOME", home)
+	env := withEnv(os.Environ(), "ANDROID_HOME", cfg.AndroidHome)
+	env = withEnv(env, "ANDROID_SDK_ROOT", cfg.AndroidHome)
+	if cfg.AppiumHome != "" {
+		env = withEnv(env, "APPIUM_HOME", cfg.AppiumHome)
 	}
 	if cfg.ADBServerPort != 0 {
 		env = withEnv(env, "ANDROID_ADB_SERVER_PORT", strconv.Itoa(cfg.ADBServerPort))
@@ -149,42 +176,37 @@ func startServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
 
-	s := &Server{URL: fmt.Sprintf("http://%s", net.JoinHostPort(addr, strconv.Itoa(port))), Port: port,
-		cmd: cmd, done: make(chan struct{}), tail: &tailBuffer{max: 256 << 10}, stopTo: stopTO, logPath: cfg.LogFile}
+// wireLog sends the server's output to the log tail, and to cfg.LogFile
+// when set; a detached server writes to LogFile only (required) in a
+// session of its own.
+func (s *Server) wireLog(cfg ServerConfig) error {
+	if cfg.Detached && cfg.LogFile == "" {
+		return agent.Errorf(agent.ErrInvalidRequest, "appium: a detached server needs a LogFile")
+	}
 	var w io.Writer = s.tail
-	if cfg.Detached {
-		if cfg.LogFile == "" {
-			return nil, agent.Errorf(agent.ErrInvalidRequest, "appium: a detached server needs a LogFile")
-		}
+	if cfg.LogFile != "" {
 		f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return nil, agent.Wrap(agent.ErrProcess, err, "appium: open log file")
-		}
-		s.logFile = f
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		cmd.Stdout, cmd.Stderr = f, f
-	} else if cfg.LogFile != "" {
-		f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return nil, agent.Wrap(agent.ErrProcess, err, "appium: open log file")
+			return agent.Wrap(agent.ErrProcess, err, "appium: open log file")
 		}
 		s.logFile = f
 		w = io.MultiWriter(f, s.tail)
+		if cfg.Detached {
+			s.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			w = f
+		}
 	}
-	if !cfg.Detached {
-		cmd.Stdout, cmd.Stderr = w, w
-	}
-	if err := cmd.Start(); err != nil {
-		s.closeLog()
-		return nil, agent.Wrap(agent.ErrProcess, err, "appium: start %s", bin)
-	}
-	go func() {
-		s.waitErr = cmd.Wait()
-		s.closeLog()
-		close(s.done)
-	}()
+	s.cmd.Stdout, s.cmd.Stderr = w, w
+	return nil
+}
 
+// waitReady polls GET /status every 200 ms until the server says ready;
+// process_error when it exits first or is not ready within startTO (then
+// stopped), interrupted when ctx ends first (then stopped).
+func (s *Server) waitReady(ctx context.Context, startTO time.Duration) error {
 	c, _ := New(s.URL, Options{Timeout: 2 * time.Second})
 	deadline := time.NewTimer(startTO)
 	defer deadline.Stop()
@@ -193,17 +215,17 @@ func startServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	for {
 		st, err := c.Status(ctx)
 		if err == nil && st.Ready {
-			return s, nil
+			return nil
 		}
 		select {
 		case <-s.done:
-			return nil, agent.Errorf(agent.ErrProcess, "appium: server exited before ready (%v); log tail:\n%s", s.waitErr, s.LogTail(4096))
+			return agent.Errorf(agent.ErrProcess, "appium: server exited before ready (%v); log tail:\n%s", s.waitErr, s.LogTail(4096))
 		case <-ctx.Done():
 			s.Stop()
-			return nil, agent.Wrap(agent.ErrInterrupted, ctx.Err(), "appium: server start")
+			return agent.Wrap(agent.ErrInterrupted, ctx.Err(), "appium: server start")
 		case <-deadline.C:
 			s.Stop()
-			return nil, agent.Errorf(agent.ErrProcess, "appium: server not ready within %v (last: %v); log tail:\n%s", startTO, err, s.LogTail(4096))
+			return agent.Errorf(agent.ErrProcess, "appium: server not ready within %v (last: %v); log tail:\n%s", startTO, err, s.LogTail(4096))
 		case <-tick.C:
 		}
 	}

@@ -69,11 +69,8 @@ func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.Boot
 	if err != nil {
 		return device.BootResult{}, err
 	}
-	if ok, err := m.HasAVD(ctx, req.AVD); err != nil {
+	if err := m.checkAVD(ctx, req.AVD); err != nil {
 		return device.BootResult{}, err
-	} else if !ok {
-		return device.BootResult{}, &agent.Error{ID: agent.ErrProcess, Code: CodeAVDUnknown,
-			Msg: fmt.Sprintf("no AVD named %q (emulator -list-avds; AVD home %s)", req.AVD, AVDHome(m.cfg.Env))}
 	}
 	timeout := req.Timeout
 	if timeout <= 0 {
@@ -81,18 +78,17 @@ func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.Boot
 	}
 	start := time.Now()
 	deadline := start.Add(timeout)
-	cold, readOnly := req.ColdBoot, req.ReadOnly
-	coldReason := ""
-	if cold {
-		coldReason = "cold boot requested"
+	plan := bootPlan{cold: req.ColdBoot, readOnly: req.ReadOnly}
+	if plan.cold {
+		plan.coldReason = "cold boot requested"
 	}
 	for attempt := 0; ; attempt++ {
 		port, release, err := m.reservePort(ctx)
 		if err != nil {
 			return device.BootResult{}, err
 		}
-		args := BootArgs(req.AVD, port, readOnly, req.SaveSnapshot, cold)
-		progress("booting AVD %s as emulator-%d (%s boot): %s %s", req.AVD, port, map[bool]string{true: "cold", false: "quick"}[cold],
+		args := BootArgs(req.AVD, port, plan.readOnly, req.SaveSnapshot, plan.cold)
+		progress("booting AVD %s as emulator-%d (%s boot): %s %s", req.AVD, port, map[bool]string{true: "cold", false: "quick"}[plan.cold],
 			strings.Join(append([]string{filepath.Base(cmdline[0])}, cmdline[1:]...), " "), strings.Join(args, " "))
 		p, err := m.launch(cmdline, args, port)
 		if err != nil {
@@ -102,40 +98,75 @@ func (m *Manager) Boot(ctx context.Context, req device.BootRequest) (device.Boot
 		res, err := m.waitBoot(ctx, p, deadline, progress)
 		release()
 		if err == nil {
-			res.Took, res.ReadOnly = time.Since(start), readOnly
-			if res.Mode == device.BootCold && res.ColdBootReason == "" {
-				res.ColdBootReason = coldReason
-			}
-			if res.ColdBootReason == "" && res.Mode == device.BootCold {
-				res.ColdBootReason = "no quick-boot snapshot loaded"
-			}
-			now := m.now()
-			_ = m.updateStateBooted(res.Serial, Booted{AVD: req.AVD, PID: p.cmd.Process.Pid, ReadOnly: readOnly, Log: p.logPath, BootedAt: now, LastUsed: now})
+			res.Took, res.ReadOnly = time.Since(start), plan.readOnly
+			m.booted(&res, req.AVD, p, plan.coldReason)
 			progress("%s ready: %s boot in %v", res.Serial, strings.ToLower(string(res.Mode)), res.Took.Round(time.Millisecond))
 			return res, nil
 		}
 		ex, ok := err.(*earlyExit)
-		if !ok || attempt >= 3 {
-			if ok {
-				return device.BootResult{}, ex.agentError()
-			}
+		if !ok {
 			return device.BootResult{}, err
 		}
-		switch {
-		case ex.snapshotFailed != "" && !cold:
-			cold, coldReason = true, "quick boot failed: "+ex.snapshotFailed
-			progress("emulator-%d exited after its snapshot failed to load (%s): cold boot", port, ex.snapshotFailed)
-		case ex.portInUse:
-			progress("console port %d was taken: trying another", port)
-		case ex.avdLocked && !readOnly:
-			// Another writable instance holds the AVD's lock (a concurrent
-			// boot, or one started by hand): run beside it.
-			readOnly = true
-			progress("AVD %s is already running writable (its lock is held): booting a -read-only instance", req.AVD)
-		default:
+		if attempt >= 3 || !plan.retry(ex, req.AVD, progress) {
 			return device.BootResult{}, ex.agentError()
 		}
 	}
+}
+
+// checkAVD: avd is one of `emulator -list-avds` (process_error
+// AVD_UNKNOWN when not).
+func (m *Manager) checkAVD(ctx context.Context, avd string) error {
+	ok, err := m.HasAVD(ctx, avd)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &agent.Error{ID: agent.ErrProcess, Code: CodeAVDUnknown,
+			Msg: fmt.Sprintf("no AVD named %q (emulator -list-avds; AVD home %s)", avd, AVDHome(m.cfg.Env))}
+	}
+	return nil
+}
+
+// bootPlan is how the next boot attempt starts: cold (and why), and
+// -read-only.
+type bootPlan struct {
+	cold, readOnly bool
+	coldReason     string
+}
+
+// retry changes the plan after an emulator that exited early, when a new
+// attempt can do better: cold after a snapshot that failed to load, another
+// port after a taken one, -read-only beside a writable instance holding the
+// AVD's lock. False when nothing would change.
+func (b *bootPlan) retry(ex *earlyExit, avd string, progress func(string, ...any)) bool {
+	switch {
+	case ex.snapshotFailed != "" && !b.cold:
+		b.cold, b.coldReason = true, "quick boot failed: "+ex.snapshotFailed
+		progress("emulator-%d exited after its snapshot failed to load (%s): cold boot", ex.port, ex.snapshotFailed)
+	case ex.portInUse:
+		progress("console port %d was taken: trying another", ex.port)
+	case ex.avdLocked && !b.readOnly:
+		// Another writable instance holds the AVD's lock (a concurrent
+		// boot, or one started by hand): run beside it.
+		b.readOnly = true
+		progress("AVD %s is already running writable (its lock is held): booting a -read-only instance", avd)
+	default:
+		return false
+	}
+	return true
+}
+
+// booted completes a cold boot's reason (coldReason, the plan's, else no
+// snapshot loaded) and records the instance in the host's state.
+func (m *Manager) booted(res *device.BootResult, avd string, p *proc, coldReason string) {
+	if res.Mode == device.BootCold && res.ColdBootReason == "" {
+		res.ColdBootReason = coldReason
+	}
+	if res.ColdBootReason == "" && res.Mode == device.BootCold {
+		res.ColdBootReason = "no quick-boot snapshot loaded"
+	}
+	now := m.now()
+	_ = m.updateStateBooted(res.Serial, Booted{AVD: avd, PID: p.cmd.Process.Pid, ReadOnly: res.ReadOnly, Log: p.logPath, BootedAt: now, LastUsed: now})
 }
 
 // updateStateBooted records serial as booted by this host.
@@ -249,56 +280,24 @@ func (m *Manager) waitBoot(ctx context.Context, p *proc, deadline time.Time, pro
 	serial := "emulator-" + strconv.Itoa(p.port)
 	// This loop waits for the serial itself, reporting progress.
 	dev := adbdevice.NewADBDevice(m.adb, serial).WithReconnectGrace(0)
-	res := device.BootResult{Serial: serial, Mode: device.BootCold}
-	var (
-		offset        int64
-		bootCompleted time.Time
-		lastProgress  = time.Now()
-		why           = "not yet listed by the adb server"
-	)
-	readLog := func() {
-		lines, n := readNewLines(p.logPath, offset)
-		offset = n
-		for _, l := range lines {
-			switch {
-			case reQuickLoaded.MatchString(l):
-				res.Mode = device.BootQuick
-			case reSnapshotFailed.MatchString(l) && res.ColdBootReason == "":
-				res.Mode, res.ColdBootReason = device.BootCold, logMessage(l)
-				progress("emulator-%d: quick boot failed, cold boot: %s", p.port, res.ColdBootReason)
-			}
-			if sm := reBootCompleted.FindStringSubmatch(l); sm != nil {
-				ms, _ := strconv.Atoi(sm[1])
-				bootCompleted = p.started.Add(time.Duration(ms) * time.Millisecond)
-			}
-		}
-	}
+	bootlog := bootLog{p: p, res: device.BootResult{Serial: serial, Mode: device.BootCold}, progress: progress}
+	lastProgress := time.Now()
+	why := "not yet listed by the adb server"
 	for {
-		readLog()
+		bootlog.read()
 		select {
 		case <-p.done:
-			readLog()
-			return res, m.exitInfo(p)
+			bootlog.read()
+			return bootlog.res, m.exitInfo(p)
 		default:
 		}
 		if ready, reason := m.probe(ctx, dev); ready {
-			readyAt := time.Now()
-			readLog()
-			if !bootCompleted.IsZero() && readyAt.After(bootCompleted) {
-				res.ReadyLag = readyAt.Sub(bootCompleted)
-			}
-			return res, nil
+			return bootlog.ready(time.Now()), nil
 		} else if reason != "" {
 			why = reason
 		}
-		if err := ctx.Err(); err != nil {
-			m.abandon(p)
-			return res, agent.Classify(err)
-		}
-		if !time.Now().Before(deadline) {
-			m.abandon(p)
-			return res, agent.Errorf(agent.ErrBootTimeout, "%s (AVD boot) not boot-ready after %v: %s; emulator killed (log %s)",
-				serial, time.Since(p.started).Round(time.Millisecond), why, p.logPath)
+		if err := m.bootAbandoned(ctx, p, deadline, why); err != nil {
+			return bootlog.res, err
 		}
 		if time.Since(lastProgress) >= 2*time.Second {
 			lastProgress = time.Now()
@@ -310,6 +309,62 @@ func (m *Manager) waitBoot(ctx context.Context, p *proc, deadline time.Time, pro
 		case <-time.After(min(m.cfg.PollInterval, time.Until(deadline)+time.Millisecond)):
 		}
 	}
+}
+
+// bootAbandoned kills p and says why when ctx ended (its error, classified)
+// or the deadline passed (boot_timeout, with why it is not ready); nil
+// while the wait goes on.
+func (m *Manager) bootAbandoned(ctx context.Context, p *proc, deadline time.Time, why string) error {
+	if err := ctx.Err(); err != nil {
+		m.abandon(p)
+		return agent.Classify(err)
+	}
+	if !time.Now().Before(deadline) {
+		m.abandon(p)
+		return agent.Errorf(agent.ErrBootTimeout, "emulator-%d (AVD boot) not boot-ready after %v: %s; emulator killed (log %s)",
+			p.port, time.Since(p.started).Round(time.Millisecond), why, p.logPath)
+	}
+	return nil
+}
+
+// bootLog follows a booting emulator's log: the boot mode it shows (quick
+// after "Successfully loaded snapshot", cold after a snapshot that failed,
+// with the reason) and when it said "Boot completed in N ms".
+type bootLog struct {
+	p             *proc
+	res           device.BootResult
+	progress      func(string, ...any)
+	offset        int64 // bytes of the log read
+	bootCompleted time.Time
+}
+
+// read reads the lines the log gained since the last read.
+func (b *bootLog) read() {
+	lines, n := readNewLines(b.p.logPath, b.offset)
+	b.offset = n
+	for _, l := range lines {
+		switch {
+		case reQuickLoaded.MatchString(l):
+			b.res.Mode = device.BootQuick
+		case reSnapshotFailed.MatchString(l) && b.res.ColdBootReason == "":
+			b.res.Mode, b.res.ColdBootReason = device.BootCold, logMessage(l)
+			b.progress("emulator-%d: quick boot failed, cold boot: %s", b.p.port, b.res.ColdBootReason)
+		}
+		if sm := reBootCompleted.FindStringSubmatch(l); sm != nil {
+			ms, _ := strconv.Atoi(sm[1])
+			b.bootCompleted = b.p.started.Add(time.Duration(ms) * time.Millisecond)
+		}
+	}
+}
+
+// ready is the result of a boot found ready at readyAt, after a last read
+// of the log: ReadyLag is how long after the emulator's "Boot completed".
+func (b *bootLog) ready(readyAt time.Time) device.BootResult {
+	b.read()
+	if !b.bootCompleted.IsZero() && readyAt.After(b.bootCompleted) {
+		b.res.ReadyLag = readyAt.Sub(b.bootCompleted)
+	}
+	return b.res
 }
 
 // probe is EnsureDevice's readiness: adb state "device", then adb.BootCommand

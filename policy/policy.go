@@ -295,6 +295,22 @@ func (p *Policy) Validate() error {
 	if p.PolicyVersion < 1 {
 		bad("version %d: must be >= 1", p.PolicyVersion)
 	}
+	p.validateTimeouts(bad)
+	p.Retries.validate("retries", bad)
+	for n, r := range p.NodeRetries {
+		r.validate("nodeRetries."+n, bad)
+	}
+	p.validateModes(bad)
+	if p.Emulator.IdleKillMinutes < 0 {
+		bad("emulator.idleKillMinutes %d: must be >= 0 (0 keeps booted emulators warm for ever)", p.Emulator.IdleKillMinutes)
+	}
+	p.Evidence.validate(bad)
+	p.Idle.validate(bad)
+	return errors.Join(errs...)
+}
+
+// validateTimeouts: durations are >= 0, and each per-node one names a node.
+func (p *Policy) validateTimeouts(bad func(format string, args ...any)) {
 	if p.DefaultTimeout < 0 {
 		bad("defaultTimeout %s is negative", p.DefaultTimeout.D())
 	}
@@ -303,31 +319,34 @@ func (p *Policy) Validate() error {
 			bad("timeouts[%q] = %s: need a node name and a duration >= 0", n, d.D())
 		}
 	}
-	check := func(where string, r Retry) {
-		if r.MaxAttempts < 1 {
-			bad("%s.maxAttempts %d: must be >= 1", where, r.MaxAttempts)
-		}
-		if r.InitialBackoff < 0 || r.MaxBackoff < r.InitialBackoff {
-			bad("%s: need 0 <= initialBackoff (%s) <= maxBackoff (%s)", where, r.InitialBackoff.D(), r.MaxBackoff.D())
-		}
-		if r.Multiplier < 1 || math.IsInf(r.Multiplier, 0) || math.IsNaN(r.Multiplier) {
-			bad("%s.multiplier %v: must be a finite number >= 1", where, r.Multiplier)
-		}
-		for _, id := range r.RetryOn {
-			if !slices.Contains(agent.ErrorIDs, id) {
-				bad("%s.retryOn: unknown errorId %q", where, id)
-			}
-		}
-		for id, n := range r.MaxAttemptsByError {
-			if !slices.Contains(agent.ErrorIDs, id) || n < 1 {
-				bad("%s.maxAttemptsByError[%q] = %d: need a known errorId and a count >= 1", where, id, n)
-			}
+}
+
+// validate reports r's problems, naming it where ("retries",
+// "nodeRetries.<node>").
+func (r Retry) validate(where string, bad func(format string, args ...any)) {
+	if r.MaxAttempts < 1 {
+		bad("%s.maxAttempts %d: must be >= 1", where, r.MaxAttempts)
+	}
+	if r.InitialBackoff < 0 || r.MaxBackoff < r.InitialBackoff {
+		bad("%s: need 0 <= initialBackoff (%s) <= maxBackoff (%s)", where, r.InitialBackoff.D(), r.MaxBackoff.D())
+	}
+	if r.Multiplier < 1 || math.IsInf(r.Multiplier, 0) || math.IsNaN(r.Multiplier) {
+		bad("%s.multiplier %v: must be a finite number >= 1", where, r.Multiplier)
+	}
+	for _, id := range r.RetryOn {
+		if !slices.Contains(agent.ErrorIDs, id) {
+			bad("%s.retryOn: unknown errorId %q", where, id)
 		}
 	}
-	check("retries", p.Retries)
-	for n, r := range p.NodeRetries {
-		check("nodeRetries."+n, r)
+	for id, n := range r.MaxAttemptsByError {
+		if !slices.Contains(agent.ErrorIDs, id) || n < 1 {
+			bad("%s.maxAttemptsByError[%q] = %d: need a known errorId and a count >= 1", where, id, n)
+		}
 	}
+}
+
+// validateModes: each mode field holds one of its known values.
+func (p *Policy) validateModes(bad func(format string, args ...any)) {
 	for _, m := range []struct {
 		field, v string
 		ok       []string
@@ -340,15 +359,13 @@ func (p *Policy) Validate() error {
 			bad("%s %q: want one of %v", m.field, m.v, m.ok)
 		}
 	}
-	if p.Emulator.IdleKillMinutes < 0 {
-		bad("emulator.idleKillMinutes %d: must be >= 0 (0 keeps booted emulators warm for ever)", p.Emulator.IdleKillMinutes)
-	}
-	p.Evidence.validate(bad)
-	i := p.Idle
+}
+
+// validate: 0 < sampleIntervalMillis <= minQuietMillis <= maxWaitMillis.
+func (i IdleHeuristics) validate(bad func(format string, args ...any)) {
 	if i.MinQuietMillis <= 0 || i.SampleIntervalMillis <= 0 || i.SampleIntervalMillis > i.MinQuietMillis || i.MaxWaitMillis < i.MinQuietMillis {
 		bad("idleHeuristics %+v: need 0 < sampleIntervalMillis <= minQuietMillis <= maxWaitMillis", i)
 	}
-	return errors.Join(errs...)
 }
 
 // Version is the document's version.

@@ -277,3 +277,87 @@ func TestKeyedTablesMigrationPostgres(t *testing.T) {
 	defer s.Close()
 	checkCarriedOver(t, s, r, events, envs)
 }
+
+// publishStateSchema is the last schema with a run_outbox table beside
+// run_events (00012 moves the publish state onto the event row).
+const publishStateSchema = 11
+
+// fillOutboxSchema fills a database at schema 11 as fillOldSchema does and
+// adds, for the waiting event 3, an older outbox row already published (a
+// sequence enqueued again): the event must come out unpublished, once.
+func fillOutboxSchema(t *testing.T, db *sql.DB, ph func(int) string, ts string) (agent.Run, []agent.Event, [][]byte) {
+	t.Helper()
+	r, events, envs := fillOldSchema(t, db, ph, ts, publishStateSchema)
+	e := events[2]
+	mustExecArgs(t, db, `INSERT INTO run_outbox (run_id, sequence, event_id, subject, published_at) VALUES (`+ph(1)+`, `+ph(2)+`, `+ph(3)+`, `+ph(4)+`, `+ph(5)+`)`,
+		e.RunID, e.Sequence, e.EventID, fmt.Sprintf("agent.events.%s.%s", e.TenantID, e.RunID), ts)
+	return r, events, envs
+}
+
+// Issue 26 part 1, third step: a database written at schema 11 (events
+// with an outbox table pointing at them) is carried over by migration 00012
+// (the publish state on the event row), on both stores: the waiting events
+// (one of them with a published row beside its waiting one) wait once, the
+// published and parked ones do not, the parked one keeps its reason.
+func TestEventPublishStateMigrationSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, publishStateSchema); err != nil {
+		t.Fatal(err)
+	}
+	r, events, envs := fillOutboxSchema(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z")
+	db.Close()
+	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkCarriedOver(t, s, r, events, envs)
+	s.Close()
+	db, err = sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var names []string
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE (type = 'index' AND tbl_name = 'run_events') OR name = 'run_outbox' ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		names = append(names, n)
+	}
+	rows.Close()
+	want := []string{"run_events_parked", "run_events_unpublished", "sqlite_autoindex_run_events_1", "sqlite_autoindex_run_events_2"}
+	if !reflect.DeepEqual(names, want) {
+		t.Errorf("run_events' indexes and run_outbox: %v, want %v", names, want)
+	}
+}
+
+func TestEventPublishStateMigrationPostgres(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.UpTo(t.Context(), db, migrations.Postgres, publishStateSchema); err != nil {
+		t.Fatal(err)
+	}
+	r, events, envs := fillOutboxSchema(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z")
+	db.Close()
+	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkCarriedOver(t, s, r, events, envs)
+	var outbox *string
+	if err := s.Pool().QueryRow(t.Context(), `SELECT to_regclass('run_outbox')::text`).Scan(&outbox); err != nil || outbox != nil {
+		t.Errorf("run_outbox after 00012: %v, %v; want gone", outbox, err)
+	}
+}

@@ -35,6 +35,9 @@ func FuzzParseFatalExceptions(f *testing.F) {
 
 func FuzzParseDropbox(f *testing.F) {
 	seedCaptures(f, "dumpsys-dropbox")
+	// An empty entry, then a path after a line that starts none (it panicked).
+	sep := dropboxSeparator + "\n"
+	f.Add(sep + "2026-11-28 09:00:00 a (text, 0 bytes)\n" + sep + "x\n/d/a@1.txt\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, e := range ParseDropbox(s) {
 			if !strings.Contains(s, e.Tag) || len(e.Headers) > maxDropboxHeaders {

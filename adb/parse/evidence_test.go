@@ -123,6 +123,20 @@ func TestParseDropboxFile(t *testing.T) {
 	}
 }
 
+// TestParseDropboxEmptyEntryThenPath: an entry with no text is ended by the
+// next separator before its --file line could come; a path-shaped line
+// after the next, unparsable, entry line belongs to no entry (it panicked
+// on a nil entry before the separator ended the wait for the path).
+func TestParseDropboxEmptyEntryThenPath(t *testing.T) {
+	sep := "========================================\n"
+	out := sep + "2026-11-28 09:00:00 data_app_anr (text, 0 bytes)\n" + sep +
+		"not an entry line\n/data/system/dropbox/data_app_anr@1795856400124.txt\n"
+	es := ParseDropbox(out)
+	if len(es) != 1 || es[0].Tag != "data_app_anr" || es[0].File != "" || es[0].Body != "" {
+		t.Errorf("%+v", es)
+	}
+}
+
 func TestParseErrorDialogsCaptures(t *testing.T) {
 	for rel, want := range map[string]ErrorDialog{
 		"dumpsys-window-dialogs/focus-application-error.txt":     {Title: "Application Error: com.huanhailiuxin.jet2020", Process: "com.huanhailiuxin.jet2020", Focused: true},

@@ -41,21 +41,7 @@ func ParseAmStart(out string) (AmStart, error) {
 		switch {
 		case t == "Complete":
 			r.Complete = true
-		case strings.HasPrefix(t, "Status: "):
-			r.Status = strings.TrimPrefix(t, "Status: ")
-		case strings.HasPrefix(t, "LaunchState: "):
-			// "UNKNOWN (0)" on API 29+ when the launch was not observed: keep the word.
-			if f := strings.Fields(strings.TrimPrefix(t, "LaunchState: ")); len(f) > 0 {
-				r.LaunchState = f[0]
-			}
-		case strings.HasPrefix(t, "Activity: "):
-			r.Activity, _ = ParseComponent(strings.TrimPrefix(t, "Activity: "))
-		case strings.HasPrefix(t, "TotalTime: "):
-			r.TotalTime = msField(strings.TrimPrefix(t, "TotalTime: "))
-		case strings.HasPrefix(t, "WaitTime: "):
-			r.WaitTime = msField(strings.TrimPrefix(t, "WaitTime: "))
-		case strings.HasPrefix(t, "Warning: "):
-			r.Warning = strings.TrimPrefix(t, "Warning: ")
+		case r.setField(t): // a "Name: value" line of -W
 		case strings.HasPrefix(t, "Error"), strings.Contains(t, "Exception"):
 			errLines = append(errLines, t)
 		}
@@ -63,6 +49,43 @@ func ParseAmStart(out string) (AmStart, error) {
 	if len(errLines) == 0 {
 		return r, nil
 	}
+	return r, amStartError(errLines)
+}
+
+// amStartFields are the "Name: value" lines of `am start -W`, each with what
+// it sets; the first whose prefix a line has wins.
+var amStartFields = []struct {
+	prefix string
+	set    func(r *AmStart, v string)
+}{
+	{"Status: ", func(r *AmStart, v string) { r.Status = v }},
+	{"LaunchState: ", func(r *AmStart, v string) {
+		// "UNKNOWN (0)" on API 29+ when the launch was not observed: keep the word.
+		if f := strings.Fields(v); len(f) > 0 {
+			r.LaunchState = f[0]
+		}
+	}},
+	{"Activity: ", func(r *AmStart, v string) { r.Activity, _ = ParseComponent(v) }},
+	{"TotalTime: ", func(r *AmStart, v string) { r.TotalTime = msField(v) }},
+	{"WaitTime: ", func(r *AmStart, v string) { r.WaitTime = msField(v) }},
+	{"Warning: ", func(r *AmStart, v string) { r.Warning = v }},
+}
+
+// setField sets the field a trimmed "Name: value" line names; false when the
+// line is none of amStartFields.
+func (r *AmStart) setField(t string) bool {
+	for _, f := range amStartFields {
+		if v, ok := strings.CutPrefix(t, f.prefix); ok {
+			f.set(r, v)
+			return true
+		}
+	}
+	return false
+}
+
+// amStartError classifies the error lines of `am start` (see ParseAmStart):
+// its message is the first "Error: …" or "…Exception:" line, else the last line.
+func amStartError(errLines []string) *Error {
 	all := strings.Join(errLines, "\n")
 	msg := errLines[len(errLines)-1]
 	for _, e := range errLines {
@@ -74,11 +97,11 @@ func ParseAmStart(out string) (AmStart, error) {
 	switch {
 	case strings.Contains(all, "does not exist"), strings.Contains(all, "Error type 3"),
 		strings.Contains(all, "unable to resolve Intent"):
-		return r, &Error{ID: IDActivityNotFound, Msg: msg}
+		return &Error{ID: IDActivityNotFound, Msg: msg}
 	case strings.Contains(all, "SecurityException"), strings.Contains(all, "Permission Denial"):
-		return r, &Error{ID: IDPermissionError, Msg: msg}
+		return &Error{ID: IDPermissionError, Msg: msg}
 	}
-	return r, &Error{ID: IDProcessError, Msg: msg}
+	return &Error{ID: IDProcessError, Msg: msg}
 }
 
 func msField(s string) time.Duration {

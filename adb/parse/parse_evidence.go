@@ -82,71 +82,105 @@ func ParseDropbox(out string) []DropboxEntry {
 	if len(out) > maxEvidenceInput {
 		out = out[:maxEvidenceInput]
 	}
-	var entries []DropboxEntry
-	var cur *DropboxEntry
-	inHeaders := false
-	var body []string
-	flush := func() {
-		if cur != nil {
-			cur.Body = strings.TrimRight(strings.Join(body, "\n"), "\n")
-			entries = append(entries, *cur)
-		}
-		cur, body = nil, nil
-	}
-	afterSep, fileNext := false, false
+	var r dropboxReader
 	for _, l := range lines(out) {
-		if strings.HasPrefix(l, dropboxSeparator) && strings.Trim(l, "=") == "" {
-			flush()
-			afterSep = true
-			continue
+		if !r.line(l) {
+			break
 		}
-		if afterSep {
-			afterSep = false
-			m := dropboxEntryRe.FindStringSubmatch(l)
-			if m == nil {
-				continue
-			}
-			if len(entries) >= maxDropboxEntries {
-				break
-			}
-			e := DropboxEntry{Time: m[1], Tag: m[2], Size: -1, Headers: map[string]string{}}
-			e.Compressed = strings.HasPrefix(m[3], "compressed")
-			if sm := dropboxSizeRe.FindStringSubmatch(m[3]); sm != nil {
-				if n, err := strconv.Atoi(sm[1]); err == nil {
-					e.Size = n
-				}
-			}
-			cur, inHeaders = &e, true
-			fileNext = true
-			continue
-		}
-		if fileNext {
-			fileNext = false
-			if m := dropboxFileRe.FindStringSubmatch(l); m != nil {
-				cur.File = m[1]
-				cur.Millis, _ = strconv.ParseInt(m[2], 10, 64)
-				continue
-			}
-		}
-		if cur == nil {
-			continue
-		}
-		if inHeaders {
-			if m := dropboxHeaderRe.FindStringSubmatch(l); m != nil && len(cur.Headers) < maxDropboxHeaders {
-				if _, dup := cur.Headers[m[1]]; !dup {
-					cur.Headers[m[1]] = strings.TrimSpace(m[2])
-				}
-				continue
-			}
-			inHeaders = false
-			if strings.TrimSpace(l) == "" {
-				continue
-			}
-		}
-		body = append(body, l)
 	}
-	flush()
-	return entries
+	r.flush()
+	return r.entries
+}
+
+// dropboxReader is ParseDropbox's state between lines.
+type dropboxReader struct {
+	entries []DropboxEntry
+	// cur is the entry being read (nil before the first entry line and
+	// after a separator) and body its text lines so far.
+	cur  *DropboxEntry
+	body []string
+	// afterSep: the previous line was a separator, so this one names the
+	// entry; fileNext: the previous line named it, so this one may be its
+	// --file path; inHeaders: cur's "Key: value" lines are still running.
+	afterSep, fileNext, inHeaders bool
+}
+
+// line reads one line of the dump; false when maxDropboxEntries entries are
+// read and another begins.
+func (r *dropboxReader) line(l string) bool {
+	switch {
+	case strings.HasPrefix(l, dropboxSeparator) && strings.Trim(l, "=") == "":
+		r.flush()
+		r.afterSep = true
+	case r.afterSep:
+		r.afterSep = false
+		return r.entryLine(l)
+	case r.fileNext && r.fileLine(l):
+	case r.cur == nil:
+	case r.inHeaders && r.headerLine(l):
+	default:
+		r.body = append(r.body, l)
+	}
+	return true
+}
+
+// entryLine starts an entry at a "DATE TAG (text, N bytes)" line (a line
+// that is not one starts nothing); false when maxDropboxEntries are read.
+func (r *dropboxReader) entryLine(l string) bool {
+	m := dropboxEntryRe.FindStringSubmatch(l)
+	if m == nil {
+		return true
+	}
+	if len(r.entries) >= maxDropboxEntries {
+		return false
+	}
+	e := DropboxEntry{Time: m[1], Tag: m[2], Size: -1, Headers: map[string]string{}}
+	e.Compressed = strings.HasPrefix(m[3], "compressed")
+	if sm := dropboxSizeRe.FindStringSubmatch(m[3]); sm != nil {
+		if n, err := strconv.Atoi(sm[1]); err == nil {
+			e.Size = n
+		}
+	}
+	r.cur, r.inHeaders, r.fileNext = &e, true, true
+	return true
+}
+
+// fileLine takes the line after the entry's as its --file path when it is
+// one; false when it is not (it is then a header or text).
+func (r *dropboxReader) fileLine(l string) bool {
+	r.fileNext = false
+	m := dropboxFileRe.FindStringSubmatch(l)
+	if m == nil {
+		return false
+	}
+	r.cur.File = m[1]
+	r.cur.Millis, _ = strconv.ParseInt(m[2], 10, 64)
+	return true
+}
+
+// headerLine reads l as one of cur's "Key: value" headers (the first of a
+// key wins; at most maxDropboxHeaders). The headers end at the first line
+// that is not one: false when l is text, true when it is a header or the
+// blank line that ends them.
+func (r *dropboxReader) headerLine(l string) bool {
+	if m := dropboxHeaderRe.FindStringSubmatch(l); m != nil && len(r.cur.Headers) < maxDropboxHeaders {
+		if _, dup := r.cur.Headers[m[1]]; !dup {
+			r.cur.Headers[m[1]] = strings.TrimSpace(m[2])
+		}
+		return true
+	}
+	r.inHeaders = false
+	return strings.TrimSpace(l) == ""
+}
+
+// flush ends the entry being read, if any. A separator ends it before its
+// --file line can come: a path after it belongs to no entry.
+func (r *dropboxReader) flush() {
+	if r.cur != nil {
+		r.cur.Body = strings.TrimRight(strings.Join(r.body, "\n"), "\n")
+		r.entries = append(r.entries, *r.cur)
+	}
+	r.cur, r.body, r.fileNext = nil, nil, false
 }
 
 // ErrorDialog is an error dialog window found in `dumpsys window` output.

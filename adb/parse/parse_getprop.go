@@ -127,32 +127,55 @@ func ParseServiceList(out string) []Service {
 // check parses the ~200 lines, and the regexp's backtracking there was 4% of
 // the daemon's CPU. FuzzServiceLineMatchesRegexp holds the two equal.
 func parseServiceLine(l string) (Service, bool) {
+	digits, rest, ok := cutServiceIndex(l)
+	if !ok {
+		return Service{}, false
+	}
+	name, iface, ok := cutServiceName(rest)
+	if !ok {
+		return Service{}, false
+	}
+	n, _ := strconv.Atoi(digits)
+	return Service{Index: n, Name: name, Interface: iface}, true
+}
+
+// cutServiceIndex splits `^(\d+)\s+` off l: the digits and what follows the
+// spaces; ok is false without digits or without a space after them.
+func cutServiceIndex(l string) (digits, rest string, ok bool) {
 	i := 0
 	for i < len(l) && l[i] >= '0' && l[i] <= '9' {
 		i++
 	}
-	j := i
-	for j < len(l) && isRE2Space(l[j]) {
-		j++
-	}
+	j := skipRE2Space(l, i)
 	if i == 0 || j == i {
-		return Service{}, false
+		return "", "", false
 	}
-	rest := l[j:]
+	return l[:i], l[j:], true
+}
+
+// cutServiceName reads `(\S+?):\s*\[(.*)\]$` from rest: the shortest name
+// before a ':' that "\s*[" and a final ']' follow, and the text between the
+// brackets.
+func cutServiceName(rest string) (name, iface string, ok bool) {
 	for k := 0; k < len(rest) && !isRE2Space(rest[k]); k++ {
 		if rest[k] != ':' || k == 0 {
 			continue
 		}
-		open := k + 1
-		for open < len(rest) && isRE2Space(rest[open]) {
-			open++
-		}
+		open := skipRE2Space(rest, k+1)
 		if open < len(rest)-1 && rest[open] == '[' && rest[len(rest)-1] == ']' {
-			n, _ := strconv.Atoi(l[:i])
-			return Service{Index: n, Name: rest[:k], Interface: rest[open+1 : len(rest)-1]}, true
+			return rest[:k], rest[open+1 : len(rest)-1], true
 		}
 	}
-	return Service{}, false
+	return "", "", false
+}
+
+// skipRE2Space is the index of the first byte of s at or after i that is
+// not RE2's \s (len(s) when none).
+func skipRE2Space(s string, i int) int {
+	for i < len(s) && isRE2Space(s[i]) {
+		i++
+	}
+	return i
 }
 
 // isRE2Space is RE2's \s: [\t\n\f\r ].

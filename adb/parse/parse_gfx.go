@@ -128,61 +128,84 @@ func (f FrameTimeline) SinceLastFrame() (d time.Duration, ok bool) {
 // header naming IntendedVsync and FrameCompleted (no process, or a release
 // without framestats).
 func ParseFramestats(out string) (FrameTimeline, bool) {
-	f := FrameTimeline{StatsSinceNanos: -1}
-	upSeen, inBlock, headerSeen := false, false, false
-	intended, completed := -1, -1
+	r := framestatsReader{f: FrameTimeline{StatsSinceNanos: -1}, intended: -1, completed: -1}
 	for _, l := range lines(out) {
-		t := strings.TrimSpace(l)
-		switch {
-		case t == "---PROFILEDATA---":
-			inBlock = !inBlock
-			intended, completed = -1, -1
-			continue
-		case inBlock && strings.HasPrefix(t, "Flags,"):
-			for i, name := range strings.Split(t, ",") {
-				switch name {
-				case "IntendedVsync":
-					intended = i
-				case "FrameCompleted":
-					completed = i
-				}
-			}
-			if intended >= 0 && completed >= 0 {
-				headerSeen = true
-				f.Windows++
-			}
-			continue
-		case inBlock:
-			if intended < 0 || completed < 0 || t == "" {
-				continue
-			}
-			cols := strings.Split(t, ",")
-			if len(cols) <= max(intended, completed) {
-				continue
-			}
-			iv, ok1 := atoi64(cols[intended])
-			fc, ok2 := atoi64(cols[completed])
-			if !ok1 || !ok2 || iv <= 0 {
-				continue
-			}
-			if fc <= 0 {
-				fc = iv
-			}
-			f.Frames++
-			f.NewestFrameCompletedNanos = max(f.NewestFrameCompletedNanos, fc)
-			continue
-		case !upSeen && strings.HasPrefix(t, "Uptime: "):
-			fs := strings.Fields(t)
-			if n, ok := atoi64(fs[1]); ok && n >= 0 {
-				f.UptimeMillis, upSeen = n, true
-			}
-		case f.StatsSinceNanos < 0 && f.Windows == 0 && strings.HasPrefix(t, "Stats since: "):
-			if n, ok := atoi64(strings.TrimSuffix(strings.TrimPrefix(t, "Stats since: "), "ns")); ok && n >= 0 {
-				f.StatsSinceNanos = n
-			}
+		r.line(strings.TrimSpace(l))
+	}
+	return r.f, r.upSeen && r.headerSeen
+}
+
+// framestatsReader is ParseFramestats' state between lines.
+type framestatsReader struct {
+	f FrameTimeline
+	// upSeen: the Uptime line was read; headerSeen: a PROFILEDATA header
+	// named both columns; inBlock: between a window's two PROFILEDATA lines.
+	upSeen, headerSeen, inBlock bool
+	// intended and completed are the IntendedVsync and FrameCompleted
+	// columns of the block's header, -1 until it names them.
+	intended, completed int
+}
+
+// line reads one trimmed line of the dump.
+func (r *framestatsReader) line(t string) {
+	switch {
+	case t == "---PROFILEDATA---":
+		r.inBlock = !r.inBlock
+		r.intended, r.completed = -1, -1
+	case r.inBlock && strings.HasPrefix(t, "Flags,"):
+		r.header(t)
+	case r.inBlock:
+		r.row(t)
+	case !r.upSeen && strings.HasPrefix(t, "Uptime: "):
+		// "Uptime: N Realtime: N"
+		if n, ok := atoi64(strings.Fields(t)[1]); ok && n >= 0 {
+			r.f.UptimeMillis, r.upSeen = n, true
+		}
+	case r.f.StatsSinceNanos < 0 && r.f.Windows == 0 && strings.HasPrefix(t, "Stats since: "):
+		if n, ok := atoi64(strings.TrimSuffix(strings.TrimPrefix(t, "Stats since: "), "ns")); ok && n >= 0 {
+			r.f.StatsSinceNanos = n
 		}
 	}
-	return f, upSeen && headerSeen
+}
+
+// header finds the IntendedVsync and FrameCompleted columns in a block's
+// "Flags,…" header; a header naming both counts a window.
+func (r *framestatsReader) header(t string) {
+	for i, name := range strings.Split(t, ",") {
+		switch name {
+		case "IntendedVsync":
+			r.intended = i
+		case "FrameCompleted":
+			r.completed = i
+		}
+	}
+	if r.intended >= 0 && r.completed >= 0 {
+		r.headerSeen = true
+		r.f.Windows++
+	}
+}
+
+// row counts one frame row of a block whose header named both columns: its
+// FrameCompleted, or its IntendedVsync while FrameCompleted is 0 (a frame
+// not yet completed). Rows without a positive IntendedVsync are skipped.
+func (r *framestatsReader) row(t string) {
+	if r.intended < 0 || r.completed < 0 || t == "" {
+		return
+	}
+	cols := strings.Split(t, ",")
+	if len(cols) <= max(r.intended, r.completed) {
+		return
+	}
+	iv, ok1 := atoi64(cols[r.intended])
+	fc, ok2 := atoi64(cols[r.completed])
+	if !ok1 || !ok2 || iv <= 0 {
+		return
+	}
+	if fc <= 0 {
+		fc = iv
+	}
+	r.f.Frames++
+	r.f.NewestFrameCompletedNanos = max(r.f.NewestFrameCompletedNanos, fc)
 }
 
 // DisplaySize is the output of `wm size`.

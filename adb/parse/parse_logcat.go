@@ -114,76 +114,108 @@ func ParseFatalExceptions(logcat, pkg string) []JavaCrash {
 	if len(logcat) > maxEvidenceInput {
 		logcat = logcat[:maxEvidenceInput]
 	}
-	var out []JavaCrash
-	open := map[int]int{} // pid -> index in out of the report being read
-	// state per open report: whether the throwable line was seen
-	seenThrowable := map[int]bool{}
+	r := crashReader{open: map[int]*openCrash{}}
 	for _, raw := range lines(logcat) {
 		l, ok := ParseThreadtimeLine(raw)
 		if !ok || l.Tag != "AndroidRuntime" {
 			continue
 		}
-		if m := fatalRe.FindStringSubmatch(l.Message); m != nil && (l.Priority == 'E' || l.Priority == 'F') {
-			if len(out) >= maxCrashes {
-				break
-			}
-			c := JavaCrash{Time: l.Time, Thread: m[2], PID: l.PID, System: m[1] != ""}
-			if c.System {
-				c.Process = systemProcName
-			}
-			out = append(out, c)
-			open[l.PID] = len(out) - 1
-			seenThrowable[l.PID] = false
-			continue
-		}
-		i, ok := open[l.PID]
-		if !ok {
-			continue
-		}
-		c := &out[i]
-		msg := l.Message
-		switch {
-		case c.Exception == "" && !seenThrowable[l.PID] && processPIDRe.MatchString(msg):
-			m := processPIDRe.FindStringSubmatch(msg)
-			c.Process = m[1]
-			if n, err := strconv.Atoi(m[2]); err == nil {
-				c.PID = n
-			}
-		case frameRe.MatchString(msg):
-			if len(c.Frames) < maxCrashFrames {
-				c.Frames = append(c.Frames, strings.TrimSpace(frameRe.FindStringSubmatch(msg)[1]))
-			}
-		case causedByRe.MatchString(msg):
-			if len(c.Causes) < maxCrashFrames {
-				c.Causes = append(c.Causes, causedByRe.FindStringSubmatch(msg)[1])
-			}
-		case moreRe.MatchString(msg), strings.HasPrefix(strings.TrimSpace(msg), "Suppressed: "):
-		case !seenThrowable[l.PID] && throwableRe.MatchString(msg):
-			m := throwableRe.FindStringSubmatch(msg)
-			c.Exception, c.Message = m[1], m[2]
-			seenThrowable[l.PID] = true
-		default:
-			if seenThrowable[l.PID] && len(c.Frames) == 0 && c.Message != "" && len(c.Message) < maxCrashMessage {
-				// A multi-line exception message continues until the first frame.
-				c.Message += "\n" + msg
-				continue
-			}
-			// Anything else from AndroidRuntime ends the report.
-			delete(open, l.PID)
+		if !r.line(l) {
+			break
 		}
 	}
 	if pkg != "" {
-		prefix := pkg + "."
-		for i := range out {
-			for _, f := range out[i].Frames {
-				if strings.HasPrefix(f, prefix) {
-					out[i].TopFrame = f
-					break
-				}
+		setTopFrames(r.crashes, pkg+".")
+	}
+	return r.crashes
+}
+
+// crashReader is ParseFatalExceptions' state between lines.
+type crashReader struct {
+	crashes []JavaCrash
+	// open holds the report each pid is writing, until a line of that pid
+	// that belongs to no report ends it.
+	open map[int]*openCrash
+}
+
+// openCrash is a report being read: its index in crashes, and whether its
+// throwable line ("java.lang.X: message") was read.
+type openCrash struct {
+	i         int
+	throwable bool
+}
+
+// line reads one AndroidRuntime line; false when a report begins past
+// maxCrashes.
+func (r *crashReader) line(l LogLine) bool {
+	if m := fatalRe.FindStringSubmatch(l.Message); m != nil && (l.Priority == 'E' || l.Priority == 'F') {
+		if len(r.crashes) >= maxCrashes {
+			return false
+		}
+		c := JavaCrash{Time: l.Time, Thread: m[2], PID: l.PID, System: m[1] != ""}
+		if c.System {
+			c.Process = systemProcName
+		}
+		r.crashes = append(r.crashes, c)
+		r.open[l.PID] = &openCrash{i: len(r.crashes) - 1}
+		return true
+	}
+	if o, ok := r.open[l.PID]; ok {
+		r.continueReport(o, l)
+	}
+	return true
+}
+
+// continueReport reads a line of pid's open report: its "Process: NAME,
+// PID: N" line, a frame, a "Caused by:", the throwable, or the throwable
+// message's next line. Any other line ends the report.
+func (r *crashReader) continueReport(o *openCrash, l LogLine) {
+	c, msg := &r.crashes[o.i], l.Message
+	switch {
+	case c.Exception == "" && !o.throwable && processPIDRe.MatchString(msg):
+		m := processPIDRe.FindStringSubmatch(msg)
+		c.Process = m[1]
+		if n, err := strconv.Atoi(m[2]); err == nil {
+			c.PID = n
+		}
+	case frameRe.MatchString(msg):
+		if len(c.Frames) < maxCrashFrames {
+			c.Frames = append(c.Frames, strings.TrimSpace(frameRe.FindStringSubmatch(msg)[1]))
+		}
+	case causedByRe.MatchString(msg):
+		if len(c.Causes) < maxCrashFrames {
+			c.Causes = append(c.Causes, causedByRe.FindStringSubmatch(msg)[1])
+		}
+	case moreRe.MatchString(msg), strings.HasPrefix(strings.TrimSpace(msg), "Suppressed: "):
+	case !o.throwable && throwableRe.MatchString(msg):
+		m := throwableRe.FindStringSubmatch(msg)
+		c.Exception, c.Message = m[1], m[2]
+		o.throwable = true
+	case o.messageContinues(c):
+		c.Message += "\n" + msg
+	default:
+		// Anything else from AndroidRuntime ends the report.
+		delete(r.open, l.PID)
+	}
+}
+
+// messageContinues: a multi-line throwable message continues until the
+// first frame (up to maxCrashMessage bytes).
+func (o *openCrash) messageContinues(c *JavaCrash) bool {
+	return o.throwable && len(c.Frames) == 0 && c.Message != "" && len(c.Message) < maxCrashMessage
+}
+
+// setTopFrames sets each crash's TopFrame to its first frame starting with
+// prefix ("pkg.").
+func setTopFrames(crashes []JavaCrash, prefix string) {
+	for i := range crashes {
+		for _, f := range crashes[i].Frames {
+			if strings.HasPrefix(f, prefix) {
+				crashes[i].TopFrame = f
+				break
 			}
 		}
 	}
-	return out
 }
 
 // ANRReport is the "ANR in …" entry ActivityManager logs (E, system buffer).

@@ -2,6 +2,7 @@ package parse
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -94,80 +95,86 @@ func ParseDumpsysPackage(out, pkg string) (PackageInfo, bool) {
 	found := false
 	section := ""
 	for _, l := range lines(out) {
-		if l != "" && l[0] != ' ' {
-			section = strings.TrimSpace(l)
+		if l != "" && l[0] != ' ' { // an unindented line heads a section
 			if found {
 				break
 			}
+			section = strings.TrimSpace(l)
 			continue
 		}
 		if section != "Packages:" {
 			continue
 		}
 		if m := pkgHeaderRe.FindStringSubmatch(l); m != nil {
-			if found {
+			if found { // the next package's block
 				break
 			}
-			if m[1] == pkg {
-				found = true
-				info.Package = pkg
-			}
+			found = m[1] == pkg
 			continue
 		}
-		if !found {
-			continue
-		}
-		t := strings.TrimSpace(l)
-		// A line may hold several "k=v" pairs ("versionCode=20 minSdk=27 targetSdk=36").
-		switch {
-		case strings.HasPrefix(t, "signatures="):
-			if m := sigRe.FindStringSubmatch(t); m != nil {
-				for _, s := range strings.Split(m[1], ",") {
-					if s = strings.TrimSpace(s); s != "" {
-						info.Signatures = append(info.Signatures, s)
-					}
-				}
-			}
-			continue
-		case strings.HasPrefix(t, "flags=["):
-			info.Flags = strings.Fields(strings.Trim(strings.TrimPrefix(t, "flags="), "[]"))
-			for _, f := range info.Flags {
-				if f == "UPDATED_SYSTEM_APP" {
-					info.UpdatedSystemApp = true
-				}
-			}
-			continue
-		case strings.HasPrefix(t, "firstInstallTime="):
-			info.FirstInstallTime, _ = time.Parse(dumpsysTime, strings.TrimPrefix(t, "firstInstallTime="))
-			continue
-		case strings.HasPrefix(t, "lastUpdateTime="):
-			info.LastUpdateTime, _ = time.Parse(dumpsysTime, strings.TrimPrefix(t, "lastUpdateTime="))
-			continue
-		case strings.HasPrefix(t, "versionName="):
-			info.VersionName = strings.TrimPrefix(t, "versionName=")
-			continue
-		case strings.HasPrefix(t, "codePath="):
-			info.CodePath = strings.TrimPrefix(t, "codePath=")
-			continue
-		}
-		for _, f := range strings.Fields(t) {
-			k, v, ok := strings.Cut(f, "=")
-			if !ok {
-				continue
-			}
-			switch k {
-			case "userId", "appId": // appId replaces userId on API 34
-				if info.UserID == 0 {
-					info.UserID, _ = atoi64(v)
-				}
-			case "versionCode":
-				info.VersionCode, _ = atoi64(v)
-			case "minSdk":
-				info.MinSDK, _ = atoi64(v)
-			case "targetSdk":
-				info.TargetSDK, _ = atoi64(v)
-			}
+		if found {
+			info.readLine(strings.TrimSpace(l))
 		}
 	}
+	if found {
+		info.Package = pkg
+	}
 	return info, found
+}
+
+// packageLineFields are the lines of a package's block that hold one field,
+// by their prefix, each with what it sets from the rest of the line.
+var packageLineFields = []struct {
+	prefix string
+	set    func(info *PackageInfo, v string)
+}{
+	{"signatures=", func(info *PackageInfo, v string) {
+		if m := sigRe.FindStringSubmatch(v); m != nil {
+			for _, s := range strings.Split(m[1], ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					info.Signatures = append(info.Signatures, s)
+				}
+			}
+		}
+	}},
+	{"flags=[", func(info *PackageInfo, v string) {
+		info.Flags = strings.Fields(strings.Trim(v, "[]"))
+		if slices.Contains(info.Flags, "UPDATED_SYSTEM_APP") {
+			info.UpdatedSystemApp = true
+		}
+	}},
+	{"firstInstallTime=", func(info *PackageInfo, v string) { info.FirstInstallTime, _ = time.Parse(dumpsysTime, v) }},
+	{"lastUpdateTime=", func(info *PackageInfo, v string) { info.LastUpdateTime, _ = time.Parse(dumpsysTime, v) }},
+	{"versionName=", func(info *PackageInfo, v string) { info.VersionName = v }},
+	{"codePath=", func(info *PackageInfo, v string) { info.CodePath = v }},
+}
+
+// readLine reads one trimmed line of the package's block: a line of
+// packageLineFields, or a line of "k=v" pairs ("versionCode=20 minSdk=27
+// targetSdk=36").
+func (info *PackageInfo) readLine(t string) {
+	for _, f := range packageLineFields {
+		if v, ok := strings.CutPrefix(t, f.prefix); ok {
+			f.set(info, v)
+			return
+		}
+	}
+	for _, f := range strings.Fields(t) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "userId", "appId": // appId replaces userId on API 34
+			if info.UserID == 0 {
+				info.UserID, _ = atoi64(v)
+			}
+		case "versionCode":
+			info.VersionCode, _ = atoi64(v)
+		case "minSdk":
+			info.MinSDK, _ = atoi64(v)
+		case "targetSdk":
+			info.TargetSDK, _ = atoi64(v)
+		}
+	}
 }

@@ -158,30 +158,47 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 			return err
 		}
 	}
+	r, err := s.checkStep(st)
+	if err != nil {
+		return err
+	}
+	s.applyStep(st, r)
+	return nil
+}
+
+// checkStep checks st against its run (returned) and what the store
+// holds: the CAS, the events, the control requests, the artifacts and the
+// snapshot's step. Called with s.mu held.
+func (s *Store) checkStep(st agent.Step) (agent.Run, error) {
 	r, ok := s.runs[st.RunID]
 	if !ok {
-		return fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
+		return r, fmt.Errorf("run %s: %w", st.RunID, agent.ErrNotFound)
 	}
 	if st.StatusTo != "" && !slices.Contains(st.StatusFrom, r.Status) {
-		return fmt.Errorf("run %s is %s, want one of %v: %w", st.RunID, r.Status, st.StatusFrom, agent.ErrStatusConflict)
+		return r, fmt.Errorf("run %s is %s, want one of %v: %w", st.RunID, r.Status, st.StatusFrom, agent.ErrStatusConflict)
 	}
 	if err := s.checkEvents(st, r); err != nil {
-		return err
+		return r, err
 	}
 	if err := s.checkControl(st); err != nil {
-		return err
+		return r, err
 	}
 	for _, a := range st.Artifacts {
 		if err := agent.CheckArtifact(st.RunID, a); err != nil {
-			return err
+			return r, err
 		}
 	}
 	if st.Snapshot != nil {
 		if _, dup := s.snapshots[st.RunID][st.Snapshot.StepOrdinal]; dup {
-			return fmt.Errorf("run %s snapshot step %d exists", st.RunID, st.Snapshot.StepOrdinal)
+			return r, fmt.Errorf("run %s snapshot step %d exists", st.RunID, st.Snapshot.StepOrdinal)
 		}
 	}
-	// All checks passed: write.
+	return r, nil
+}
+
+// applyStep writes st (checked by checkStep) of run r. Called with s.mu
+// held.
+func (s *Store) applyStep(st agent.Step, r agent.Run) {
 	for _, a := range st.Artifacts {
 		a.RunID, a.TenantID = st.RunID, r.TenantID
 		s.artifacts = append(s.artifacts, a)
@@ -216,7 +233,6 @@ func (s *Store) CommitStep(ctx context.Context, st agent.Step) error {
 	}
 	s.control[st.RunID] = slices.DeleteFunc(s.control[st.RunID], func(c agent.Control) bool { return slices.Contains(st.Controls, c.ID) })
 	s.commits++
-	return nil
 }
 
 func (s *Store) LastSequence(ctx context.Context, runID string) (int64, error) {

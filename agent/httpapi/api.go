@@ -73,6 +73,9 @@ type Config struct {
 	// connection arrived on (serve --allowed-host; guard.go): "NAME" (any
 	// port) or "NAME:PORT". Validate each with CheckAllowedHost.
 	AllowedHosts []string
+	// TokenAdmin, when set, serves the admin token routes (tokens.go:
+	// POST/GET /v1/tokens, DELETE /v1/tokens/{id}); nil: they answer 404.
+	TokenAdmin *TokenAdmin
 }
 
 // Route is one route of the API.
@@ -89,7 +92,7 @@ func Routes() []Route {
 		{"POST", "/v1/runs/{id}/policy"},
 		{"GET", "/v1/devices"}, {"GET", "/v1/leases"}, {"GET", "/v1/outbox/parked"},
 		{"GET", "/healthz"}, {"GET", "/readyz"}, {"GET", "/metrics"}, {"GET", "/v1/openapi.json"},
-	}, append(artifactRoutes, deviceRoutes...)...)
+	}, slices.Concat(artifactRoutes, deviceRoutes, tokenRoutes)...)
 }
 
 type api struct {
@@ -135,6 +138,9 @@ func New(cfg Config) http.Handler {
 		h["GET /metrics"] = func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }
 	}
 	for p, f := range a.artifactHandlers() {
+		h[p] = f
+	}
+	for p, f := range a.tokenHandlers() {
 		h[p] = f
 	}
 	for p, f := range h {
@@ -581,21 +587,41 @@ func Detail(ctx context.Context, svc RunSource, sc agent.Scope, g *agent.Graph, 
 	if err != nil {
 		return RunDetail{}, err
 	}
+	d.readEvents(evs)
+	if st, err := svc.LatestState(ctx, sc, runID); err == nil {
+		d.readState(st, run.Status, g)
+	}
+	l, ok, err := svc.RunLease(ctx, sc, runID)
+	if err != nil {
+		return RunDetail{}, err
+	}
+	if ok {
+		d.Lease = runLease(l, time.Now())
+	}
+	return d, nil
+}
+
+// detailEvent is the part of an event's payload the detail view reads.
+type detailEvent struct {
+	NodeName    string  `json:"nodeName"`
+	StepOrdinal int     `json:"stepOrdinal"`
+	Attempt     int     `json:"attempt"`
+	Outcome     string  `json:"nodeExecutionOutcomeStatus"`
+	ErrorID     *string `json:"errorId"`
+	Duration    int64   `json:"durationMillis"`
+	Output      struct {
+		PolicyVersion int `json:"policyVersion"`
+	} `json:"output"`
+	PolicyVersion int `json:"policyVersion"`
+}
+
+// readEvents fills d's counts, times, policy version and node timings from
+// the run's events, oldest first.
+func (d *RunDetail) readEvents(evs []agent.Event) {
 	d.Events = len(evs)
-	started := map[string]string{}
+	started := map[string]string{} // node -> its last node.started's time
 	for _, e := range evs {
-		var p struct {
-			NodeName    string  `json:"nodeName"`
-			StepOrdinal int     `json:"stepOrdinal"`
-			Attempt     int     `json:"attempt"`
-			Outcome     string  `json:"nodeExecutionOutcomeStatus"`
-			ErrorID     *string `json:"errorId"`
-			Duration    int64   `json:"durationMillis"`
-			Output      struct {
-				PolicyVersion int `json:"policyVersion"`
-			} `json:"output"`
-			PolicyVersion int `json:"policyVersion"`
-		}
+		var p detailEvent
 		json.Unmarshal(e.Payload, &p)
 		if p.PolicyVersion > 0 {
 			// The version in effect: a policy switch taken at a boundary
@@ -621,24 +647,19 @@ func Detail(ctx context.Context, svc RunSource, sc agent.Scope, g *agent.Graph, 
 		e, _ := time.Parse(agent.TimestampLayout, d.EndedAt)
 		d.TookMillis = e.Sub(s).Milliseconds()
 	}
-	if st, err := svc.LatestState(ctx, sc, runID); err == nil {
-		for k, v := range st.Outputs {
-			d.Outputs[k] = v
+}
+
+// readState fills d's outputs from the run's last snapshot, and for a
+// FAILED run (status) its error report when g is known.
+func (d *RunDetail) readState(st agent.RunState, status agent.RunStatus, g *agent.Graph) {
+	for k, v := range st.Outputs {
+		d.Outputs[k] = v
+	}
+	if status == agent.RunFailed && g != nil {
+		if rep, err := agent.NewErrorReport(g, st); err == nil {
+			d.Error = &rep
 		}
-		if run.Status == agent.RunFailed && g != nil {
-			if rep, err := agent.NewErrorReport(g, st); err == nil {
-				d.Error = &rep
-			}
-		}
 	}
-	l, ok, err := svc.RunLease(ctx, sc, runID)
-	if err != nil {
-		return RunDetail{}, err
-	}
-	if ok {
-		d.Lease = runLease(l, time.Now())
-	}
-	return d, nil
 }
 
 func (a *api) events(w http.ResponseWriter, r *http.Request) {

@@ -27,8 +27,10 @@ import (
 // balancer probes) and the API description (no data in it).
 var openRoutes = map[string]bool{"GET /healthz": true, "GET /readyz": true, "GET /v1/openapi.json": true}
 
-// adminRoutes need an admin token: /metrics aggregates every tenant.
-var adminRoutes = map[string]bool{"GET /metrics": true, "GET /v1/outbox/parked": true}
+// adminRoutes need an admin token: /metrics aggregates every tenant; the
+// token routes make, list and revoke every tenant's tokens.
+var adminRoutes = map[string]bool{"GET /metrics": true, "GET /v1/outbox/parked": true,
+	"POST /v1/tokens": true, "GET /v1/tokens": true, "DELETE /v1/tokens/{id}": true}
 
 // auth decides whether tokens are enforced. Once the store has a token it
 // stays on (HasTokens counts revoked tokens), so the answer is cached then.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -68,7 +69,14 @@ func newTenancyEnvWith(t *testing.T, prepare service.Preparer) *tenancyEnv {
 	node := &apkNode{}
 	srv := httpapitest.Start(t, httpapitest.Config{Store: st, Node: node, Prepare: prepare, Plain: true,
 		Service: func(c *service.Config) { c.Devices = hostDevices{"emulator-5554", "emulator-5556", "emulator-5558"} },
-		API:     func(c *httpapi.Config) { c.Tokens = st }})
+		API: func(c *httpapi.Config) {
+			c.Tokens = st
+			c.TokenAdmin = &httpapi.TokenAdmin{Store: st, Issue: func(tenant string, admin bool, now time.Time) (string, agent.APIToken, error) {
+				tok, rec := storetest.NewAPIToken(tenant, admin)
+				rec.CreatedAt = now
+				return tok, rec, nil
+			}}
+		}})
 	te := &tenancyEnv{env: &env{t: t, store: st, node: node, url: srv.URL}, tokens: map[string]string{}}
 	for _, k := range []struct {
 		name, tenant string

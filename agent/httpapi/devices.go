@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -55,9 +56,8 @@ type LeaseList struct {
 // ?serial= of this daemon's host or one ?runId=.
 func (a *api) leases(w http.ResponseWriter, r *http.Request) {
 	qv := r.URL.Query()
-	all := qv.Get("all") == "1" || qv.Get("all") == "true"
 	if !qv.Has("limit") && !qv.Has("before") && !qv.Has("serial") && !qv.Has("runId") {
-		ls, err := a.cfg.Service.Leases(r.Context(), scope(r), all)
+		ls, err := a.cfg.Service.Leases(r.Context(), scope(r), qv.Get("all") == "1" || qv.Get("all") == "true")
 		if err != nil {
 			a.fail(w, r, err)
 			return
@@ -68,44 +68,59 @@ func (a *api) leases(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, LeaseList{Leases: ls})
 		return
 	}
+	q, err := a.leaseQuery(r.Context(), qv)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out, err := a.leasePage(r.Context(), scope(r), q)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, out)
+}
+
+// leaseQuery reads a page's ?limit= (DefaultLeasesListed when absent),
+// ?before=, ?serial= and ?runId=; an invalid_request_error for the first
+// that is out of range.
+func (a *api) leaseQuery(ctx context.Context, qv url.Values) (agent.LeaseQuery, error) {
 	q := agent.LeaseQuery{Limit: DefaultLeasesListed, RunID: qv.Get("runId")}
 	if l := qv.Get("limit"); qv.Has("limit") {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > agent.MaxLeasePage {
-			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "limit: %q is not a count from 1 to %d", cutID(l), agent.MaxLeasePage))
-			return
+			return q, agent.Errorf(agent.ErrInvalidRequest, "limit: %q is not a count from 1 to %d", cutID(l), agent.MaxLeasePage)
 		}
 		q.Limit = n
 	}
 	if b := qv.Get("before"); qv.Has("before") {
 		n, err := strconv.ParseInt(b, 10, 64)
 		if err != nil || n < 1 {
-			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "before: %q is not a fencing token (1, 2, …)", cutID(b)))
-			return
+			return q, agent.Errorf(agent.ErrInvalidRequest, "before: %q is not a fencing token (1, 2, …)", cutID(b))
 		}
 		q.Before = n
 	}
 	if s := qv.Get("serial"); qv.Has("serial") {
 		if s == "" || len(s) > 255 {
-			a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "serial: must be 1-255 bytes"))
-			return
+			return q, agent.Errorf(agent.ErrInvalidRequest, "serial: must be 1-255 bytes")
 		}
-		q.Device = a.cfg.Service.DeviceKey(r.Context(), s)
+		q.Device = a.cfg.Service.DeviceKey(ctx, s)
 	}
 	if len(q.RunID) > 255 {
-		a.fail(w, r, agent.Errorf(agent.ErrInvalidRequest, "runId: over 255 bytes"))
-		return
+		return q, agent.Errorf(agent.ErrInvalidRequest, "runId: over 255 bytes")
 	}
+	return q, nil
+}
+
+// leasePage reads the page q asks for, with NextCursor set when older
+// leases follow.
+func (a *api) leasePage(ctx context.Context, sc agent.Scope, q agent.LeaseQuery) (LeaseList, error) {
 	// One more than the page: whether an older page exists, without a count.
 	want := q.Limit
-	q.Limit++
-	if q.Limit > agent.MaxLeasePage {
-		q.Limit = agent.MaxLeasePage
-	}
-	ls, err := a.cfg.Service.LeasePage(r.Context(), scope(r), q)
+	q.Limit = min(q.Limit+1, agent.MaxLeasePage)
+	ls, err := a.cfg.Service.LeasePage(ctx, sc, q)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return LeaseList{}, err
 	}
 	out := LeaseList{Leases: ls}
 	if len(ls) > want {
@@ -115,7 +130,7 @@ func (a *api) leases(w http.ResponseWriter, r *http.Request) {
 	if out.Leases == nil {
 		out.Leases = []agent.Lease{}
 	}
-	writeJSON(w, 200, out)
+	return out, nil
 }
 
 // screenshot answers GET /v1/devices/{serial}/screenshot: the PNG of the
@@ -159,55 +174,14 @@ func (a *api) screen(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer watch.Close()
-	fctx, cancel := context.WithTimeout(r.Context(), service.ScreenCaptureTimeout*service.ScreenFailures)
-	f, err := watch.Next(fctx)
-	cancel()
-	var ae *agent.Error
-	switch {
-	case err == nil:
-	case errors.Is(err, service.ErrScreenLeaseChanged):
-		// Handed over between the check and the first frame: decide again.
-		writeError(w, http.StatusConflict, agent.Wrap(agent.ErrInvalidRequest, err, "open the screen again"))
-		return
-	case errors.As(err, &ae) && ae.ID == agent.ErrDeviceNotFound:
-		writeError(w, http.StatusNotFound, err)
-		return
-	default:
-		a.fail(w, r, err)
+	f, ok := a.firstFrame(w, r, watch)
+	if !ok {
 		return
 	}
-	var rb [18]byte
-	rand.Read(rb[:])
-	// A random boundary: a frame's bytes cannot end a part early for a
-	// reader that scans for it (an <img>'s own multipart parser).
-	boundary := "sg" + hex.EncodeToString(rb[:])
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "multipart/x-mixed-replace; boundary="+boundary)
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	h.Set("X-Content-Type-Options", "nosniff")
-	rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
-	w.WriteHeader(http.StatusOK)
-	part := func(contentType string, body []byte, extra string) error {
-		if err := rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout)); err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(w, "--%s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n", boundary, contentType, len(body), extra); err != nil {
-			return err
-		}
-		if _, err := w.Write(body); err != nil {
-			return err
-		}
-		if _, err := w.Write([]byte("\r\n")); err != nil {
-			return err
-		}
-		fl.Flush()
-		return nil
-	}
+	mw := a.startMultipart(w, fl)
 	for {
 		extra := "ScreenGraph-Frame: " + strconv.FormatUint(f.Seq, 10) + "\r\nScreenGraph-Captured-At: " + f.CapturedAt.UTC().Format(time.RFC3339Nano) + "\r\n"
-		if err := part("image/png", f.PNG, extra); err != nil {
+		if err := mw.part("image/png", f.PNG, extra); err != nil {
 			return // the viewer is gone or stopped reading
 		}
 		if f, err = watch.Next(r.Context()); err != nil {
@@ -218,11 +192,42 @@ func (a *api) screen(w http.ResponseWriter, r *http.Request) {
 	if r.Context().Err() != nil && !revoked {
 		return // the viewer left
 	}
+	if mw.part("application/json", screenEnd(err, revoked), "") == nil {
+		mw.close()
+	}
+}
+
+// firstFrame waits for the stream's first frame (up to ScreenFailures
+// capture timeouts), before the 200. When it fails it answers in the
+// agent error format (409 when the lease changed hands meanwhile, 404 when
+// the device is gone) and ok is false.
+func (a *api) firstFrame(w http.ResponseWriter, r *http.Request, watch *service.ScreenWatch) (f service.ScreenFrame, ok bool) {
+	fctx, cancel := context.WithTimeout(r.Context(), service.ScreenCaptureTimeout*service.ScreenFailures)
+	f, err := watch.Next(fctx)
+	cancel()
+	var ae *agent.Error
+	switch {
+	case err == nil:
+		return f, true
+	case errors.Is(err, service.ErrScreenLeaseChanged):
+		// Handed over between the check and the first frame: decide again.
+		writeError(w, http.StatusConflict, agent.Wrap(agent.ErrInvalidRequest, err, "open the screen again"))
+	case errors.As(err, &ae) && ae.ID == agent.ErrDeviceNotFound:
+		writeError(w, http.StatusNotFound, err)
+	default:
+		a.fail(w, r, err)
+	}
+	return f, false
+}
+
+// screenEnd is the stream's last part (application/json): the agent error
+// format of the 401 a new request gets when the stream's token was revoked
+// (as SSE streams say it), {"end": "lease_changed"} when the lease changed
+// hands, else the capture's error (err: what ended the frames).
+func screenEnd(err error, revoked bool) []byte {
 	var last []byte
 	switch {
 	case revoked:
-		// The stream's token was revoked: say so as SSE streams do (the
-		// agent error format of the 401 a new request gets), then close.
 		last, _ = json.Marshal(ErrorBody(agent.Wrap(agent.ErrPermission, agent.ErrUnauthenticated, "%v", agent.ErrTokenRevoked), ""))
 		last = agent.RedactJSON(last)
 	case errors.Is(err, service.ErrScreenLeaseChanged):
@@ -231,9 +236,59 @@ func (a *api) screen(w http.ResponseWriter, r *http.Request) {
 		last, _ = json.Marshal(ErrorBody(err, ""))
 		last = agent.RedactJSON(last)
 	}
-	if part("application/json", last, "") == nil {
-		rc.SetWriteDeadline(time.Now().Add(a.cfg.Limits.EventWriteTimeout))
-		fmt.Fprintf(w, "--%s--\r\n", boundary)
-		fl.Flush()
+	return last
+}
+
+// multipartStream writes a multipart/x-mixed-replace response, each write
+// under a deadline of Limits.EventWriteTimeout.
+type multipartStream struct {
+	w        http.ResponseWriter
+	fl       http.Flusher
+	rc       *http.ResponseController
+	boundary string
+	timeout  time.Duration
+}
+
+// startMultipart writes the 200 and the headers of a multipart stream.
+func (a *api) startMultipart(w http.ResponseWriter, fl http.Flusher) *multipartStream {
+	var rb [18]byte
+	rand.Read(rb[:])
+	// A random boundary: a frame's bytes cannot end a part early for a
+	// reader that scans for it (an <img>'s own multipart parser).
+	mw := &multipartStream{w: w, fl: fl, rc: http.NewResponseController(w),
+		boundary: "sg" + hex.EncodeToString(rb[:]), timeout: a.cfg.Limits.EventWriteTimeout}
+	h := w.Header()
+	h.Set("Content-Type", "multipart/x-mixed-replace; boundary="+mw.boundary)
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Content-Type-Options", "nosniff")
+	mw.rc.SetWriteDeadline(time.Now().Add(mw.timeout))
+	w.WriteHeader(http.StatusOK)
+	return mw
+}
+
+// part writes and flushes one part: its Content-Type, Content-Length, the
+// extra header lines (each ending in CRLF) and body.
+func (mw *multipartStream) part(contentType string, body []byte, extra string) error {
+	if err := mw.rc.SetWriteDeadline(time.Now().Add(mw.timeout)); err != nil {
+		return err
 	}
+	if _, err := fmt.Fprintf(mw.w, "--%s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n", mw.boundary, contentType, len(body), extra); err != nil {
+		return err
+	}
+	if _, err := mw.w.Write(body); err != nil {
+		return err
+	}
+	if _, err := mw.w.Write([]byte("\r\n")); err != nil {
+		return err
+	}
+	mw.fl.Flush()
+	return nil
+}
+
+// close writes the closing boundary.
+func (mw *multipartStream) close() {
+	mw.rc.SetWriteDeadline(time.Now().Add(mw.timeout))
+	fmt.Fprintf(mw.w, "--%s--\r\n", mw.boundary)
+	mw.fl.Flush()
 }

@@ -127,6 +127,13 @@ func (g *hostGuard) allows(host string, local net.Addr) bool {
 			return true
 		}
 	}
+	return namesLocal(name, port, local)
+}
+
+// namesLocal reports whether name:port (name lower case, without a final
+// dot) is the address the connection arrived on: its IP (any loopback one
+// for a loopback address, "localhost" too) and its port.
+func namesLocal(name, port string, local net.Addr) bool {
 	ta, ok := local.(*net.TCPAddr)
 	if !ok {
 		return false

@@ -81,16 +81,7 @@ func (s *Service) LatestScreenshot(ctx context.Context, sc agent.Scope, serial s
 		if err != nil {
 			return agent.Artifact{}, nil, err
 		}
-		var best *agent.Artifact
-		for i := range arts {
-			a := &arts[i]
-			if a.Kind != agent.ArtifactScreenshot || a.ContentType != "image/png" {
-				continue
-			}
-			if best == nil || a.StepOrdinal > best.StepOrdinal || a.StepOrdinal == best.StepOrdinal && a.ArtifactID > best.ArtifactID {
-				best = a
-			}
-		}
+		best := newestScreenshot(arts)
 		if best == nil {
 			continue
 		}
@@ -101,4 +92,20 @@ func (s *Service) LatestScreenshot(ctx context.Context, sc agent.Scope, serial s
 		return *best, rc, nil
 	}
 	return agent.Artifact{}, nil, notFound
+}
+
+// newestScreenshot is the PNG screenshot of arts (one run's) with the
+// highest step ordinal, the highest artifact id among those; nil when none.
+func newestScreenshot(arts []agent.Artifact) *agent.Artifact {
+	var best *agent.Artifact
+	for i := range arts {
+		a := &arts[i]
+		if a.Kind != agent.ArtifactScreenshot || a.ContentType != "image/png" {
+			continue
+		}
+		if best == nil || a.StepOrdinal > best.StepOrdinal || a.StepOrdinal == best.StepOrdinal && a.ArtifactID > best.ArtifactID {
+			best = a
+		}
+	}
+	return best
 }

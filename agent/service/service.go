@@ -277,41 +277,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Holder == "" {
 		return nil, errors.New("service: Holder is required")
 	}
-	if cfg.DefaultTenant == "" {
-		cfg.DefaultTenant = "local"
-	}
-	if !agent.ValidTenantID(cfg.DefaultTenant) {
-		return nil, agent.InvalidTenantID("service: DefaultTenant", cfg.DefaultTenant)
-	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 30 * time.Second
-	}
-	if cfg.Heartbeat <= 0 || cfg.Heartbeat >= cfg.LeaseTTL {
-		cfg.Heartbeat = cfg.LeaseTTL / 3
-	}
-	if cfg.Tick <= 0 {
-		cfg.Tick = time.Second
-	}
-	if cfg.RetryAfter <= 0 {
-		cfg.RetryAfter = 2 * time.Second
-	}
-	if cfg.MaxRetryAfter < cfg.RetryAfter {
-		cfg.MaxRetryAfter = 64 * cfg.RetryAfter
-	}
-	if cfg.PendingTimeout == 0 {
-		cfg.PendingTimeout = 10 * time.Minute
-	}
-	if cfg.QuarantineAfter == 0 {
-		cfg.QuarantineAfter = 3
-	}
-	if cfg.ProbeEvery <= 0 {
-		cfg.ProbeEvery = 5 * time.Second
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = agent.SystemClock{}
-	}
-	if cfg.ScreenInterval <= 0 {
-		cfg.ScreenInterval = DefaultScreenInterval
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
 	}
 	s := &Service{
 		cfg: cfg, store: newNotifyingStore(cfg.Store), wake: make(chan struct{}, 1),
@@ -326,6 +293,48 @@ func New(cfg Config) (*Service, error) {
 		s.cfg.Runner = cfg.NewRunner(s.store)
 	}
 	return s, nil
+}
+
+// setDefaults fills c's unset durations, counts, tenant and clock with
+// their defaults (see Config); an error for an invalid DefaultTenant.
+func (c *Config) setDefaults() error {
+	if c.DefaultTenant == "" {
+		c.DefaultTenant = "local"
+	}
+	if !agent.ValidTenantID(c.DefaultTenant) {
+		return agent.InvalidTenantID("service: DefaultTenant", c.DefaultTenant)
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.Heartbeat <= 0 || c.Heartbeat >= c.LeaseTTL {
+		c.Heartbeat = c.LeaseTTL / 3
+	}
+	if c.Tick <= 0 {
+		c.Tick = time.Second
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = 2 * time.Second
+	}
+	if c.MaxRetryAfter < c.RetryAfter {
+		c.MaxRetryAfter = 64 * c.RetryAfter
+	}
+	if c.PendingTimeout == 0 {
+		c.PendingTimeout = 10 * time.Minute
+	}
+	if c.QuarantineAfter == 0 {
+		c.QuarantineAfter = 3
+	}
+	if c.ProbeEvery <= 0 {
+		c.ProbeEvery = 5 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = agent.SystemClock{}
+	}
+	if c.ScreenInterval <= 0 {
+		c.ScreenInterval = DefaultScreenInterval
+	}
+	return nil
 }
 
 // SetRunner sets the Runner (when it needs Store() to be built); before Start.
@@ -928,14 +937,7 @@ func (s *Service) Devices(ctx context.Context, sc agent.Scope) ([]Device, error)
 	for _, l := range leases {
 		byKey[l.Device] = l
 	}
-	s.mu.Lock()
-	for i := range devs {
-		if h := s.health[devs[i].Serial]; h != nil && h.quarantined {
-			devs[i].Quarantined = true
-			devs[i].QuarantineReason = fmt.Sprintf("%d runs in a row FAILED on it; waiting for a health probe to pass", h.failures)
-		}
-	}
-	s.mu.Unlock()
+	s.markQuarantined(devs)
 	for i := range devs {
 		if s.cfg.Identity == nil || devs[i].State == "device" {
 			devs[i].ID, _ = s.keys().Key(ctx, devs[i].Serial)
@@ -944,17 +946,35 @@ func (s *Service) Devices(ctx context.Context, sc agent.Scope) ([]Device, error)
 			devs[i].HeldBy, devs[i].Lease = l.RunID, &l
 		}
 		if devs[i].Readiness == "" {
-			switch {
-			case devs[i].State == "device" && devs[i].BootReady:
-				devs[i].Readiness = "ready"
-			case devs[i].State == "device":
-				devs[i].Readiness = "booting"
-			default:
-				devs[i].Readiness = devs[i].State
-			}
+			devs[i].Readiness = readiness(devs[i])
 		}
 	}
 	return devs, nil
+}
+
+// markQuarantined marks the devices whose health check quarantined them,
+// with the reason.
+func (s *Service) markQuarantined(devs []Device) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range devs {
+		if h := s.health[devs[i].Serial]; h != nil && h.quarantined {
+			devs[i].Quarantined = true
+			devs[i].QuarantineReason = fmt.Sprintf("%d runs in a row FAILED on it; waiting for a health probe to pass", h.failures)
+		}
+	}
+}
+
+// readiness is a device's Readiness when its source gave none: "ready"
+// (online and boot-ready), "booting" (online), else its adb state.
+func readiness(d Device) string {
+	switch {
+	case d.State == "device" && d.BootReady:
+		return "ready"
+	case d.State == "device":
+		return "booting"
+	}
+	return d.State
 }
 
 // Leases returns the active leases of the runs sc sees, or their whole

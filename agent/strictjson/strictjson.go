@@ -195,20 +195,7 @@ func (w *walker) value(t reflect.Type, depth int) (any, error) {
 	}
 	k := tok.Kind()
 	if k != '{' && k != '[' {
-		if !w.build {
-			return nil, nil
-		}
-		switch k {
-		case '"':
-			return tok.String(), nil
-		case '0':
-			return json.Number(tok.String()), nil
-		case 't':
-			return true, nil
-		case 'f':
-			return false, nil
-		}
-		return nil, nil
+		return w.scalar(tok), nil
 	}
 	if depth >= MaxDepth {
 		return nil, agent.Errorf(agent.ErrInvalidRequest, "%s: nested deeper than %d", w.path(), MaxDepth)
@@ -217,6 +204,32 @@ func (w *walker) value(t reflect.Type, depth int) (any, error) {
 	if k == '{' {
 		return w.object(t, depth+1)
 	}
+	return w.array(t, depth+1)
+}
+
+// scalar is a string, number, true, false or null token's value when
+// building (a string, json.Number, bool or nil); nil otherwise.
+func (w *walker) scalar(tok jsontext.Token) any {
+	if !w.build {
+		return nil
+	}
+	switch tok.Kind() {
+	case '"':
+		return tok.String()
+	case '0':
+		return json.Number(tok.String())
+	case 't':
+		return true
+	case 'f':
+		return false
+	}
+	return nil
+}
+
+// array reads an array's members up to its ']' (its '[' read), each of t's
+// element type when t is a slice or array (free-form otherwise), and returns
+// them as []any when building.
+func (w *walker) array(t reflect.Type, depth int) (any, error) {
 	var elem reflect.Type
 	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 		elem = t.Elem()
@@ -229,7 +242,7 @@ func (w *walker) value(t reflect.Type, depth int) (any, error) {
 		if w.dec.PeekKind() == 0 { // an error: ReadToken says which
 			break
 		}
-		v, err := w.member(i, elem, depth+1)
+		v, err := w.member(i, elem, depth)
 		if err != nil {
 			return nil, err
 		}
@@ -263,6 +276,12 @@ func (w *walker) end() error {
 	return nil
 }
 
+// object reads an object's members up to its '}' (its '{' read), each of
+// its field's type when t is a struct, of the element type when a map
+// (free-form otherwise), and returns them as map[string]any when building.
+// It refuses a key seen twice, two keys equal but for case, and for a
+// struct a key matching a field only by case or, unless AllowUnknown, no
+// field at all.
 func (w *walker) object(t reflect.Type, depth int) (any, error) {
 	var fields *structFields
 	var elem reflect.Type
@@ -278,37 +297,14 @@ func (w *walker) object(t reflect.Type, depth int) (any, error) {
 	if w.build {
 		obj = map[string]any{}
 	}
-	// The keys so far: a list while short (EqualFold, no allocation), a
-	// map by folded key beyond.
-	var keys []string
-	var folded map[string]string // folded key -> the key as sent
+	var keys keySet
 	for w.dec.PeekKind() == '"' {
 		tok, err := w.dec.ReadToken()
 		if err != nil {
 			return nil, w.syntax(err)
 		}
 		key := tok.String()
-		other, seen := "", false
-		if folded == nil {
-			for _, k := range keys {
-				if strings.EqualFold(k, key) {
-					other, seen = k, true
-					break
-				}
-			}
-			keys = append(keys, key)
-			if len(keys) > 16 {
-				folded = make(map[string]string, 2*len(keys))
-				for _, k := range keys {
-					folded[fold(k)] = k
-				}
-			}
-		} else {
-			fk := fold(key)
-			other, seen = folded[fk]
-			folded[fk] = key
-		}
-		if seen {
+		if other, seen := keys.add(key); seen {
 			if other == key {
 				return nil, agent.Errorf(agent.ErrInvalidRequest, "duplicate key %s at %s", quote(key), w.path())
 			}
@@ -316,14 +312,8 @@ func (w *walker) object(t reflect.Type, depth int) (any, error) {
 		}
 		child := elem
 		if fields != nil {
-			f, ok := fields.exact[key]
-			switch {
-			case ok:
-				child = f
-			case fields.folded[fold(key)] != "":
-				return nil, agent.Errorf(agent.ErrInvalidRequest, "key %s at %s matches field %s only by case", quote(key), w.path(), quote(fields.folded[fold(key)]))
-			case !w.o.AllowUnknown:
-				return nil, agent.Errorf(agent.ErrInvalidRequest, "unknown key %s at %s (known: %s)", quote(key), w.path(), strings.Join(fields.names, ", "))
+			if child, err = w.field(fields, key); err != nil {
+				return nil, err
 			}
 		}
 		v, err := w.member(key, child, depth)
@@ -341,6 +331,54 @@ func (w *walker) object(t reflect.Type, depth int) (any, error) {
 		return obj, nil
 	}
 	return nil, nil
+}
+
+// field is the type of the struct field key names exactly (nil for an
+// unknown key when AllowUnknown); an invalid_request_error for a key that
+// matches a field only by case, or no field.
+func (w *walker) field(fields *structFields, key string) (reflect.Type, error) {
+	if f, ok := fields.exact[key]; ok {
+		return f, nil
+	}
+	if name := fields.folded[fold(key)]; name != "" {
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "key %s at %s matches field %s only by case", quote(key), w.path(), quote(name))
+	}
+	if !w.o.AllowUnknown {
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "unknown key %s at %s (known: %s)", quote(key), w.path(), strings.Join(fields.names, ", "))
+	}
+	return nil, nil
+}
+
+// keySet is the keys of one object read so far: a list while short
+// (EqualFold, no allocation), a map by folded key beyond 16.
+type keySet struct {
+	keys   []string
+	folded map[string]string // folded key -> the key as sent
+}
+
+// add records key; other is the earlier key equal to it under simple case
+// folding (key itself for a duplicate) and seen whether there is one.
+func (s *keySet) add(key string) (other string, seen bool) {
+	if s.folded != nil {
+		fk := fold(key)
+		other, seen = s.folded[fk]
+		s.folded[fk] = key
+		return other, seen
+	}
+	for _, k := range s.keys {
+		if strings.EqualFold(k, key) {
+			other, seen = k, true
+			break
+		}
+	}
+	s.keys = append(s.keys, key)
+	if len(s.keys) > 16 {
+		s.folded = make(map[string]string, 2*len(s.keys))
+		for _, k := range s.keys {
+			s.folded[fold(k)] = k
+		}
+	}
+	return other, seen
 }
 
 var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -278,8 +279,8 @@ func TestChainSignatureMismatchNothingInstalled(t *testing.T) {
 	vcBefore, lutBefore := env.dumpsysPackage(t)
 
 	res := runCLI(t, env.runCmd(resigned, keyA))
-	var ee exitError
-	if !errors.As(res.Err, &ee) || ee.code != 2 {
+	var ee cli.ExitError
+	if !errors.As(res.Err, &ee) || ee.Code != 2 {
 		t.Fatalf("run returned %v, want exit code 2\n%s", res.Err, res.Raw)
 	}
 	// The CLI's JSON is the agent error format.

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
@@ -44,7 +45,7 @@ func (f outputFlag) failHTTP(what string, err error) error {
 	if f.Output == "json" {
 		render.PrintJSON(render.ErrorBody(err))
 	}
-	return exitError{code: 2, err: fmt.Errorf("%s: %w", what, err)}
+	return cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %w", what, err)}
 }
 
 // daemonFor picks where the runs commands read: the daemon named by

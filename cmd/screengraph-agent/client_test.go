@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -156,8 +157,8 @@ func cliRun(t *testing.T, fn func(ctx context.Context) error) (string, error) {
 // wantExit2 checks a failed command: exit code 2 and a message containing want.
 func wantExit2(t *testing.T, err error, want string) {
 	t.Helper()
-	var ee exitError
-	if !errors.As(err, &ee) || ee.code != 2 {
+	var ee cli.ExitError
+	if !errors.As(err, &ee) || ee.Code != 2 {
 		t.Fatalf("want exit code 2, got %v", err)
 	}
 	if !strings.Contains(err.Error(), want) {
@@ -575,9 +576,9 @@ func TestRunsResumeFinishesPausedRun(t *testing.T) {
 // from SCREENGRAPH_SERVER when not given.
 func TestClientCLIParsing(t *testing.T) {
 	t.Setenv("SCREENGRAPH_SERVER", "http://10.0.0.7:7420")
-	parse := func(args ...string) (*cli, string) {
+	parse := func(args ...string) (*commands, string) {
 		t.Helper()
-		var c cli
+		var c commands
 		p, err := kong.New(&c, kong.Name("screengraph-agent"), kong.Vars{"default_listen": DefaultListen}, kong.Exit(func(int) {}))
 		if err != nil {
 			t.Fatal(err)
@@ -605,7 +606,7 @@ func TestClientCLIParsing(t *testing.T) {
 		t.Fatalf("runs resume: %q %+v", cmd, c.Runs.Resume)
 	}
 	for _, args := range [][]string{{"pause", "R", "resume"}, {"policy", "switch", "R"}} {
-		var c cli
+		var c commands
 		p, _ := kong.New(&c, kong.Vars{"default_listen": DefaultListen}, kong.Exit(func(int) {}))
 		if _, err := p.Parse(args); err == nil {
 			t.Errorf("%v parsed", args)

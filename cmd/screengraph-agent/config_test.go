@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -28,7 +29,7 @@ func clearScreengraphEnv(t *testing.T) {
 // serveFlagNames are the long names kong gives serve's own flags.
 func serveFlagNames(t *testing.T) []string {
 	t.Helper()
-	app, err := kong.New(&cli{}, kong.Vars{"default_listen": DefaultListen})
+	app, err := kong.New(&commands{}, kong.Vars{"default_listen": DefaultListen})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestServeFlagsAreConfigKeys(t *testing.T) {
 	typ := reflect.TypeOf(serveCmd{})
 	var fieldNames []string
 	for i := 0; i < typ.NumField(); i++ {
-		if n := flagName(typ.Field(i)); !serveMetaFlags[n] {
+		if n := cli.FlagName(typ.Field(i)); !serveMetaFlags[n] {
 			fieldNames = append(fieldNames, n)
 		}
 	}
@@ -110,7 +111,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 	cv := reflect.ValueOf(&c).Elem()
 	for i := 0; i < cv.NumField(); i++ {
 		f := cv.Type().Field(i)
-		if name := flagName(f); f.IsExported() && !serveMetaFlags[name] {
+		if name := cli.FlagName(f); f.IsExported() && !serveMetaFlags[name] {
 			cv.Field(i).Set(roundTripValue(t, name, f.Type))
 		}
 	}

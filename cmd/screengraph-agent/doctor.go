@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 
 	"github.com/screengraph/screengraph-agent/cmd/internal/hostcheck"
@@ -26,26 +25,10 @@ func (c *doctorCmd) Run(ctx context.Context) error {
 		hc.NATSListen = cfg.NATSListen
 	}
 	r := hostcheck.Run(ctx, hc)
-	if c.Output == "json" {
-		if err := render.PrintJSON(r); err != nil {
-			return err
-		}
-	} else {
-		for _, ch := range r.Checks {
-			fmt.Printf("%-4s  %-20s %s\n", ch.Status, ch.Name, ch.Detail)
-			if ch.Fix != "" {
-				fmt.Printf("      %-20s fix: %s\n", "", ch.Fix)
-			}
-		}
+	if err := render.Doctor(c.Output, r); err != nil {
+		return err
 	}
 	if r.Failed() {
-		n := 0
-		for _, ch := range r.Checks {
-			if ch.Status == hostcheck.Fail {
-				n++
-			}
-		}
-		fmt.Fprintf(os.Stderr, "doctor: %d of %d checks failed\n", n, len(r.Checks))
 		os.Exit(1) // the report is the message
 	}
 	return nil

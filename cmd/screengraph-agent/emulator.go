@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
-	"strings"
 
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
@@ -22,38 +22,12 @@ type simCmd struct {
 	EmulatorArgs []string `arg:"" optional:"" name:"emulator-flags" help:"The real emulator binary's flags, single-dash (-avd NAME -port P -no-window -no-audio -no-boot-anim -read-only -no-snapshot-save -no-snapshot-load -no-snapshot -wipe-data -gpu MODE -accel MODE, -list-avds; @NAME): run one simulated emulator for that AVD in place of the SDK's emulator (AVDs from $ANDROID_AVD_HOME or ~/.android/avd; config.ini key screengraph.simProfile names the profile)."`
 }
 
-// separateEmulatorFlags puts a "--" after "sim" in `[globals] emulator sim
-// -avd NAME ...` when what follows is the real emulator's command line
-// (single-dash flags or @NAME), so that kong hands all of it to
-// simCmd.EmulatorArgs unparsed. Other command lines come back unchanged.
-func separateEmulatorFlags(args []string) []string {
-	for i := 1; i+1 < len(args); i++ {
-		if args[i] != "emulator" || args[i+1] != "sim" {
-			continue
-		}
-		rest := args[i+2:]
-		for _, a := range rest {
-			if a == "--" {
-				return args
-			}
-		}
-		for _, a := range rest {
-			if strings.HasPrefix(a, "@") || (len(a) > 2 && a[0] == '-' && a[1] != '-') {
-				out := append(append([]string{}, args[:i+2]...), "--")
-				return append(out, rest...)
-			}
-		}
-		return args
-	}
-	return args
-}
-
 func (s *simCmd) Run(ctx context.Context, g *Globals) error {
 	log := g.logger()
 	if len(s.EmulatorArgs) > 0 {
 		code := sim.RunEmulator(ctx, s.EmulatorArgs, sim.RunEmulatorConfig{Stdout: os.Stdout, Stderr: os.Stderr, LoadProfile: loadProfile, Log: log})
 		if code != 0 {
-			return exitError{code: code, err: fmt.Errorf("emulator exited with code %d", code)}
+			return cli.ExitError{Code: code, Err: fmt.Errorf("emulator exited with code %d", code)}
 		}
 		return nil
 	}

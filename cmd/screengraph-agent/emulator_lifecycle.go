@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -34,13 +34,13 @@ func (f emulatorFlags) manager() (*emulator.Manager, error) {
 }
 
 // fail prints err in the agent error format under --output json and returns
-// an exitError (exit 1) either way.
+// a cli.ExitError (exit 1) either way.
 func (f emulatorFlags) fail(what string, err error) error {
 	e := agent.Classify(err)
 	if f.Output == "json" {
 		_ = render.PrintJSON(render.FailureReport(what, e))
 	}
-	return exitError{code: 1, err: fmt.Errorf("%s: %w", what, e)}
+	return cli.ExitError{Code: 1, Err: fmt.Errorf("%s: %w", what, e)}
 }
 
 type emulatorListCmd struct {
@@ -72,15 +72,6 @@ type emulatorStartCmd struct {
 	Timeout      time.Duration `help:"Bound of the boot." default:"3m"`
 }
 
-// startResult is what `emulator start --output json` prints.
-type startResult struct {
-	AVD            string `json:"avd"`
-	Serial         string `json:"serial"`
-	BootMode       string `json:"bootMode"`
-	BootMillis     int64  `json:"bootMillis"`
-	ColdBootReason string `json:"coldBootReason,omitempty"`
-}
-
 func (c *emulatorStartCmd) Run(ctx context.Context) error {
 	m, err := c.manager()
 	if err != nil {
@@ -91,16 +82,7 @@ func (c *emulatorStartCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return c.fail("emulator start", err)
 	}
-	out := startResult{AVD: c.Name, Serial: res.Serial, BootMode: string(res.Mode), BootMillis: res.Took.Milliseconds(), ColdBootReason: res.ColdBootReason}
-	if c.Output == "json" {
-		return render.PrintJSON(out)
-	}
-	fmt.Printf("%s %s (%s boot, %d ms)", out.Serial, out.AVD, strings.ToLower(out.BootMode), out.BootMillis)
-	if out.ColdBootReason != "" {
-		fmt.Printf(": %s", out.ColdBootReason)
-	}
-	fmt.Println()
-	return nil
+	return render.EmulatorStarted(c.Output, c.Name, res)
 }
 
 type emulatorStopCmd struct {

@@ -5,11 +5,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
@@ -27,7 +26,7 @@ type Globals struct {
 	Token string `help:"API token the client commands send to the daemon (Authorization: Bearer); see token create." env:"SCREENGRAPH_TOKEN"`
 }
 
-type cli struct {
+type commands struct {
 	Globals
 	Serve    serveCmd    `cmd:"" help:"Run the daemon: setup chains on every device of this host, controlled over HTTP, NATS and the CLI."`
 	Run      runCmd      `cmd:"" help:"Run the setup chain (EnsureDevice, ProvisionApp, LaunchOrAttach, WaitIdle) on one device."`
@@ -62,7 +61,7 @@ func (g Globals) logger() zerolog.Logger {
 }
 
 func main() {
-	var c cli
+	var c commands
 	parser, err := kong.New(&c,
 		kong.Name("screengraph-agent"),
 		kong.Description("The ScreenGraph device agent: prepares Android devices through adb and Appium."),
@@ -71,13 +70,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "screengraph-agent:", err)
 		os.Exit(1)
 	}
-	kctx, err := parser.Parse(commandLine(os.Args)[1:])
+	kctx, err := parser.Parse(cli.CommandLine(os.Args)[1:])
 	if err != nil {
 		// The error (with kong's closest-flag suggestion) first, then one
 		// line pointing at the command's help: ~90 lines of usage before
 		// it buried the line that says what was wrong.
 		fmt.Fprintln(os.Stderr, "screengraph-agent: error:", agent.RedactString(err.Error()))
-		fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", helpCommand(err))
+		fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", cli.HelpCommand(err))
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -86,58 +85,6 @@ func main() {
 	clientToken = c.Globals.Token // tenancy: the client commands' Bearer token
 	if err := kctx.Run(&c.Globals); err != nil {
 		fmt.Fprintln(os.Stderr, "screengraph-agent:", agent.RedactString(err.Error()))
-		os.Exit(exitCode(err))
+		os.Exit(cli.ExitCode(err))
 	}
-}
-
-// commandLine is the command line kong parses: `screengraph-agent
-// --version` is the version command (a global flag would clash with policy
-// switch's --version); no command is --help (the overview, not an error);
-// the real emulator's single-dash flags after `emulator sim` pass through
-// (separateEmulatorFlags). os.Args itself is left as it is.
-func commandLine(args []string) []string {
-	args = separateEmulatorFlags(args)
-	if len(args) > 1 && args[1] == "--version" {
-		args = append([]string{args[0], "version"}, args[2:]...)
-	}
-	if len(args) == 1 {
-		args = append(args, "--help")
-	}
-	return args
-}
-
-// helpCommand is the command line whose --help describes the command a
-// parse error is about ("screengraph-agent runs list"), without its
-// positional arguments.
-func helpCommand(err error) string {
-	words := []string{"screengraph-agent"}
-	var pe *kong.ParseError
-	if errors.As(err, &pe) && pe.Context != nil {
-		for _, w := range strings.Fields(pe.Context.Command()) {
-			if !strings.HasPrefix(w, "<") {
-				words = append(words, w)
-			}
-		}
-	}
-	return strings.Join(words, " ")
-}
-
-// exitError carries a process exit code through kong.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return e.err.Error() }
-
-// Unwrap lets errors.As and errors.Is see the failure under the exit code
-// (its agent error id).
-func (e exitError) Unwrap() error { return e.err }
-
-func exitCode(err error) int {
-	var e exitError
-	if errors.As(err, &e) {
-		return e.code
-	}
-	return 1
 }

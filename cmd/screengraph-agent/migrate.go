@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"strings"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
@@ -24,7 +22,7 @@ func (c *migrateCmd) Run(ctx context.Context) error {
 		if c.Output == "json" {
 			render.PrintJSON(httpapi.ErrorBody(err, ""))
 		}
-		return exitError{code: 2, err: err}
+		return cli.ExitError{Code: 2, Err: err}
 	}
 	cfg, err := (&serveCmd{Config: c.Config, DatabaseURL: c.DatabaseURL}).load()
 	if err != nil {
@@ -37,18 +35,5 @@ func (c *migrateCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return fail(agent.Wrap(agent.ErrNetwork, err, "migrating %s", postgres.RedactConnString(cfg.DatabaseURL)))
 	}
-	if c.Output == "json" {
-		render.PrintJSON(res)
-		return nil
-	}
-	if len(res.Applied) == 0 {
-		fmt.Fprintf(os.Stdout, "schema current at version %d\n", res.Version)
-		return nil
-	}
-	vs := make([]string, len(res.Applied))
-	for i, v := range res.Applied {
-		vs[i] = fmt.Sprint(v)
-	}
-	fmt.Fprintf(os.Stdout, "applied %s; schema at version %d\n", strings.Join(vs, ", "), res.Version)
-	return nil
+	return render.Migrated(c.Output, res)
 }

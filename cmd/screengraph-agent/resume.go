@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"syscall"
 	"time"
@@ -32,7 +33,7 @@ func (c *runsResumeCmd) fail(err error) error {
 	if c.Output == "json" {
 		render.PrintJSON(httpapi.ErrorBody(err, ""))
 	}
-	return exitError{code: 2, err: err}
+	return cli.ExitError{Code: 2, Err: err}
 }
 
 func (c *runsResumeCmd) Run(ctx context.Context, g *Globals) error {

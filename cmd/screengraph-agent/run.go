@@ -6,16 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/service"
-	"github.com/screengraph/screengraph-agent/agent/strictjson"
 	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/nodes"
@@ -38,65 +36,10 @@ type runCmd struct {
 	Output    string `help:"Output format: text (progress on stderr) or json." default:"text" enum:"text,json"`
 }
 
-// request builds the run request from --input and the flags.
+// request builds the run request from --input and the flags
+// (cli.RunRequest).
 func (c *runCmd) request() (nodes.SetupRequest, error) {
-	var req nodes.SetupRequest
-	if c.Input != "" {
-		b, err := os.ReadFile(c.Input)
-		if err != nil {
-			return req, err
-		}
-		// The daemon's strict decoder (agent/strictjson): duplicate keys,
-		// case variants of a key and unknown keys are refused here too.
-		if err := strictjson.Decode(b, &req); err != nil {
-			return req, agent.Errorf(agent.ErrInvalidRequest, "--input %s: %s", c.Input, agent.Classify(err).Msg)
-		}
-	}
-	apk := c.APK
-	if apk != "" && !strings.Contains(apk, "://") {
-		abs, err := filepath.Abs(apk)
-		if err != nil {
-			return req, err
-		}
-		apk = "file://" + abs
-	}
-	set := func(raw *json.RawMessage, path []string, v any) error {
-		obj := map[string]any{}
-		if len(*raw) > 0 {
-			if err := json.Unmarshal(*raw, &obj); err != nil {
-				return agent.Wrap(agent.ErrInvalidRequest, err, "--input %s", c.Input)
-			}
-		}
-		if v != "" { // a flag overrides --input
-			nodes.SetPath(obj, v, path...)
-		} else {
-			nodes.SetPath(obj, nil, path...)
-		}
-		b, _ := json.Marshal(obj)
-		*raw = b
-		return nil
-	}
-	steps := []struct {
-		raw  *json.RawMessage
-		path []string
-		v    string
-	}{
-		{&req.EnsureDevice, []string{"deviceConfiguration", "platformName"}, "android"},
-		{&req.EnsureDevice, []string{"deviceConfiguration", "deviceName"}, c.Serial},
-		{&req.ProvisionApp, []string{"applicationUnderTestDescriptor", "androidPackageId"}, c.Package},
-		{&req.ProvisionApp, []string{"applicationUnderTestDescriptor", "apkStorageObjectReference"}, apk},
-		{&req.ProvisionApp, []string{"applicationUnderTestDescriptor", "expectedBuildSignatureSha256"}, strings.ToLower(c.SHA256)},
-		{&req.LaunchOrAttach, []string{"applicationUnderTestDescriptor", "androidPackageId"}, c.Package},
-		{&req.LaunchOrAttach, []string{"applicationUnderTestDescriptor", "androidLaunchActivityName"}, c.Activity},
-		// WaitIdle's heuristics default to the policy's: an empty object.
-		{&req.WaitIdle, []string{"idleHeuristicsConfiguration", "-"}, ""},
-	}
-	for _, s := range steps {
-		if err := set(s.raw, s.path, s.v); err != nil {
-			return req, err
-		}
-	}
-	return req, nil
+	return cli.RunRequest(cli.RunFlags{Input: c.Input, Serial: c.Serial, Package: c.Package, APK: c.APK, SHA256: c.SHA256, Activity: c.Activity})
 }
 
 func (c *runCmd) Run(ctx context.Context, g *Globals) error {
@@ -161,32 +104,16 @@ func (c *runCmd) Run(ctx context.Context, g *Globals) error {
 func (c *runCmd) report(ctx context.Context, h *agentd.Host, runID string, status agent.RunStatus, took, total time.Duration) error {
 	err := render.RunOutcome(ctx, c.Output, h.Store, h.Graph, runID, status, took, total)
 	if nf := (render.ErrRunNotFinished{}); errors.As(err, &nf) {
-		return exitError{code: 2, err: err}
+		return cli.ExitError{Code: 2, Err: err}
 	}
 	return err
 }
 
-// fail reports an error that stopped the run before it started.
+// fail reports an error that stopped the run before it started: the agent
+// error format under --output json (render.RunRefused), exit code 2.
 func (c *runCmd) fail(_ *agentd.Host, err error) error {
-	e := agent.Classify(err)
-	node := ""
-	var ie *nodes.InputError
-	if errors.As(err, &ie) {
-		node = ie.Node
-	}
 	if c.Output == "json" {
-		steps := []map[string]any{}
-		for _, n := range []string{nodes.NodeEnsureDevice, nodes.NodeProvisionApp, nodes.NodeLaunchOrAttach, nodes.NodeWaitIdle} {
-			steps = append(steps, map[string]any{"node_id": n, "status": "not_executed", "cached": false})
-		}
-		render.PrintJSON(map[string]any{
-			"success": false,
-			"error":   agent.RedactString(e.Error()),
-			"errors": []map[string]any{{"category": render.Category(e), "node_id": node,
-				"message": agent.RedactString(e.Error()), "fixable": render.Category(e) == agent.CategoryAPIValidation || e.Retryable, "error_id": e.ID}},
-			"execution":  map[string]any{"steps": steps},
-			"checkpoint": map[string]any{"completed_nodes": []string{}, "failed_node": node},
-		})
+		render.RunRefused(err)
 	}
-	return exitError{code: 2, err: err}
+	return cli.ExitError{Code: 2, Err: err}
 }

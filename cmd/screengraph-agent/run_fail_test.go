@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,8 +114,8 @@ func TestRunFailsCleanlyOnDataDirFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := runCLI(t, failCmd(file))
-	var ee exitError
-	if !errors.As(res.Err, &ee) || ee.code != 2 {
+	var ee cli.ExitError
+	if !errors.As(res.Err, &ee) || ee.Code != 2 {
 		t.Fatalf("run returned %v, want exit code 2", res.Err)
 	}
 	checkAgentError(t, res.Raw, agent.ErrInvalidRequest, "data dir", file)
@@ -134,8 +135,8 @@ func TestRunFailsCleanlyOnBadPolicy(t *testing.T) {
 	c := failCmd(dir)
 	c.Policy = pol
 	res := runCLI(t, c)
-	var ee exitError
-	if !errors.As(res.Err, &ee) || ee.code != 2 {
+	var ee cli.ExitError
+	if !errors.As(res.Err, &ee) || ee.Code != 2 {
 		t.Fatalf("run returned %v, want exit code 2", res.Err)
 	}
 	checkAgentError(t, res.Raw, agent.ErrInvalidRequest, "policy", pol)

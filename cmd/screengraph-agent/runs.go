@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
+	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -32,24 +30,18 @@ func (f storeFlags) dir() (string, error) {
 	return sqlite.DataDir()
 }
 
-// open opens the embedded store of the data dir. The runs commands read a
-// store, they never create one: a data dir with no agent.db is an
-// invalid_request_error naming the path (an empty table there read as "no
-// runs" when the user meant another data dir or a daemon that was down).
+// open opens the data dir's embedded store for reading
+// (agentd.OpenExistingStore: a data dir with no agent.db is refused).
 func (f storeFlags) open(ctx context.Context) (*sqlite.Store, error) {
 	dir, err := f.dir()
 	if err != nil {
 		return nil, err
 	}
-	p := filepath.Join(dir, "agent.db")
-	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-		hint := "pass --data-dir DIR of a daemon's data, or --server URL of a running daemon"
-		if f.DataDir == "" {
-			hint = "no daemon answers at " + defaultServer + " either: start `screengraph-agent serve`, or " + hint
-		}
-		return nil, agent.Errorf(agent.ErrInvalidRequest, "no local store at %s (%s)", p, hint)
+	hint := "pass --data-dir DIR of a daemon's data, or --server URL of a running daemon"
+	if f.DataDir == "" {
+		hint = "no daemon answers at " + defaultServer + " either: start `screengraph-agent serve`, or " + hint
 	}
-	return sqlite.Open(ctx, p, sqlite.Options{})
+	return agentd.OpenExistingStore(ctx, dir, hint)
 }
 
 type runsCmd struct {
@@ -185,27 +177,19 @@ func (c *runsInspectCmd) Run(ctx context.Context) error {
 		if n < 0 || n >= d.Steps {
 			return c.failHTTP("runs inspect", snapshots.NoStep(c.RunID, n, d.Steps))
 		}
-		v := snapshots.StepView{Run: client.RunRow(d), LastSequence: int64(d.Events), Events: []agent.Event{}}
+		v := snapshots.StepView{Run: client.RunRow(d), LastSequence: int64(d.Events)}
 		if v.Snapshot, err = cl.Step(ctx, c.RunID, n); err != nil {
 			if errors.Is(err, agent.ErrNotFound) {
 				err = snapshots.NoStep(c.RunID, n, d.Steps) // the run is known: the step is not
 			}
 			return c.failHTTP(fmt.Sprintf("runs inspect step %d", n), err)
 		}
-		// The step's node events (started, token deltas, finished), by the
-		// stepOrdinal of their payloads.
+		// The step's node events (started, token deltas, finished).
 		evs, err := cl.Events(ctx, c.RunID, 0)
 		if err != nil {
 			return c.failHTTP("runs inspect", err)
 		}
-		for _, e := range evs {
-			var p struct {
-				StepOrdinal *int `json:"stepOrdinal"`
-			}
-			if strings.HasPrefix(e.Kind, "agent.node.") && json.Unmarshal(e.Payload, &p) == nil && p.StepOrdinal != nil && *p.StepOrdinal == n {
-				v.Events = append(v.Events, e)
-			}
-		}
+		v.Events = cli.StepEvents(evs, n)
 		if c.Output == "json" {
 			return render.PrintJSON(v)
 		}
@@ -238,14 +222,5 @@ func (c *runsPruneCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return c.fail("runs prune", agent.Wrap(agent.ErrProcess, err, "prune (deleted %d runs before the failure)", res.Runs))
 	}
-	if c.Output == "json" {
-		return render.PrintJSON(res)
-	}
-	fmt.Printf("deleted %d runs ended more than %v ago: %d events, %d outbox rows, %d snapshots, %d control rows, %d leases\n",
-		res.Runs, c.OlderThan, res.Events, res.Outbox, res.Snapshots, res.Controls, res.Leases)
-	if res.Held > 0 {
-		fmt.Printf("kept %d such runs: outbox rows not yet published (or a lease still active); they go once the relay published them: %s\n",
-			res.Held, strings.Join(res.HeldRuns, " "))
-	}
-	return nil
+	return render.Pruned(c.Output, res, c.OlderThan)
 }

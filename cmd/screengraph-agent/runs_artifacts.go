@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"text/tabwriter"
 
 	"github.com/screengraph/screengraph-agent/agent"
-	"github.com/screengraph/screengraph-agent/agent/httpapi"
 	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 )
 
@@ -50,21 +47,5 @@ func (c *runsArtifactsCmd) Run(ctx context.Context) error {
 			saved[a.ArtifactID] = filepath.Join(c.Download, name)
 		}
 	}
-	if c.Output == "json" {
-		type entry struct {
-			httpapi.ArtifactView
-			Path string `json:"path,omitempty"`
-		}
-		out := []entry{}
-		for _, a := range arts {
-			out = append(out, entry{a, saved[a.ArtifactID]})
-		}
-		return render.PrintJSON(map[string]any{"artifacts": out})
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ARTIFACT\tKIND\tNODE\tSTEP\tTYPE\tBYTES\tSHA256\tCREATED\tSAVED")
-	for _, a := range arts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", a.ArtifactID, a.Kind, a.Node, a.StepOrdinal, a.ContentType, a.Bytes, a.SHA256[:12], a.CreatedAt, saved[a.ArtifactID])
-	}
-	return tw.Flush()
+	return render.Artifacts(c.Output, arts, saved)
 }

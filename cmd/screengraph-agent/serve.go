@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"time"
 
@@ -60,7 +61,7 @@ func (c *serveCmd) fail(err error) error {
 	if c.Output == "json" {
 		render.PrintJSON(httpapi.ErrorBody(err, ""))
 	}
-	return exitError{code: 2, err: err}
+	return cli.ExitError{Code: 2, Err: err}
 }
 
 func (c *serveCmd) Run(ctx context.Context, g *Globals) error {

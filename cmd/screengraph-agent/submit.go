@@ -4,15 +4,11 @@ package main
 // (POST /v1/runs), and with --follow a live view of the run until it ends.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/url"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/screengraph/screengraph-agent/agent"
@@ -44,7 +40,7 @@ func (c *runsSubmitCmd) Run(ctx context.Context) error {
 		if c.Output == "json" {
 			render.PrintJSON(httpapi.ErrorBody(err, ""))
 		}
-		return exitError{code: 2, err: fmt.Errorf("runs submit: %w", err)}
+		return cli.ExitError{Code: 2, Err: fmt.Errorf("runs submit: %w", err)}
 	}
 	cl := newClient(c.Server)
 	resp, err := cl.Submit(ctx, json.RawMessage(req))
@@ -69,77 +65,15 @@ func (c *runsSubmitCmd) Run(ctx context.Context) error {
 	case agent.RunFinished:
 		return nil
 	case "":
-		return exitError{code: 2, err: fmt.Errorf("runs submit --follow: the event stream of run %s ended without its end event", resp.RunID)}
+		return cli.ExitError{Code: 2, Err: fmt.Errorf("runs submit --follow: the event stream of run %s ended without its end event", resp.RunID)}
 	default:
-		return exitError{code: 1, err: fmt.Errorf("run %s %s", resp.RunID, v.Status)}
+		return cli.ExitError{Code: 1, Err: fmt.Errorf("run %s %s", resp.RunID, v.Status)}
 	}
 }
 
-// maxRunFile bounds -f: the daemon refuses bodies over httpapi.MaxRequestBytes.
-const maxRunFile = httpapi.MaxRequestBytes
-
-// request is the POST /v1/runs body: the -f file's object (or an empty
-// one) with each given flag set in its place, and the four node inputs
-// present. Errors: invalid_request_error for an unreadable, oversized or
-// non-object file, an APK path that cannot be read, or a request with no
-// device or package.
+// request is the POST /v1/runs body of the flags and -f
+// (cli.SubmitRequest).
 func (c *runsSubmitCmd) request() ([]byte, error) {
-	req := map[string]any{}
-	if c.File != "" {
-		var r io.Reader
-		if c.File == "-" {
-			r = os.Stdin
-		} else {
-			f, err := os.Open(c.File)
-			if err != nil {
-				return nil, agent.Wrap(agent.ErrInvalidRequest, err, "-f %s", c.File)
-			}
-			defer f.Close()
-			r = f
-		}
-		b, err := io.ReadAll(io.LimitReader(r, maxRunFile+1))
-		if err != nil {
-			return nil, agent.Wrap(agent.ErrInvalidRequest, err, "-f %s", c.File)
-		}
-		if len(b) > maxRunFile {
-			return nil, agent.Errorf(agent.ErrInvalidRequest, "-f %s: over %d bytes (the daemon's request limit)", c.File, maxRunFile)
-		}
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.UseNumber()
-		if err := d.Decode(&req); err != nil || req == nil {
-			return nil, agent.Errorf(agent.ErrInvalidRequest, "-f %s: not a JSON object: %v", c.File, err)
-		}
-	}
-	f := nodes.RequestFields{Device: c.Device, Package: c.Package, SHA256: c.SHA256, Activity: c.Activity, Mode: c.Mode, PolicyVersion: c.PolicyVersion}
-	if c.APK != "" {
-		ref, err := apkReference(c.APK)
-		if err != nil {
-			return nil, err
-		}
-		f.APKReference = ref
-	}
-	return nodes.EditRequest(req, f)
-}
-
-// apkReference is the apkStorageObjectReference for --apk: a URL as given
-// (it has a scheme), else the absolute file:// URL of a local path the
-// CLI's user can read as a regular file. The daemon still decides: it reads
-// file:// only under its --artifact-file-root (its refusal names the rule).
-func apkReference(apk string) (string, error) {
-	if u, err := url.Parse(apk); err == nil && len(u.Scheme) > 1 && strings.Contains(apk, "://") {
-		return apk, nil
-	}
-	p, err := filepath.Abs(apk)
-	if err != nil {
-		return "", agent.Wrap(agent.ErrInvalidRequest, err, "--apk %s", apk)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return "", agent.Wrap(agent.ErrInvalidRequest, err, "--apk %s", apk)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return "", agent.Errorf(agent.ErrInvalidRequest, "--apk %s: not a regular file", apk)
-	}
-	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(p)}).String(), nil
+	return cli.SubmitRequest(cli.SubmitFlags{File: c.File, APK: c.APK, RequestFields: nodes.RequestFields{Device: c.Device,
+		Package: c.Package, SHA256: c.SHA256, Activity: c.Activity, Mode: c.Mode, PolicyVersion: c.PolicyVersion}})
 }

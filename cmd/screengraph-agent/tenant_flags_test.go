@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,7 +51,7 @@ func TestRunRefusesInvalidTenant(t *testing.T) {
 		c := failCmd(dir)
 		c.Tenant = tenant
 		res := runCLI(t, c)
-		if exitCode(res.Err) != 2 {
+		if cli.ExitCode(res.Err) != 2 {
 			t.Fatalf("--tenant %q: %v, want exit code 2", tenant, res.Err)
 		}
 		checkAgentError(t, res.Raw, agent.ErrInvalidRequest, "--tenant", "must be 1-64 of A-Z, a-z, 0-9, '_' and '-'")
@@ -74,7 +75,7 @@ func TestRunInputStrict(t *testing.T) {
 		c := failCmd(dir)
 		c.Input = in
 		res := runCLI(t, c)
-		if exitCode(res.Err) != 2 {
+		if cli.ExitCode(res.Err) != 2 {
 			t.Fatalf("%s: %v, want exit code 2", tc.body, res.Err)
 		}
 		checkAgentError(t, res.Raw, agent.ErrInvalidRequest, "--input "+in, tc.want)
@@ -108,7 +109,7 @@ func TestServeRefusesInvalidTenant(t *testing.T) {
 	out, err := captureOutput(t, func() error {
 		return (&serveCmd{Tenant: ">", DataDir: t.TempDir(), Output: "json"}).Run(context.Background(), &Globals{LogLevel: "warn"})
 	})
-	if exitCode(err) != 2 {
+	if cli.ExitCode(err) != 2 {
 		t.Fatalf("serve --tenant '>': %v, want exit code 2", err)
 	}
 	errorBodyOf(t, out, "--tenant", `">"`)
@@ -124,7 +125,7 @@ func TestTokenCreateRefusesInvalidTenant(t *testing.T) {
 		c.DataDir = dir
 		c.Output = "json"
 		out, err := captureOutput(t, func() error { return c.Run(context.Background()) })
-		if exitCode(err) != 2 {
+		if cli.ExitCode(err) != 2 {
 			t.Fatalf("token create --tenant %q: %v, want exit code 2", tenant, err)
 		}
 		errorBodyOf(t, out, "--tenant", "must be 1-64 of A-Z, a-z, 0-9, '_' and '-'")

@@ -1,22 +1,22 @@
 package main
 
-// Tenancy: `token create|list|revoke`, `nats-config`, and serve's wiring of
-// API tokens into the HTTP API and the embedded NATS server (serveTenancy).
-// The token is printed once, by `token create`; the store keeps its SHA-256
-// (and a bcrypt hash for a generated nats-server configuration).
+// Tenancy: `token create|list|revoke` through the API's admin token routes,
+// and `nats-config`. The token is printed once, by `token create`; the store
+// keeps its SHA-256 (and a bcrypt hash for a generated nats-server
+// configuration).
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
-	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/agent/httpapi"
+	"github.com/screengraph/screengraph-agent/agent/httpapi/client"
 	agentd "github.com/screengraph/screengraph-agent/cmd/internal/daemon"
 	"github.com/screengraph/screengraph-agent/cmd/internal/render"
 	"github.com/screengraph/screengraph-agent/snapshots/natsbus"
@@ -46,97 +46,95 @@ func (f outputFlag) fail(what string, err error) error {
 	if f.Output == "json" {
 		render.PrintJSON(httpapi.ErrorBody(err, ""))
 	}
-	return exitError{code: 2, err: fmt.Errorf("%s: %w", what, err)}
+	return cli.ExitError{Code: 2, Err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// tokenFlags locate the tokens' API: the daemon of --server, else the API
+// served in this process over the store of --data-dir or --database-url
+// (agentd.ServeLocal), as the runs commands do. No default daemon is
+// probed: these commands make the first admin token, which no caller has
+// yet.
+type tokenFlags struct {
+	tokenStoreFlags
+	outputFlag
+	Server string `help:"URL of a daemon whose API makes, lists and revokes the tokens (with an admin --token once tokens exist); default: the store of --data-dir or --database-url, served in this process." placeholder:"URL"`
+}
+
+// withTokens calls fn with the client of the tokens' API. A refusal of the
+// in-process API is said as the store's (no daemon answered anything).
+func (f tokenFlags) withTokens(ctx context.Context, what string, fn func(*client.Client) error) error {
+	if f.Server != "" {
+		if err := fn(newClient(f.Server)); err != nil {
+			return f.failHTTP(what, err)
+		}
+		return nil
+	}
+	st, err := f.open(ctx)
+	if err != nil {
+		return f.fail(what, err)
+	}
+	cl, done, err := agentd.ServeLocal(st)
+	if err != nil {
+		st.Close()
+		return f.fail(what, err)
+	}
+	defer done()
+	if err := fn(cl); err != nil {
+		return f.fail(what, render.LocalError(err))
+	}
+	return nil
 }
 
 type tokenCreateCmd struct {
-	tokenStoreFlags
-	outputFlag
+	tokenFlags
 	Tenant string `help:"Tenant the token is scoped to (1-64 of A-Z a-z 0-9 _ -); for --admin, a label." required:""`
 	Admin  bool   `help:"An admin token: every tenant's runs, events and control."`
 }
 
-// createdToken is what `token create` prints; the only place a token is
-// ever shown.
-type createdToken struct {
-	ID        string    `json:"id"`
-	TenantID  string    `json:"tenantId"`
-	Admin     bool      `json:"admin"`
-	CreatedAt time.Time `json:"createdAt"`
-	Token     string    `json:"token"`
-}
-
 func (c *tokenCreateCmd) Run(ctx context.Context) error {
-	tok, rec, err := natsbus.IssueToken(c.Tenant, c.Admin, time.Now())
-	if err != nil {
-		return c.fail("token create", err)
+	// Checked before anything is opened: the flag's name in the message.
+	if !agent.ValidTenantID(c.Tenant) {
+		return c.fail("token create", agent.InvalidTenantID("--tenant", c.Tenant))
 	}
-	st, err := c.open(ctx)
-	if err != nil {
-		return c.fail("token create", err)
-	}
-	defer st.Close()
-	if err := st.CreateToken(ctx, rec); err != nil {
-		return c.fail("token create", err)
-	}
-	out := createdToken{ID: rec.ID, TenantID: rec.TenantID, Admin: rec.Admin, CreatedAt: rec.CreatedAt.Truncate(time.Microsecond), Token: tok}
-	if c.Output == "json" {
-		// Not through printJSON: its redaction would hide the token.
-		b, _ := json.MarshalIndent(out, "", "  ")
-		_, err := os.Stdout.Write(append(b, '\n'))
-		return err
-	}
-	kind := "tenant " + rec.TenantID
-	if rec.Admin {
-		kind = "admin (" + rec.TenantID + ")"
-	}
-	fmt.Printf("token id  %s\nscope     %s\ntoken     %s\n", rec.ID, kind, tok)
-	fmt.Fprintln(os.Stderr, "Keep the token now: it is not shown again (the store keeps only its hash).")
-	return nil
+	return c.withTokens(ctx, "token create", func(cl *client.Client) error {
+		t, err := cl.CreateToken(ctx, c.Tenant, c.Admin)
+		if err != nil {
+			return err
+		}
+		return render.CreatedToken(c.Output, t)
+	})
 }
 
 type tokenListCmd struct {
-	tokenStoreFlags
-	outputFlag
+	tokenFlags
 }
 
 func (c *tokenListCmd) Run(ctx context.Context) error {
-	st, err := c.open(ctx)
-	if err != nil {
-		return c.fail("token list", err)
-	}
-	defer st.Close()
-	ts, err := st.ListTokens(ctx)
-	if err != nil {
-		return c.fail("token list", err)
-	}
-	return render.Tokens(c.Output, ts)
+	return c.withTokens(ctx, "token list", func(cl *client.Client) error {
+		ts, err := cl.Tokens(ctx)
+		if err != nil {
+			return err
+		}
+		return render.Tokens(c.Output, ts)
+	})
 }
 
 type tokenRevokeCmd struct {
-	tokenStoreFlags
-	outputFlag
+	tokenFlags
 	ID string `arg:"" help:"The token's id (from token create or token list)."`
 }
 
 func (c *tokenRevokeCmd) Run(ctx context.Context) error {
-	st, err := c.open(ctx)
-	if err != nil {
-		return c.fail("token revoke", err)
-	}
-	defer st.Close()
-	t, err := st.RevokeToken(ctx, c.ID)
-	if errors.Is(err, agent.ErrNotFound) {
-		err = agent.Wrap(agent.ErrInvalidRequest, err, "no token %s", c.ID)
-	}
-	if err != nil {
-		return c.fail("token revoke", err)
-	}
-	if c.Output == "json" {
-		return render.PrintJSON(t)
-	}
-	fmt.Printf("token %s (tenant %s) revoked at %s\n", t.ID, t.TenantID, t.RevokedAt.Format(time.RFC3339))
-	return nil
+	return c.withTokens(ctx, "token revoke", func(cl *client.Client) error {
+		t, err := cl.RevokeToken(ctx, c.ID)
+		if errors.Is(err, agent.ErrNotFound) {
+			return agent.Wrap(agent.ErrInvalidRequest, errors.New(render.LocalMessage(err)), "no token %s", c.ID)
+		}
+		if err != nil {
+			return err
+		}
+		return render.RevokedToken(c.Output, t)
+	})
 }
 
 // natsConfigCmd prints the authorization block of a nats-server
@@ -149,16 +147,16 @@ type natsConfigCmd struct {
 func (c *natsConfigCmd) Run(ctx context.Context) error {
 	st, err := c.open(ctx)
 	if err != nil {
-		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
+		return cli.ExitError{Code: 2, Err: fmt.Errorf("nats-config: %w", err)}
 	}
 	defer st.Close()
 	ts, err := st.ListTokens(ctx)
 	if err != nil {
-		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
+		return cli.ExitError{Code: 2, Err: fmt.Errorf("nats-config: %w", err)}
 	}
 	dh, err := bcrypt.GenerateFromPassword([]byte(c.DaemonPassword), bcrypt.DefaultCost)
 	if err != nil {
-		return exitError{code: 2, err: fmt.Errorf("nats-config: %w", err)}
+		return cli.ExitError{Code: 2, Err: fmt.Errorf("nats-config: %w", err)}
 	}
 	return natsbus.WriteAuthConfig(os.Stdout, string(dh), ts)
 }

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
-	"runtime/debug"
 
 	"github.com/screengraph/screengraph-agent/cmd/internal/hostcheck"
 	"github.com/screengraph/screengraph-agent/cmd/internal/render"
@@ -18,32 +18,6 @@ var (
 	date    = ""
 )
 
-// buildVersion is the binary's own version, commit and build date.
-func buildVersion() (v, rev, at string) {
-	v, rev, at = version, commit, date
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return
-	}
-	if v == "" {
-		v = bi.Main.Version
-		if v == "" || v == "(devel)" {
-			v = "devel"
-		}
-	}
-	for _, s := range bi.Settings {
-		switch {
-		case s.Key == "vcs.revision" && rev == "":
-			rev = s.Value
-		case s.Key == "vcs.time" && at == "":
-			at = s.Value
-		case s.Key == "vcs.modified" && s.Value == "true" && rev != "" && commit == "":
-			rev += "-dirty"
-		}
-	}
-	return
-}
-
 type versionCmd struct {
 	storeFlags
 	outputFlag
@@ -56,7 +30,7 @@ func (c *versionCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v, rev, at := buildVersion()
+	v, rev, at := cli.BuildVersion(version, commit, date)
 	info := hostcheck.ProbeVersions(ctx, hostcheck.Build{Version: v, Commit: rev, BuildDate: at}, adbAddr(c.ADBServer), dir, c.AppiumBin)
 	if c.Output == "json" {
 		return render.PrintJSON(info)

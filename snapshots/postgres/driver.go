@@ -22,7 +22,6 @@ import (
 // pgConflicts: the unique constraint each storekit.Conflict is.
 var pgConflicts = map[string]storekit.Conflict{
 	"run_events_run_sequence_key":  storekit.ConflictSequence,
-	"run_outbox_unpublished_key":   storekit.ConflictSequence,
 	"run_events_event_id_key":      storekit.ConflictEventID,
 	"agent_state_snapshot_pkey":    storekit.ConflictSnapshot,
 	"artifacts_pkey":               storekit.ConflictArtifact,
@@ -105,16 +104,13 @@ func (p pgTx) UpdatePolicyVersion(ctx context.Context, runID string, version int
 	return err
 }
 
-// InsertEvents implements storekit.StepTx: the event and outbox rows and a
-// NOTIFY on OutboxChannel (delivered at commit) in one batch, one round trip.
+// InsertEvents implements storekit.StepTx: the event rows (each its own
+// outbox entry, unpublished: migration 00012) and a NOTIFY on OutboxChannel (delivered at commit) in one batch, one round trip.
 func (p pgTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, stepOrdinal *int) error {
 	b := &pgx.Batch{}
 	for _, e := range evs {
 		b.Queue(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 			e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.Checksum, e.Envelope, stepOrdinal)
-		// The outbox entry points at its event (migration 00009).
-		b.Queue(`INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES ($1, $2, $3, $4)`,
-			e.RunID, e.Sequence, e.EventID, e.Subject)
 	}
 	b.Queue(`SELECT pg_notify($1, $2)`, OutboxChannel, evs[0].RunID)
 	// This process's relay claims the run's heads (localOutbox), woken by

@@ -89,22 +89,21 @@ func (s *Store) fleetSweepDue(ctx context.Context) (bool, error) {
 	return len(n) == 1, nil
 }
 
-// claimHeads locks up to limit heads (unpublished rows with no unpublished
-// row of the same run below them: run_outbox_unpublished_key makes (run,
-// sequence) unique among unpublished rows), oldest first, and returns
+// claimHeads locks up to limit heads (unpublished events with no
+// unpublished event of the same run below them), oldest first, and returns
 // their runs. only: the runs to look at; when nil, any run but those of
 // not (this claim's own). SKIP LOCKED skips heads other relays hold.
 func (c *pgClaim) claimHeads(ctx context.Context, limit int, only, not []string) ([]string, error) {
 	// Two statements, not one with an OR: each keeps its own plan (the
-	// local one through run_outbox_unpublished_key, the sweep through
-	// run_outbox_unpublished_order).
+	// local one through run_events_unpublished, the sweep through
+	// run_events_unpublished_order).
 	which, arg := `o.run_id <> ALL($2::text[])`, not
 	if only != nil {
 		which, arg = `o.run_id = ANY($2::text[])`, only
 	}
-	rows, err := c.tx.Query(ctx, `SELECT o.run_id FROM run_outbox o
+	rows, err := c.tx.Query(ctx, `SELECT o.run_id FROM run_events o
 		WHERE o.published_at IS NULL AND `+which+`
-		  AND NOT EXISTS (SELECT 1 FROM run_outbox p WHERE p.run_id = o.run_id AND p.published_at IS NULL AND p.sequence < o.sequence)
+		  AND NOT EXISTS (SELECT 1 FROM run_events p WHERE p.run_id = o.run_id AND p.published_at IS NULL AND p.sequence < o.sequence)
 		ORDER BY o.id
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED`, limit, arg)
@@ -131,7 +130,7 @@ func (c *pgClaim) claimLocal(ctx context.Context, maxRuns int) ([]string, error)
 		return ids, err
 	}
 	rest := slices.DeleteFunc(only, func(id string) bool { return slices.Contains(ids, id) })
-	rows, err := c.tx.Query(ctx, `SELECT DISTINCT run_id FROM run_outbox WHERE run_id = ANY($1) AND published_at IS NULL`, rest)
+	rows, err := c.tx.Query(ctx, `SELECT DISTINCT run_id FROM run_events WHERE run_id = ANY($1) AND published_at IS NULL`, rest)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: outbox runs pending: %w", err)
 	}
@@ -183,20 +182,19 @@ func (c *pgClaim) claim(ctx context.Context, maxRuns, rowsPerRun int, sweep bool
 // readRows reads up to rowsPerRun unpublished rows of each of runs from
 // its head on, with their bodies.
 func (c *pgClaim) readRows(ctx context.Context, ids []string, rowsPerRun int) ([][]agent.OutboxRow, error) {
-	// The body is the event's envelope (one copy, in run_events).
-	rows, err := c.tx.Query(ctx, `SELECT r.run_id, r.sequence, r.event_id, r.subject, e.envelope FROM (
-			SELECT run_id, sequence, event_id, subject, row_number() OVER (PARTITION BY run_id ORDER BY sequence) AS n
-			FROM run_outbox WHERE run_id = ANY($1) AND published_at IS NULL) r
-		JOIN run_events e ON e.run_id = r.run_id AND e.sequence = r.sequence
-		WHERE r.n <= $2 ORDER BY r.run_id, r.sequence`, ids, rowsPerRun)
+	// Each run's first rowsPerRun unpublished events, in sequence order.
+	rows, err := c.tx.Query(ctx, `SELECT `+storekit.OutboxCols+` FROM unnest($1::text[]) AS h(run_id)
+		JOIN runs r ON r.run_id = h.run_id
+		CROSS JOIN LATERAL (SELECT * FROM run_events x WHERE x.run_id = h.run_id AND x.published_at IS NULL ORDER BY x.sequence LIMIT $2) e
+		ORDER BY e.run_id, e.sequence`, ids, rowsPerRun)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: claim outbox rows: %w", err)
 	}
 	defer rows.Close()
 	var out [][]agent.OutboxRow
 	for rows.Next() {
-		var o agent.OutboxRow
-		if err := rows.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
+		o, err := storekit.ScanOutboxRow(rows)
+		if err != nil {
 			return nil, err
 		}
 		if n := len(out); n > 0 && out[n-1][0].RunID == o.RunID {
@@ -238,8 +236,7 @@ func (c *pgClaim) Finish(ctx context.Context, ackedUpTo map[string]int64) (int, 
 		if !ok || upTo < run[0].Sequence {
 			continue
 		}
-		qs = append(qs, b.Queue(`UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence <= $3 AND published_at IS NULL`,
-			now, run[0].RunID, upTo))
+		qs = append(qs, b.Queue(sqlMarkUpTo, now, run[0].RunID, upTo))
 	}
 	marked := 0
 	for _, q := range qs {

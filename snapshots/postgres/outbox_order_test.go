@@ -9,11 +9,12 @@ import (
 )
 
 // The fleet relay's claim of run heads (ClaimOutbox) reads the unpublished
-// rows in id order through run_outbox_unpublished_order (migration 00011),
-// not by walking the primary key through the published rows kept until
-// retention: here 30,000 rows published (and vacuumed) after the table was
-// analyzed while they were not (the planner's view of a fast-growing
-// outbox), and one unpublished; the head query's plan reads at most a few pages.
+// events in id order through run_events_unpublished_order (migration 00012;
+// 00011 for run_outbox before), not by walking the published events kept
+// until retention: here 30,000 events published (and vacuumed) after the
+// table was analyzed while they were not (the planner's view of a
+// fast-growing outbox), and one unpublished; the head query's plan reads at
+// most a few pages.
 // BenchmarkFleetControlPlane measured that walk at 30 ms per claim.
 func TestClaimHeadsReadOnlyUnpublishedRows(t *testing.T) {
 	s := testenv.Postgres(t)
@@ -23,16 +24,16 @@ func TestClaimHeadsReadOnlyUnpublishedRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		`INSERT INTO run_outbox (run_id, sequence, event_id, subject) SELECT $1, n, 'e' || n, 'agent.events.T.x' FROM generate_series(1, 30000) n`,
-		`ANALYZE run_outbox`,
-		`UPDATE run_outbox SET published_at = now() WHERE run_id = $1`,
+		`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope) SELECT $1, n, 'e' || n, 'k', 'ts', 'c', '\x7b7d'::bytea FROM generate_series(1, 30000) n`,
+		`ANALYZE run_events`,
+		`UPDATE run_events SET published_at = now() WHERE run_id = $1`,
 		// Autovacuum's part (the dead row versions go), without a new
 		// ANALYZE: the column statistics still say nearly all unpublished.
-		`VACUUM run_outbox`,
-		`INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES ($1, 30001, 'e30001', 'agent.events.T.x')`,
+		`VACUUM run_events`,
+		`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope) VALUES ($1, 30001, 'e30001', 'k', 'ts', 'c', '\x7b7d'::bytea)`,
 	} {
 		args := []any{r.RunID}
-		if q == `ANALYZE run_outbox` || q == `VACUUM run_outbox` {
+		if q == `ANALYZE run_events` || q == `VACUUM run_events` {
 			args = nil
 		}
 		if _, err := s.Pool().Exec(ctx, q, args...); err != nil {
@@ -44,9 +45,9 @@ func TestClaimHeadsReadOnlyUnpublishedRows(t *testing.T) {
 		Plan map[string]any `json:"Plan"`
 	}
 	var raw []byte
-	if err := s.Pool().QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT o.run_id FROM run_outbox o
+	if err := s.Pool().QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT o.run_id FROM run_events o
 		WHERE o.published_at IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM run_outbox p WHERE p.run_id = o.run_id AND p.published_at IS NULL AND p.sequence < o.sequence)
+		  AND NOT EXISTS (SELECT 1 FROM run_events p WHERE p.run_id = o.run_id AND p.published_at IS NULL AND p.sequence < o.sequence)
 		ORDER BY o.id
 		LIMIT 64
 		FOR UPDATE SKIP LOCKED`).Scan(&raw); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
@@ -14,23 +15,27 @@ func (d pgDriver) ParkRow(ctx context.Context, runID string, sequence int64, rea
 	return err
 }
 
-const sqlParkPostgres = `UPDATE run_outbox SET published_at = $1, parked_at = $1, parked_reason = $2 WHERE run_id = $3 AND sequence = $4 AND published_at IS NULL`
+const sqlParkPostgres = `UPDATE run_events SET published_at = $1, parked_at = $1, parked_reason = $2 WHERE run_id = $3 AND sequence = $4 AND published_at IS NULL`
 
 // ParkedRows implements storekit.Driver (Core.ParkedEvents).
 func (d pgDriver) ParkedRows(ctx context.Context, limit int) ([]agent.ParkedEvent, error) {
 	return collect(func(r storekit.RowScanner) (agent.ParkedEvent, error) {
-		var p agent.ParkedEvent
-		err := r.Scan(&p.RunID, &p.Sequence, &p.EventID, &p.Subject, &p.Bytes, &p.Reason, &p.ParkedAt)
+		var (
+			p      agent.ParkedEvent
+			tenant string
+		)
+		err := r.Scan(&p.RunID, &p.Sequence, &p.EventID, &tenant, &p.Bytes, &p.Reason, &p.ParkedAt)
+		p.Subject = snapshots.Subject(tenant, p.RunID, "")
 		p.ParkedAt = p.ParkedAt.UTC()
 		return p, err
-	})(d.s.pool.Query(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, octet_length(e.envelope), o.parked_reason, o.parked_at FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence
-		WHERE o.parked_at IS NOT NULL ORDER BY o.parked_at DESC, o.id DESC LIMIT $1`, limit))
+	})(d.s.pool.Query(ctx, `SELECT e.run_id, e.sequence, e.event_id, r.tenant_id, octet_length(e.envelope), e.parked_reason, e.parked_at`+storekit.OutboxFrom+`
+		WHERE e.parked_at IS NOT NULL ORDER BY e.parked_at DESC, e.id DESC LIMIT $1`, limit))
 }
 
 // OutboxCounts implements OutboxCounter.
 func (s *Store) OutboxCounts(ctx context.Context) (unpublished, parked int64, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_outbox WHERE published_at IS NULL),
-		(SELECT count(*) FROM run_outbox WHERE parked_at IS NOT NULL)`).Scan(&unpublished, &parked)
+	err = s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_events WHERE published_at IS NULL),
+		(SELECT count(*) FROM run_events WHERE parked_at IS NOT NULL)`).Scan(&unpublished, &parked)
 	return unpublished, parked, err
 }
 

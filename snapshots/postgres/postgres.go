@@ -431,12 +431,12 @@ func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, 
 	if limit <= 0 {
 		limit = 100
 	}
-	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL ORDER BY o.run_id, o.sequence LIMIT $1`, limit))
+	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT `+storekit.OutboxCols+storekit.OutboxFrom+` WHERE e.published_at IS NULL ORDER BY e.run_id, e.sequence LIMIT $1`, limit))
 }
 
 // MarkPublished: see sqlite.Store.MarkPublished.
 func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence = $3 AND published_at IS NULL`,
+	tag, err := s.pool.Exec(ctx, `UPDATE run_events SET published_at = $1 WHERE run_id = $2 AND sequence = $3 AND published_at IS NULL`,
 		storekit.StoreTime(s.clock.Now()), runID, sequence)
 	if err != nil {
 		return err
@@ -445,17 +445,20 @@ func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64)
 		return nil
 	}
 	var one int
-	err = s.pool.QueryRow(ctx, `SELECT 1 FROM run_outbox WHERE run_id = $1 AND sequence = $2 LIMIT 1`, runID, sequence).Scan(&one)
+	err = s.pool.QueryRow(ctx, `SELECT 1 FROM run_events WHERE run_id = $1 AND sequence = $2`, runID, sequence).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("outbox row run %s sequence %d: %w", runID, sequence, agent.ErrNotFound)
 	}
 	return err
 }
 
+// sqlMarkUpTo marks a run's unpublished events up to a sequence published
+// (MarkPublishedUpTo, the claim's Finish).
+const sqlMarkUpTo = `UPDATE run_events SET published_at = $1 WHERE run_id = $2 AND sequence <= $3 AND published_at IS NULL`
+
 // MarkPublishedUpTo implements UpToMarker.
 func (s *Store) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox SET published_at = $1 WHERE run_id = $2 AND sequence <= $3 AND published_at IS NULL`,
-		storekit.StoreTime(s.clock.Now()), runID, upTo)
+	tag, err := s.pool.Exec(ctx, sqlMarkUpTo, storekit.StoreTime(s.clock.Now()), runID, upTo)
 	if err != nil {
 		return 0, err
 	}
@@ -464,10 +467,7 @@ func (s *Store) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64)
 
 // Requeue: see sqlite.Store.Requeue.
 func (s *Store) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE run_outbox o SET published_at = NULL
-		WHERE o.run_id = $1 AND o.sequence >= $2 AND o.published_at IS NOT NULL
-		AND o.id = (SELECT MAX(o2.id) FROM run_outbox o2 WHERE o2.run_id = o.run_id AND o2.sequence = o.sequence)
-		AND NOT EXISTS (SELECT 1 FROM run_outbox o3 WHERE o3.run_id = o.run_id AND o3.sequence = o.sequence AND o3.published_at IS NULL)`,
+	tag, err := s.pool.Exec(ctx, `UPDATE run_events SET published_at = NULL WHERE run_id = $1 AND sequence >= $2 AND published_at IS NOT NULL`,
 		runID, fromSequence)
 	if err != nil {
 		return 0, err

@@ -501,7 +501,7 @@ func orderUnderNATSFailures(t *testing.T, nRelays int) {
 	}
 
 	// Worst first-attempt -> marked delay.
-	rows, err := writer.Pool().Query(t.Context(), `SELECT event_id, published_at FROM run_outbox`)
+	rows, err := writer.Pool().Query(t.Context(), `SELECT event_id, published_at FROM run_events`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,6 @@ var sqliteConflicts = []struct {
 }{
 	{"run_events.sequence", storekit.ConflictSequence},
 	{"run_events.event_id", storekit.ConflictEventID},
-	{"run_outbox", storekit.ConflictOutbox},
 	{"agent_state_snapshot", storekit.ConflictSnapshot},
 	{"artifacts.artifact_id", storekit.ConflictArtifact},
 	{"device_leases.device", storekit.ConflictLeaseDevice},
@@ -115,9 +114,9 @@ func (w writeTx) UpdatePolicyVersion(ctx context.Context, runID string, version 
 	return err
 }
 
-// InsertEvents implements storekit.StepTx: an event row (the envelope, the
-// event's one copy) and an outbox row pointing at it each, through the
-// writer's prepared statements.
+// InsertEvents implements storekit.StepTx: an event row each (the envelope,
+// the event's one copy, unpublished: its own outbox entry, migration 00012),
+// through the writer's prepared statement.
 func (w writeTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, stepOrdinal *int) error {
 	var step any
 	if stepOrdinal != nil {
@@ -127,17 +126,8 @@ func (w writeTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent,
 	if err != nil {
 		return err
 	}
-	insOb, err := w.stmt(ctx, sqlInsertOutbox)
-	if err != nil {
-		return err
-	}
 	for _, e := range evs {
 		if _, err := insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.Checksum, string(e.Envelope), step); err != nil {
-			return err
-		}
-		// The outbox entry points at its event (migration 00009): the
-		// envelope is written once, in run_events.
-		if _, err := insOb.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Subject); err != nil {
 			return err
 		}
 	}

@@ -50,7 +50,8 @@ type Store struct {
 var _ storekit.Store = (*Store)(nil)
 
 // Capabilities implements snapshots.Capable: a single relay follows the
-// outbox by its cursor (ids in commit order) and marks in one write.
+// outbox by its cursor (run_events.id, in commit order) and marks in
+// one write.
 func (s *Store) Capabilities() snapshots.Capabilities {
 	return snapshots.Capabilities{Notifier: s, StepEvents: s, Parker: s, Counter: s, Requeuer: s, UpTo: s, UpToMany: s, Cursor: s}
 }
@@ -154,33 +155,8 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("snapshots: open %s read-only: %w", path, err)
 		}
-	} else {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("snapshots: data dir: %w", err)
-		}
-		if err := ownerOnly(path); err != nil {
-			return nil, err
-		}
-		w, err := openOneConn(sqliteDSN(path, o.BusyTimeout, true, o))
-		if err != nil {
-			return nil, err
-		}
-		if _, err := migrations.Up(ctx, w, migrations.SQLite); err != nil {
-			w.Close()
-			return nil, err
-		}
-		s.w = w
-		s.ws = newStmtCache(w)
-		if err := s.ws.prepare(ctx, writerTxStatements...); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("snapshots: prepare: %w", err)
-		}
-		if !o.CheckpointInCommit {
-			if s.ckpt, err = startCheckpointer(path, o.BusyTimeout, s.group, w); err != nil {
-				s.Close()
-				return nil, fmt.Errorf("snapshots: open %s: %w", path, err)
-			}
-		}
+	} else if err := s.openWriter(ctx, o); err != nil {
+		return nil, err
 	}
 	r, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout, false, o))
 	if err != nil {
@@ -196,6 +172,40 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("snapshots: open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// openWriter creates s's file (and directory) when needed, opens the
+// writer's connection, migrates, prepares the writer's hot statements and
+// starts the checkpointer (unless o.CheckpointInCommit). On an error s is
+// closed.
+func (s *Store) openWriter(ctx context.Context, o Options) error {
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
+		return fmt.Errorf("snapshots: data dir: %w", err)
+	}
+	if err := ownerOnly(s.path); err != nil {
+		return err
+	}
+	w, err := openOneConn(sqliteDSN(s.path, o.BusyTimeout, true, o))
+	if err != nil {
+		return err
+	}
+	if _, err := migrations.Up(ctx, w, migrations.SQLite); err != nil {
+		w.Close()
+		return err
+	}
+	s.w = w
+	s.ws = newStmtCache(w)
+	if err := s.ws.prepare(ctx, writerTxStatements...); err != nil {
+		s.Close()
+		return fmt.Errorf("snapshots: prepare: %w", err)
+	}
+	if !o.CheckpointInCommit {
+		if s.ckpt, err = startCheckpointer(s.path, o.BusyTimeout, s.group, w); err != nil {
+			s.Close()
+			return fmt.Errorf("snapshots: open %s: %w", s.path, err)
+		}
+	}
+	return nil
 }
 
 // openOneConn opens dsn as a pool of one connection, kept open for good
@@ -252,13 +262,12 @@ const (
 	sqlFenceLease     = `SELECT ` + storekit.LeaseCols + ` FROM device_leases WHERE serial = ? AND fencing_token = ?`
 	sqlStepStatus     = `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`
 	sqlInsertEvent    = `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
-	sqlInsertOutbox   = `INSERT INTO run_outbox (run_id, sequence, event_id, subject) VALUES (?, ?, ?, ?)`
 	sqlInsertSnapshot = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
-	sqlMarkUpTo       = `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
+	sqlMarkUpTo       = `UPDATE run_events SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
 	sqlInsertRun      = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
-var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertOutbox, sqlInsertSnapshot, sqlInsertArtifact, sqlMarkUpTo,
+var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertSnapshot, sqlInsertArtifact, sqlMarkUpTo,
 	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRunElsewhere, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease,
 	sqlSavepoint, sqlRollbackTo, sqlRelease}
 
@@ -519,13 +528,13 @@ func (s *Store) PendingControl(ctx context.Context, runID string) ([]agent.Contr
 	})(q.QueryContext(ctx, runID))
 }
 
-// Unpublished returns up to limit (default 100) unpublished outbox rows
-// ordered by run id, then sequence.
+// Unpublished returns up to limit (default 100) unpublished events as
+// outbox rows, ordered by run id, then sequence.
 func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	q, err := s.rs.get(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL ORDER BY o.run_id, o.sequence LIMIT ?`)
+	q, err := s.rs.get(ctx, `SELECT `+storekit.OutboxCols+storekit.OutboxFrom+` WHERE e.published_at IS NULL ORDER BY e.run_id, e.sequence LIMIT ?`)
 	if err != nil {
 		return nil, err
 	}
@@ -537,14 +546,17 @@ func (s *Store) UnpublishedAfter(ctx context.Context, after int64, limit int) ([
 	if limit <= 0 {
 		limit = 100
 	}
-	// From the start, the partial index of unpublished rows (published rows
-	// are never deleted, so the id range would be the whole table); after a
-	// point, the id range (only rows committed since).
-	// The body is the event's envelope (one copy, in run_events).
-	q := `SELECT o.id, o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL AND o.id > ? ORDER BY o.id LIMIT ?`
+	// The cursor is run_events.id, its rowid (commit order: one writer, a new
+	// rowid is above every row's). From the start, the partial index of
+	// unpublished events (published ones are kept until retention, so the
+	// rowid range would be the whole table); after a point, the rowid range
+	// (only events committed since). A rowid below the cursor is possible
+	// only after retention deleted the newest events; such an event is read
+	// at the session's next sweep from the start (relay/stream.go).
+	q := `SELECT e.id, ` + storekit.OutboxCols + storekit.OutboxFrom + ` WHERE e.published_at IS NULL AND e.id > ? ORDER BY e.id LIMIT ?`
 	if after <= 0 {
-		q = `SELECT o.id, o.run_id, o.sequence, o.event_id, o.subject, e.envelope FROM run_outbox o INDEXED BY run_outbox_unpublished_key
-			JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence WHERE o.published_at IS NULL AND o.id > ? ORDER BY o.id LIMIT ?`
+		q = `SELECT e.id, ` + storekit.OutboxCols + ` FROM run_events e INDEXED BY run_events_unpublished JOIN runs r ON r.run_id = e.run_id
+			WHERE e.published_at IS NULL AND e.id > ? ORDER BY e.id LIMIT ?`
 	}
 	rows, err := s.query(ctx, q, after, limit)
 	if err != nil {
@@ -554,8 +566,8 @@ func (s *Store) UnpublishedAfter(ctx context.Context, after int64, limit int) ([
 	var out []agent.OutboxRow
 	last := after
 	for rows.Next() {
-		var o agent.OutboxRow
-		if err := rows.Scan(&last, &o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body); err != nil {
+		o, err := storekit.ScanOutboxRow(cursorRow{rows, &last})
+		if err != nil {
 			return nil, after, err
 		}
 		out = append(out, o)
@@ -566,15 +578,15 @@ func (s *Store) UnpublishedAfter(ctx context.Context, after int64, limit int) ([
 	return out, last, nil
 }
 
-// MarkPublished sets published_at on the unpublished row (run, sequence). A
-// row already published is not an error (two relays raced); no row at all
-// wraps agent.ErrNotFound.
+// MarkPublished sets published_at on the unpublished event (run, sequence).
+// An event already published is not an error (two relays raced); no event
+// at all wraps agent.ErrNotFound.
 func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64) error {
 	w, err := s.writer()
 	if err != nil {
 		return err
 	}
-	res, err := w.ExecContext(ctx, `UPDATE run_outbox SET published_at = ? WHERE run_id = ? AND sequence = ? AND published_at IS NULL`,
+	res, err := w.ExecContext(ctx, `UPDATE run_events SET published_at = ? WHERE run_id = ? AND sequence = ? AND published_at IS NULL`,
 		storekit.FmtTime(s.clock.Now()), runID, sequence)
 	if err != nil {
 		return err
@@ -583,7 +595,7 @@ func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64)
 		return nil
 	}
 	var one int
-	err = w.QueryRowContext(ctx, `SELECT 1 FROM run_outbox WHERE run_id = ? AND sequence = ? LIMIT 1`, runID, sequence).Scan(&one)
+	err = w.QueryRowContext(ctx, `SELECT 1 FROM run_events WHERE run_id = ? AND sequence = ?`, runID, sequence).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("outbox row run %s sequence %d: %w", runID, sequence, agent.ErrNotFound)
 	}
@@ -636,18 +648,14 @@ func (s *Store) MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64
 	return total, nil
 }
 
-// Requeue implements Requeuer: it clears published_at of the run's published
-// outbox rows with sequence >= fromSequence (skipping any sequence that
-// already has an unpublished row) and wakes the relay.
+// Requeue implements Requeuer: it clears published_at of the run's
+// published events with sequence >= fromSequence and wakes the relay.
 func (s *Store) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
 	w, err := s.writer()
 	if err != nil {
 		return 0, err
 	}
-	res, err := w.ExecContext(ctx, `UPDATE run_outbox SET published_at = NULL
-		WHERE run_id = ? AND sequence >= ? AND published_at IS NOT NULL
-		AND id = (SELECT MAX(o2.id) FROM run_outbox o2 WHERE o2.run_id = run_outbox.run_id AND o2.sequence = run_outbox.sequence)
-		AND NOT EXISTS (SELECT 1 FROM run_outbox o3 WHERE o3.run_id = run_outbox.run_id AND o3.sequence = run_outbox.sequence AND o3.published_at IS NULL)`,
+	res, err := w.ExecContext(ctx, `UPDATE run_events SET published_at = NULL WHERE run_id = ? AND sequence >= ? AND published_at IS NOT NULL`,
 		runID, fromSequence)
 	if err != nil {
 		return 0, err
@@ -728,4 +736,15 @@ func ownerOnly(path string) error {
 		}
 	}
 	return nil
+}
+
+// cursorRow scans a row of the cursor's read: the rowid into last, the
+// rest as storekit.ScanOutboxRow's columns.
+type cursorRow struct {
+	rows *sql.Rows
+	last *int64
+}
+
+func (c cursorRow) Scan(dest ...any) error {
+	return c.rows.Scan(append([]any{c.last}, dest...)...)
 }

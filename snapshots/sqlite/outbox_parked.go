@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/snapshots"
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
@@ -14,7 +15,7 @@ func (d driver) ParkRow(ctx context.Context, runID string, sequence int64, reaso
 		return err
 	}
 	now := storekit.FmtTime(d.s.clock.Now())
-	_, err = w.ExecContext(ctx, `UPDATE run_outbox SET published_at = ?, parked_at = ?, parked_reason = ? WHERE run_id = ? AND sequence = ? AND published_at IS NULL`,
+	_, err = w.ExecContext(ctx, `UPDATE run_events SET published_at = ?, parked_at = ?, parked_reason = ? WHERE run_id = ? AND sequence = ? AND published_at IS NULL`,
 		now, now, reason, runID, sequence)
 	return err
 }
@@ -23,23 +24,24 @@ func (d driver) ParkRow(ctx context.Context, runID string, sequence int64, reaso
 func (d driver) ParkedRows(ctx context.Context, limit int) ([]agent.ParkedEvent, error) {
 	return collect(func(r storekit.RowScanner) (agent.ParkedEvent, error) {
 		var (
-			p  agent.ParkedEvent
-			at string
+			p          agent.ParkedEvent
+			tenant, at string
 		)
-		if err := r.Scan(&p.RunID, &p.Sequence, &p.EventID, &p.Subject, &p.Bytes, &p.Reason, &at); err != nil {
+		if err := r.Scan(&p.RunID, &p.Sequence, &p.EventID, &tenant, &p.Bytes, &p.Reason, &at); err != nil {
 			return p, err
 		}
+		p.Subject = snapshots.Subject(tenant, p.RunID, "")
 		var err error
 		p.ParkedAt, err = storekit.ParseTime(at)
 		return p, err
-	})(d.s.query(ctx, `SELECT o.run_id, o.sequence, o.event_id, o.subject, length(CAST(e.envelope AS BLOB)), o.parked_reason, o.parked_at FROM run_outbox o JOIN run_events e ON e.run_id = o.run_id AND e.sequence = o.sequence
-		WHERE o.parked_at IS NOT NULL ORDER BY o.parked_at DESC, o.id DESC LIMIT ?`, limit))
+	})(d.s.query(ctx, `SELECT e.run_id, e.sequence, e.event_id, r.tenant_id, length(CAST(e.envelope AS BLOB)), e.parked_reason, e.parked_at`+storekit.OutboxFrom+`
+		WHERE e.parked_at IS NOT NULL ORDER BY e.parked_at DESC, e.id DESC LIMIT ?`, limit))
 }
 
 // OutboxCounts implements OutboxCounter.
 func (s *Store) OutboxCounts(ctx context.Context) (unpublished, parked int64, err error) {
-	err = s.queryRow(ctx, `SELECT (SELECT count(*) FROM run_outbox INDEXED BY run_outbox_unpublished_key WHERE published_at IS NULL),
-		(SELECT count(*) FROM run_outbox WHERE parked_at IS NOT NULL)`).Scan(&unpublished, &parked)
+	err = s.queryRow(ctx, `SELECT (SELECT count(*) FROM run_events INDEXED BY run_events_unpublished WHERE published_at IS NULL),
+		(SELECT count(*) FROM run_events INDEXED BY run_events_parked WHERE parked_at IS NOT NULL)`).Scan(&unpublished, &parked)
 	return unpublished, parked, err
 }
 

@@ -12,10 +12,10 @@ import (
 
 // The runs PruneRuns may delete and the ones it must keep (held), in the
 // embedded dialect: terminal, last changed before the cutoff, and without
-// (with) an unpublished outbox row or an active lease.
+// (with) an unpublished event or an active lease.
 const (
 	sqlPruneEligible = `FROM runs r WHERE r.status IN ('FINISHED', 'FAILED', 'CANCELED') AND r.updated_at < ?`
-	sqlPruneBlocked  = `(EXISTS (SELECT 1 FROM run_outbox o WHERE o.run_id = r.run_id AND o.published_at IS NULL)
+	sqlPruneBlocked  = `(EXISTS (SELECT 1 FROM run_events o INDEXED BY run_events_unpublished WHERE o.run_id = r.run_id AND o.published_at IS NULL)
 		OR EXISTS (SELECT 1 FROM device_leases l WHERE l.run_id = r.run_id AND l.released_at IS NULL))`
 )
 
@@ -46,14 +46,15 @@ func (s *Store) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (age
 		for i, id := range ids {
 			args[i] = id
 		}
-		counts := []*int64{&res.Events, &res.Outbox, &res.Snapshots, &res.Controls, &res.EvidenceRows}
-		for i, table := range storekit.PruneTables {
+		counts := storekit.PruneCounts(&res)
+		for _, table := range storekit.PruneTables {
 			r, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id IN `+in, args...)
 			if err != nil {
 				return agent.PruneResult{}, fmt.Errorf("prune: %s: %w", table, err)
 			}
-			*counts[i], _ = r.RowsAffected()
+			*counts[table], _ = r.RowsAffected()
 		}
+		res.Outbox = res.Events
 		r, err := tx.ExecContext(ctx, `DELETE FROM device_leases WHERE released_at IS NOT NULL AND run_id IN `+in, args...)
 		if err != nil {
 			return agent.PruneResult{}, fmt.Errorf("prune: device_leases: %w", err)

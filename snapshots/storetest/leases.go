@@ -792,14 +792,7 @@ func testLeaseDeviceKey(t *testing.T, s agent.Leases, c *Clock) {
 	keyA, keyB := agent.DeviceKey("0a1b2c3d4e5f", "emulator-5554"), agent.DeviceKey("f5e4d3c2b1a0", "emulator-5554")
 	a := mustAcquire(t, s, keyA, "daemon-a", newRunID(), leaseTTL)
 	b := mustAcquire(t, s, keyB, "daemon-b", newRunID(), leaseTTL)
-	for _, l := range []agent.Lease{a, b} {
-		if l.Serial != "emulator-5554" {
-			t.Errorf("lease %s: serial %q, want emulator-5554", leaseString(l), l.Serial)
-		}
-	}
-	if a.Device != keyA || b.Device != keyB {
-		t.Errorf("leases keyed %q and %q, want %q and %q", a.Device, b.Device, keyA, keyB)
-	}
+	checkKeyedLeases(t, "emulator-5554", map[string]agent.Lease{keyA: a, keyB: b})
 	if _, err := s.AcquireLease(ctx(t), keyA, "daemon-c", newRunID(), leaseTTL); !errors.Is(err, agent.ErrLeaseHeld) {
 		t.Errorf("a second daemon of host a acquired its emulator-5554: %v, want ErrLeaseHeld", err)
 	}
@@ -820,23 +813,38 @@ func testLeaseDeviceKey(t *testing.T, s agent.Leases, c *Clock) {
 	if h := history(t, s, keyA); len(h) != 1 || h[0].FencingToken != a.FencingToken || h[0].ReleasedAt == nil {
 		t.Errorf("history of %s: %v", keyA, h)
 	}
-	// A run is driven on one device at a time: while host b's lease of it
-	// lives (and its grace), host a's emulator-5554 is refused it; after,
-	// host a takes the run over and b's lease ends expired.
-	if _, err := s.AcquireLease(ctx(t), keyA, "daemon-a", b.RunID, leaseTTL); !errors.Is(err, agent.ErrLeaseRunElsewhere) || !errors.Is(err, agent.ErrLeaseHeld) {
-		t.Errorf("a second device for a run with a live lease: %v, want ErrLeaseRunElsewhere", err)
-	}
-	c.Advance(handOut)
-	moved := mustAcquire(t, s, keyA, "daemon-a", b.RunID, leaseTTL)
-	if h := history(t, s, keyB); len(h) != 1 || h[0].ReleaseReason != agent.LeaseExpired {
-		t.Errorf("host b's lease after the run moved: %v, want released expired", h)
-	}
-	if moved.Device != keyA {
-		t.Errorf("moved lease %s", leaseString(moved))
-	}
+	checkRunMovesDevice(t, s, c, keyA, b)
 	for _, bad := range []string{"0a1b2c3d4e5f/", "/", strings.Repeat("x", 300)} {
 		if _, err := s.AcquireLease(ctx(t), bad, "daemon-e", newRunID(), leaseTTL); err == nil || errors.Is(err, agent.ErrLeaseHeld) {
 			t.Errorf("AcquireLease(%q) = %v, want an invalid-request error", bad, err)
 		}
+	}
+}
+
+// checkKeyedLeases: each lease of leases (by the key it was acquired
+// with) is keyed by it and keeps the bare serial.
+func checkKeyedLeases(t *testing.T, serial string, leases map[string]agent.Lease) {
+	t.Helper()
+	for key, l := range leases {
+		if l.Serial != serial || l.Device != key {
+			t.Errorf("lease %s: device %q serial %q, want %q and %q", leaseString(l), l.Device, l.Serial, key, serial)
+		}
+	}
+}
+
+// checkRunMovesDevice: a run is driven on one device at a time. While
+// lease b of the run on another device lives (and its grace), device key
+// is refused the run; after, key takes the run over and b ends expired.
+func checkRunMovesDevice(t *testing.T, s agent.Leases, c *Clock, key string, b agent.Lease) {
+	if _, err := s.AcquireLease(ctx(t), key, "daemon-a", b.RunID, leaseTTL); !errors.Is(err, agent.ErrLeaseRunElsewhere) || !errors.Is(err, agent.ErrLeaseHeld) {
+		t.Errorf("a second device for a run with a live lease: %v, want ErrLeaseRunElsewhere", err)
+	}
+	c.Advance(handOut)
+	moved := mustAcquire(t, s, key, "daemon-a", b.RunID, leaseTTL)
+	if h := history(t, s, b.Device); len(h) != 1 || h[0].ReleaseReason != agent.LeaseExpired {
+		t.Errorf("host b's lease after the run moved: %v, want released expired", h)
+	}
+	if moved.Device != key {
+		t.Errorf("moved lease %s", leaseString(moved))
 	}
 }

@@ -105,8 +105,7 @@ func testPruneSelection(t *testing.T, s PruneStore, c *Clock) {
 		t.Fatalf("PruneRuns: %v", err)
 	}
 	want := agent.PruneResult{Runs: 3, Events: 9, Outbox: 9, Snapshots: 3, Controls: 3, Leases: 3, Held: 1, HeldRuns: []string{unpub.RunID}}
-	if res.Runs != want.Runs || res.Events != want.Events || res.Outbox != want.Outbox || res.Snapshots != want.Snapshots ||
-		res.Controls != want.Controls || res.Leases != want.Leases || res.Held != want.Held || !slices.Equal(res.HeldRuns, want.HeldRuns) {
+	if rowCounts(res) != rowCounts(want) || !slices.Equal(res.HeldRuns, want.HeldRuns) {
 		t.Fatalf("PruneRuns = %+v, want %+v", res, want)
 	}
 	for _, r := range []agent.Run{finished, failed, canceled} {
@@ -124,21 +123,31 @@ func testPruneSelection(t *testing.T, s PruneStore, c *Clock) {
 		t.Errorf("the unfinished run's active lease: %v", got)
 	}
 
-	// Once the relay published its rows, the held run goes too.
+	checkHeldRunPruned(t, s, unpub, cutoff)
+	kept(t, s, recent, 3)
+}
+
+// rowCounts are the row counts of a PruneRuns result and its Held count.
+func rowCounts(r agent.PruneResult) [7]int64 {
+	return [7]int64{r.Runs, r.Events, r.Outbox, r.Snapshots, r.Controls, r.Leases, r.Held}
+}
+
+// checkHeldRunPruned: once the relay published the 3 outbox rows of the
+// held run unpub, PruneRuns deletes it, then finds nothing left.
+func checkHeldRunPruned(t *testing.T, s PruneStore, unpub agent.Run, cutoff time.Time) {
 	for seq := int64(1); seq <= 3; seq++ {
 		if err := s.MarkPublished(ctx(t), unpub.RunID, seq); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if res, err = s.PruneRuns(ctx(t), cutoff, 0); err != nil || res.Runs != 1 || res.Held != 0 || len(res.HeldRuns) != 0 {
+	if res, err := s.PruneRuns(ctx(t), cutoff, 0); err != nil || res.Runs != 1 || res.Held != 0 || len(res.HeldRuns) != 0 {
 		t.Fatalf("PruneRuns after publishing = %+v, %v; want the held run deleted", res, err)
 	}
 	gone(t, s, unpub)
 	// Nothing left to prune.
-	if res, err = s.PruneRuns(ctx(t), cutoff, 0); err != nil || res.Runs != 0 {
+	if res, err := s.PruneRuns(ctx(t), cutoff, 0); err != nil || res.Runs != 0 {
 		t.Fatalf("PruneRuns again = %+v, %v; want nothing", res, err)
 	}
-	kept(t, s, recent, 3)
 }
 
 func stateOutbox(t *testing.T, s agent.Store, runID string) (agent.RunStatus, int) {

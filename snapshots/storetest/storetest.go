@@ -184,26 +184,7 @@ func state(t *testing.T, s agent.Store, runID string) (status agent.RunStatus, e
 }
 
 func testRuns(t *testing.T, s agent.Store) {
-	base := time.Date(2025, 10, 23, 12, 0, 0, 123456000, time.UTC)
-	var runs []agent.Run
-	for i, serial := range []string{"emulator-5554", "emulator-5556", "emulator-5554"} {
-		r := NewRun("01HZX0TENANT1234567890", serial)
-		r.CreatedAt = base.Add(time.Duration(i) * time.Minute)
-		r.UpdatedAt = r.CreatedAt
-		got := mustCreate(t, s, r)
-		sameJSON(t, "input", got.Input, r.Input)
-		got.Input, r.Input = nil, nil
-		if !got.CreatedAt.Equal(r.CreatedAt) || !got.UpdatedAt.Equal(r.UpdatedAt) {
-			t.Errorf("times = %v/%v, want %v", got.CreatedAt, got.UpdatedAt, r.CreatedAt)
-		}
-		got.CreatedAt, got.UpdatedAt, r.CreatedAt, r.UpdatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-		if !reflect.DeepEqual(got, r) {
-			t.Errorf("GetRun = %+v, want %+v", got, r)
-		}
-		runs = append(runs, got)
-		runs[len(runs)-1].RunID = r.RunID
-		mustCreate(t, s, NewRun("T2", "other")) // created now: newer than all three
-	}
+	runs := createRuns(t, s)
 	// Defaults: status PENDING, created/updated now.
 	d := NewRun("T3", "emulator-5558")
 	d.Status = ""
@@ -224,35 +205,54 @@ func testRuns(t *testing.T, s agent.Store) {
 	if r, _ := s.GetRun(ctx(t), agent.Admin(), runs[0].RunID); r.TenantID != "01HZX0TENANT1234567890" {
 		t.Errorf("duplicate CreateRun overwrote the run: tenant %q", r.TenantID)
 	}
+	checkListRuns(t, s, runs)
+}
 
-	list, err := s.ListRuns(ctx(t), agent.Admin(), agent.RunFilter{Serial: "emulator-5554"})
-	if err != nil {
-		t.Fatal(err)
+// createRuns creates three runs of one tenant a minute apart (serials
+// emulator-5554, emulator-5556, emulator-5554), each followed by a run of
+// tenant T2 created now, and checks each reads back as written.
+func createRuns(t *testing.T, s agent.Store) []agent.Run {
+	base := time.Date(2025, 10, 23, 12, 0, 0, 123456000, time.UTC)
+	var runs []agent.Run
+	for i, serial := range []string{"emulator-5554", "emulator-5556", "emulator-5554"} {
+		r := NewRun("01HZX0TENANT1234567890", serial)
+		r.CreatedAt = base.Add(time.Duration(i) * time.Minute)
+		r.UpdatedAt = r.CreatedAt
+		got := mustCreate(t, s, r)
+		sameJSON(t, "input", got.Input, r.Input)
+		got.Input, r.Input = nil, nil
+		if !got.CreatedAt.Equal(r.CreatedAt) || !got.UpdatedAt.Equal(r.UpdatedAt) {
+			t.Errorf("times = %v/%v, want %v", got.CreatedAt, got.UpdatedAt, r.CreatedAt)
+		}
+		got.CreatedAt, got.UpdatedAt, r.CreatedAt, r.UpdatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		if !reflect.DeepEqual(got, r) {
+			t.Errorf("GetRun = %+v, want %+v", got, r)
+		}
+		runs = append(runs, got)
+		runs[len(runs)-1].RunID = r.RunID
+		mustCreate(t, s, NewRun("T2", "other")) // created now: newer than all three
 	}
+	return runs
+}
+
+// checkListRuns: ListRuns' filters (serial, status, limit) over the runs
+// of testRuns (runs are createRuns'), newest first.
+func checkListRuns(t *testing.T, s agent.Store, runs []agent.Run) {
+	list := mustList(t, s, agent.RunFilter{Serial: "emulator-5554"})
 	if ids := runIDs(list); !slices.Equal(ids, []string{runs[2].RunID, runs[0].RunID}) {
 		t.Errorf("ListRuns(serial) = %v, want newest first %v", ids, []string{runs[2].RunID, runs[0].RunID})
 	}
 	if err := s.SetStatus(ctx(t), runs[1].RunID, []agent.RunStatus{agent.RunPending}, agent.RunRunning); err != nil {
 		t.Fatal(err)
 	}
-	list, err = s.ListRuns(ctx(t), agent.Admin(), agent.RunFilter{Status: []agent.RunStatus{agent.RunRunning, agent.RunPaused}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	list = mustList(t, s, agent.RunFilter{Status: []agent.RunStatus{agent.RunRunning, agent.RunPaused}})
 	if ids := runIDs(list); !slices.Equal(ids, []string{runs[1].RunID}) {
 		t.Errorf("ListRuns(RUNNING|PAUSED) = %v, want [%s]", ids, runs[1].RunID)
 	}
-	list, err = s.ListRuns(ctx(t), agent.Admin(), agent.RunFilter{Limit: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 2 {
+	if list = mustList(t, s, agent.RunFilter{Limit: 2}); len(list) != 2 {
 		t.Errorf("ListRuns(limit 2) returned %d runs", len(list))
 	}
-	all, err := s.ListRuns(ctx(t), agent.Admin(), agent.RunFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := mustList(t, s, agent.RunFilter{})
 	if len(all) != 7 {
 		t.Errorf("ListRuns() returned %d runs, want 7", len(all))
 	}
@@ -261,6 +261,16 @@ func testRuns(t *testing.T, s agent.Store) {
 			t.Errorf("ListRuns not newest first at %d: %v after %v", i, all[i].CreatedAt, all[i-1].CreatedAt)
 		}
 	}
+}
+
+// mustList is ListRuns as admin; the test fails on an error.
+func mustList(t *testing.T, s agent.Store, f agent.RunFilter) []agent.Run {
+	t.Helper()
+	list, err := s.ListRuns(ctx(t), agent.Admin(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
 }
 
 func runIDs(rs []agent.Run) []string {
@@ -293,23 +303,7 @@ func testCommitStep(t *testing.T, s agent.Store) {
 	if last, err := s.LastSequence(ctx(t), r.RunID); err != nil || last != 4 {
 		t.Errorf("LastSequence = %d, %v; want 4", last, err)
 	}
-	if len(outbox) != 4 {
-		t.Fatalf("outbox has %d rows, want 4", len(outbox))
-	}
-	for i, o := range outbox {
-		e := want[i]
-		if o.Sequence != e.Sequence || o.EventID != e.EventID || o.PublishedAt != nil {
-			t.Errorf("outbox[%d] = %+v, want sequence %d event %s unpublished", i, o, e.Sequence, e.EventID)
-		}
-		if wantSubj := "agent.events." + r.TenantID + "." + r.RunID; o.Subject != wantSubj {
-			t.Errorf("outbox[%d].Subject = %q, want %q", i, o.Subject, wantSubj)
-		}
-		var body agent.Event
-		if err := json.Unmarshal(o.Body, &body); err != nil {
-			t.Fatalf("outbox body is not an event envelope: %v", err)
-		}
-		sameEvent(t, body, e)
-	}
+	checkOutboxRows(t, r, outbox, want)
 	sn, err := s.Snapshot(ctx(t), agent.Admin(), r.RunID, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +324,29 @@ func testCommitStep(t *testing.T, s agent.Store) {
 	other := NewRun("T", "x")
 	if err := s.CommitStep(ctx(t), NodeStep(other, 1, 0, "EnsureDevice")); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("CommitStep(unknown run) = %v, want ErrNotFound", err)
+	}
+}
+
+// checkOutboxRows: run r's outbox holds one unpublished row per event of
+// want, in order, on the run's subject, its body the event's envelope.
+func checkOutboxRows(t *testing.T, r agent.Run, outbox []agent.OutboxRow, want []agent.Event) {
+	t.Helper()
+	if len(outbox) != len(want) {
+		t.Fatalf("outbox has %d rows, want %d", len(outbox), len(want))
+	}
+	for i, o := range outbox {
+		e := want[i]
+		if o.Sequence != e.Sequence || o.EventID != e.EventID || o.PublishedAt != nil {
+			t.Errorf("outbox[%d] = %+v, want sequence %d event %s unpublished", i, o, e.Sequence, e.EventID)
+		}
+		if wantSubj := "agent.events." + r.TenantID + "." + r.RunID; o.Subject != wantSubj {
+			t.Errorf("outbox[%d].Subject = %q, want %q", i, o.Subject, wantSubj)
+		}
+		var body agent.Event
+		if err := json.Unmarshal(o.Body, &body); err != nil {
+			t.Fatalf("outbox body is not an event envelope: %v", err)
+		}
+		sameEvent(t, body, e)
 	}
 }
 
@@ -471,10 +488,7 @@ func testOutbox(t *testing.T, s agent.Store) {
 	mustCommit(t, s, NodeStep(a, 1, 0, "EnsureDevice"))
 	mustCommit(t, s, NodeStep(a, 4, 1, "ProvisionApp"))
 
-	rows, err := s.Unpublished(ctx(t), 100)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := mustUnpublished(t, s)
 	checkOrdered(t, rows, 9)
 	if got, _ := s.Unpublished(ctx(t), 4); len(got) != 4 || got[0].EventID != rows[0].EventID {
 		t.Errorf("Unpublished(4) = %d rows", len(got))
@@ -492,33 +506,42 @@ func testOutbox(t *testing.T, s agent.Store) {
 	if err := s.MarkPublished(ctx(t), first, 99); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("MarkPublished(no row) = %v, want ErrNotFound", err)
 	}
-	rows2, err := s.Unpublished(ctx(t), 100)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows2 := mustUnpublished(t, s)
 	checkOrdered(t, rows2, 7)
 	if rows2[0].RunID != first || rows2[0].Sequence != 3 {
 		t.Errorf("after marking 1..2, first unpublished = %s/%d, want %s/3", rows2[0].RunID, rows2[0].Sequence, first)
 	}
+	checkMarkPublishedUpTo(t, s, rows2[len(rows2)-1].RunID) // the run with 3 unpublished rows
+	checkRequeue(t, s, first)
+}
 
-	if um, ok := s.(interface {
+// checkMarkPublishedUpTo marks the 3 unpublished rows of run other up to
+// sequence 2, twice (the second marks none), then the third, leaving
+// testOutbox's 4 rows of the first run; for stores that can.
+func checkMarkPublishedUpTo(t *testing.T, s agent.Store, other string) {
+	um, ok := s.(interface {
 		MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error)
-	}); ok {
-		other := rows2[len(rows2)-1].RunID // the run with 3 unpublished rows
-		if n, err := um.MarkPublishedUpTo(ctx(t), other, 2); err != nil || n != 2 {
-			t.Errorf("MarkPublishedUpTo(2) = %d, %v; want 2", n, err)
-		}
-		if n, err := um.MarkPublishedUpTo(ctx(t), other, 2); err != nil || n != 0 {
-			t.Errorf("MarkPublishedUpTo(2) again = %d, %v; want 0", n, err)
-		}
-		if err := s.MarkPublished(ctx(t), other, 3); err != nil {
-			t.Fatal(err)
-		}
-		if left, _ := s.Unpublished(ctx(t), 100); len(left) != 4 {
-			t.Errorf("after marking the other run: %d unpublished, want 4", len(left))
-		}
+	})
+	if !ok {
+		return
 	}
+	if n, err := um.MarkPublishedUpTo(ctx(t), other, 2); err != nil || n != 2 {
+		t.Errorf("MarkPublishedUpTo(2) = %d, %v; want 2", n, err)
+	}
+	if n, err := um.MarkPublishedUpTo(ctx(t), other, 2); err != nil || n != 0 {
+		t.Errorf("MarkPublishedUpTo(2) again = %d, %v; want 0", n, err)
+	}
+	if err := s.MarkPublished(ctx(t), other, 3); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := s.Unpublished(ctx(t), 100); len(left) != 4 {
+		t.Errorf("after marking the other run: %d unpublished, want 4", len(left))
+	}
+}
 
+// checkRequeue requeues run first's 2 published rows from sequence 1, then
+// again (none: a row is unique while unpublished); for stores that can.
+func checkRequeue(t *testing.T, s agent.Store, first string) {
 	rq, ok := s.(interface {
 		Requeue(ctx context.Context, runID string, fromSequence int64) (int, error)
 	})
@@ -533,11 +556,17 @@ func testOutbox(t *testing.T, s agent.Store) {
 	if n, err := rq.Requeue(ctx(t), first, 1); err != nil || n != 0 {
 		t.Errorf("Requeue again = %d, %v; want 0: rows are unique while unpublished", n, err)
 	}
-	rows3, err := s.Unpublished(ctx(t), 100)
+	checkOrdered(t, mustUnpublished(t, s), len(before)+2)
+}
+
+// mustUnpublished is Unpublished(100); the test fails on an error.
+func mustUnpublished(t *testing.T, s agent.Store) []agent.OutboxRow {
+	t.Helper()
+	rows, err := s.Unpublished(ctx(t), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkOrdered(t, rows3, len(before)+2)
+	return rows
 }
 
 // checkOrdered: n rows, ordered by (run, sequence), no (run, sequence) twice.
@@ -667,17 +696,24 @@ func testSnapshots(t *testing.T, s agent.Store) {
 	if _, err := s.Snapshot(ctx(t), agent.Admin(), r.RunID, 4); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("Snapshot(4) = %v, want ErrNotFound", err)
 	}
-	// Step events, when the store can tell them.
-	if se, ok := s.(interface {
+	checkStepEvents(t, s, r.RunID)
+}
+
+// checkStepEvents: step 2 of testSnapshots' run holds the events of
+// sequences 7..9, and step 9 none; for stores that can tell a step's events.
+func checkStepEvents(t *testing.T, s agent.Store, runID string) {
+	se, ok := s.(interface {
 		StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error)
-	}); ok {
-		evs, err := se.StepEvents(ctx(t), r.RunID, 2)
-		if err != nil || len(evs) != 3 || evs[0].Sequence != 7 || evs[2].Sequence != 9 {
-			t.Errorf("StepEvents(2) = %d events (%v), want sequences 7..9", len(evs), err)
-		}
-		if _, err := se.StepEvents(ctx(t), r.RunID, 9); !errors.Is(err, agent.ErrNotFound) {
-			t.Errorf("StepEvents(9) = %v, want ErrNotFound", err)
-		}
+	})
+	if !ok {
+		return
+	}
+	evs, err := se.StepEvents(ctx(t), runID, 2)
+	if err != nil || len(evs) != 3 || evs[0].Sequence != 7 || evs[2].Sequence != 9 {
+		t.Errorf("StepEvents(2) = %d events (%v), want sequences 7..9", len(evs), err)
+	}
+	if _, err := se.StepEvents(ctx(t), runID, 9); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("StepEvents(9) = %v, want ErrNotFound", err)
 	}
 }
 
@@ -706,56 +742,8 @@ func testControl(t *testing.T, s agent.Store) {
 	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
 	other := mustCreate(t, s, NewRun("T", "emulator-5556"))
 	mustPending(t, s, r.RunID)
-	at := time.Date(2025, 10, 23, 12, 0, 0, 0, time.UTC)
-	reqs := []agent.Control{
-		{RunID: r.RunID, Kind: agent.KindPauseRequested, RequestedAt: at},
-		{RunID: r.RunID, Kind: agent.KindPolicySwitchRequested, PolicyVersion: 3, RequestedAt: at.Add(time.Millisecond)},
-		{RunID: r.RunID, Kind: agent.KindResumeRequested, RequestedAt: at.Add(2 * time.Millisecond)},
-	}
-	var ids []string
-	for i, c := range reqs {
-		got, err := s.RequestControl(ctx(t), c)
-		if err != nil {
-			t.Fatalf("RequestControl(%s): %v", c.Kind, err)
-		}
-		if _, err := ulid.ParseStrict(got.ID); err != nil || (i > 0 && got.ID <= ids[i-1]) {
-			t.Fatalf("RequestControl id %q (%v): want a ULID after %v", got.ID, err, ids)
-		}
-		ids = append(ids, got.ID)
-	}
-	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: other.RunID, Kind: agent.KindPauseRequested}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: "agent.run.explode"}); err == nil {
-		t.Errorf("RequestControl(unknown kind) = nil, want an error")
-	}
-	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: agent.KindPauseRequested, ID: ulid.Make().String()}); err == nil {
-		t.Errorf("RequestControl(caller's id) = nil, want an error: ids are the store's")
-	}
-	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: ulid.Make().String(), Kind: agent.KindCancelRequested}); !errors.Is(err, agent.ErrNotFound) {
-		t.Errorf("RequestControl(unknown run) = %v, want ErrNotFound", err)
-	}
-	// Reading takes nothing.
-	got, err := s.PendingControl(ctx(t), r.RunID)
-	if err != nil || len(got) != len(reqs) {
-		t.Fatalf("PendingControl = %v, %v; want %d requests", got, err, len(reqs))
-	}
-	for i := range reqs {
-		if got[i].ID != ids[i] || got[i].RunID != reqs[i].RunID || got[i].Kind != reqs[i].Kind || got[i].PolicyVersion != reqs[i].PolicyVersion || !got[i].RequestedAt.Equal(reqs[i].RequestedAt) {
-			t.Errorf("PendingControl[%d] = %+v, want %+v", i, got[i], reqs[i])
-		}
-	}
-	mustPending(t, s, r.RunID, ids...)
-	// A run's pending requests are bounded.
-	b := mustCreate(t, s, NewRun("T", "emulator-5558"))
-	for range agent.MaxPendingControl {
-		if _, err := s.RequestControl(ctx(t), agent.Control{RunID: b.RunID, Kind: agent.KindResumeRequested}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: b.RunID, Kind: agent.KindResumeRequested}); !errors.Is(err, agent.ErrControlBacklog) {
-		t.Errorf("request %d = %v, want ErrControlBacklog", agent.MaxPendingControl+1, err)
-	}
+	ids := checkControlRequests(t, s, r, other)
+	checkControlBacklog(t, s)
 
 	// The step that honors requests takes them in its transaction.
 	if err := s.CommitStep(ctx(t), controlStep(r, 1, ids[0], ids[1])); err != nil {
@@ -777,7 +765,87 @@ func testControl(t *testing.T, s agent.Store) {
 	}
 	mustPending(t, s, r.RunID, ids[2])
 	mustPending(t, s, other.RunID, controlIDs(o)...)
+	checkControlCancel(t, s, r, ids[2])
+}
 
+// checkControlRequests records a pause, a policy switch and a resume of r
+// (and a pause of other), checks the refusals (an unknown kind, a caller's
+// id, an unknown run) and that reading them takes nothing. It returns the
+// three ids, ULIDs in order.
+func checkControlRequests(t *testing.T, s agent.Store, r, other agent.Run) []string {
+	at := time.Date(2025, 10, 23, 12, 0, 0, 0, time.UTC)
+	reqs := []agent.Control{
+		{RunID: r.RunID, Kind: agent.KindPauseRequested, RequestedAt: at},
+		{RunID: r.RunID, Kind: agent.KindPolicySwitchRequested, PolicyVersion: 3, RequestedAt: at.Add(time.Millisecond)},
+		{RunID: r.RunID, Kind: agent.KindResumeRequested, RequestedAt: at.Add(2 * time.Millisecond)},
+	}
+	var ids []string
+	for i, c := range reqs {
+		got, err := s.RequestControl(ctx(t), c)
+		if err != nil {
+			t.Fatalf("RequestControl(%s): %v", c.Kind, err)
+		}
+		if _, err := ulid.ParseStrict(got.ID); err != nil || (i > 0 && got.ID <= ids[i-1]) {
+			t.Fatalf("RequestControl id %q (%v): want a ULID after %v", got.ID, err, ids)
+		}
+		ids = append(ids, got.ID)
+	}
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: other.RunID, Kind: agent.KindPauseRequested}); err != nil {
+		t.Fatal(err)
+	}
+	checkControlRefusals(t, s, r)
+	checkPendingAsRequested(t, s, reqs, ids)
+	return ids
+}
+
+// checkControlRefusals: RequestControl refuses an unknown kind, an id set
+// by the caller and an unknown run (ErrNotFound).
+func checkControlRefusals(t *testing.T, s agent.Store, r agent.Run) {
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: "agent.run.explode"}); err == nil {
+		t.Errorf("RequestControl(unknown kind) = nil, want an error")
+	}
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: agent.KindPauseRequested, ID: ulid.Make().String()}); err == nil {
+		t.Errorf("RequestControl(caller's id) = nil, want an error: ids are the store's")
+	}
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: ulid.Make().String(), Kind: agent.KindCancelRequested}); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("RequestControl(unknown run) = %v, want ErrNotFound", err)
+	}
+}
+
+// checkPendingAsRequested: the run's pending requests are reqs as
+// recorded (ids), and reading them takes nothing.
+func checkPendingAsRequested(t *testing.T, s agent.Store, reqs []agent.Control, ids []string) {
+	runID := reqs[0].RunID
+	got, err := s.PendingControl(ctx(t), runID)
+	if err != nil || len(got) != len(reqs) {
+		t.Fatalf("PendingControl = %v, %v; want %d requests", got, err, len(reqs))
+	}
+	for i := range reqs {
+		if got[i].ID != ids[i] || got[i].RunID != reqs[i].RunID || got[i].Kind != reqs[i].Kind || got[i].PolicyVersion != reqs[i].PolicyVersion || !got[i].RequestedAt.Equal(reqs[i].RequestedAt) {
+			t.Errorf("PendingControl[%d] = %+v, want %+v", i, got[i], reqs[i])
+		}
+	}
+	mustPending(t, s, runID, ids...)
+}
+
+// checkControlBacklog: a run's pending requests are bounded by
+// agent.MaxPendingControl (ErrControlBacklog beyond).
+func checkControlBacklog(t *testing.T, s agent.Store) {
+	b := mustCreate(t, s, NewRun("T", "emulator-5558"))
+	for range agent.MaxPendingControl {
+		if _, err := s.RequestControl(ctx(t), agent.Control{RunID: b.RunID, Kind: agent.KindResumeRequested}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.RequestControl(ctx(t), agent.Control{RunID: b.RunID, Kind: agent.KindResumeRequested}); !errors.Is(err, agent.ErrControlBacklog) {
+		t.Errorf("request %d = %v, want ErrControlBacklog", agent.MaxPendingControl+1, err)
+	}
+}
+
+// checkControlCancel cancels r, whose request pending is still pending: the
+// status moves with the request, a terminal commit must take every pending
+// request, and an ended run refuses requests and records nothing.
+func checkControlCancel(t *testing.T, s agent.Store, r agent.Run, pending string) {
 	// A cancel moves the status in the same transaction as it is recorded.
 	cancel, err := s.RequestControl(ctx(t), agent.Control{RunID: r.RunID, Kind: agent.KindCancelRequested})
 	if err != nil {
@@ -788,14 +856,14 @@ func testControl(t *testing.T, s agent.Store) {
 	}
 	// A terminal commit must take every pending request.
 	end := agent.Step{RunID: r.RunID, Events: []agent.Event{Event(r, 2, agent.KindRunCanceled, `{"status":"CANCELED"}`)},
-		StatusFrom: []agent.RunStatus{agent.RunCancelRequested}, StatusTo: agent.RunCanceled, Controls: []string{ids[2]}, NoOtherControl: true}
+		StatusFrom: []agent.RunStatus{agent.RunCancelRequested}, StatusTo: agent.RunCanceled, Controls: []string{pending}, NoOtherControl: true}
 	if err := s.CommitStep(ctx(t), end); !errors.Is(err, agent.ErrControlPending) {
 		t.Fatalf("terminal CommitStep leaving a request pending = %v, want ErrControlPending", err)
 	}
 	if run, _ := s.GetRun(ctx(t), agent.Admin(), r.RunID); run.Status != agent.RunCancelRequested {
 		t.Errorf("status after a refused terminal commit = %s", run.Status)
 	}
-	mustPending(t, s, r.RunID, ids[2], cancel.ID)
+	mustPending(t, s, r.RunID, pending, cancel.ID)
 	end.Controls = append(end.Controls, cancel.ID)
 	if err := s.CommitStep(ctx(t), end); err != nil {
 		t.Fatal(err)
@@ -820,41 +888,73 @@ func testControlExactlyOnce(t *testing.T, s agent.Store) {
 	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
 	// Each sender sends until a request is refused (or at most each).
 	const senders, each = 6, 100
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		accepted = map[string]bool{}
-		refused  int
-		backlog  int
-		sent     int
-	)
+	var wg sync.WaitGroup
+	tally := controlTally{accepted: map[string]bool{}}
 	for range senders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range each {
-				c, err := s.RequestControl(context.Background(), agent.Control{RunID: r.RunID, Kind: agent.KindPauseRequested})
-				mu.Lock()
-				sent++
-				switch {
-				case err == nil:
-					accepted[c.ID] = true
-				case errors.Is(err, agent.ErrRunTerminal):
-					refused++
-				case errors.Is(err, agent.ErrControlBacklog):
-					backlog++
-				default:
-					t.Error(err)
-				}
-				mu.Unlock()
-				if errors.Is(err, agent.ErrRunTerminal) {
-					return
-				}
-			}
+			tally.send(t, s, r.RunID, each)
 		}()
 	}
-	// The engine: take what is pending step by step; after a few steps end
-	// the run, retrying while a request it has not seen is pending.
+	taken := takeControlsThenEnd(t, s, r)
+	wg.Wait()
+	for id := range tally.accepted {
+		if taken[id] != 1 {
+			t.Errorf("request %s accepted and taken %d times, want once", id, taken[id])
+		}
+	}
+	for id := range taken {
+		if !tally.accepted[id] {
+			t.Errorf("request %s taken but never accepted", id)
+		}
+	}
+	if len(tally.accepted)+tally.refused+tally.backlog != tally.sent {
+		t.Errorf("%d accepted + %d refused + %d backlog, want %d", len(tally.accepted), tally.refused, tally.backlog, tally.sent)
+	}
+	mustPending(t, s, r.RunID)
+	t.Logf("%d requests accepted and taken once, %d refused after the end, %d refused as backlog", len(tally.accepted), tally.refused, tally.backlog)
+	checkConcurrentTake(t, s)
+}
+
+// controlTally counts the pause requests of testControlExactlyOnce's
+// senders by outcome.
+type controlTally struct {
+	mu       sync.Mutex
+	accepted map[string]bool // by id
+	refused  int             // ErrRunTerminal
+	backlog  int             // ErrControlBacklog
+	sent     int
+}
+
+// send sends up to each pause requests for runID, until one is refused
+// because the run ended.
+func (c *controlTally) send(t *testing.T, s agent.Store, runID string, each int) {
+	for range each {
+		ctl, err := s.RequestControl(context.Background(), agent.Control{RunID: runID, Kind: agent.KindPauseRequested})
+		c.mu.Lock()
+		c.sent++
+		switch {
+		case err == nil:
+			c.accepted[ctl.ID] = true
+		case errors.Is(err, agent.ErrRunTerminal):
+			c.refused++
+		case errors.Is(err, agent.ErrControlBacklog):
+			c.backlog++
+		default:
+			t.Error(err)
+		}
+		c.mu.Unlock()
+		if errors.Is(err, agent.ErrRunTerminal) {
+			return
+		}
+	}
+}
+
+// takeControlsThenEnd is the engine: it takes what is pending step by
+// step; after a few steps it ends the run, retrying while a request it has
+// not seen is pending. It returns how often each request was taken.
+func takeControlsThenEnd(t *testing.T, s agent.Store, r agent.Run) map[string]int {
 	taken := map[string]int{}
 	seq := int64(1)
 	for step := 0; ; step++ {
@@ -879,26 +979,14 @@ func testControlExactlyOnce(t *testing.T, s agent.Store) {
 		}
 		seq++
 		if st.StatusTo != "" {
-			break
+			return taken
 		}
 	}
-	wg.Wait()
-	for id := range accepted {
-		if taken[id] != 1 {
-			t.Errorf("request %s accepted and taken %d times, want once", id, taken[id])
-		}
-	}
-	for id := range taken {
-		if !accepted[id] {
-			t.Errorf("request %s taken but never accepted", id)
-		}
-	}
-	if len(accepted)+refused+backlog != sent {
-		t.Errorf("%d accepted + %d refused + %d backlog, want %d", len(accepted), refused, backlog, sent)
-	}
-	mustPending(t, s, r.RunID)
-	t.Logf("%d requests accepted and taken once, %d refused after the end, %d refused as backlog", len(accepted), refused, backlog)
-	// Concurrent commits that take the same requests: one wins.
+}
+
+// checkConcurrentTake: of concurrent commits that take the same requests,
+// one wins and the others get ErrControlTaken.
+func checkConcurrentTake(t *testing.T, s agent.Store) {
 	r2 := mustCreate(t, s, NewRun("T", "emulator-5556"))
 	var ids []string
 	for range 5 {
@@ -908,6 +996,7 @@ func testControlExactlyOnce(t *testing.T, s agent.Store) {
 		}
 		ids = append(ids, c.ID)
 	}
+	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Add(1)

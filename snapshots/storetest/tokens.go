@@ -284,8 +284,22 @@ func testReadsByScope(t *testing.T, s TokenStore, c *Clock) {
 			t.Fatal(err)
 		}
 	}
-	acme, admin := tenantScope(t, "acme"), agent.Admin()
-	for _, sc := range []agent.Scope{acme, admin} {
+	checkRunReadsByScope(t, s, a, b)
+	checkLeaseReadsByScope(t, ls, a, b)
+	checkZeroScopeRefused(t, s, ls, a.RunID)
+	// A tenant id that is not one NATS subject token never reaches a row.
+	for _, bad := range []string{"a.b", "*", ">", "a b"} {
+		if err := s.CreateRun(ctx(t), NewRun(bad, "emulator-5554")); err == nil {
+			t.Errorf("CreateRun(tenant %q) stored the run", bad)
+		}
+	}
+}
+
+// checkRunReadsByScope: acme and admin read acme's run a (its row, events
+// and snapshots); acme reads beta's run b as an unknown one.
+func checkRunReadsByScope(t *testing.T, s agent.Store, a, b agent.Run) {
+	acme := tenantScope(t, "acme")
+	for _, sc := range []agent.Scope{acme, agent.Admin()} {
 		if r, err := s.GetRun(ctx(t), sc, a.RunID); err != nil || r.TenantID != "acme" {
 			t.Errorf("GetRun(%v, own) = %+v, %v", sc, r, err)
 		}
@@ -311,6 +325,12 @@ func testReadsByScope(t *testing.T, s TokenStore, c *Clock) {
 	if _, err := s.LatestSnapshot(ctx(t), acme, b.RunID); !errors.Is(err, agent.ErrNotFound) {
 		t.Errorf("LatestSnapshot(acme, beta's run) = %v, want ErrNotFound", err)
 	}
+}
+
+// checkLeaseReadsByScope: acme's lease reads (active, history, pages) show
+// the lease of its run a only; admin's show both, newest first.
+func checkLeaseReadsByScope(t *testing.T, ls agent.Leases, a, b agent.Run) {
+	acme, admin := tenantScope(t, "acme"), agent.Admin()
 	leaseRuns := func(l []agent.Lease, err error) []string {
 		t.Helper()
 		if err != nil {
@@ -343,24 +363,23 @@ func testReadsByScope(t *testing.T, s TokenStore, c *Clock) {
 	if got := leaseRuns(ls.ActiveLeases(ctx(t), admin)); len(got) != 2 {
 		t.Errorf("ActiveLeases(admin) = %v, want both", got)
 	}
+}
+
+// checkZeroScopeRefused: every scoped read refuses the zero Scope
+// (ErrNoScope), never reading it as "every tenant".
+func checkZeroScopeRefused(t *testing.T, s agent.Store, ls agent.Leases, runID string) {
 	var zero agent.Scope
 	for what, err := range map[string]error{
-		"GetRun":         func() error { _, err := s.GetRun(ctx(t), zero, a.RunID); return err }(),
-		"Events":         func() error { _, err := s.Events(ctx(t), zero, a.RunID, 0); return err }(),
-		"Snapshot":       func() error { _, err := s.Snapshot(ctx(t), zero, a.RunID, 0); return err }(),
-		"LatestSnapshot": func() error { _, err := s.LatestSnapshot(ctx(t), zero, a.RunID); return err }(),
+		"GetRun":         func() error { _, err := s.GetRun(ctx(t), zero, runID); return err }(),
+		"Events":         func() error { _, err := s.Events(ctx(t), zero, runID, 0); return err }(),
+		"Snapshot":       func() error { _, err := s.Snapshot(ctx(t), zero, runID, 0); return err }(),
+		"LatestSnapshot": func() error { _, err := s.LatestSnapshot(ctx(t), zero, runID); return err }(),
 		"ActiveLeases":   func() error { _, err := ls.ActiveLeases(ctx(t), zero); return err }(),
 		"LeaseHistory":   func() error { _, err := ls.LeaseHistory(ctx(t), zero, ""); return err }(),
 		"LeasePage":      func() error { _, err := ls.LeasePage(ctx(t), zero, agent.LeaseQuery{Limit: 1}); return err }(),
 	} {
 		if !errors.Is(err, agent.ErrNoScope) {
 			t.Errorf("%s(zero scope) = %v, want ErrNoScope", what, err)
-		}
-	}
-	// A tenant id that is not one NATS subject token never reaches a row.
-	for _, bad := range []string{"a.b", "*", ">", "a b"} {
-		if err := s.CreateRun(ctx(t), NewRun(bad, "emulator-5554")); err == nil {
-			t.Errorf("CreateRun(tenant %q) stored the run", bad)
 		}
 	}
 }

@@ -42,7 +42,6 @@ var sleepAllowed = map[string]string{
 	"snapshots/relay/stream_test.go:TestRelayStreamsThroughNATSRestart": "the seeded instant of the NATS shutdown and the outage's length",
 
 	// Fixed waits with no hook yet in the code under test (to be replaced).
-	"adb/client_test.go:TestTrackerEndsOnCancel":                        "WAIT: cancel after Next blocks on the adb server",
 	"cmd/internal/e2e/sched_bench_test.go:BenchmarkFleetPendingBacklog": "WAIT: a 3 s warm-up until every daemon saw the backlog, then rows read per second over a 20 s window (a benchmark: go test does not run it)",
 }
 

@@ -12,9 +12,10 @@ import (
 // maps flags and config to cmd/internal/daemon's Config and calls into the
 // packages; the building (cmd/internal/daemon), the output
 // (cmd/internal/render) and the logic live elsewhere (docs/layout.md).
-// Issue 24 asks 1,500; its second pass brought 3,657 down to 1,942 and
-// this bound holds that while the rest moves (lower it, never raise it).
-const mainMaxLines = 1950
+// Issue 24 asks 1,500; its second pass brought 3,657 down to 1,942, the
+// third (cmd/internal/cli, the token commands through the client) to 1,484,
+// and this bound holds that (lower it, never raise it).
+const mainMaxLines = 1484
 
 // TestMainOnlyWires counts the lines of cmd/screengraph-agent's non-test Go
 // files.

@@ -494,3 +494,30 @@ func IsRefusal(err error, status int) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Status == status
 }
+
+// CreateToken makes an API token (POST /v1/tokens, admin only): the
+// record and the token itself, which no later call shows again. Errors:
+// *Error 400 invalid_request_error for a tenant id outside the rule, 401
+// or 403 (agent.ErrForbidden) for a caller that is not admin.
+func (c *Client) CreateToken(ctx context.Context, tenant string, admin bool) (httpapi.CreatedToken, error) {
+	var t httpapi.CreatedToken
+	err := c.Call(ctx, "POST", "/v1/tokens", "", httpapi.TokenRequest{TenantID: tenant, Admin: admin}, &t)
+	return t, err
+}
+
+// Tokens lists every API token, oldest first, without the tokens or their
+// hashes (GET /v1/tokens, admin only).
+func (c *Client) Tokens(ctx context.Context) ([]agent.APIToken, error) {
+	ts := []agent.APIToken{}
+	err := c.Call(ctx, "GET", "/v1/tokens", "", nil, &ts)
+	return ts, err
+}
+
+// RevokeToken revokes the token with that id (DELETE /v1/tokens/{id},
+// admin only) and returns it with its RevokedAt. Errors: *Error 404
+// (agent.ErrNotFound) for an unknown id.
+func (c *Client) RevokeToken(ctx context.Context, id string) (agent.APIToken, error) {
+	var t agent.APIToken
+	err := c.Call(ctx, "DELETE", "/v1/tokens/"+url.PathEscape(id), "", nil, &t)
+	return t, err
+}

@@ -10,7 +10,10 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -120,41 +123,10 @@ func New(ctx context.Context, cfg Config) (d *Daemon, err error) {
 // the NATS control subscription over d.Host.
 func (d *Daemon) build(holder, holderPrefix string, connLimits httpapi.ConnLimits) (err error) {
 	cfg, h, log := d.cfg, d.Host, d.cfg.Log
-	// The scheduler gives each run a device its deviceName matches among
-	// those this host reaches. Fleet: the shared queue holds every host's
-	// runs, and a run none of them matches is left to the daemons that can
-	// serve it; one host: such a run starts on its name as given, so
-	// EnsureDevice tells what is wrong (device_not_found, offline).
-	// Other daemons' new runs and lease releases wake the scheduler through
-	// the store (Postgres NOTIFY); the tick is the fallback for what
-	// notifies no one (a lease that expired, a notification lost with a
-	// reconnect). While the daemon's own Appium server is being replaced,
-	// no run starts: each would fail at once with appium_unreachable and
-	// use up its retries.
-	svc, err := service.New(service.Config{
-		Store: h.Store, Leases: h.Store,
-		// The engine commits through the service's store, so followers wake.
-		NewRunner: func(st agent.Store) service.Runner {
-			return agent.GraphRunner{Engine: h.EngineOn(st, logf(log, zerolog.WarnLevel)), Graph: h.Graph}
-		},
-		Prepare:       nodes.SetupPreparer{Policies: h.Policies, Artifacts: h.Artifacts},
-		Devices:       adbdevice.Inventory{ADB: h.ADB},
-		Screens:       adbdevice.Inventory{ADB: h.ADB}, // the inspector's live screen: adb exec-out screencap -p
-		Policy:        h.Policies,
-		DefaultTenant: cfg.Tenant,
-		Holder:        holder, HolderPrefix: holderPrefix, HostID: h.HostID, Identity: h.Reach,
-		// Fleet: the predecessor's leases only once the store saw them expire.
-		SharedLeases: cfg.DatabaseURL != "",
-		LeaseTTL:     cfg.LeaseTTL, NewID: newID, PendingTimeout: cfg.PendingTimeout, MaxPendingPerTenant: cfg.MaxPendingPerTenant,
-		Probe: adbdevice.NewBootCompletedProbe(h.ADB), Reachable: appium.Gate{Reachability: h.Reach, Down: d.appiumDown},
-		StartUnmatched: cfg.DatabaseURL == "", Tick: time.Second,
-		Logf:      logf(log, zerolog.InfoLevel),
-		Artifacts: h.Store, Blobs: h.Blobs,
-	})
-	if err != nil {
+	if d.Service, err = service.New(d.serviceConfig(holder, holderPrefix)); err != nil {
 		return err
 	}
-	d.Service = svc
+	svc := d.Service
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(relay.Metrics(h.Relay)...)
@@ -162,30 +134,16 @@ func (d *Daemon) build(holder, holderPrefix string, connLimits httpapi.ConnLimit
 	if err := svc.RegisterMetrics(reg, h.Store); err != nil {
 		return err
 	}
-	// Revocation: a revoked token's open HTTP requests and embedded-NATS
-	// connections end within agent.RevocationBound (the store is polled, so
-	// a revoke by the CLI or another daemon of the fleet counts too).
-	tokens, _ := h.Store.(agent.Tokens)
-	var revocations *agent.RevocationWatch
-	var background []func(context.Context)
-	if tokens != nil {
-		revocations = &agent.RevocationWatch{Tokens: tokens, Logf: logf(log, zerolog.WarnLevel)}
-		if h.Bus.Server != nil {
-			revocations.OnPoll(func(revoked func(string) bool) {
-				natsbus.DisconnectRevoked(h.Bus.Server, revoked, logf(log, zerolog.InfoLevel))
-			})
-		}
-		background = append(background, revocations.Run)
+	apiCfg, background := d.tenancy()
+	apiCfg.Service, apiCfg.Graph, apiCfg.Gatherer, apiCfg.Registerer, apiCfg.AllowedHosts = svc, h.Graph, reg, reg, cfg.AllowedHosts
+	apiCfg.Logf, apiCfg.ClockSkew = logf(log, zerolog.ErrorLevel), service.ClockSkew(h.Store)
+	apiCfg.Ready = map[string]func(context.Context) error{
+		"store":  service.StoreReady(h.Store),
+		"adb":    adbdevice.Inventory{ADB: h.ADB}.Ready,
+		"outbox": (&relay.OutboxWatch{Counter: h.Store, Relay: h.Relay}).Check,
+		"nats":   h.Bus.Ready,
 	}
-	api := httpapi.New(httpapi.Config{Service: svc, Graph: h.Graph, Gatherer: reg, Registerer: reg, Tokens: tokens, Revocations: revocations, AllowedHosts: cfg.AllowedHosts,
-		Logf:      logf(log, zerolog.ErrorLevel),
-		ClockSkew: service.ClockSkew(h.Store),
-		Ready: map[string]func(context.Context) error{
-			"store":  service.StoreReady(h.Store),
-			"adb":    adbdevice.Inventory{ADB: h.ADB}.Ready,
-			"outbox": (&relay.OutboxWatch{Counter: h.Store, Relay: h.Relay}).Check,
-			"nats":   h.Bus.Ready,
-		}})
+	api := httpapi.New(apiCfg)
 	sub, err := natsapi.Subscribe(natsapi.Config{Conn: h.Bus.Conn, Service: svc, Prefix: snapshots.ControlSubjectPrefix,
 		Replies: natsbus.ControlReplies(natsapi.DefaultOwnInboxPrefix), ReplyReasons: natsbus.ControlReplyReasons, Registerer: reg,
 		Logf: logf(log, zerolog.WarnLevel)})
@@ -209,6 +167,70 @@ func (d *Daemon) build(holder, holderPrefix string, connLimits httpapi.ConnLimit
 		Log:        daemonLog(log),
 	}
 	return nil
+}
+
+// serviceConfig is the run service of the daemon. The scheduler gives each
+// run a device its deviceName matches among those this host reaches.
+// Fleet: the shared queue holds every host's runs, and a run none of them
+// matches is left to the daemons that can serve it; one host: such a run
+// starts on its name as given, so EnsureDevice tells what is wrong
+// (device_not_found, offline). Other daemons' new runs and lease releases
+// wake the scheduler through the store (Postgres NOTIFY); the tick is the
+// fallback for what notifies no one (a lease that expired, a notification
+// lost with a reconnect). While the daemon's own Appium server is being
+// replaced, no run starts: each would fail at once with appium_unreachable
+// and use up its retries.
+func (d *Daemon) serviceConfig(holder, holderPrefix string) service.Config {
+	cfg, h, log := d.cfg, d.Host, d.cfg.Log
+	return service.Config{
+		Store: h.Store, Leases: h.Store,
+		// The engine commits through the service's store, so followers wake.
+		NewRunner: func(st agent.Store) service.Runner {
+			return agent.GraphRunner{Engine: h.EngineOn(st, logf(log, zerolog.WarnLevel)), Graph: h.Graph}
+		},
+		Prepare:       nodes.SetupPreparer{Policies: h.Policies, Artifacts: h.Artifacts},
+		Devices:       adbdevice.Inventory{ADB: h.ADB},
+		Screens:       adbdevice.Inventory{ADB: h.ADB}, // the inspector's live screen: adb exec-out screencap -p
+		Policy:        h.Policies,
+		DefaultTenant: cfg.Tenant,
+		Holder:        holder, HolderPrefix: holderPrefix, HostID: h.HostID, Identity: h.Reach,
+		// Fleet: the predecessor's leases only once the store saw them expire.
+		SharedLeases: cfg.DatabaseURL != "",
+		LeaseTTL:     cfg.LeaseTTL, NewID: newID, PendingTimeout: cfg.PendingTimeout, MaxPendingPerTenant: cfg.MaxPendingPerTenant,
+		Probe: adbdevice.NewBootCompletedProbe(h.ADB), Reachable: appium.Gate{Reachability: h.Reach, Down: d.appiumDown},
+		StartUnmatched: cfg.DatabaseURL == "", Tick: time.Second,
+		Logf:      logf(log, zerolog.InfoLevel),
+		Artifacts: h.Store, Blobs: h.Blobs,
+	}
+}
+
+// tenancy is the HTTP API's authentication, token revocation and token
+// routes over the host's store, and the revocation watch to run beside the
+// service. A revoked token's open HTTP requests and embedded-NATS
+// connections end within agent.RevocationBound (the store is polled, so a
+// revoke by the CLI or another daemon of the fleet counts too). A store
+// without tokens gives the open API.
+func (d *Daemon) tenancy() (httpapi.Config, []func(context.Context)) {
+	h, log := d.Host, d.cfg.Log
+	tokens, _ := h.Store.(agent.Tokens)
+	if tokens == nil {
+		return httpapi.Config{}, nil
+	}
+	revocations := &agent.RevocationWatch{Tokens: tokens, Logf: logf(log, zerolog.WarnLevel)}
+	if h.Bus.Server != nil {
+		revocations.OnPoll(func(revoked func(string) bool) {
+			natsbus.DisconnectRevoked(h.Bus.Server, revoked, logf(log, zerolog.InfoLevel))
+		})
+	}
+	return httpapi.Config{Tokens: tokens, Revocations: revocations, TokenAdmin: TokenAdmin(tokens)},
+		[]func(context.Context){revocations.Run}
+}
+
+// TokenAdmin serves the token routes over ts, issuing tokens with
+// natsbus.IssueToken (the SHA-256 the API checks and the bcrypt hash a
+// generated nats-server configuration carries).
+func TokenAdmin(ts agent.Tokens) *httpapi.TokenAdmin {
+	return &httpapi.TokenAdmin{Store: ts, Issue: natsbus.IssueToken}
 }
 
 // ready tells systemd (Type=notify) and the log that the daemon serves.
@@ -316,4 +338,17 @@ func OpenAdminStore(ctx context.Context, dataDir, databaseURL string) (AdminStor
 		return nil, agent.Wrap(agent.ErrProcess, err, "embedded store in %s", dataDir)
 	}
 	return s, nil
+}
+
+// OpenExistingStore opens the embedded store of dataDir, which must exist:
+// the runs commands read a store, they never create one. Errors:
+// invalid_request_error naming the path and hint (what to pass instead)
+// for a data dir with no agent.db (an empty table there read as "no runs"
+// when the user meant another data dir or a daemon that was down).
+func OpenExistingStore(ctx context.Context, dataDir, hint string) (*sqlite.Store, error) {
+	p := filepath.Join(dataDir, "agent.db")
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil, agent.Errorf(agent.ErrInvalidRequest, "no local store at %s (%s)", p, hint)
+	}
+	return sqlite.Open(ctx, p, sqlite.Options{})
 }

@@ -138,6 +138,8 @@ type Host struct {
 	recorder *evidence.Recorder
 	evidence *evidence.Capturer
 	handover *evidence.Handover
+	// idle carries WaitIdle's idle screen to the success evidence.
+	idle *evidence.IdleScreens
 	// NATSClientURL is where the events are published (nats://host:port).
 	NATSClientURL string
 	// AppiumURL is the Appium server the driver talks to.
@@ -185,6 +187,23 @@ func (h *Host) open(ctx context.Context) (err error) {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "identifying the adb server's machine")
 	}
 	h.Reach = adbdevice.NewReachable(h.ADB, emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil).ListAVDs)
+	for _, step := range []func(context.Context) error{h.openStore, h.openBus, h.openAppium, h.openSetup} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	if h.Blobs, err = blobs.Open(ctx, filepath.Join(cfg.DataDir, "evidence"), cfg.ArtifactStore, cfg.ArtifactStoreEndpoint); err != nil {
+		return err
+	}
+	h.openEvidence()
+	h.Engine = h.EngineOn(h.Store, nil)
+	return nil
+}
+
+// openStore opens the store (the fleet's Postgres, else the data dir's
+// embedded one) and its policies, adding the policy files.
+func (h *Host) openStore(ctx context.Context) (err error) {
+	cfg := h.Config
 	if cfg.DatabaseURL != "" {
 		// Migrates under goose's advisory lock: daemons starting together
 		// migrate once.
@@ -208,9 +227,13 @@ func (h *Host) open(ctx context.Context) (err error) {
 	if cfg.PolicyFile != "" {
 		files = append(files, cfg.PolicyFile)
 	}
-	if err := h.Policies.AddFiles(ctx, files, cfg.PolicyFile); err != nil {
-		return err
-	}
+	return h.Policies.AddFiles(ctx, files, cfg.PolicyFile)
+}
+
+// openBus opens NATS (the in-process server or cfg.NATSURL's) and starts
+// the relay from the store's outbox to it.
+func (h *Host) openBus(ctx context.Context) (err error) {
+	cfg := h.Config
 	bc := natsbus.BusConfig{URL: cfg.NATSURL, Listen: cfg.NATSListen, Dir: filepath.Join(cfg.DataDir, "nats"),
 		Replicas: cfg.NATSReplicas, MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes,
 		NotReady: func(err error) {
@@ -228,7 +251,13 @@ func (h *Host) open(ctx context.Context) (err error) {
 	// up to one run per device, and 4 at a time left 32 devices queueing.
 	h.Relay = &relay.Relay{Store: h.Store, Publisher: h.Bus.Publisher, Log: cfg.Log, Concurrency: 64}
 	h.relayBg = relay.Start(h.Relay)
+	return nil
+}
 
+// openAppium reaches Appium (cfg.AppiumURL, else the data dir's local
+// server, started when none runs) and makes its driver.
+func (h *Host) openAppium(ctx context.Context) (err error) {
+	cfg := h.Config
 	url := cfg.AppiumURL
 	if url == "" {
 		// A local Appium that outlives the run, so the next run reuses it and
@@ -242,53 +271,70 @@ func (h *Host) open(ctx context.Context) (err error) {
 	if h.Driver, err = appium.New(url, appium.Options{}); err != nil {
 		return agent.Wrap(agent.ErrInvalidRequest, err, "--appium")
 	}
+	return nil
+}
+
+// openArtifacts is the artifact fetcher of the data dir's cache, with
+// serve's download rules (cfg.Artifacts) when given.
+func (h *Host) openArtifacts() (*artifacts.Fetcher, error) {
+	cfg := h.Config
 	aopt := artifacts.Options{CacheDir: filepath.Join(cfg.DataDir, "artifacts")}
 	if cfg.Artifacts != nil {
 		var tenanted func(context.Context) (bool, error)
 		if ts, ok := h.Store.(agent.Tokens); ok {
 			tenanted = ts.HasTokens
 		}
+		var err error
 		if aopt, err = cfg.Artifacts.DaemonOptions(aopt.CacheDir, tenanted); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	fetcher, err := artifacts.New(aopt)
 	if err != nil {
 		var ae *agent.Error
 		if errors.As(err, &ae) {
-			return err
+			return nil, err
 		}
-		return agent.Wrap(agent.ErrProcess, err, "artifact cache")
+		return nil, agent.Wrap(agent.ErrProcess, err, "artifact cache")
 	}
-	h.Artifacts = fetcher
-	port := adbPort(cfg.ADBServer)
+	return fetcher, nil
+}
+
+// openSetup builds the setup graph's ports and the graph.
+func (h *Host) openSetup(context.Context) (err error) {
+	cfg := h.Config
+	if h.Artifacts, err = h.openArtifacts(); err != nil {
+		return err
+	}
 	// WaitIdle's idle screen goes to the success evidence (evidence.IdleScreens).
-	idle := &evidence.IdleScreens{}
+	h.idle = &evidence.IdleScreens{}
 	h.Setup = nodes.SetupDeps{
 		Ports: nodes.Ports{
-			IdleScreens:   idle,
+			IdleScreens:   h.idle,
 			Driver:        h.Driver,
 			Resolve:       adbdevice.NewResolver(h.ADB, adbdevice.ReconnectGrace),
 			Emulators:     emulator.ForDataDir(cfg.DataDir, cfg.ADBServer, nil),
-			ADBServerPort: port,
+			ADBServerPort: adbPort(cfg.ADBServer),
 			Capabilities: func(serial string, adbPort int) (map[string]any, error) {
 				return appium.Capabilities(appium.CapsConfig{Serial: serial, ADBPort: adbPort})
 			},
 		},
 		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.ADB, serial) },
-		Sessions:  nodes.StoreSessions{KV: h.Store, Server: url},
-		Provision: nodes.ProvisionDeps{Artifacts: fetcher, Verifications: &nodes.StoreVerifications{KV: h.Store},
+		Sessions:  nodes.StoreSessions{KV: h.Store, Server: h.AppiumURL},
+		Provision: nodes.ProvisionDeps{Artifacts: h.Artifacts, Verifications: &nodes.StoreVerifications{KV: h.Store},
 			TempDir: filepath.Join(cfg.DataDir, "tmp")},
 		Progress: cfg.Progress,
 	}
-	h.Graph, err = nodes.NewSetupGraph(h.Setup)
-	if err != nil {
+	if h.Graph, err = nodes.NewSetupGraph(h.Setup); err != nil {
 		return agent.Wrap(agent.ErrInternal, err, "setup graph")
 	}
-	if h.Blobs, err = blobs.Open(ctx, filepath.Join(cfg.DataDir, "evidence"), cfg.ArtifactStore, cfg.ArtifactStoreEndpoint); err != nil {
-		return err
-	}
-	warnf := logf(cfg.Log, zerolog.WarnLevel)
+	return nil
+}
+
+// openEvidence makes the video recorder, the evidence capturer and the
+// lease handover over the host's blobs, driver and store.
+func (h *Host) openEvidence() {
+	warnf := logf(h.Config.Log, zerolog.WarnLevel)
 	h.recorder = &evidence.Recorder{
 		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.ADB, serial) },
 		Settings:  videoSettings, FirstNode: policy.NodeLaunchOrAttach,
@@ -301,7 +347,7 @@ func (h *Host) open(ctx context.Context) (err error) {
 		Driver:    h.Driver,
 		Kinds:     policy.EvidenceKinds,
 		Logf:      warnf,
-		Idle:      idle,
+		Idle:      h.idle,
 	}
 	h.handover = &evidence.Handover{
 		Leases: h.Store,
@@ -312,8 +358,6 @@ func (h *Host) open(ctx context.Context) (err error) {
 		},
 		Logf: warnf,
 	}
-	h.Engine = h.EngineOn(h.Store, nil)
-	return nil
 }
 
 // Close stops the relay, then publishes what is left in the outbox (bounded:

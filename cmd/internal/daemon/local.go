@@ -49,7 +49,13 @@ func ServeLocal(st LocalStore) (cl *client.Client, stop func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	api := httpapi.New(httpapi.Config{Service: svc, Graph: g, AllowedHosts: []string{localHost}})
+	cfg := httpapi.Config{Service: svc, Graph: g, AllowedHosts: []string{localHost}}
+	if ts, ok := st.(agent.Tokens); ok {
+		// The token commands: the store's tokens, made, listed and revoked
+		// through the API as through a daemon's (no token needed here).
+		cfg.TokenAdmin = TokenAdmin(ts)
+	}
+	api := httpapi.New(cfg)
 	ln := newMemListener()
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})

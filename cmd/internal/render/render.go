@@ -24,6 +24,7 @@ import (
 	"github.com/screengraph/screengraph-agent/agent/service"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator"
+	"github.com/screengraph/screengraph-agent/nodes"
 )
 
 // PrintJSON prints v as indented JSON with its secrets redacted
@@ -193,6 +194,9 @@ func NewProgressView(w io.Writer, asJSON bool, now func() time.Time) *ProgressVi
 	return v
 }
 
+// Event prints e (the view's callback of client.Follow): one line of text,
+// or its JSON line; events the text view does not show print nothing. A
+// closed writer is not an error (the reader went away).
 func (v *ProgressView) Event(e agent.Event) error {
 	if v.start.IsZero() {
 		v.start = v.now()
@@ -208,18 +212,30 @@ func (v *ProgressView) Event(e agent.Event) error {
 	if v.json != nil {
 		return v.json(e)
 	}
+	line, ok := v.line(e)
+	if !ok {
+		return nil
+	}
 	el := fmt.Sprintf("%7.1fs", v.now().Sub(v.start).Seconds())
-	line := ""
+	_, err := fmt.Fprintf(v.w, "%s  %s\n", el, strings.ReplaceAll(line, "\n", " "))
+	if errors.Is(err, os.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// line is the text line of e; false for an event the view does not show.
+func (v *ProgressView) line(e agent.Event) (string, bool) {
 	switch e.Kind {
 	case agent.KindRunStarted:
 		var p agent.RunStartedPayload
 		_ = json.Unmarshal(e.Payload, &p)
-		line = fmt.Sprintf("run started on %s (policy %d)", p.Serial, p.PolicyVersion)
+		return fmt.Sprintf("run started on %s (policy %d)", p.Serial, p.PolicyVersion), true
 	case agent.KindNodeStarted:
 		var p agent.NodeStartedPayload
 		_ = json.Unmarshal(e.Payload, &p)
 		v.node = p.NodeName
-		line = fmt.Sprintf("%-15s started (attempt %d)", p.NodeName, p.Attempt)
+		return fmt.Sprintf("%-15s started (attempt %d)", p.NodeName, p.Attempt), true
 	case agent.KindNodeTokenDelta:
 		var p agent.TokenDeltaPayload
 		_ = json.Unmarshal(e.Payload, &p)
@@ -227,45 +243,53 @@ func (v *ProgressView) Event(e agent.Event) error {
 		if p.Percent != nil {
 			pct = fmt.Sprintf(" %.0f%%", *p.Percent)
 		}
-		line = fmt.Sprintf("%-15s %s%s", p.NodeName, agent.RedactString(p.Text), pct)
+		return fmt.Sprintf("%-15s %s%s", p.NodeName, agent.RedactString(p.Text), pct), true
 	case agent.KindNodeFinished:
-		var p agent.NodeFinishedPayload
-		_ = json.Unmarshal(e.Payload, &p)
-		line = fmt.Sprintf("%-15s %s in %.1f s", p.NodeName, p.NodeExecutionOutcomeStatus, float64(p.DurationMillis)/1000)
-		if p.ErrorID != nil {
-			line += ": " + string(*p.ErrorID)
-			if p.HumanReadableFailureSummary != nil {
-				line += ": " + agent.RedactString(*p.HumanReadableFailureSummary)
-			}
-		}
+		return nodeFinishedLine(e), true
 	case agent.KindRunFinished, agent.KindRunFailed, agent.KindRunCanceled:
-		var p agent.RunEndedPayload
-		_ = json.Unmarshal(e.Payload, &p)
-		line = "run " + string(p.Status)
-		if p.FailedNode != "" {
-			line += " at " + p.FailedNode
-		}
-		if p.ErrorID != nil {
-			line += ": " + string(*p.ErrorID)
-		}
-		if p.Summary != "" {
-			line += ": " + agent.RedactString(p.Summary)
-		}
-		if p.CanceledBeforeNode != "" {
-			line += " before " + p.CanceledBeforeNode
-		}
+		return runEndedLine(e), true
 	case agent.KindRunPaused:
-		line = "run PAUSED (resume it with `screengraph-agent resume " + e.RunID + "`)"
+		return "run PAUSED (resume it with `screengraph-agent resume " + e.RunID + "`)", true
 	case agent.KindRunResumed:
-		line = "run resumed"
-	default:
-		return nil
+		return "run resumed", true
 	}
-	_, err := fmt.Fprintf(v.w, "%s  %s\n", el, strings.ReplaceAll(line, "\n", " "))
-	if errors.Is(err, os.ErrClosed) {
-		return nil
+	return "", false
+}
+
+// nodeFinishedLine is an agent.node.finished's line: the node, its outcome
+// and time, and a failure's error id and summary (redacted).
+func nodeFinishedLine(e agent.Event) string {
+	var p agent.NodeFinishedPayload
+	_ = json.Unmarshal(e.Payload, &p)
+	line := fmt.Sprintf("%-15s %s in %.1f s", p.NodeName, p.NodeExecutionOutcomeStatus, float64(p.DurationMillis)/1000)
+	if p.ErrorID != nil {
+		line += ": " + string(*p.ErrorID)
+		if p.HumanReadableFailureSummary != nil {
+			line += ": " + agent.RedactString(*p.HumanReadableFailureSummary)
+		}
 	}
-	return err
+	return line
+}
+
+// runEndedLine is a run end event's line: the status, the failed node, the
+// error id and summary (redacted), the node a cancel came before.
+func runEndedLine(e agent.Event) string {
+	var p agent.RunEndedPayload
+	_ = json.Unmarshal(e.Payload, &p)
+	line := "run " + string(p.Status)
+	if p.FailedNode != "" {
+		line += " at " + p.FailedNode
+	}
+	if p.ErrorID != nil {
+		line += ": " + string(*p.ErrorID)
+	}
+	if p.Summary != "" {
+		line += ": " + agent.RedactString(p.Summary)
+	}
+	if p.CanceledBeforeNode != "" {
+		line += " before " + p.CanceledBeforeNode
+	}
+	return line
 }
 
 // Summarize picks the node-specific part of an output for the text report.
@@ -519,4 +543,30 @@ func RunOutcome(ctx context.Context, output string, st agent.Store, g *agent.Gra
 	}
 	fmt.Printf("run %s FINISHED in %v (%d events; %v with set-up)\n", runID, took.Round(time.Millisecond), len(evs), total.Round(time.Millisecond))
 	return nil
+}
+
+// RunRefused prints, in the agent error format of `run --output json`, a
+// run refused before it started (bad flags or input, no device, a lease
+// that could not be waited for): every node not_executed, the failed node
+// the one whose input was refused (nodes.InputError), if any; secrets
+// redacted.
+func RunRefused(err error) {
+	e := agent.Classify(err)
+	node := ""
+	var ie *nodes.InputError
+	if errors.As(err, &ie) {
+		node = ie.Node
+	}
+	steps := []map[string]any{}
+	for _, n := range []string{nodes.NodeEnsureDevice, nodes.NodeProvisionApp, nodes.NodeLaunchOrAttach, nodes.NodeWaitIdle} {
+		steps = append(steps, map[string]any{"node_id": n, "status": "not_executed", "cached": false})
+	}
+	PrintJSON(map[string]any{
+		"success": false,
+		"error":   agent.RedactString(e.Error()),
+		"errors": []map[string]any{{"category": Category(e), "node_id": node,
+			"message": agent.RedactString(e.Error()), "fixable": Category(e) == agent.CategoryAPIValidation || e.Retryable, "error_id": e.ID}},
+		"execution":  map[string]any{"steps": steps},
+		"checkpoint": map[string]any{"completed_nodes": []string{}, "failed_node": node},
+	})
 }

@@ -24,7 +24,6 @@ const (
 	NoConflict          Conflict = iota
 	ConflictSequence             // run_events (run_id, sequence)
 	ConflictEventID              // run_events event_id
-	ConflictOutbox               // run_outbox: the sequence is still unpublished
 	ConflictSnapshot             // agent_state_snapshot (run_id, step_ordinal)
 	ConflictArtifact             // artifacts primary key
 	ConflictLeaseDevice          // one active lease per device
@@ -60,8 +59,8 @@ type StepTx interface {
 	UpdateStatus(ctx context.Context, runID string, from, to agent.RunStatus, now time.Time) error
 	// UpdatePolicyVersion sets the run's policy version.
 	UpdatePolicyVersion(ctx context.Context, runID string, version int) error
-	// InsertEvents writes the events (run_events, and their outbox entries)
-	// in sequence order; stepOrdinal nil: no snapshot in the step.
+	// InsertEvents writes the events (run_events, each its own outbox entry,
+	// unpublished) in sequence order; stepOrdinal nil: no snapshot in the step.
 	InsertEvents(ctx context.Context, evs []PreparedEvent, stepOrdinal *int) error
 	// InsertSnapshot writes sn of runID, created at created.
 	InsertSnapshot(ctx context.Context, runID string, sn agent.Snapshot, created time.Time) error
@@ -87,29 +86,14 @@ func CommitStep(ctx context.Context, tx StepTx, st agent.Step, evs []PreparedEve
 	if err := CheckStepAgainstRun(st, evs, run.Tenant, run.Status, run.Last); err != nil {
 		return err
 	}
-	if f := st.Fence; f != nil {
-		l, found, now, err := tx.FenceLease(ctx, f.Serial, f.Token)
-		if err != nil {
-			return err
-		}
-		if err := CheckFence(f, l, found, now); err != nil {
-			return err
-		}
+	if err := checkFence(ctx, tx, st.Fence); err != nil {
+		return err
 	}
 	if err := takeControl(ctx, tx, st, run.Now); err != nil {
 		return err
 	}
-	if st.StatusTo != "" {
-		// The run is locked since LockRun, so the status read there is
-		// current; the dialect's UPDATE repeats it as its own CAS.
-		if err := tx.UpdateStatus(ctx, st.RunID, run.Status, st.StatusTo, run.Now); err != nil {
-			return err
-		}
-	}
-	if st.PolicyVersion > 0 {
-		if err := tx.UpdatePolicyVersion(ctx, st.RunID, st.PolicyVersion); err != nil {
-			return err
-		}
+	if err := updateRun(ctx, tx, st, run); err != nil {
+		return err
 	}
 	if len(evs) > 0 {
 		var step *int
@@ -120,18 +104,8 @@ func CommitStep(ctx context.Context, tx StepTx, st agent.Step, evs []PreparedEve
 			return eventConflict(tx.Conflict(err), st.RunID, evs, err)
 		}
 	}
-	if sn := st.Snapshot; sn != nil {
-		created := run.Now
-		if !sn.CreatedAt.IsZero() {
-			created = StoreTime(sn.CreatedAt)
-		}
-		err := tx.InsertSnapshot(ctx, st.RunID, *sn, created)
-		if tx.Conflict(err) == ConflictSnapshot {
-			return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
-		}
-		if err != nil {
-			return err
-		}
+	if err := insertSnapshot(ctx, tx, st, run.Now); err != nil {
+		return err
 	}
 	for _, a := range st.Artifacts {
 		err := tx.InsertArtifact(ctx, st.RunID, run.Tenant, a, ArtifactCreated(a, run.Now))
@@ -145,14 +119,58 @@ func CommitStep(ctx context.Context, tx StepTx, st agent.Step, evs []PreparedEve
 	return nil
 }
 
+// checkFence checks the step's fence (none: nothing to check) against its
+// lease, read locked.
+func checkFence(ctx context.Context, tx StepTx, f *agent.Fence) error {
+	if f == nil {
+		return nil
+	}
+	l, found, now, err := tx.FenceLease(ctx, f.Serial, f.Token)
+	if err != nil {
+		return err
+	}
+	return CheckFence(f, l, found, now)
+}
+
+// updateRun writes the step's status CAS and policy version to its run.
+func updateRun(ctx context.Context, tx StepTx, st agent.Step, run StepRun) error {
+	if st.StatusTo != "" {
+		// The run is locked since LockRun, so the status read there is
+		// current; the dialect's UPDATE repeats it as its own CAS.
+		if err := tx.UpdateStatus(ctx, st.RunID, run.Status, st.StatusTo, run.Now); err != nil {
+			return err
+		}
+	}
+	if st.PolicyVersion > 0 {
+		return tx.UpdatePolicyVersion(ctx, st.RunID, st.PolicyVersion)
+	}
+	return nil
+}
+
+// insertSnapshot writes the step's snapshot (none: nothing), created at
+// its CreatedAt or now.
+func insertSnapshot(ctx context.Context, tx StepTx, st agent.Step, now time.Time) error {
+	sn := st.Snapshot
+	if sn == nil {
+		return nil
+	}
+	created := now
+	if !sn.CreatedAt.IsZero() {
+		created = StoreTime(sn.CreatedAt)
+	}
+	err := tx.InsertSnapshot(ctx, st.RunID, *sn, created)
+	if tx.Conflict(err) == ConflictSnapshot {
+		return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
+	}
+	return err
+}
+
 // eventConflict is InsertEvents' error err as the step commit returns it.
 func eventConflict(c Conflict, runID string, evs []PreparedEvent, err error) error {
 	span := fmt.Sprintf("run %s sequences %d-%d", runID, evs[0].Sequence, evs[len(evs)-1].Sequence)
 	switch c {
 	case ConflictSequence:
 		return fmt.Errorf("%s: %v: %w", span, err, agent.ErrSequenceTaken)
-	case ConflictOutbox:
-		return fmt.Errorf("%s still unpublished in the outbox: %v: %w", span, err, agent.ErrSequenceTaken)
 	case ConflictEventID:
 		return fmt.Errorf("%w: %s: event id already recorded: %v", snapshots.ErrInvalid, span, err)
 	}

@@ -104,11 +104,10 @@ func AnySlice(ss []string) []any {
 	return out
 }
 
-// PreparedEvent is an event ready to insert: envelope bytes and subject.
+// PreparedEvent is an event ready to insert with its envelope bytes.
 type PreparedEvent struct {
 	agent.Event
 	Envelope []byte // the event's JSON envelope, as published
-	Subject  string // its NATS subject (snapshots.Subject)
 }
 
 // PrepareStep validates a Step independently of the database: ULIDs, one
@@ -116,56 +115,71 @@ type PreparedEvent struct {
 // from-set. It does not know the
 // run's tenant yet; checkTenant does, inside the transaction.
 func PrepareStep(s agent.Step) ([]PreparedEvent, error) {
-	if s.RunID == "" {
-		return nil, fmt.Errorf("%w: step without run id", snapshots.ErrInvalid)
-	}
-	if len(s.Controls) > MaxControlsPerStep {
-		return nil, fmt.Errorf("%w: %d control requests in one step (at most %d)", snapshots.ErrInvalid, len(s.Controls), MaxControlsPerStep)
-	}
-	if slices.ContainsFunc(s.Controls, func(id string) bool { return CheckULID("control request id", id) != nil }) {
-		return nil, fmt.Errorf("%w: a control request id in the step is not a ULID", snapshots.ErrInvalid)
-	}
-	if s.StatusTo != "" && len(s.StatusFrom) == 0 {
-		return nil, fmt.Errorf("%w: status compare-and-set to %s without StatusFrom", snapshots.ErrInvalid, s.StatusTo)
-	}
-	if s.Snapshot != nil {
-		if s.Snapshot.RunID != "" && s.Snapshot.RunID != s.RunID {
-			return nil, fmt.Errorf("%w: snapshot of run %s in a step of run %s", snapshots.ErrInvalid, s.Snapshot.RunID, s.RunID)
-		}
-		if s.Snapshot.StepOrdinal < 0 || s.Snapshot.NodeName == "" {
-			return nil, fmt.Errorf("%w: snapshot needs stepOrdinal >= 0 and nodeName", snapshots.ErrInvalid)
-		}
-	}
-	if err := CheckStepArtifacts(s); err != nil {
+	if err := checkStepShape(s); err != nil {
 		return nil, err
 	}
 	out := make([]PreparedEvent, 0, len(s.Events))
 	for i, e := range s.Events {
-		if e.RunID != s.RunID {
-			return nil, fmt.Errorf("%w: event %s of run %q in a step of run %s", snapshots.ErrInvalid, e.EventID, e.RunID, s.RunID)
-		}
-		if err := CheckULID("eventId", e.EventID); err != nil {
+		if err := checkStepEvent(s, i, e); err != nil {
 			return nil, err
-		}
-		if e.Kind == "" || e.TS == "" || e.Checksum == "" {
-			return nil, fmt.Errorf("%w: event %s needs kind, ts and checksum", snapshots.ErrInvalid, e.EventID)
-		}
-		if err := agent.VerifyChecksum(e); err != nil {
-			return nil, fmt.Errorf("%w: event %s: %v", snapshots.ErrInvalid, e.EventID, err)
-		}
-		if e.Sequence < 1 {
-			return nil, fmt.Errorf("%w: event %s sequence %d < 1", snapshots.ErrInvalid, e.EventID, e.Sequence)
-		}
-		if i > 0 && e.Sequence != s.Events[i-1].Sequence+1 {
-			return nil, fmt.Errorf("run %s: sequence %d after %d: %w", s.RunID, e.Sequence, s.Events[i-1].Sequence, snapshots.ErrSequenceGap)
 		}
 		env, err := json.Marshal(e)
 		if err != nil {
 			return nil, fmt.Errorf("%w: event %s: %v", snapshots.ErrInvalid, e.EventID, err)
 		}
-		out = append(out, PreparedEvent{Event: e, Envelope: env, Subject: snapshots.Subject(e.TenantID, e.RunID, e.Kind)})
+		out = append(out, PreparedEvent{Event: e, Envelope: env})
 	}
 	return out, nil
+}
+
+// checkStepShape checks what of s is not its events: the run id, the
+// control request ids, the CAS's from-set, the snapshot and the artifacts.
+func checkStepShape(s agent.Step) error {
+	if s.RunID == "" {
+		return fmt.Errorf("%w: step without run id", snapshots.ErrInvalid)
+	}
+	if len(s.Controls) > MaxControlsPerStep {
+		return fmt.Errorf("%w: %d control requests in one step (at most %d)", snapshots.ErrInvalid, len(s.Controls), MaxControlsPerStep)
+	}
+	if slices.ContainsFunc(s.Controls, func(id string) bool { return CheckULID("control request id", id) != nil }) {
+		return fmt.Errorf("%w: a control request id in the step is not a ULID", snapshots.ErrInvalid)
+	}
+	if s.StatusTo != "" && len(s.StatusFrom) == 0 {
+		return fmt.Errorf("%w: status compare-and-set to %s without StatusFrom", snapshots.ErrInvalid, s.StatusTo)
+	}
+	if sn := s.Snapshot; sn != nil {
+		if sn.RunID != "" && sn.RunID != s.RunID {
+			return fmt.Errorf("%w: snapshot of run %s in a step of run %s", snapshots.ErrInvalid, sn.RunID, s.RunID)
+		}
+		if sn.StepOrdinal < 0 || sn.NodeName == "" {
+			return fmt.Errorf("%w: snapshot needs stepOrdinal >= 0 and nodeName", snapshots.ErrInvalid)
+		}
+	}
+	return CheckStepArtifacts(s)
+}
+
+// checkStepEvent checks s's event i (e): its run, id, fields, checksum and
+// sequence (at least 1, following event i-1's).
+func checkStepEvent(s agent.Step, i int, e agent.Event) error {
+	if e.RunID != s.RunID {
+		return fmt.Errorf("%w: event %s of run %q in a step of run %s", snapshots.ErrInvalid, e.EventID, e.RunID, s.RunID)
+	}
+	if err := CheckULID("eventId", e.EventID); err != nil {
+		return err
+	}
+	if e.Kind == "" || e.TS == "" || e.Checksum == "" {
+		return fmt.Errorf("%w: event %s needs kind, ts and checksum", snapshots.ErrInvalid, e.EventID)
+	}
+	if err := agent.VerifyChecksum(e); err != nil {
+		return fmt.Errorf("%w: event %s: %v", snapshots.ErrInvalid, e.EventID, err)
+	}
+	if e.Sequence < 1 {
+		return fmt.Errorf("%w: event %s sequence %d < 1", snapshots.ErrInvalid, e.EventID, e.Sequence)
+	}
+	if i > 0 && e.Sequence != s.Events[i-1].Sequence+1 {
+		return fmt.Errorf("run %s: sequence %d after %d: %w", s.RunID, e.Sequence, s.Events[i-1].Sequence, snapshots.ErrSequenceGap)
+	}
+	return nil
 }
 
 // CheckStepAgainstRun checks, inside the transaction, what needs the run's
@@ -276,11 +290,22 @@ func ScanEvent(r RowScanner) (agent.Event, error) {
 	return DecodeEvent(env)
 }
 
-// ScanOutboxRow scans run_id, sequence, event_id, subject, body of a
-// run_outbox row.
+// OutboxCols are the columns ScanOutboxRow reads of an unpublished event
+// (run_events e joined with its run r): the subject is derived from the
+// run's tenant (snapshots.Subject), the body is the envelope.
+const OutboxCols = `e.run_id, e.sequence, e.event_id, r.tenant_id, e.envelope`
+
+// OutboxFrom is the FROM clause OutboxCols reads.
+const OutboxFrom = ` FROM run_events e JOIN runs r ON r.run_id = e.run_id`
+
+// ScanOutboxRow scans OutboxCols into an outbox row.
 func ScanOutboxRow(r RowScanner) (agent.OutboxRow, error) {
-	var o agent.OutboxRow
-	err := r.Scan(&o.RunID, &o.Sequence, &o.EventID, &o.Subject, &o.Body)
+	var (
+		o      agent.OutboxRow
+		tenant string
+	)
+	err := r.Scan(&o.RunID, &o.Sequence, &o.EventID, &tenant, &o.Body)
+	o.Subject = snapshots.Subject(tenant, o.RunID, "")
 	return o, err
 }
 

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/nodes"
 )
 
 // The request `runs submit` builds from flags and -f, without a daemon.
@@ -18,7 +19,7 @@ func TestRunsSubmitRequest(t *testing.T) {
 	if err := os.WriteFile(apk, []byte("PK"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := runsSubmitCmd{Device: "emulator-5554", Package: "com.example.app", APK: apk, SHA256: strings.Repeat("AB", 32),
+	c := submitCmd{Device: "emulator-5554", Package: "com.example.app", APK: apk, SHA256: strings.Repeat("AB", 32),
 		Activity: ".Main", PolicyVersion: 2, Mode: "FORCE_RESTART"}
 	b, err := c.request()
 	if err != nil {
@@ -48,7 +49,7 @@ func TestRunsSubmitRequest(t *testing.T) {
 	os.WriteFile(f, []byte(`{"ensureDevice":{"deviceConfiguration":{"deviceName":"a","bootTimeoutMillis":120000}},
 		"provisionApp":{"applicationUnderTestDescriptor":{"androidPackageId":"com.x.y"}},"launchOrAttach":{"applicationUnderTestDescriptor":{"androidPackageId":"com.x.y"}},
 		"waitIdle":{"idleHeuristicsConfiguration":{"minQuietMillis":500}}}`), 0o644)
-	b, err = (&runsSubmitCmd{File: f, Device: "b", APK: "https://h.example/app.apk?X-Amz-Signature=s"}).request()
+	b, err = (submitCmd{File: f, Device: "b", APK: "https://h.example/app.apk?X-Amz-Signature=s"}).request()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +61,8 @@ func TestRunsSubmitRequest(t *testing.T) {
 
 	// Refusals, each an invalid_request_error naming what is wrong.
 	big := filepath.Join(t.TempDir(), "big.json")
-	os.WriteFile(big, bytes.Repeat([]byte(" "), maxRunFile+1), 0o644)
-	for name, c := range map[string]runsSubmitCmd{
+	os.WriteFile(big, bytes.Repeat([]byte(" "), MaxRunFile+1), 0o644)
+	for name, c := range map[string]submitCmd{
 		"no device":   {Package: "com.example.app"},
 		"no package":  {Device: "emulator-5554"},
 		"missing apk": {Device: "e", Package: "com.example.app", APK: filepath.Join(t.TempDir(), "none.apk")},
@@ -75,6 +76,17 @@ func TestRunsSubmitRequest(t *testing.T) {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}
+}
+
+// submitCmd is `runs submit`'s flags as the command has them.
+type submitCmd struct {
+	File, Device, Package, APK, SHA256, Activity, Mode string
+	PolicyVersion                                      int
+}
+
+func (c submitCmd) request() ([]byte, error) {
+	return SubmitRequest(SubmitFlags{File: c.File, APK: c.APK, RequestFields: nodes.RequestFields{Device: c.Device,
+		Package: c.Package, SHA256: c.SHA256, Activity: c.Activity, Mode: c.Mode, PolicyVersion: c.PolicyVersion}})
 }
 
 func writeTemp(t *testing.T, s string) string {

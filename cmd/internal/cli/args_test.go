@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"slices"
@@ -16,7 +16,7 @@ func TestSeparateEmulatorFlags(t *testing.T) {
 		{[]string{"sga", "emulator", "sim", "--", "-avd", "P"}, []string{"sga", "emulator", "sim", "--", "-avd", "P"}},
 		{[]string{"sga", "run", "-avd"}, []string{"sga", "run", "-avd"}},
 	} {
-		if got := separateEmulatorFlags(c.in); !slices.Equal(got, c.want) {
+		if got := SeparateEmulatorFlags(c.in); !slices.Equal(got, c.want) {
 			t.Errorf("%q: got %q, want %q", c.in, got, c.want)
 		}
 	}
