@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
+	"github.com/screengraph/screengraph-agent/cmd/internal/chaintest"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gowebpki/jcs"
 	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
@@ -27,12 +24,19 @@ import (
 	"github.com/screengraph/screengraph-agent/emulator/sim"
 	"github.com/screengraph/screengraph-agent/emulator/sim/android"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
-	"github.com/screengraph/screengraph-agent/fixtures"
 	"github.com/screengraph/screengraph-agent/nodes"
 	"github.com/screengraph/screengraph-agent/snapshots/sqlite"
 )
 
-const appPkg = "com.example.app"
+// The chain helpers shared with cmd/internal/e2e (cmd/internal/chaintest)
+// that this package's tests and benchmarks name.
+const appPkg = chaintest.AppPkg
+
+var (
+	fixtureAPK   = chaintest.FixtureAPK
+	signerDigest = chaintest.SignerDigest
+	decodeNode   = chaintest.DecodeNode
+)
 
 // slow skips t under go test -short, saying why it is slow: chains through
 // a real Appium. go test -short ./... keeps one chain here
@@ -58,7 +62,7 @@ type chainEnv struct {
 func newChainEnv(t testing.TB) *chainEnv {
 	t.Helper()
 	srv := simtest.StartADBServer(t)
-	emu, dev := launchDefault(t, srv)
+	emu, dev := chaintest.LaunchDefault(t, srv)
 	e := &chainEnv{srv: srv, emu: emu, dev: dev, serial: emu.Serial(), dataDir: t.TempDir()}
 	// Cleanups run last-in first-out: Appium stops before the adb server dies.
 	t.Cleanup(func() {
@@ -69,31 +73,10 @@ func newChainEnv(t testing.TB) *chainEnv {
 	return e
 }
 
-// launchDefault starts a simulated emulator with the default profile behind
-// srv and waits until srv lists it as a device.
-func launchDefault(t testing.TB, srv *simtest.ADBServer) (*sim.Emulator, *android.Device) {
-	t.Helper()
-	b, err := fixtures.Profile("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prof, err := android.ParseProfile("default", b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	emu, dev, err := sim.Launch(context.Background(), sim.LaunchConfig{ADBServer: srv.Addr(), Profile: prof, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emu.Close() })
-	srv.WaitState(t, emu.Serial(), "device", 10*time.Second)
-	return emu, dev
-}
-
 // launchEmulator starts one more default-profile emulator behind the env's adb
 // server and returns its serial.
 func (e *chainEnv) launchEmulator(t testing.TB) string {
-	emu, _ := launchDefault(t, e.srv)
+	emu, _ := chaintest.LaunchDefault(t, e.srv)
 	return emu.Serial()
 }
 
@@ -212,108 +195,6 @@ func writeJSON(t testing.TB, dir, name string, v any) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func fixtureAPK(name string) string { return filepath.Join("..", "..", "fixtures", "apks", name) }
-
-var signerDigestRE = regexp.MustCompile(`(?m)^Signer #1 certificate SHA-256 digest: ([0-9a-f]{64})$`)
-
-// signerDigest asks apksigner for the APK's signer certificate SHA-256.
-func signerDigest(t testing.TB, apk string) string {
-	t.Helper()
-	out, err := exec.Command("apksigner", "verify", "--print-certs", apk).CombinedOutput()
-	if err != nil {
-		t.Fatalf("apksigner verify %s: %v\n%s", apk, err, out)
-	}
-	m := signerDigestRE.FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("apksigner printed no signer digest:\n%s", out)
-	}
-	return string(m[1])
-}
-
-// independentChecksum recomputes an event checksum without the agent
-// package: sha256(eventId|runId|sequence|kind|JCS(payload)), lowercase hex.
-func independentChecksum(t testing.TB, e agent.Event) string {
-	t.Helper()
-	canon, err := jcs.Transform(e.Payload)
-	if err != nil {
-		t.Fatalf("event %d: payload not canonicalizable: %v", e.Sequence, err)
-	}
-	var b bytes.Buffer
-	b.WriteString(e.EventID)
-	b.WriteByte('|')
-	b.WriteString(e.RunID)
-	b.WriteByte('|')
-	b.WriteString(jsonInt(e.Sequence))
-	b.WriteByte('|')
-	b.WriteString(e.Kind)
-	b.WriteByte('|')
-	b.Write(canon)
-	sum := sha256.Sum256(b.Bytes())
-	return hex.EncodeToString(sum[:])
-}
-
-func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
-
-// nodePayload is the part of node event payloads the tests read.
-type nodePayload struct {
-	NodeName                   string          `json:"nodeName"`
-	StepOrdinal                int             `json:"stepOrdinal"`
-	Attempt                    int             `json:"attempt"`
-	NodeExecutionOutcomeStatus string          `json:"nodeExecutionOutcomeStatus"`
-	ErrorID                    *string         `json:"errorId"`
-	ErrorCode                  string          `json:"errorCode"`
-	Output                     json.RawMessage `json:"output"`
-	Text                       string          `json:"text"`
-	DurationMillis             int64           `json:"durationMillis"`
-}
-
-func decodeNode(t testing.TB, e agent.Event) nodePayload {
-	t.Helper()
-	var p nodePayload
-	if err := json.Unmarshal(e.Payload, &p); err != nil {
-		t.Fatalf("event %d %s: %v", e.Sequence, e.Kind, err)
-	}
-	return p
-}
-
-// finishedOf returns the agent.node.finished payloads of node, in order.
-func finishedOf(t testing.TB, evs []agent.Event, node string) []nodePayload {
-	var out []nodePayload
-	for _, e := range evs {
-		if e.Kind == agent.KindNodeFinished {
-			if p := decodeNode(t, e); p.NodeName == node {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
-// lastOutput decodes the last finished output of node into v.
-func lastOutput(t testing.TB, evs []agent.Event, node string, v any) {
-	t.Helper()
-	f := finishedOf(t, evs, node)
-	if len(f) == 0 {
-		t.Fatalf("no agent.node.finished for %s", node)
-	}
-	if err := json.Unmarshal(f[len(f)-1].Output, v); err != nil {
-		t.Fatalf("%s output: %v", node, err)
-	}
-}
-
-// deltaLines are the node's token_delta texts.
-func deltaLines(t testing.TB, evs []agent.Event, node string) []string {
-	var out []string
-	for _, e := range evs {
-		if e.Kind == agent.KindNodeTokenDelta {
-			if p := decodeNode(t, e); p.NodeName == node {
-				out = append(out, p.Text)
-			}
-		}
-	}
-	return out
 }
 
 func anyContains(lines []string, sub string) bool {

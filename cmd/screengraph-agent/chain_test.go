@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/screengraph/screengraph-agent/cmd/internal/chaintest"
 	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"os/exec"
@@ -42,7 +43,7 @@ func checkEvents(t *testing.T, evs []agent.Event, terminal string) []string {
 		if e.Sequence != int64(i+1) {
 			t.Fatalf("event %d has sequence %d (gap or disorder)", i, e.Sequence)
 		}
-		if got := independentChecksum(t, e); got != e.Checksum {
+		if got := chaintest.IndependentChecksum(t, e); got != e.Checksum {
 			t.Errorf("sequence %d %s: stored checksum %s, recomputed %s", e.Sequence, e.Kind, e.Checksum, got)
 		}
 		if e.RunID != evs[0].RunID || e.Version != "1" || e.TenantID != "local" {
@@ -173,7 +174,7 @@ type provisionOut struct {
 func sessionOf(t *testing.T, evs []agent.Event) string {
 	t.Helper()
 	var ed nodes.EnsureDeviceOutput
-	lastOutput(t, evs, nodes.NodeEnsureDevice, &ed)
+	chaintest.LastOutput(t, evs, nodes.NodeEnsureDevice, &ed)
 	if ed.DeviceRuntimeContext == nil || ed.DeviceRuntimeContext.DriverSessionID == "" {
 		t.Fatalf("EnsureDevice output without a session: %+v", ed)
 	}
@@ -222,26 +223,26 @@ func TestChainEventsAndNATS(t *testing.T) {
 
 	// First run: v2 installed over the preinstalled v1.
 	var p1, p2 nodes.ProvisionAppOutput
-	lastOutput(t, all[0], nodes.NodeProvisionApp, &p1)
+	chaintest.LastOutput(t, all[0], nodes.NodeProvisionApp, &p1)
 	if o := p1.ApplicationProvisioningOutcome; o == nil || *o.InstalledVersionCode != 2 || o.SignatureValidationStatus != nodes.SignatureMatched {
 		t.Errorf("first ProvisionApp outcome %+v", o)
 	}
-	if !anyContains(deltaLines(t, all[0], nodes.NodeProvisionApp), "installing com.example.app versionCode 2") {
-		t.Errorf("first run did not install: %q", deltaLines(t, all[0], nodes.NodeProvisionApp))
+	if !anyContains(chaintest.DeltaLines(t, all[0], nodes.NodeProvisionApp), "installing com.example.app versionCode 2") {
+		t.Errorf("first run did not install: %q", chaintest.DeltaLines(t, all[0], nodes.NodeProvisionApp))
 	}
 	// Second run: same session, SAME + MATCHED, nothing installed.
 	if s1, s2 := sessionOf(t, all[0]), sessionOf(t, all[1]); s1 != s2 {
 		t.Errorf("driverSessionId %s then %s: not reused", s1, s2)
 	}
-	if !anyContains(deltaLines(t, all[1], nodes.NodeEnsureDevice), "reusing Appium session") {
-		t.Errorf("EnsureDevice lines %q", deltaLines(t, all[1], nodes.NodeEnsureDevice))
+	if !anyContains(chaintest.DeltaLines(t, all[1], nodes.NodeEnsureDevice), "reusing Appium session") {
+		t.Errorf("EnsureDevice lines %q", chaintest.DeltaLines(t, all[1], nodes.NodeEnsureDevice))
 	}
-	lastOutput(t, all[1], nodes.NodeProvisionApp, &p2)
+	chaintest.LastOutput(t, all[1], nodes.NodeProvisionApp, &p2)
 	if o := p2.ApplicationProvisioningOutcome; o == nil || o.AppPresenceStatus != nodes.AppPresent || *o.InstalledVersionCode != 2 ||
 		o.SignatureValidationStatus != nodes.SignatureMatched {
 		t.Errorf("second ProvisionApp outcome %+v", o)
 	}
-	lines := deltaLines(t, all[1], nodes.NodeProvisionApp)
+	lines := chaintest.DeltaLines(t, all[1], nodes.NodeProvisionApp)
 	if !anyContains(lines, "install state SAME") || anyContains(lines, "installing ") {
 		t.Errorf("second ProvisionApp lines %q", lines)
 	}
@@ -311,7 +312,7 @@ func TestChainSignatureMismatchNothingInstalled(t *testing.T) {
 		t.Errorf("node pairs %v", pairs)
 	}
 	var pa nodes.ProvisionAppOutput
-	lastOutput(t, evs, nodes.NodeProvisionApp, &pa)
+	chaintest.LastOutput(t, evs, nodes.NodeProvisionApp, &pa)
 	if pa.ErrorID == nil || *pa.ErrorID != agent.ErrSignatureMismatch || pa.NodeExecutionOutcomeStatus != nodes.OutcomeFailure ||
 		pa.Retryable == nil || *pa.Retryable {
 		t.Errorf("ProvisionApp output common %+v", pa.Common)
@@ -319,7 +320,7 @@ func TestChainSignatureMismatchNothingInstalled(t *testing.T) {
 	if o := pa.ApplicationProvisioningOutcome; o == nil || *o.InstalledVersionCode != 1 {
 		t.Errorf("outcome %+v, want the preinstalled versionCode 1", o)
 	}
-	if lines := deltaLines(t, evs, nodes.NodeProvisionApp); anyContains(lines, "installing ") || anyContains(lines, "uninstalling ") {
+	if lines := chaintest.DeltaLines(t, evs, nodes.NodeProvisionApp); anyContains(lines, "installing ") || anyContains(lines, "uninstalling ") {
 		t.Errorf("ProvisionApp touched the device: %q", lines)
 	}
 	// The agent error report built from the store's latest snapshot.
@@ -428,7 +429,7 @@ nodeRetries:
 		}
 		evs := runEvents(t, h.Store, runID)
 		checkEvents(t, evs, map[agent.RunStatus]string{agent.RunFinished: agent.KindRunFinished, agent.RunFailed: agent.KindRunFailed}[status])
-		for _, f := range finishedOf(t, evs, nodes.NodeProvisionApp) {
+		for _, f := range chaintest.FinishedOf(t, evs, nodes.NodeProvisionApp) {
 			id := "-"
 			if f.ErrorID != nil {
 				id = *f.ErrorID
@@ -447,10 +448,10 @@ nodeRetries:
 
 	// A: the install meets the offline device and waits it out in the node.
 	evs := run("A", func(node, _ string) bool { return node == nodes.NodeProvisionApp })
-	fa := finishedOf(t, evs, nodes.NodeProvisionApp)
+	fa := chaintest.FinishedOf(t, evs, nodes.NodeProvisionApp)
 	if len(fa) != 1 || fa[0].NodeExecutionOutcomeStatus != string(agent.OutcomeSuccess) ||
-		!anyContains(deltaLines(t, evs, nodes.NodeProvisionApp), "waiting up to") {
-		t.Errorf("run A: ProvisionApp attempts %+v, lines %q", fa, deltaLines(t, evs, nodes.NodeProvisionApp))
+		!anyContains(chaintest.DeltaLines(t, evs, nodes.NodeProvisionApp), "waiting up to") {
+		t.Errorf("run A: ProvisionApp attempts %+v, lines %q", fa, chaintest.DeltaLines(t, evs, nodes.NodeProvisionApp))
 	}
 	if vc, _ := env.dumpsysPackage(t); vc != "2" {
 		t.Errorf("after run A the device has versionCode %s", vc)
@@ -460,7 +461,7 @@ nodeRetries:
 	evs = run("B", func(node, line string) bool {
 		return node == nodes.NodeEnsureDevice && (strings.Contains(line, " ready on ") || strings.Contains(line, "reusing Appium session"))
 	})
-	fb := finishedOf(t, evs, nodes.NodeProvisionApp)
+	fb := chaintest.FinishedOf(t, evs, nodes.NodeProvisionApp)
 	if len(fb) < 2 || fb[0].ErrorID == nil || (*fb[0].ErrorID != string(agent.ErrDeviceOffline) && *fb[0].ErrorID != string(agent.ErrTimeout)) ||
 		fb[len(fb)-1].NodeExecutionOutcomeStatus != string(agent.OutcomeSuccess) {
 		t.Errorf("run B: ProvisionApp attempts %+v, want >= 2, the first device_offline/timeout, the last SUCCESS", fb)
@@ -580,7 +581,7 @@ func TestChainModesAndErrors(t *testing.T) {
 			before: func(t *testing.T) { pidBefore = pid() },
 			check: func(t *testing.T, evs []agent.Event, _ cliResult) {
 				var lo nodes.LaunchOrAttachOutput
-				lastOutput(t, evs, nodes.NodeLaunchOrAttach, &lo)
+				chaintest.LastOutput(t, evs, nodes.NodeLaunchOrAttach, &lo)
 				if fc := lo.ApplicationForegroundContext; fc == nil || fc.CurrentActivityName != "com.example.app.HomeActivity" {
 					t.Errorf("foreground %+v", fc)
 				}
@@ -598,10 +599,10 @@ func TestChainModesAndErrors(t *testing.T) {
 		{name: "coercible input", apk: v2,
 			input: map[string]any{"waitIdle": idle("5000"), "launchOrAttach": map[string]any{"launchAttachMode": "force_restart"}},
 			check: func(t *testing.T, evs []agent.Event, _ cliResult) {
-				if l := deltaLines(t, evs, nodes.NodeWaitIdle); !anyContains(l, "within 5s") {
+				if l := chaintest.DeltaLines(t, evs, nodes.NodeWaitIdle); !anyContains(l, "within 5s") {
 					t.Errorf("WaitIdle did not run with maxWaitMillis 5000: %q", l)
 				}
-				if l := deltaLines(t, evs, nodes.NodeLaunchOrAttach); !anyContains(l, "am start-activity -W -S ") {
+				if l := chaintest.DeltaLines(t, evs, nodes.NodeLaunchOrAttach); !anyContains(l, "am start-activity -W -S ") {
 					t.Errorf("LaunchOrAttach did not force-restart: %q", l)
 				}
 			}},
@@ -667,7 +668,7 @@ func TestChainModesAndErrors(t *testing.T) {
 					t.Fatalf("status %s, err %v, want FAILED with %s\n%s", r.Status, res.Err, k.wantErr, res.Raw)
 				}
 				checkEvents(t, evs, agent.KindRunFailed)
-				f := finishedOf(t, evs, k.wantNode)
+				f := chaintest.FinishedOf(t, evs, k.wantNode)
 				if len(f) == 0 || f[len(f)-1].ErrorID == nil || *f[len(f)-1].ErrorID != string(k.wantErr) {
 					t.Errorf("%s finished %+v, want errorId %s", k.wantNode, f, k.wantErr)
 				}
@@ -679,7 +680,7 @@ func TestChainModesAndErrors(t *testing.T) {
 			if k.check != nil {
 				k.check(t, evs, res)
 			}
-			if len(finishedOf(t, evs, nodes.NodeEnsureDevice)) > 0 {
+			if len(chaintest.FinishedOf(t, evs, nodes.NodeEnsureDevice)) > 0 {
 				lastSession = sessionOf(t, evs)
 			}
 			t.Logf("%s in %v", r.Status, res.Took.Round(time.Millisecond))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"github.com/screengraph/screengraph-agent/cmd/internal/chaintest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -138,7 +139,7 @@ func TestRunRedactsArtifactCredentials(t *testing.T) {
 	if !sawRef {
 		t.Error("no event names the (redacted) reference: the test proves nothing")
 	}
-	lines := deltaLines(t, evs, nodes.NodeProvisionApp)
+	lines := chaintest.DeltaLines(t, evs, nodes.NodeProvisionApp)
 	if !anyContains(lines, "downloaded") || !anyContains(lines, "X-Amz-Signature="+agent.Redacted) {
 		t.Errorf("ProvisionApp lines do not show the redacted reference: %q", lines)
 	}

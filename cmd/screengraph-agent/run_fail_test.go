@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"github.com/screengraph/screengraph-agent/cmd/internal/chaintest"
 	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,82 +30,6 @@ func failCmd(dataDir string) runCmd {
 	return c
 }
 
-// checkAgentError checks the agent error format printed by `run --output
-// json` for a failure before the chain: success false, one error with
-// errorID, a message containing each of msgParts, every node not_executed.
-func checkAgentError(t *testing.T, raw string, errorID agent.ErrorID, msgParts ...string) {
-	t.Helper()
-	var out struct {
-		Success *bool  `json:"success"`
-		Error   string `json:"error"`
-		Errors  []struct {
-			Category string `json:"category"`
-			ErrorID  string `json:"error_id"`
-			Message  string `json:"message"`
-			NodeID   string `json:"node_id"`
-		} `json:"errors"`
-		Execution struct {
-			Steps []struct {
-				NodeID string `json:"node_id"`
-				Status string `json:"status"`
-			} `json:"steps"`
-		} `json:"execution"`
-		Checkpoint struct {
-			CompletedNodes []string `json:"completed_nodes"`
-		} `json:"checkpoint"`
-	}
-	if err := json.Unmarshal([]byte(strings.TrimSpace(raw)), &out); err != nil {
-		t.Fatalf("stdout is not one JSON object: %v\n%s", err, raw)
-	}
-	if out.Success == nil || *out.Success {
-		t.Errorf("success = %v, want false:\n%s", out.Success, raw)
-	}
-	if len(out.Errors) != 1 {
-		t.Fatalf("errors: %d entries, want 1:\n%s", len(out.Errors), raw)
-	}
-	e := out.Errors[0]
-	if e.ErrorID != string(errorID) {
-		t.Errorf("error_id %q, want %q:\n%s", e.ErrorID, errorID, raw)
-	}
-	if e.Category == "" || out.Error == "" {
-		t.Errorf("no category or error:\n%s", raw)
-	}
-	for _, p := range msgParts {
-		if !strings.Contains(e.Message, p) {
-			t.Errorf("message %q does not name %q", e.Message, p)
-		}
-	}
-	if len(out.Execution.Steps) != 4 {
-		t.Errorf("execution.steps: %d, want the 4 setup nodes", len(out.Execution.Steps))
-	}
-	for _, s := range out.Execution.Steps {
-		if s.Status != "not_executed" {
-			t.Errorf("step %s is %s, want not_executed", s.NodeID, s.Status)
-		}
-	}
-	if len(out.Checkpoint.CompletedNodes) != 0 {
-		t.Errorf("completed nodes %v", out.Checkpoint.CompletedNodes)
-	}
-}
-
-// noRunStored opens the data dir's store (which also proves the failed host
-// released it) and checks that no run row was written.
-func noRunStored(t *testing.T, dataDir string) {
-	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(dataDir, "agent.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatalf("store of the failed run: %v", err)
-	}
-	defer st.Close()
-	runs, err := st.ListRuns(context.Background(), agent.Admin(), agent.RunFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(runs) != 0 {
-		t.Errorf("the failed run left %d run rows: %+v", len(runs), runs)
-	}
-}
-
 // A --data-dir that is a regular file: openHost fails on its first step.
 func TestRunFailsCleanlyOnDataDirFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "not-a-dir")
@@ -118,7 +41,7 @@ func TestRunFailsCleanlyOnDataDirFile(t *testing.T) {
 	if !errors.As(res.Err, &ee) || ee.Code != 2 {
 		t.Fatalf("run returned %v, want exit code 2", res.Err)
 	}
-	checkAgentError(t, res.Raw, agent.ErrInvalidRequest, "data dir", file)
+	chaintest.CheckRunRefused(t, res.Raw, agent.ErrInvalidRequest, "data dir", file)
 	if b, err := os.ReadFile(file); err != nil || string(b) != "x" {
 		t.Errorf("the data dir file was changed: %q %v", b, err)
 	}
@@ -139,8 +62,8 @@ func TestRunFailsCleanlyOnBadPolicy(t *testing.T) {
 	if !errors.As(res.Err, &ee) || ee.Code != 2 {
 		t.Fatalf("run returned %v, want exit code 2", res.Err)
 	}
-	checkAgentError(t, res.Raw, agent.ErrInvalidRequest, "policy", pol)
-	noRunStored(t, dir)
+	chaintest.CheckRunRefused(t, res.Raw, agent.ErrInvalidRequest, "policy", pol)
+	chaintest.NoRunStored(t, dir)
 }
 
 // Defect 7 of issue 7: Relay.Drain was called while Relay.Run was active

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/screengraph/screengraph-agent/cmd/internal/chaintest"
 	"github.com/screengraph/screengraph-agent/cmd/internal/cli"
 	"os"
 	"path/filepath"
@@ -54,8 +55,8 @@ func TestRunRefusesInvalidTenant(t *testing.T) {
 		if cli.ExitCode(res.Err) != 2 {
 			t.Fatalf("--tenant %q: %v, want exit code 2", tenant, res.Err)
 		}
-		checkAgentError(t, res.Raw, agent.ErrInvalidRequest, "--tenant", "must be 1-64 of A-Z, a-z, 0-9, '_' and '-'")
-		noRunStored(t, dir)
+		chaintest.CheckRunRefused(t, res.Raw, agent.ErrInvalidRequest, "--tenant", "must be 1-64 of A-Z, a-z, 0-9, '_' and '-'")
+		chaintest.NoRunStored(t, dir)
 	}
 }
 
@@ -78,8 +79,8 @@ func TestRunInputStrict(t *testing.T) {
 		if cli.ExitCode(res.Err) != 2 {
 			t.Fatalf("%s: %v, want exit code 2", tc.body, res.Err)
 		}
-		checkAgentError(t, res.Raw, agent.ErrInvalidRequest, "--input "+in, tc.want)
-		noRunStored(t, dir)
+		chaintest.CheckRunRefused(t, res.Raw, agent.ErrInvalidRequest, "--input "+in, tc.want)
+		chaintest.NoRunStored(t, dir)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,10 +22,6 @@ import (
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/nodes"
 )
-
-// agentPkg is the binary under test; go build resolves it from any working
-// directory in the module.
-const agentPkg = "github.com/screengraph/screengraph-agent/cmd/screengraph-agent"
 
 // repoRoot is the repository's root from this package's directory (go test
 // runs a package's tests in its directory): fixtures/, the local Appium.
@@ -41,36 +36,6 @@ func slow(t testing.TB, why string) {
 	if testing.Short() {
 		t.Skip("slow under -short (" + why + "); make test runs it")
 	}
-}
-
-// The daemon tests run the real binary (SIGKILL needs a process of its own),
-// built once per test process.
-var agentBin struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-func buildAgent(t testing.TB) string {
-	t.Helper()
-	agentBin.once.Do(func() {
-		dir, err := os.MkdirTemp("", "screengraph-agent-bin-")
-		if err != nil {
-			agentBin.err = err
-			return
-		}
-		p := filepath.Join(dir, "screengraph-agent")
-		out, err := exec.Command("go", "build", "-o", p, agentPkg).CombinedOutput()
-		if err != nil {
-			agentBin.err = fmt.Errorf("go build: %v\n%s", err, out)
-			return
-		}
-		agentBin.path = p
-	})
-	if agentBin.err != nil {
-		t.Fatal(agentBin.err)
-	}
-	return agentBin.path
 }
 
 // daemon is a `screengraph-agent serve` process of a test.

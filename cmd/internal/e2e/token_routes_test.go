@@ -1,8 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,16 +30,13 @@ func TestServeTokenCommandsThroughAPI(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(bin, append(args, "--server", d.URL())...)
 		cmd.Env = append(os.Environ(), "SCREENGRAPH_TOKEN="+token)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
+		out, err := cmd.CombinedOutput()
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		return out.String() + errb.String(), code
+		return string(out), 0
 	}
 	create := func(token string, args ...string) tokenCreated {
 		t.Helper()
