@@ -32,6 +32,9 @@ type Client struct {
 	// and install pick shell_v2 / cmd without an extra round trip per call.
 	mu       sync.Mutex
 	features map[string]parse.Features
+	// transports is the transport id each serial's last service was
+	// opened on (LastTransportID); under mu.
+	transports map[string]int64
 	// noTport: the server refused host:tport: (adb < 1.0.41).
 	noTport atomic.Bool
 }
@@ -273,6 +276,9 @@ func (c *Client) transport(ctx context.Context, op, serial string) (*conn, error
 		err = cn.request("host:tport:serial:" + serial)
 		if err == nil {
 			err = cn.readTransportID()
+		}
+		if err == nil {
+			c.noteTransport(serial, cn.transportID)
 		} else if strings.Contains(err.Error(), "unknown host service") {
 			c.noTport.Store(true)
 			cn.Close()
@@ -291,6 +297,35 @@ func (c *Client) transport(ctx context.Context, op, serial string) (*conn, error
 	return cn, nil
 }
 
+func (c *Client) noteTransport(serial string, id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.transports == nil {
+		c.transports = map[string]int64{}
+	}
+	c.transports[serial] = id
+}
+
+// LastTransportID is the adb transport id (host:tport:) the last service
+// opened on serial through c ran on, without a round trip; 0 when none
+// was opened or the server does not say (adb < 1.0.41). A device that
+// reconnected or rebooted since is on a new one, which the next service
+// opened on it shows.
+func (c *Client) LastTransportID(serial string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.transports[serial]
+}
+
+type openedKey struct{}
+
+// WithOpened returns ctx carrying fn, which Shell calls once the device
+// accepted the command's stream (the server's OKAY follows the device's:
+// adbd has started the shell), before it reads any output.
+func WithOpened(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, openedKey{}, fn)
+}
+
 // openService opens service (e.g. "shell,v2,raw:ls", "sync:", "exec:…", "tcp:6790")
 // on the device and returns the raw byte stream after OKAY.
 func (c *Client) openService(ctx context.Context, op, serial, service string) (*conn, error) {
@@ -301,6 +336,9 @@ func (c *Client) openService(ctx context.Context, op, serial, service string) (*
 	if err := cn.request(service); err != nil {
 		cn.Close()
 		return nil, err
+	}
+	if fn, ok := ctx.Value(openedKey{}).(func()); ok {
+		fn()
 	}
 	return cn, nil
 }

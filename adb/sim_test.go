@@ -505,3 +505,35 @@ func TestSimShellAllocatesLittle(t *testing.T) {
 		t.Fatalf("a shell round trip allocated %d bytes, want <= 32 KiB", per)
 	}
 }
+
+// TestSimOpenedAndLastTransport: WithOpened's function runs once the
+// device accepted the shell's stream, while the command still runs (the
+// recorder's start returns then, not when screenrecord ends), and
+// LastTransportID is the transport the last command ran on, without a
+// round trip (0 for a serial never used).
+func TestSimOpenedAndLastTransport(t *testing.T) {
+	c := adbServer(t)
+	e := startSim(t, c, android.Profile{Name: "opened"})
+	ctx := ctxT(t, 20*time.Second)
+	if id := c.LastTransportID(e.Serial()); id != 0 {
+		t.Fatalf("LastTransportID before any command: %d", id)
+	}
+	opened := make(chan time.Time, 2)
+	start := time.Now()
+	r, err := c.Shell(WithOpened(ctx, func() { opened <- time.Now() }), e.Serial(), "sleep 1; echo done")
+	returned := time.Now()
+	if err != nil || string(r.Stdout) != "done\n" {
+		t.Fatalf("shell: %+v %v", r, err)
+	}
+	if len(opened) != 1 {
+		t.Fatalf("opened called %d times, want 1", len(opened))
+	}
+	at := <-opened
+	t.Logf("opened after %v, returned after %v", at.Sub(start), returned.Sub(start))
+	if returned.Sub(at) < 900*time.Millisecond {
+		t.Errorf("opened %v after the start, %v before the command ended: not while it ran", at.Sub(start), returned.Sub(at))
+	}
+	if id := c.LastTransportID(e.Serial()); id == 0 || id != r.TransportID {
+		t.Errorf("LastTransportID %d, the shell ran on %d", id, r.TransportID)
+	}
+}

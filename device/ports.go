@@ -88,3 +88,21 @@ type ExecOuter interface {
 type AliveProber interface {
 	ProbeAlive(ctx context.Context, sessionID string) (Health, map[string]any, error)
 }
+
+type startedKey struct{}
+
+// WithStarted returns ctx carrying fn, which a Device's Shell calls once
+// the device has accepted the command's stream (adb's OKAY: adbd has
+// started the shell running it), before any output is read. A caller that
+// starts a long command (a recording) in a goroutine waits on it to know
+// the command runs on the device without waiting for the command's end.
+// A Device that cannot tell calls it when the command returns.
+func WithStarted(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, startedKey{}, fn)
+}
+
+// StartedHook is the function WithStarted put in ctx, nil when none.
+func StartedHook(ctx context.Context) func() {
+	fn, _ := ctx.Value(startedKey{}).(func())
+	return fn
+}

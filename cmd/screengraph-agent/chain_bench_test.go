@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,23 +25,52 @@ import (
 // default, 500 ms quiet) and minQuiet100 (input minQuietMillis 100, sampling
 // every 50 ms).
 func BenchmarkWarmChain(b *testing.B) {
-	_, h, base, _ := warmChainHost(b)
+	env, h, base, _ := warmChainHost(b)
 	ctx := context.Background()
 	quick := base
 	quick.Input = writeJSON(b, b.TempDir(), "input.json", map[string]any{
 		"waitIdle": map[string]any{"idleHeuristicsConfiguration": map[string]any{"minQuietMillis": 100, "samplingIntervalMillis": 50}}})
+	recorder := h.Engine.Recorder
+	// The recorder's start and the evidence (the recorder's drop with it)
+	// timed where the engine calls them.
+	timedRec := &timedRecorder{Recorder: recorder}
+	evidence := h.Engine.Evidence
+	timedEv := &timedEvidence{Evidence: evidence}
+	h.Engine.Evidence = timedEv
+	defer func() { h.Engine.Evidence = evidence }()
 	for _, bc := range []struct {
-		name string
-		c    runCmd
-	}{{"policy-default-minQuiet500", base}, {"minQuiet100", quick}} {
+		name     string
+		c        runCmd
+		recorder bool
+	}{{"policy-default-minQuiet500", base, true}, {"minQuiet100", quick, true}, {"minQuiet100-no-recorder", quick, false}} {
 		b.Run(bc.name, func(b *testing.B) {
+			// The video recorder (issue 27) measured apart: the engine
+			// without it records nothing (the default policy's video).
+			h.Engine.Recorder = timedRec
+			if !bc.recorder {
+				h.Engine.Recorder = nil
+			}
+			timedRec.took, timedEv.took = 0, 0
+			defer func() { h.Engine.Recorder = recorder }()
+			env.emu.Opened()
 			var runs []string
+			var last []string
+			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				id, status, _, err := submit(ctx, h, bc.c)
 				if err != nil || status != agent.RunFinished {
 					b.Fatalf("run: %s %v", status, err)
 				}
 				runs = append(runs, id)
+				if i == b.N-1 {
+					b.StopTimer()
+					last = env.emu.Opened() // the last chain's
+					b.StartTimer()
+				} else if i == b.N-2 {
+					b.StopTimer()
+					env.emu.Opened()
+					b.StartTimer()
+				}
 			}
 			msPerOp := float64(b.Elapsed().Milliseconds()) / float64(b.N)
 			b.ReportMetric(msPerOp, "ms/op")
@@ -51,8 +81,102 @@ func BenchmarkWarmChain(b *testing.B) {
 			// warm device, beside its target.
 			b.ReportMetric(msPerOp-means[nodes.NodeWaitIdle], "outside-wait-ms")
 			b.ReportMetric(warmOutsideWaitTarget, "outside-wait-target-ms")
+			reportSpans(b, h, runs, means, msPerOp)
+			b.ReportMetric(float64(timedRec.took.Microseconds())/1000/float64(b.N), "recorder-start-ms")
+			b.ReportMetric(float64(timedEv.took.Microseconds())/1000/float64(b.N), "evidence-ms")
+			reportStreams(b, last)
 		})
 	}
+}
+
+// timedRecorder sums the time NodeStarting takes (the node waits for it).
+type timedRecorder struct {
+	agent.Recorder
+	took time.Duration
+}
+
+func (t *timedRecorder) NodeStarting(ctx context.Context, req agent.RecordRequest) {
+	start := time.Now()
+	t.Recorder.NodeStarting(ctx, req)
+	t.took += time.Since(start)
+}
+
+// timedEvidence sums the time Capture takes (with the recorder's Drop when
+// the outcome keeps no video).
+type timedEvidence struct {
+	agent.Evidence
+	took time.Duration
+}
+
+func (t *timedEvidence) Capture(ctx context.Context, req agent.EvidenceRequest) ([]agent.Artifact, []agent.TokenDelta) {
+	start := time.Now()
+	defer func() { t.took += time.Since(start) }()
+	return t.Evidence.Capture(ctx, req)
+}
+
+// reportSpans splits a chain's time by its events' timestamps (ms
+// resolution, so a mean over runs): the nodes (their durationMillis), the
+// engine between them (run start, the step commits, the recorder's start
+// and drop, the evidence, the end: "engine-between-nodes-ms") and outside
+// the engine's first and last event (creating the run, the relay drain:
+// "outside-engine-ms").
+func reportSpans(b *testing.B, h *agentd.Host, runs []string, means map[string]float64, msPerOp float64) {
+	var span float64
+	for _, id := range runs {
+		evs, err := h.Store.Events(context.Background(), agent.Admin(), id, 0)
+		if err != nil || len(evs) == 0 {
+			b.Fatalf("events of %s: %v", id, err)
+		}
+		first, err1 := time.Parse(time.RFC3339Nano, evs[0].TS)
+		last, err2 := time.Parse(time.RFC3339Nano, evs[len(evs)-1].TS)
+		if err1 != nil || err2 != nil {
+			b.Fatalf("event ts: %v %v", err1, err2)
+		}
+		span += float64(last.Sub(first).Microseconds()) / 1000
+	}
+	span /= float64(len(runs))
+	var nodeSum float64
+	for _, ms := range means {
+		nodeSum += ms
+	}
+	b.ReportMetric(span-nodeSum, "engine-between-nodes-ms")
+	b.ReportMetric(msPerOp-span, "outside-engine-ms")
+}
+
+// reportStreams reports the device streams (adb round trips) the last
+// chain opened outside WaitIdle's sampling, and WaitIdle's apart, and logs
+// each service opened once (the profile of where the round trips go).
+func reportStreams(b *testing.B, opened []string) {
+	var other, idle int
+	seen := map[string]int{}
+	var order []string
+	for _, s := range opened {
+		if isIdleSample(s) {
+			idle++
+		} else {
+			other++
+		}
+		if seen[s] == 0 {
+			order = append(order, s)
+		}
+		seen[s]++
+	}
+	b.ReportMetric(float64(other), "adb-streams-outside-wait/chain")
+	b.ReportMetric(float64(idle), "adb-streams-waitidle/chain")
+	for _, s := range order {
+		b.Logf("%3dx %.160s", seen[s], s)
+	}
+}
+
+// isIdleSample: a stream WaitIdle's sampler opens (the screen, its
+// gfxinfo framestats sample), told apart by the commands it sends.
+func isIdleSample(service string) bool {
+	for _, c := range []string{"screencap", "dumpsys gfxinfo"} {
+		if strings.Contains(service, c) {
+			return true
+		}
+	}
+	return false
 }
 
 // warmChainHost opens a single-host assembly on a simulated emulator and

@@ -129,6 +129,9 @@ func (d *ADBDevice) State(ctx context.Context) (string, error) {
 // shell: with an exit marker on devices without shell_v2).
 func (d *ADBDevice) Shell(ctx context.Context, cmd string) (device.ShellResult, error) {
 	var r adb.ShellResult
+	if fn := device.StartedHook(ctx); fn != nil {
+		ctx = adb.WithOpened(ctx, fn)
+	}
 	err := d.rideAbsence(ctx, func() (err error) {
 		r, err = d.client.Shell(ctx, d.serial, cmd)
 		return err

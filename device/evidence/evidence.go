@@ -87,15 +87,7 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	tg := targetOf(req)
-	var idle device.IdleScreen
-	if c.Idle != nil {
-		// Taken (and so dropped) whatever the request: kept once, used once.
-		var ok bool
-		if idle, ok = c.Idle.take(req.Run.RunID, req.StepOrdinal, req.Attempt); !ok || req.Failed || idle.Serial != tg.serial {
-			idle = device.IdleScreen{}
-		}
-	}
-	var arts []agent.Artifact
+	idle := c.idleScreen(req, tg)
 	var lines []agent.TokenDelta
 	note := func(format string, args ...any) {
 		d := agent.Log("evidence: "+format, args...)
@@ -115,19 +107,40 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 		note("%s not captured: the run failed with %s", strings.Join(kinds, ", "), req.ErrorID)
 		return nil, lines
 	}
-	dev := c.DeviceFor(tg.serial)
-	// The kinds at once: the screenshot (adb), the hierarchy (Appium) and
-	// the logs use separate channels, so a capture takes about its slowest
-	// kind, not their sum (the warm chain's default evidence went from
-	// 61 ms to about half). Rows and lines keep the kinds' order.
-	type result struct {
-		data       []byte
-		ctype, sum string
-		err        error
-		noted      string
-		lines      []string // of the video: what was left out
+	results := c.captureAll(ctx, req.Run.RunID, c.DeviceFor(tg.serial), tg, kinds, idle, budget)
+	return collect(kinds, results, note), lines
+}
+
+// idleScreen is what WaitIdle kept for exactly this attempt on the run's
+// device (zero when none, or the attempt failed). Taken, and so dropped,
+// whatever the request: kept once, used once.
+func (c *Capturer) idleScreen(req agent.EvidenceRequest, tg target) device.IdleScreen {
+	if c.Idle == nil {
+		return device.IdleScreen{}
 	}
-	results := make([]result, len(kinds))
+	idle, ok := c.Idle.take(req.Run.RunID, req.StepOrdinal, req.Attempt)
+	if !ok || req.Failed || idle.Serial != tg.serial {
+		return device.IdleScreen{}
+	}
+	return idle
+}
+
+// kindResult is one kind's capture.
+type kindResult struct {
+	data       []byte
+	ctype, sum string
+	err        error
+	noted      string
+	lines      []string // of the video: what was left out
+}
+
+// captureAll takes the kinds at once: the screenshot (adb), the hierarchy
+// (Appium) and the logs use separate channels, so a capture takes about
+// its slowest kind, not their sum (the warm chain's default evidence went
+// from 61 ms to about half). Each captured kind's blob is stored; results
+// keep the kinds' order.
+func (c *Capturer) captureAll(ctx context.Context, runID string, dev device.Device, tg target, kinds []string, idle device.IdleScreen, budget time.Duration) []kindResult {
+	results := make([]kindResult, len(kinds))
 	var wg sync.WaitGroup
 	for i, kind := range kinds {
 		wg.Add(1)
@@ -135,7 +148,7 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 			defer wg.Done()
 			r := &results[i]
 			if kind == agent.ArtifactVideo {
-				r.data, r.lines, r.err = c.video(ctx, req.Run.RunID)
+				r.data, r.lines, r.err = c.video(ctx, runID)
 				r.ctype = TypeMP4
 			} else {
 				r.data, r.ctype, r.err = c.capture(ctx, dev, tg, kind, idle)
@@ -154,6 +167,13 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 		}()
 	}
 	wg.Wait()
+	return results
+}
+
+// collect turns the results into artifact rows, in the kinds' order, and
+// notes what was left out and why.
+func collect(kinds []string, results []kindResult, note func(format string, args ...any)) []agent.Artifact {
+	var arts []agent.Artifact
 	for i, kind := range kinds {
 		r := results[i]
 		for _, l := range r.lines {
@@ -170,7 +190,7 @@ func (c *Capturer) Capture(ctx context.Context, req agent.EvidenceRequest) ([]ag
 			arts = append(arts, agent.Artifact{ArtifactRef: agent.ArtifactRef{Kind: kind, ContentType: r.ctype, Bytes: int64(len(r.data)), SHA256: r.sum}})
 		}
 	}
-	return arts, lines
+	return arts
 }
 
 // capture takes one kind from the device, or from what WaitIdle proved

@@ -65,6 +65,45 @@ func (h *Handover) Handover(ctx context.Context, req agent.HandoverRequest) agen
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t0 := time.Now()
+	devKey, reason, pkgs, unreset := h.plan(ctx, req)
+	var res agent.HandoverResult
+	var cmd strings.Builder
+	if reason != "" {
+		res.Reset = &agent.DeviceResetPayload{Serial: req.Fence.Serial, Reason: reason, Outcome: agent.OutcomeSuccess,
+			StoppedApps: len(pkgs), WentHome: true}
+		for _, p := range pkgs {
+			cmd.WriteString("am force-stop " + shellWord(p) + "; ")
+		}
+		cmd.WriteString("input keyevent 3; ")
+	}
+	cmd.WriteString("date +%s.%N")
+	r, err := h.DeviceFor(req.Fence.Serial).Shell(ctx, cmd.String())
+	if err != nil {
+		return h.failed(ctx, req, res, devKey, pkgs, t0, err)
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	at, ok := epochTime(lines[len(lines)-1])
+	if r.ExitCode != 0 || !ok {
+		return h.failed(ctx, req, res, devKey, pkgs, t0, agent.Errorf(agent.ErrProcess, "the reset's clock read printed %q (exit %d)", firstBytes([]byte(lines[len(lines)-1])), r.ExitCode))
+	}
+	// logcat -T and dropbox compare at the millisecond or finer: the
+	// window starts at the next whole millisecond, after every entry the
+	// reset's own commands wrote.
+	res.Window.Since = at.Truncate(time.Millisecond).Add(time.Millisecond)
+	if res.Reset != nil {
+		res.Reset.DeviceTime = agent.FormatTS(res.Window.Since)
+		res.Reset.DurationMillis = time.Since(t0).Milliseconds()
+		if unreset != nil {
+			h.remember(ctx, devKey, nil)
+		}
+	}
+	return res
+}
+
+// plan decides whether the device needs a reset (its reason, "" when not)
+// and which apps to stop: the previous run's (due), and those a reset that
+// failed before left (unreset, non-nil when one is still due).
+func (h *Handover) plan(ctx context.Context, req agent.HandoverRequest) (devKey, reason string, pkgs, unreset []string) {
 	devKey, reason, pkgs, err := h.due(ctx, req)
 	if err != nil {
 		// Whose run came before is unknown: reset, as for a pruned one.
@@ -72,7 +111,7 @@ func (h *Handover) Handover(ctx context.Context, req agent.HandoverRequest) agen
 		reason, pkgs = agent.ResetPreviousUnknown, nil
 	}
 	// A reset that failed before is still due, with the apps it was to stop.
-	unreset := h.unreset(ctx, devKey)
+	unreset = h.unreset(ctx, devKey)
 	if unreset != nil {
 		if reason == "" {
 			reason = agent.ResetPreviousFailed
@@ -83,57 +122,27 @@ func (h *Handover) Handover(ctx context.Context, req agent.HandoverRequest) agen
 			}
 		}
 	}
-	var res agent.HandoverResult
-	var reset *agent.DeviceResetPayload
-	if reason != "" {
-		reset = &agent.DeviceResetPayload{Serial: req.Fence.Serial, Reason: reason, Outcome: agent.OutcomeSuccess}
-		res.Reset = reset
-	}
-	fail := func(err error) agent.HandoverResult {
-		e := agent.Classify(err)
-		if reset == nil {
-			// Only the clock read failed: the window stays unknown (no logs).
-			h.logf("run %s: device %s: reading the device clock: %v", req.Run.RunID, req.Fence.Serial, e)
-			return res
-		}
-		res.Window.Dirty = true
-		h.remember(ctx, devKey, append([]string{}, pkgs...))
-		id := e.ID
-		reset.Outcome, reset.ErrorID = agent.OutcomeFailure, &id
-		reset.HumanReadableFailureSummary = agent.RedactString("device reset failed: " + e.Error())
-		reset.DurationMillis = time.Since(t0).Milliseconds()
-		h.logf("run %s: device %s: %s", req.Run.RunID, req.Fence.Serial, reset.HumanReadableFailureSummary)
+	return devKey, reason, pkgs, unreset
+}
+
+// failed is the result of a handover whose round trip failed: without a
+// reset due, only the clock read failed (the window stays unknown: no
+// logs); a reset that failed leaves the device dirty and is remembered,
+// so the next run resets it whoever's it is.
+func (h *Handover) failed(ctx context.Context, req agent.HandoverRequest, res agent.HandoverResult, devKey string, pkgs []string, t0 time.Time, err error) agent.HandoverResult {
+	e := agent.Classify(err)
+	reset := res.Reset
+	if reset == nil {
+		h.logf("run %s: device %s: reading the device clock: %v", req.Run.RunID, req.Fence.Serial, e)
 		return res
 	}
-	var cmd strings.Builder
-	if reset != nil {
-		for _, p := range pkgs {
-			cmd.WriteString("am force-stop " + shellWord(p) + "; ")
-		}
-		cmd.WriteString("input keyevent 3; ")
-		reset.StoppedApps, reset.WentHome = len(pkgs), true
-	}
-	cmd.WriteString("date +%s.%N")
-	r, err := h.DeviceFor(req.Fence.Serial).Shell(ctx, cmd.String())
-	if err != nil {
-		return fail(err)
-	}
-	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-	at, ok := epochTime(lines[len(lines)-1])
-	if r.ExitCode != 0 || !ok {
-		return fail(agent.Errorf(agent.ErrProcess, "the reset's clock read printed %q (exit %d)", firstBytes([]byte(lines[len(lines)-1])), r.ExitCode))
-	}
-	// logcat -T and dropbox compare at the millisecond or finer: the
-	// window starts at the next whole millisecond, after every entry the
-	// reset's own commands wrote.
-	res.Window.Since = at.Truncate(time.Millisecond).Add(time.Millisecond)
-	if reset != nil {
-		reset.DeviceTime = agent.FormatTS(res.Window.Since)
-		reset.DurationMillis = time.Since(t0).Milliseconds()
-		if unreset != nil {
-			h.remember(ctx, devKey, nil)
-		}
-	}
+	res.Window.Dirty = true
+	h.remember(ctx, devKey, append([]string{}, pkgs...))
+	id := e.ID
+	reset.Outcome, reset.ErrorID = agent.OutcomeFailure, &id
+	reset.HumanReadableFailureSummary = agent.RedactString("device reset failed: " + e.Error())
+	reset.DurationMillis = time.Since(t0).Milliseconds()
+	h.logf("run %s: device %s: %s", req.Run.RunID, req.Fence.Serial, reset.HumanReadableFailureSummary)
 	return res
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -60,15 +61,27 @@ type Recorder struct {
 	FirstNode string
 	// Logf reports what could not be recorded; may be nil.
 	Logf func(format string, args ...any)
+	// Transport is the adb transport id a serial's last command ran on,
+	// without a round trip (adb.Client.LastTransportID); nil (or 0) sweeps
+	// and reads `wm size` before every run's recording.
+	Transport func(serial string) int64
 
-	mu   sync.Mutex
-	runs map[string]*recRun
+	mu    sync.Mutex
+	runs  map[string]*recRun
+	known map[string]knownDevice // by serial
+}
+
+// knownDevice is what a sweep proved of a device on one adb transport.
+type knownDevice struct {
+	transport int64
+	size      parse.DisplaySize
 }
 
 var _ agent.Recorder = (*Recorder)(nil)
 
 // recRun is one run's recording.
 type recRun struct {
+	serial   string
 	dev      device.Device
 	set      VideoSettings
 	size     string        // --size WxH
@@ -94,6 +107,7 @@ type segment struct {
 	started  time.Time
 	stopping bool          // guarded by Recorder.mu
 	cancel   func()        // closes the adb shell (SIGHUP: screenrecord finishes the file)
+	accepted chan struct{} // closed when the device accepted the shell's stream
 	done     chan struct{} // closed when the shell command returned
 }
 
@@ -103,7 +117,11 @@ func (r *Recorder) logf(runID, format string, args ...any) {
 	}
 }
 
-// NodeStarting implements agent.Recorder.
+// NodeStarting implements agent.Recorder. On a device this daemon already
+// swept on the same adb transport (Transport), the start is one stream:
+// the segment's screenrecord, returned from as soon as the device accepted
+// it (device.WithStarted), not when the encoder runs; else one shell
+// first sweeps and reads the display size (prepare).
 func (r *Recorder) NodeStarting(ctx context.Context, req agent.RecordRequest) {
 	set, on := r.Settings(req.Policy)
 	if !on {
@@ -121,61 +139,114 @@ func (r *Recorder) NodeStarting(ctx context.Context, req agent.RecordRequest) {
 	}
 	r.mu.Unlock()
 	if rr == nil {
-		tg := targetOf(agent.EvidenceRequest{Run: req.Run, Outputs: req.Outputs, Window: req.Window})
-		if tg.serial == "" || tg.dirty {
-			return // no device, or its screen may still be another tenant's
-		}
-		rr = &recRun{dev: r.DeviceFor(tg.serial), set: set}
-		// A daemon that crashed mid-run left its recording running: stop it
-		// (and any other of ours; the run holds the device's lease) and
-		// drop its files before recording anew.
-		r.sweep(ctx, rr.dev)
-		out, err := rr.dev.Shell(ctx, "wm size")
-		ds, ok := parse.DisplaySize{}, false
-		if err == nil {
-			ds, ok = parse.ParseWmSize(out.Stdout)
-		}
-		if !ok {
-			r.logf(runID, "not recorded: `wm size` gave no display size (%v)", err)
+		if rr = r.begin(ctx, req, set); rr == nil {
 			return
 		}
-		rr.size = videoSize(ds, set.ShortSide)
-		r.mu.Lock()
-		if r.runs == nil {
-			r.runs = map[string]*recRun{}
-		}
-		r.runs[runID] = rr
-		r.mu.Unlock()
 	}
 	r.mu.Lock()
 	r.startLocked(runID, rr)
 	seg := rr.cur
 	r.mu.Unlock()
 	if seg != nil {
-		r.waitRecording(ctx, rr.dev, seg)
+		// The node waits for the device to have started the recording's
+		// shell (one round trip), not for the encoder: everything the node
+		// then sends reaches the device after screenrecord started, so the
+		// recording's first frame is the screen before the node acted.
+		select {
+		case <-seg.accepted:
+		case <-seg.done:
+		case <-ctx.Done():
+		}
 	}
 }
 
-// waitRecording waits (at most 5 s) until the device lists a screenrecord
-// process, so the node that follows is recorded from its start: opening an
-// adb shell takes a round trip or more on a busy host.
-func (r *Recorder) waitRecording(ctx context.Context, dev device.Device, seg *segment) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if res, err := dev.Shell(ctx, "pidof screenrecord"); err == nil && res.ExitCode == 0 && strings.TrimSpace(res.Stdout) != "" {
-			return
-		}
-		select {
-		case <-seg.done:
-			return
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+// begin makes the run's recording, nil when it cannot record: no device,
+// a screen that may still be another tenant's, or no display size.
+func (r *Recorder) begin(ctx context.Context, req agent.RecordRequest, set VideoSettings) *recRun {
+	tg := targetOf(agent.EvidenceRequest{Run: req.Run, Outputs: req.Outputs, Window: req.Window})
+	if tg.serial == "" || tg.dirty {
+		return nil
+	}
+	rr := &recRun{serial: tg.serial, dev: r.DeviceFor(tg.serial), set: set}
+	ds, err := r.prepare(ctx, rr)
+	if err != nil {
+		r.logf(req.Run.RunID, "not recorded: %v", err)
+		return nil
+	}
+	rr.size = videoSize(ds, set.ShortSide)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runs == nil {
+		r.runs = map[string]*recRun{}
+	}
+	r.runs[req.Run.RunID] = rr
+	return rr
+}
+
+// transportOf is the adb transport the device's last command ran on (0
+// when unknown or not wired).
+func (r *Recorder) transportOf(serial string) int64 {
+	if r.Transport == nil {
+		return 0
+	}
+	return r.Transport(serial)
+}
+
+// prepare returns the device's display size. The first run on an adb
+// transport also stops and deletes every recording of ours on the device
+// (a daemon that crashed mid-run left its recording running; the run holds
+// the device's lease, so no other is ours to keep), in the same shell as
+// `wm size`: SIGKILL, so nothing is written after the rm (the encoder
+// writes into the file it opened, which rm unlinks). Later runs on the same
+// transport (EnsureDevice's check just ran on it) know both: every
+// recording of this daemon was stopped and deleted at its run's end, or
+// the device was forgotten here (forget).
+func (r *Recorder) prepare(ctx context.Context, rr *recRun) (parse.DisplaySize, error) {
+	if tid := r.transportOf(rr.serial); tid != 0 {
+		r.mu.Lock()
+		k, ok := r.known[rr.serial]
+		r.mu.Unlock()
+		if ok && k.transport == tid {
+			return k.size, nil
 		}
 	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := rr.dev.Shell(sctx, "pkill -KILL -f "+ourRecordings("")+"; rm -f "+recordPrefix+"*; wm size")
+	if err != nil {
+		return parse.DisplaySize{}, fmt.Errorf("sweep and `wm size`: %w", err)
+	}
+	ds, ok := parse.ParseWmSize(res.Stdout)
+	if !ok {
+		return parse.DisplaySize{}, fmt.Errorf("`wm size` gave no display size (exit %d: %.80q)", res.ExitCode, res.Stdout+res.Stderr)
+	}
+	if res.TransportID != 0 {
+		r.mu.Lock()
+		if r.known == nil {
+			r.known = map[string]knownDevice{}
+		}
+		r.known[rr.serial] = knownDevice{transport: res.TransportID, size: ds}
+		r.mu.Unlock()
+	}
+	return ds, nil
+}
+
+// forget drops what is known of serial: a recording that could not be
+// stopped or deleted there is swept by the next run.
+func (r *Recorder) forget(serial string) {
+	r.mu.Lock()
+	delete(r.known, serial)
+	r.mu.Unlock()
+}
+
+// ourRecordings is the pkill -f pattern (toybox: an extended regular
+// expression over the process's command line) of our screenrecord
+// processes whose file name starts with recordPrefix+rest. Anchored at
+// "screenrecord ", so it never matches the sh running the command line
+// that holds it (its own command line is `sh -c …`), which pkill would
+// kill with the rest of the line unrun.
+func ourRecordings(rest string) string {
+	return shellWord("^screenrecord .* " + regexp.QuoteMeta(recordPrefix+rest))
 }
 
 // videoSize is screenrecord's --size for a display: scaled so its short
@@ -197,16 +268,21 @@ func (r *Recorder) startLocked(runID string, rr *recRun) {
 	if secs < 1 {
 		return
 	}
-	seg := &segment{path: fmt.Sprintf("%s%s-%03d.mp4", recordPrefix, runID, rr.next), started: time.Now(), done: make(chan struct{})}
+	seg := &segment{path: fmt.Sprintf("%s%s-%03d.mp4", recordPrefix, runID, rr.next), started: time.Now(),
+		accepted: make(chan struct{}), done: make(chan struct{})}
 	rr.next++
 	rr.cur = seg
 	// The recording outlives the node that started it: its own context,
 	// ended by stop (or the daemon's exit, which closes the adb connection).
 	sctx, cancel := context.WithCancel(context.Background())
 	seg.cancel = cancel
+	var once sync.Once
+	accepted := func() { once.Do(func() { close(seg.accepted) }) }
+	sctx = device.WithStarted(sctx, accepted)
 	cmd := fmt.Sprintf("screenrecord --time-limit %d --size %s --bit-rate %d %s", secs, rr.size, rr.set.BitRate, seg.path)
 	go func() {
 		res, err := rr.dev.Shell(sctx, cmd)
+		accepted()
 		cancel()
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -234,9 +310,8 @@ func (r *Recorder) startLocked(runID string, rr *recRun) {
 }
 
 // stop ends the run's running segment, if any: SIGINT (the file is
-// finished; SIGKILL when the file is not wanted), then, if it has not
-// ended in 10 s, the adb shell closed.
-func (r *Recorder) stop(ctx context.Context, rr *recRun, keep bool) {
+// finished), then, if it has not ended in 10 s, the adb shell closed.
+func (r *Recorder) stop(ctx context.Context, rr *recRun) {
 	r.mu.Lock()
 	seg := rr.cur
 	if seg != nil {
@@ -248,45 +323,20 @@ func (r *Recorder) stop(ctx context.Context, rr *recRun, keep bool) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	sig := "-INT"
-	if !keep {
-		sig = "-KILL"
+	if _, err := rr.dev.Shell(sctx, "pkill -INT -f "+ourRecordings(strings.TrimPrefix(seg.path, recordPrefix))); err != nil {
+		r.forget(rr.serial)
 	}
-	_, _ = rr.dev.Shell(sctx, "pkill "+sig+" -f "+seg.path)
 	select {
 	case <-seg.done:
 		return
 	case <-sctx.Done():
 	}
+	r.forget(rr.serial)
 	seg.cancel()
 	select {
 	case <-seg.done:
 	case <-time.After(5 * time.Second):
 	}
-}
-
-// sweep stops every recording of ours on dev and removes their files.
-func (r *Recorder) sweep(ctx context.Context, dev device.Device) {
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if res, err := dev.Shell(sctx, "pkill -INT -f "+recordPrefix); err == nil && res.ExitCode == 0 {
-		// One was running: it finishes its file on SIGINT, so wait until it
-		// is gone before removing the files (else it writes after rm).
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if res, err := dev.Shell(sctx, "pidof screenrecord"); err != nil || res.ExitCode != 0 {
-				break
-			}
-			select {
-			case <-sctx.Done():
-			case <-tick.C:
-				continue
-			}
-			break
-		}
-	}
-	_, _ = dev.Shell(sctx, "rm -f "+recordPrefix+"*")
 }
 
 func (r *Recorder) take(runID string) *recRun {
@@ -304,19 +354,37 @@ func (r *Recorder) Pause(ctx context.Context, runID string) {
 	rr := r.runs[runID]
 	r.mu.Unlock()
 	if rr != nil {
-		r.stop(ctx, rr, true)
+		r.stop(ctx, rr)
 	}
 }
 
-// Drop implements agent.Recorder: the recording stops and its files are
-// removed from the device.
+// Drop implements agent.Recorder: the recording is SIGKILLed and the run's
+// files removed from the device in one shell (nothing is written after the
+// rm: the encoder writes into the file it opened, which rm unlinks). When
+// that shell fails, the adb shell of the recording is closed (SIGHUP) and
+// the device is swept again before its next recording.
 func (r *Recorder) Drop(ctx context.Context, runID string) {
 	rr := r.take(runID)
 	if rr == nil {
 		return
 	}
-	r.stop(ctx, rr, false)
-	r.remove(ctx, rr)
+	r.mu.Lock()
+	seg := rr.cur
+	if seg != nil {
+		seg.stopping = true
+	}
+	r.mu.Unlock()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	run := runID + "-"
+	res, err := rr.dev.Shell(sctx, "pkill -KILL -f "+ourRecordings(run)+"; rm -f "+recordPrefix+run+"*")
+	if err != nil || res.ExitCode != 0 {
+		r.forget(rr.serial)
+		r.logf(runID, "dropping the recording: exit %d %v", res.ExitCode, err)
+		if seg != nil {
+			seg.cancel()
+		}
+	}
 }
 
 func (r *Recorder) remove(ctx context.Context, rr *recRun) {
@@ -331,7 +399,9 @@ func (r *Recorder) remove(ctx context.Context, rr *recRun) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, _ = rr.dev.Shell(sctx, "rm -f "+strings.Join(paths, " "))
+	if res, err := rr.dev.Shell(sctx, "rm -f "+strings.Join(paths, " ")); err != nil || res.ExitCode != 0 {
+		r.forget(rr.serial)
+	}
 }
 
 func slicesClone(s []string) []string { return append([]string(nil), s...) }
@@ -345,7 +415,7 @@ func (r *Recorder) Video(ctx context.Context, runID string) ([]byte, []string, e
 	if rr == nil {
 		return nil, nil, nil
 	}
-	r.stop(ctx, rr, true)
+	r.stop(ctx, rr)
 	defer r.remove(context.WithoutCancel(ctx), rr)
 	r.mu.Lock()
 	segs, notes := append([]doneSegment(nil), rr.segments...), slicesClone(rr.notes)

@@ -93,6 +93,9 @@ type Emulator struct {
 	// accepted is signalled on every new connection from the adb server.
 	accepted chan struct{}
 	offline  bool
+	// opened is the services the host opened on the device, oldest first
+	// (the last maxOpened): what a benchmark counts as adb round trips.
+	opened []string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -177,6 +180,30 @@ func listenPair(consolePort int) (console, adb net.Listener, port int, err error
 	return nil, nil, 0, errors.New("sim: no free port pair")
 }
 
+// maxOpened bounds the log of opened services (Opened).
+const maxOpened = 4096
+
+func (e *Emulator) noteOpen(service string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.opened) >= maxOpened {
+		e.opened = append(e.opened[:0], e.opened[len(e.opened)-maxOpened/2:]...)
+	}
+	e.opened = append(e.opened, service)
+}
+
+// Opened returns the services the host opened on the device since the
+// last call (the last 4,096 at most), oldest first: "shell:CMD",
+// "shell,v2,raw:CMD", "exec:CMD", "sync:", "tcp:PORT". Each is one
+// stream, so one round trip at least; a benchmark counts them per chain.
+func (e *Emulator) Opened() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.opened
+	e.opened = nil
+	return out
+}
+
 // ConsolePort is the emulator console's port (the serial's number).
 func (e *Emulator) ConsolePort() int { return e.cfg.ConsolePort }
 
@@ -243,6 +270,7 @@ func (e *Emulator) accept() {
 		}
 		t := newTransport(e.ctx, c, e.cfg.Device, e.log, e.isOnline, e.cfg.Faults.SlowReplies)
 		t.authorized = e.isAuthorized
+		t.onOpen = e.noteOpen
 		t.onPublicKey = func() {
 			if a := e.cfg.Auth; a.Required && !a.Never && a.AcceptAfter <= 0 {
 				go e.Authorize()

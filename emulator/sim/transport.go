@@ -33,6 +33,8 @@ type transport struct {
 	// keys to sign with, sends its public key (the device shows its prompt).
 	authorized  func() bool
 	onPublicKey func()
+	// onOpen, when set, is told each service the host opens.
+	onOpen func(service string)
 
 	wmu  sync.Mutex // serializes writes to conn
 	wbuf []byte
@@ -214,6 +216,9 @@ func (t *transport) lookup(id uint32) *stream {
 // open starts the service named by an OPEN. A service the device does not have
 // is refused with CLSE(0, remote), as adbd does.
 func (t *transport) open(remote uint32, service string) {
+	if t.onOpen != nil {
+		t.onOpen(service)
+	}
 	h := t.resolve(service)
 	if h == nil {
 		t.log.Debug().Str("service", service).Msg("refused")

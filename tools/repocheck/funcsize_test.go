@@ -39,8 +39,6 @@ var funcSizeDebt = map[string]string{
 	"agent.mayNeedRedaction":                            "48/22",
 	"agent.redact":                                      "76/30",
 	"agent.redactParams":                                "50/23",
-	"device/evidence.(*Capturer).Capture":               "84/20",
-	"device/evidence.(*Handover).Handover":              "79/16",
 	"snapshots/natsbus.OpenBus":                         "63/16",
 	"snapshots/natsbus.(*JetStreamPublisher).sendChain": "58/18",
 	"snapshots/relay.(*Relay).claimOnce":                "73/19",

@@ -338,7 +338,7 @@ func (h *Host) openEvidence() {
 	h.recorder = &evidence.Recorder{
 		DeviceFor: func(serial string) device.Device { return adbdevice.NewADBDevice(h.ADB, serial) },
 		Settings:  videoSettings, FirstNode: policy.NodeLaunchOrAttach,
-		Logf: warnf,
+		Logf: warnf, Transport: h.ADB.LastTransportID,
 	}
 	h.evidence = &evidence.Capturer{
 		Video:     h.recorder,

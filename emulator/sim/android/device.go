@@ -80,6 +80,8 @@ type Ctx struct {
 	// Dir is the shell's working directory ("/" unless `cd` changed it);
 	// relative path arguments resolve against it (c.path).
 	Dir string
+	// shell is the sh running the command (pkill may match and kill it).
+	shell *shellState
 }
 
 // Command is one shell command. It returns the exit status.

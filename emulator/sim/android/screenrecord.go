@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -114,6 +115,11 @@ func (r *recordings) signal(pid, sig int) bool {
 	select {
 	case rec.sig <- sig:
 	default:
+	}
+	if sig == sigKILL {
+		// Gone at once, as the kernel ends it: ps and pkill no longer
+		// see it (the simulator's encoder is torn down behind).
+		delete(r.run, pid)
 	}
 	return true
 }
@@ -308,6 +314,22 @@ func cmdScreenrecord(c *Ctx) int {
 		io.WriteString(c.Stderr, "ERROR: unable to create video encoder\n")
 		return 1
 	}
+	// MediaMuxer opens (creates) the file at the start and writes into it
+	// until the end: a file removed meanwhile takes the rest with its
+	// unlinked inode, and the path stays gone (finish, below).
+	if err := d.writeFileAs(c.path(o.file), nil, 0o660, d.now(), ownerShell); err != nil {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		stdin.Close()
+		_ = cmd.Wait()
+		fmt.Fprintf(c.Stderr, "Unable to open '%s': %s\n", o.file, errnoText(err))
+		return 1
+	}
+	finish := func(b []byte) error {
+		if _, err := d.Stat(c.path(o.file)); err != nil {
+			return nil // removed while recording
+		}
+		return d.writeFileAs(c.path(o.file), b, 0o660, d.now(), ownerShell)
+	}
 	d.mu.Lock()
 	pid := d.am.nextPID
 	d.am.nextPID++
@@ -368,7 +390,7 @@ loop:
 		stdin.Close()
 		_ = cmd.Wait()
 		if b, err := os.ReadFile(out); err == nil {
-			_ = d.writeFileAs(c.path(o.file), b, 0o660, d.now(), ownerShell)
+			_ = finish(b)
 		}
 		return 128 + sigKILL
 	}
@@ -386,7 +408,7 @@ loop:
 	}
 	b, err := os.ReadFile(out)
 	if err == nil {
-		err = d.writeFileAs(c.path(o.file), b, 0o660, d.now(), ownerShell)
+		err = finish(b)
 	}
 	if err != nil {
 		fmt.Fprintf(c.Stderr, "Unable to open '%s': %s\n", o.file, errnoText(err))
@@ -485,17 +507,20 @@ func cmdKill(c *Ctx) int {
 }
 
 // cmdPkill is toybox `pkill [-SIGNAL] [-f] [-x] PATTERN`: signals the
-// shell's processes whose name (or, with -f, command line) matches
-// PATTERN (a substring here; a regular expression in toybox, which the
-// names this matches against cannot tell apart). Exit 1 when none matched.
+// shell's processes whose name (or, with -f, command line: its arguments
+// joined by spaces) matches PATTERN, an extended regular expression
+// (toybox ps.c: regcomp REG_EXTENDED; -x: the whole of it). The shell
+// user's own processes here are its screenrecord recordings. Exit 1 when
+// none matched; a bad expression is "pkill: bad REGEX" (exit 1).
 func cmdPkill(c *Ctx) int {
-	sig, full := sigTERM, false
+	sig, full, exact := sigTERM, false, false
 	var pat string
 	for _, a := range c.Args[1:] {
 		switch {
 		case a == "-f":
 			full = true
 		case a == "-x":
+			exact = true
 		case strings.HasPrefix(a, "-"):
 			n, ok := signalByName(a[1:])
 			if !ok {
@@ -511,17 +536,32 @@ func cmdPkill(c *Ctx) int {
 		io.WriteString(c.Stderr, "pkill: Needs 1 argument\n")
 		return 1
 	}
+	if exact {
+		pat = "^(" + pat + ")$"
+	}
+	re, err := regexp.Compile(pat)
+	if err != nil {
+		fmt.Fprintf(c.Stderr, "pkill: bad REGEX '%s'\n", pat)
+		return 1
+	}
 	r := &c.Device.rec
 	r.mu.Lock()
 	var pids []int
 	for pid, rec := range r.run {
-		if strings.Contains("screenrecord", pat) || (full && strings.Contains(rec.args, pat)) {
+		if re.MatchString("screenrecord") && !full || full && re.MatchString(rec.args) {
 			pids = append(pids, pid)
 		}
 	}
 	r.mu.Unlock()
 	for _, pid := range pids {
 		r.signal(pid, sig)
+	}
+	// toybox leaves itself out, not the sh running it: a pattern that
+	// matches that sh's `sh -c LINE` kills it, and the rest of LINE never
+	// runs (catchable signals too: mksh -c sets no handler).
+	if sh := c.shell; sh != nil && sh.cmdline != "" && (full && re.MatchString(sh.cmdline) || !full && re.MatchString("sh")) {
+		sh.killedBy = sig
+		pids = append(pids, 0)
 	}
 	if len(pids) == 0 {
 		return 1

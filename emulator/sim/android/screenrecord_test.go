@@ -257,3 +257,53 @@ func childCPU() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestPkillMatchesItsOwnShell: toybox pkill leaves itself out but not the
+// sh running its line, whose command line (`sh -c LINE`) holds the
+// pattern: an unanchored -f pattern kills that sh and the rest of the line
+// never runs, as on a device; a pattern anchored at the process's name
+// signals the recording only. The pattern is a regular expression.
+func TestPkillMatchesItsOwnShell(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	done := startRecording(t, context.Background(), d, "/data/local/tmp/sg-video-1.mp4")
+	out, _, code := amSh(t, d, "pkill -KILL -f /data/local/tmp/sg-video-; echo after")
+	if code != 137 || strings.Contains(out, "after") {
+		t.Errorf("unanchored pattern: exit %d, stdout %q; want 137 and the rest of the line unrun", code, out)
+	}
+	if c := <-done; c != 137 {
+		t.Errorf("the recording ended with %d, want 137", c)
+	}
+	done = startRecording(t, context.Background(), d, "/data/local/tmp/sg-video-2.mp4")
+	out, _, code = amSh(t, d, `pkill -INT -f '^screenrecord .* /data/local/tmp/sg-video-'; echo after`)
+	if code != 0 || out != "after\n" {
+		t.Errorf("anchored pattern: exit %d, stdout %q; want 0 and \"after\"", code, out)
+	}
+	if c := <-done; c != 0 {
+		t.Errorf("the recording ended with %d, want 0 (SIGINT)", c)
+	}
+	if _, _, code := amSh(t, d, `pkill -f 'sg-video-[0-9'`); code != 1 {
+		t.Errorf("bad expression: exit %d, want 1", code)
+	}
+}
+
+// TestScreenrecordFileRemovedWhileRecording: the output file exists from
+// the start (MediaMuxer opens it); removed while recording, it stays gone
+// whether the recording then finishes (SIGINT) or is killed: the encoder
+// wrote into the unlinked file.
+func TestScreenrecordFileRemovedWhileRecording(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	for _, sig := range []string{"-INT", "-KILL"} {
+		f := "/data/local/tmp/gone" + sig + ".mp4"
+		done := startRecording(t, context.Background(), d, f)
+		if _, err := d.ReadFile(f); err != nil {
+			t.Fatalf("%s: no file while recording: %v", sig, err)
+		}
+		if _, e, code := amSh(t, d, "rm -f "+f+"; pkill "+sig+" -f '^screenrecord .* "+f+"'"); code != 0 {
+			t.Fatalf("%s: rm; pkill: %d %q", sig, code, e)
+		}
+		<-done
+		if _, err := d.ReadFile(f); err == nil {
+			t.Errorf("%s: the removed file came back when the recording ended", sig)
+		}
+	}
+}

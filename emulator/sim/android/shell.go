@@ -48,7 +48,9 @@ func (d *Device) Shell(ctx context.Context, cmdline string, stdin io.Reader, std
 		io.WriteString(stderr, o.Stderr)
 		return o.ExitCode
 	}
-	sh := &shellState{d: d, dir: "/"}
+	// adbd runs the line as `/system/bin/sh -c LINE`: its command line,
+	// which pkill -f matches like any process's.
+	sh := &shellState{d: d, dir: "/", cmdline: "/system/bin/sh -c " + cmdline}
 	if strings.TrimSpace(cmdline) == "" {
 		return sh.interactive(ctx, stdin, stdout, stderr)
 	}
@@ -75,6 +77,11 @@ type shellState struct {
 	d      *Device
 	dir    string
 	status int
+	// cmdline is the sh process's command line ("" for a nested or
+	// background shell, which this model does not list); killedBy is the
+	// signal a pkill that matched it sent (the rest of its line never runs).
+	cmdline  string
+	killedBy int
 }
 
 func (sh *shellState) interactive(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -400,6 +407,10 @@ func (sh *shellState) runList(ctx context.Context, list []listItem, stdin io.Rea
 		if ctx.Err() != nil {
 			break
 		}
+		if sh.killedBy != 0 {
+			sh.status = 128 + sh.killedBy
+			break
+		}
 		switch it.op {
 		case "&&":
 			if sh.status != 0 {
@@ -425,6 +436,9 @@ func (sh *shellState) runList(ctx context.Context, list []listItem, stdin io.Rea
 			continue
 		}
 		sh.status = sh.runPipeline(ctx, it.pl, stdin, stdout, stderr)
+	}
+	if sh.killedBy != 0 {
+		sh.status = 128 + sh.killedBy
 	}
 	return sh.status
 }
@@ -736,7 +750,7 @@ func (sh *shellState) exec(ctx context.Context, args []string, stdin io.Reader, 
 		fmt.Fprintf(stderr, "%s%s: inaccessible or not found\n", shPrefix, args[0])
 		return 127
 	}
-	c := &Ctx{Context: ctx, Device: sh.d, Args: append([]string{name}, args[1:]...), Stdin: stdin, Stdout: stdout, Stderr: stderr, Dir: sh.dir}
+	c := &Ctx{Context: ctx, Device: sh.d, Args: append([]string{name}, args[1:]...), Stdin: stdin, Stdout: stdout, Stderr: stderr, Dir: sh.dir, shell: sh}
 	return fn(c)
 }
 
