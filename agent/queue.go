@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -52,6 +53,27 @@ type QueueQuery struct {
 // one; a signal may stand for many changes.
 type QueueNotifier interface {
 	QueueChanged() <-chan struct{}
+}
+
+// QueueWakeFilter is a QueueNotifier whose signals name what changed: a
+// device name in its normal form (QueueName), a new run's device name or a
+// released lease's device key. FilterQueueWakes(f) makes QueueChanged
+// signal only the names f accepts, and every signal that names nothing (a
+// LISTEN reconnect); nil: every signal. f runs on the store's listener
+// goroutine and must not block. A daemon passes the names of the devices
+// it reaches, so that a new run or a freed device wakes the daemons that
+// can act on it, not the whole fleet (Postgres: migration 00013).
+type QueueWakeFilter interface {
+	FilterQueueWakes(f func(name string) bool)
+}
+
+// QueueName is a device name's normal form, as the stores' queues compare
+// names: trimmed of spaces, spaces as '_', lower case (the SQL
+// lower(replace(trim(name), ' ', '_')); Postgres's lower() of a non-ASCII
+// letter follows the database's locale and may differ, and such a name
+// then wakes its daemon at the scheduler's next tick instead).
+func QueueName(name string) string {
+	return strings.ToLower(strings.ReplaceAll(strings.Trim(name, " "), " ", "_"))
 }
 
 // StoreClock is a store that tells its own time: the clock every daemon of

@@ -52,6 +52,13 @@ const (
 	cpTargetCores   = 16
 	cpTargetCPU     = 0.25
 	cpDefaultTTL    = 30 * time.Second // serve's --lease-ttl
+	// cpTargetRunEvery is the run rate the 32,000-device figure is stated
+	// at: every device starts a run every 60 s (533 runs/s fleet-wide).
+	// That is a busy farm's duty cycle: a short UI test is about a minute
+	// with its setup chain, so a device kept busy back to back starts a
+	// run about every 60 s; a fleet idle between runs costs less (its
+	// leases are the renewal figure alone).
+	cpTargetRunEvery = 60 * time.Second
 )
 
 // cpClockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
@@ -335,10 +342,19 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	budget := cpTargetCPU * cpTargetCores
 	runsFit := max(budget-cores, 0) / (cpuPerKRuns / 1000)
 	b.ReportMetric(runsFit, "runs/s-fit-32k-at-25%-16c")
+	// The whole control plane at 32,000 devices, each starting a run every
+	// cpTargetRunEvery: renewals plus runs, as a share of the 16 cores,
+	// beside the target.
+	runRate := float64(cpTargetDevices) / cpTargetRunEvery.Seconds()
+	share := (cores + runRate*cpuPerKRuns/1000) / cpTargetCores
+	b.ReportMetric(100*share, "pg-cpu%-16c-32k-run/60s")
+	b.ReportMetric(100*cpTargetCPU, "target=pg-cpu%-16c-32k-run/60s")
 	b.Logf("renewals: %.0f/s at 1,000 devices (TTL %v); %.3f Postgres CPU-s per 1,000 renewals -> 32,000 devices at TTL %v: %.0f renewals/s, %.2f cores = %.1f%% of %d cores (target: all of the control plane below %.0f%%)",
 		renewals/holdSec, cpTTL, cpuPerKRenewals, cpDefaultTTL, renewPerSec, cores, 100*cores/cpTargetCores, cpTargetCores, 100*cpTargetCPU)
 	b.Logf("target: 32,000 devices below %.0f%% of a %d-core Postgres (%.1f cores): renewals take %.2f, the rest fits %.0f runs/s at %.1f CPU-ms each (a run per device every %.0f s or longer)",
 		100*cpTargetCPU, cpTargetCores, budget, cores, runsFit, cpuPerKRuns, float64(cpTargetDevices)/max(runsFit, 1e-9))
+	b.Logf("32,000 devices, a run per device every %v (%.0f runs/s): Postgres %.1f%% of %d cores (renewals %.2f + runs %.2f cores); target below %.0f%%",
+		cpTargetRunEvery, runRate, 100*share, cpTargetCores, cores, runRate*cpuPerKRuns/1000, 100*cpTargetCPU)
 	b.Logf("stream: %.1f runs/s, %.3f Postgres CPU-s per 1,000 runs, %.0f WAL bytes per run; claim p50 %.1f ms p99 %.1f ms; %d scheduler log lines",
 		runs/streamSec, cpuPerKRuns, float64(s1.wal-s0.wal)/runs, ms(cpPercentile(acq, 50)), ms(cpPercentile(acq, 99)), m.logs.Load())
 }
@@ -552,24 +568,25 @@ func cpResetStatements(b *testing.B, ctx context.Context, admin *pgx.Conn) {
 // execution time since the last reset.
 func cpTopStatements(b *testing.B, ctx context.Context, admin *pgx.Conn, phase string) {
 	b.Helper()
-	rows, err := admin.Query(ctx, `SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+	rows, err := admin.Query(ctx, `SELECT calls, total_exec_time, (shared_blks_hit + shared_blks_read) / greatest(calls, 1),
+		left(regexp_replace(query, '\s+', ' ', 'g'), 110)
 		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12`)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rows.Close()
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s phase, the statements that took most of Postgres's execution time:", phase)
+	fmt.Fprintf(&sb, "%s phase, the statements that took most of Postgres's execution time (pages: shared buffers hit or read per call):", phase)
 	for rows.Next() {
 		var (
-			calls int64
-			total float64
-			q     string
+			calls, pages int64
+			total        float64
+			q            string
 		)
-		if err := rows.Scan(&calls, &total, &q); err != nil {
+		if err := rows.Scan(&calls, &total, &pages, &q); err != nil {
 			b.Fatal(err)
 		}
-		fmt.Fprintf(&sb, "\n%8d calls %7.0f ms %s", calls, total, q)
+		fmt.Fprintf(&sb, "\n%8d calls %7.0f ms %6d pages/call %s", calls, total, pages, q)
 	}
 	// To stdout: a benchmark's log keeps only its first lines.
 	fmt.Println(sb.String())

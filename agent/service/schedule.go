@@ -175,7 +175,61 @@ func (s *Service) schedule(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.forgetStale(listed)
+	if !s.anyToStart(runs, listed) {
+		// Every unfinished run is driven here, or waits elsewhere: no device
+		// listing (an adb connection, a getprop per new device) this round.
+		return nil
+	}
+	var cands []Candidate
+	if s.cfg.Reachable != nil {
+		// A failed listing starts nothing this round (the adb server is
+		// down, or serve holds runs back while its Appium is replaced).
+		if cands, err = s.cfg.Reachable.Candidates(ctx); err != nil {
+			return fmt.Errorf("reachable devices: %w", err)
+		}
+	}
+	r := &round{s: s, ctx: ctx, cands: cands, listed: listed, busy: s.activeDevices()}
+	if q != nil {
+		queued, err := r.readQueue(q)
+		if err != nil {
+			return err
+		}
+		runs = mergeOldestFirst(runs, queued)
+		s.failUnseen(ctx, q)
+	}
+	waiting, stop := r.waiting(runs)
+	if stop {
+		return nil
+	}
+	return r.acquire(r.fairShare(waiting, s.inflight(runs, q == nil)))
+}
+
+// round is one scheduler round's view: the devices reachable at its
+// listing and those busy (driven here, claimed this round, or found held
+// by another holder this round).
+type round struct {
+	s      *Service
+	ctx    context.Context
+	cands  []Candidate
+	listed time.Time
+	busy   map[string]bool // by lease serial
+}
+
+// choice is a run that may take a device this round.
+type choice struct {
+	run     agent.Run
+	devices []string // what the run's name matches, in order
+	device  string   // the one tried
+	// lastStart: when this daemon last started a run of the tenant.
+	lastStart time.Time
+}
+
+// forgetStale drops the scheduler's memories that a round listed at
+// listed no longer needs.
+func (s *Service) forgetStale(listed time.Time) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for id, until := range s.elsewhere {
 		if time.Now().After(until) {
 			delete(s.elsewhere, id)
@@ -191,117 +245,138 @@ func (s *Service) schedule(ctx context.Context) error {
 			delete(s.lastStart, t) // served long ago: as good as never
 		}
 	}
-	s.mu.Unlock()
-	if !s.anyToStart(runs, listed) {
-		// Every unfinished run is driven here, or waits elsewhere: no device
-		// listing (an adb connection, a getprop per new device) this round.
-		return nil
-	}
-	var cands []Candidate
-	if s.cfg.Reachable != nil {
-		// A failed listing starts nothing this round (the adb server is
-		// down, or serve holds runs back while its Appium is replaced).
-		if cands, err = s.cfg.Reachable.Candidates(ctx); err != nil {
-			return fmt.Errorf("reachable devices: %w", err)
-		}
-	}
-	// busy: the devices (lease serials) driven here, claimed this round,
-	// or found held by another holder this round.
+}
+
+// activeDevices are the devices (lease serials) driven here.
+func (s *Service) activeDevices() map[string]bool {
 	busy := map[string]bool{}
 	s.mu.Lock()
 	for _, a := range s.active {
 		busy[a.device] = true
 	}
 	s.mu.Unlock()
-	if q != nil {
-		var all, free []string
-		for _, c := range cands {
-			names := s.deviceNames(c)
-			all = append(all, names...)
-			if !busy[c.Serial] {
-				free = append(free, names...)
-			}
-		}
-		s.seeDevices(ctx, q, all)
-		queued, err := s.roundRuns(ctx, q, free, false)
-		if err != nil {
-			return err
-		}
-		runs = mergeOldestFirst(runs, queued)
-		s.failUnseen(ctx, q)
-	}
-	// inflight counts each tenant's started runs (fair share), as the
-	// latest read of them found (startedDue).
+	return busy
+}
+
+// inflight counts each tenant's started runs (fair share), as the latest
+// read of them found (startedDue); without a queue, from runs.
+func (s *Service) inflight(runs []agent.Run, noQueue bool) map[string]int {
 	inflight := map[string]int{}
 	s.mu.Lock()
 	for t, n := range s.startedTenants {
 		inflight[t] = n
 	}
 	s.mu.Unlock()
-	if q == nil {
+	if noQueue {
 		for _, r := range runs {
 			if r.Status != agent.RunPending {
 				inflight[r.TenantID]++
 			}
 		}
 	}
-	now := time.Now()
-	type choice struct {
-		run     agent.Run
-		devices []string // what the run's name matches, in order
-		device  string   // the one tried
-		// lastStart: when this daemon last started a run of the tenant.
-		lastStart time.Time
-	}
-	// pick is the first device of c that is free here and not quarantined.
-	pick := func(c *choice) bool {
-		for _, d := range c.devices {
-			if busy[d] || s.quarantined(ctx, d) {
-				continue
-			}
-			busy[d] = true
-			c.device = d
-			return true
+	return inflight
+}
+
+// readQueue records the round's device names in the sightings and reads
+// the queue for the free ones.
+func (r *round) readQueue(q agent.RunQueue) ([]agent.Run, error) {
+	var all, free []string
+	for _, c := range r.cands {
+		names := r.s.deviceNames(c)
+		all = append(all, names...)
+		if !r.busy[c.Serial] {
+			free = append(free, names...)
 		}
-		return false
 	}
-	var waiting []*choice
-	for _, r := range runs {
-		if ctx.Err() != nil {
-			return nil
-		}
-		s.mu.Lock()
-		_, isActive := s.active[r.RunID]
-		wait := s.notUntil[r.RunID]
-		other := s.elsewhere[r.RunID]
-		endedAt, hasEnded := s.ended[r.RunID]
-		s.mu.Unlock()
-		if isActive || now.Before(other) || (hasEnded && !endedAt.Before(listed)) {
+	r.s.seeDevices(r.ctx, q, all)
+	r.s.setWakeNames(all)
+	return r.s.roundRuns(r.ctx, q, free, false)
+}
+
+// setWakeNames records the device names this daemon reaches (as of this
+// round's listing): the queue's signals naming another device wake it no
+// more (wakesFor).
+func (s *Service) setWakeNames(names []string) {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[agent.QueueName(n)] = true
+	}
+	s.mu.Lock()
+	s.wakeNames = set
+	s.mu.Unlock()
+}
+
+// wakesFor is the filter of the store's queue signals
+// (agent.QueueWakeFilter): a new run or a released lease wakes this
+// daemon's scheduler when it names a device this daemon reaches, or
+// before its first listing. A device that came since is found at the next
+// tick.
+func (s *Service) wakesFor(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wakeNames == nil || s.wakeNames[name]
+}
+
+// pick is the first device of c that is free here and not quarantined,
+// marked busy.
+func (r *round) pick(c *choice) bool {
+	for _, d := range c.devices {
+		if r.busy[d] || r.s.quarantined(r.ctx, d) {
 			continue
 		}
-		devices := s.devicesFor(ctx, r.Serial, cands, s.cfg.Reachable != nil)
+		r.busy[d] = true
+		c.device = d
+		return true
+	}
+	return false
+}
+
+// waiting are the runs of runs that may take a device now (a run asked to
+// cancel before it ever held a device is launched without one here); stop:
+// the round's context ended.
+func (r *round) waiting(runs []agent.Run) (waiting []*choice, stop bool) {
+	s := r.s
+	now := time.Now()
+	for _, run := range runs {
+		if r.ctx.Err() != nil {
+			return nil, true
+		}
+		s.mu.Lock()
+		_, isActive := s.active[run.RunID]
+		wait := s.notUntil[run.RunID]
+		other := s.elsewhere[run.RunID]
+		endedAt, hasEnded := s.ended[run.RunID]
+		last := s.lastStart[run.TenantID]
+		s.mu.Unlock()
+		if isActive || now.Before(other) || (hasEnded && !endedAt.Before(r.listed)) {
+			continue
+		}
+		devices := s.devicesFor(r.ctx, run.Serial, r.cands, s.cfg.Reachable != nil)
 		if now.Before(wait) {
 			// It keeps its device: later runs naming only it wait behind
 			// it. A run several devices serve holds none back.
 			if len(devices) == 1 {
-				busy[devices[0]] = true
+				r.busy[devices[0]] = true
 			}
 			continue
 		}
 		// A run asked to cancel before it ever held a device ends without one:
 		// the engine commits started + canceled and touches no device.
-		if r.Status == agent.RunCancelRequested && !s.everStarted(ctx, r.RunID) {
-			s.launch(r, nil, time.Time{}, r.Serial)
+		if run.Status == agent.RunCancelRequested && !s.everStarted(r.ctx, run.RunID) {
+			s.launch(run, nil, time.Time{}, run.Serial)
 			continue
 		}
-		s.mu.Lock()
-		last := s.lastStart[r.TenantID]
-		s.mu.Unlock()
-		waiting = append(waiting, &choice{run: r, devices: devices, lastStart: last})
+		waiting = append(waiting, &choice{run: run, devices: devices, lastStart: last})
 	}
-	// Fair share: the next run to take a device is, among those that can,
-	// the one of the tenant with the fewest runs in flight, then the oldest
-	// (waiting is oldest first; the sort is stable).
+	return waiting, false
+}
+
+// fairShare orders the runs that take a device: among those that can,
+// the one of the tenant with the fewest runs in flight, then the oldest
+// (waiting is oldest first; the sort is stable). Each chosen run's device
+// is marked busy.
+func (r *round) fairShare(waiting []*choice, inflight map[string]int) []*choice {
+	now := time.Now()
 	var take []*choice
 	for len(waiting) > 0 {
 		slices.SortStableFunc(waiting, func(a, b *choice) int {
@@ -319,7 +394,7 @@ func (s *Service) schedule(ctx context.Context) error {
 			// Round-robin: the tenant this daemon served longest ago first.
 			return a.lastStart.Compare(b.lastStart)
 		})
-		i := slices.IndexFunc(waiting, pick)
+		i := slices.IndexFunc(waiting, r.pick)
 		if i < 0 {
 			break
 		}
@@ -333,48 +408,36 @@ func (s *Service) schedule(ctx context.Context) error {
 		}
 		waiting = slices.Delete(waiting, i, i+1)
 	}
-	// The leases of different devices are taken side by side: with a burst
-	// of submits the store commits them together (the embedded store's group
-	// commit) instead of one after the other. A device found held by another
-	// holder (another daemon on the same adb server) is skipped and the run
-	// tries its next free device, a few rounds at most.
+	return take
+}
+
+// acquire takes the leases of take's devices side by side and launches
+// each run whose lease it got: with a burst of submits the store commits
+// them together (the embedded store's group commit) instead of one after
+// the other. A device found held by another holder (another daemon on the
+// same adb server) is skipped and the run tries its next free device, a
+// few rounds at most.
+func (r *round) acquire(take []*choice) error {
 	var failed []error
-	for round := 0; len(take) > 0 && round < 4; round++ {
-		leases := make([]agent.Lease, len(take))
-		errs := make([]error, len(take))
-		sent := make([]time.Time, len(take)) // the heartbeat's local expiry counts from here
-		var wg sync.WaitGroup
-		for i, c := range take {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				key, err := s.leaseKey(ctx, c.device, cands)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				sent[i] = time.Now()
-				leases[i], errs[i] = s.cfg.Leases.AcquireLease(ctx, key, s.cfg.Holder, c.run.RunID, s.cfg.LeaseTTL)
-			}()
-		}
-		wg.Wait()
+	for attempt := 0; len(take) > 0 && attempt < 4; attempt++ {
+		leases, sent, errs := r.acquireAll(take)
 		var again []*choice
 		for i, c := range take {
 			switch err := errs[i]; {
 			case err == nil:
-				s.mu.Lock()
-				s.lastStart[c.run.TenantID] = time.Now()
-				s.mu.Unlock()
-				s.launch(c.run, &leases[i], sent[i], c.device)
+				r.s.mu.Lock()
+				r.s.lastStart[c.run.TenantID] = time.Now()
+				r.s.mu.Unlock()
+				r.s.launch(c.run, &leases[i], sent[i], c.device)
 			case errors.Is(err, agent.ErrLeaseRunElsewhere):
 				// Look again after a heartbeat (its holder may die); meanwhile
 				// the device is free for the next run here: look now.
-				s.mu.Lock()
-				s.elsewhere[c.run.RunID] = time.Now().Add(s.cfg.Heartbeat)
-				s.mu.Unlock()
-				s.Wake()
+				r.s.mu.Lock()
+				r.s.elsewhere[c.run.RunID] = time.Now().Add(r.s.cfg.Heartbeat)
+				r.s.mu.Unlock()
+				r.s.Wake()
 			case errors.Is(err, agent.ErrLeaseHeld):
-				if pick(c) { // busy[c.device] stays set: held elsewhere
+				if r.pick(c) { // busy[c.device] stays set: held elsewhere
 					again = append(again, c)
 				}
 			default:
@@ -384,6 +447,29 @@ func (s *Service) schedule(ctx context.Context) error {
 		take = again
 	}
 	return errors.Join(failed...)
+}
+
+// acquireAll asks for the lease of each choice's device at once; sent is
+// when each request went out (the heartbeat's local expiry counts from
+// there).
+func (r *round) acquireAll(take []*choice) (leases []agent.Lease, sent []time.Time, errs []error) {
+	leases = make([]agent.Lease, len(take))
+	errs = make([]error, len(take))
+	sent = make([]time.Time, len(take))
+	var wg sync.WaitGroup
+	for i, c := range take {
+		wg.Go(func() {
+			key, err := r.s.leaseKey(r.ctx, c.device, r.cands)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			sent[i] = time.Now()
+			leases[i], errs[i] = r.s.cfg.Leases.AcquireLease(r.ctx, key, r.s.cfg.Holder, c.run.RunID, r.s.cfg.LeaseTTL)
+		})
+	}
+	wg.Wait()
+	return leases, sent, errs
 }
 
 // seeDevices records this daemon's device names in the store's sightings

@@ -240,9 +240,12 @@ type Service struct {
 	// startedWanted: the next round must read them (a control request).
 	startedAt      time.Time
 	startedWanted  bool
-	startedTenants map[string]int           // tenant -> its started runs at that read
-	health         map[string]*deviceHealth // by serial
-	stopping       bool
+	startedTenants map[string]int // tenant -> its started runs at that read
+	// wakeNames: the device names (agent.QueueName) this daemon reached at
+	// its last listing; nil before it (wakesFor).
+	wakeNames map[string]bool
+	health    map[string]*deviceHealth // by serial
+	stopping  bool
 	// draining: StopTaking was called (no new runs); streams ends the
 	// event streams (Follow) then.
 	draining   bool
@@ -431,6 +434,12 @@ func (s *Service) loop() {
 	if qn, ok := s.store.Store.(agent.QueueNotifier); ok {
 		changed = qn.QueueChanged()
 	}
+	if f, ok := s.store.Store.(agent.QueueWakeFilter); ok && s.cfg.Reachable != nil && !s.cfg.StartUnmatched {
+		// Only a daemon that knows its devices can tell which signals are
+		// its own (a run on a name as given may start anywhere).
+		f.FilterQueueWakes(s.wakesFor)
+		defer f.FilterQueueWakes(nil)
+	}
 	for {
 		if err := s.schedule(s.runCtx); err != nil && s.runCtx.Err() == nil {
 			s.logf("scheduler: %v", err)
@@ -495,28 +504,13 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	}
 	lost := make(chan struct{})
 	hbDone := make(chan struct{})
-	if lease != nil {
-		go func() {
-			defer close(hbDone)
-			heartbeat(ctx, s.cfg.Leases, *lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat,
-				func(l agent.Lease) {
-					s.mu.Lock()
-					a.lease = &l
-					s.mu.Unlock()
-				},
-				func(err error) {
-					s.logf("run %s: %v; stopping the run here", a.run.RunID, err)
-					close(lost)
-					a.stop()
-				})
-		}()
-	} else {
-		close(hbDone)
-	}
 	runCtx := ctx
 	if lease != nil {
+		go s.keepLease(ctx, a, *lease, lost, hbDone)
 		// Every step the engine commits is fenced by the lease's token.
 		runCtx = agent.WithFence(ctx, agent.Fence{Serial: lease.Serial, Token: lease.FencingToken})
+	} else {
+		close(hbDone)
 	}
 	status, err := s.cfg.Runner.Run(runCtx, a.run.RunID)
 	a.stop()
@@ -535,41 +529,76 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 		failure = s.failureID(a.run.RunID)
 	}
 	if lease != nil && !errors.Is(err, agent.ErrLeaseLost) {
-		reason := agent.LeaseFinished
-		switch {
-		case err != nil && shutdown:
-			reason = agent.LeaseShutdown
-		case err != nil:
-			reason = agent.LeaseHolderLost
-		case status == agent.RunCanceled:
-			reason = agent.LeaseCanceled
-		case failure == agent.ErrDeviceNotFound || failure == agent.ErrDeviceOffline:
-			// The device left the adb server.
-			reason = agent.LeaseDeviceAbsent
-		}
-		// The run's context is done; the release must still happen.
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := s.cfg.Leases.ReleaseLease(rctx, lease.Serial, lease.FencingToken, reason); err != nil {
-			s.logf("run %s: release lease %d: %v", a.run.RunID, lease.FencingToken, err)
-		}
-		cancel()
+		s.releaseRunLease(a.run.RunID, *lease, releaseReason(status, err, shutdown, failure))
 	}
 	if err == nil && lease != nil {
 		s.recordHealth(lease.Serial, deviceFailures[failure])
 	}
-	s.mu.Lock()
-	delete(s.active, a.run.RunID)
-	s.ended[a.run.RunID] = time.Now()
-	if err != nil && !shutdown {
-		n := s.errorsInRow[a.run.RunID]
-		s.errorsInRow[a.run.RunID] = n + 1
-		s.notUntil[a.run.RunID] = time.Now().Add(min(s.cfg.RetryAfter<<min(n, 20), s.cfg.MaxRetryAfter))
-	} else {
-		delete(s.notUntil, a.run.RunID)
-		delete(s.errorsInRow, a.run.RunID)
-	}
-	s.mu.Unlock()
+	s.endRun(a.run.RunID, err != nil && !shutdown)
 	s.Wake()
+}
+
+// keepLease renews lease every heartbeat until ctx ends, publishing each
+// renewal in a.lease; when it cannot, it closes lost and stops the run. It
+// closes done when it returns.
+func (s *Service) keepLease(ctx context.Context, a *activeRun, lease agent.Lease, lost, done chan struct{}) {
+	defer close(done)
+	heartbeat(ctx, s.cfg.Leases, lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat,
+		func(l agent.Lease) {
+			s.mu.Lock()
+			a.lease = &l
+			s.mu.Unlock()
+		},
+		func(err error) {
+			s.logf("run %s: %v; stopping the run here", a.run.RunID, err)
+			close(lost)
+			a.stop()
+		})
+}
+
+// releaseReason is why a run's lease ends after the engine returned status
+// and err (failure: the FAILED run's errorId).
+func releaseReason(status agent.RunStatus, err error, shutdown bool, failure agent.ErrorID) agent.LeaseReleaseReason {
+	switch {
+	case err != nil && shutdown:
+		return agent.LeaseShutdown
+	case err != nil:
+		return agent.LeaseHolderLost
+	case status == agent.RunCanceled:
+		return agent.LeaseCanceled
+	case failure == agent.ErrDeviceNotFound || failure == agent.ErrDeviceOffline:
+		// The device left the adb server.
+		return agent.LeaseDeviceAbsent
+	}
+	return agent.LeaseFinished
+}
+
+// releaseRunLease releases the run's lease for reason; the run's context
+// is done, so the release has a context of its own.
+func (s *Service) releaseRunLease(runID string, lease agent.Lease, reason agent.LeaseReleaseReason) {
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.cfg.Leases.ReleaseLease(rctx, lease.Serial, lease.FencingToken, reason); err != nil {
+		s.logf("run %s: release lease %d: %v", runID, lease.FencingToken, err)
+	}
+}
+
+// endRun forgets the run's execution here; retry: the engine stopped on
+// an error (not a shutdown), so the run waits RetryAfter, doubled with
+// each error in a row, before it is scheduled again.
+func (s *Service) endRun(runID string, retry bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.active, runID)
+	s.ended[runID] = time.Now()
+	if retry {
+		n := s.errorsInRow[runID]
+		s.errorsInRow[runID] = n + 1
+		s.notUntil[runID] = time.Now().Add(min(s.cfg.RetryAfter<<min(n, 20), s.cfg.MaxRetryAfter))
+	} else {
+		delete(s.notUntil, runID)
+		delete(s.errorsInRow, runID)
+	}
 }
 
 // deviceFailures are the errorIds that blame the device, not the app or the

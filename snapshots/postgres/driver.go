@@ -113,6 +113,9 @@ func (p pgTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, st
 			e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.Checksum, e.Envelope, stepOrdinal)
 	}
 	b.Queue(`SELECT pg_notify($1, $2)`, OutboxChannel, evs[0].RunID)
+	// This process's relay claims the run's heads (localOutbox), woken by
+	// InTx after the commit; recorded before it, so that wake finds it.
+	p.s.outbox.committed(evs[0].RunID)
 	return p.tx.SendBatch(ctx, b).Close()
 }
 

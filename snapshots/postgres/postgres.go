@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,13 +46,19 @@ type Store struct {
 	commits  chan struct{}
 	// queue is signaled by NOTIFYs on QueueChannel (QueueChanged).
 	queue chan struct{}
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
+	// queueFilter: which queue NOTIFYs wake (FilterQueueWakes); nil: all.
+	queueFilter atomic.Pointer[func(string) bool]
+	// outbox: the runs this process committed events of, for its relay's
+	// claims (outbox_local.go).
+	outbox localOutbox
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 var _ interface {
 	storekit.Store
 	agent.QueueNotifier
+	agent.QueueWakeFilter
 } = (*Store)(nil)
 
 // Capabilities implements snapshots.Capable: the relays of a fleet's
@@ -161,9 +168,11 @@ func (s *Store) listen(ctx context.Context) {
 					return err
 				}
 				if n.Channel == QueueChannel {
-					s.wakeQueue()
+					s.queueNotified(n.Payload)
 				} else {
-					s.wake()
+					// Another daemon's commit (or this one's, already
+					// woken by InTx): a sweep's business (localOutbox).
+					s.outbox.sweepWanted(time.Now(), s.wake)
 				}
 			}
 		}()
@@ -475,6 +484,7 @@ func (s *Store) Requeue(ctx context.Context, runID string, fromSequence int64) (
 		return 0, err
 	}
 	if tag.RowsAffected() > 0 {
+		s.outbox.committed(runID)
 		if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, OutboxChannel, runID); err != nil {
 			return int(tag.RowsAffected()), err
 		}

@@ -22,6 +22,25 @@ func pgQueueName(col string) string { return "lower(replace(trim(" + col + "), '
 // QueueChannel (and a wake after each LISTEN reconnect).
 func (s *Store) QueueChanged() <-chan struct{} { return s.queue }
 
+// FilterQueueWakes implements agent.QueueWakeFilter: the queue
+// channel's NOTIFY payload (migration 00013: a device name's normal form)
+// wakes QueueChanged only when f accepts it; an empty payload always does.
+func (s *Store) FilterQueueWakes(f func(name string) bool) {
+	if f == nil {
+		s.queueFilter.Store(nil)
+		return
+	}
+	s.queueFilter.Store(&f)
+}
+
+// queueNotified handles a NOTIFY on QueueChannel with payload.
+func (s *Store) queueNotified(payload string) {
+	if f := s.queueFilter.Load(); f != nil && payload != "" && !(*f)(payload) {
+		return
+	}
+	s.wakeQueue()
+}
+
 func (s *Store) wakeQueue() {
 	select {
 	case s.queue <- struct{}{}:
