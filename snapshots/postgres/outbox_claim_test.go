@@ -55,3 +55,61 @@ func TestLocalClaimReadsOnlyItsHeads(t *testing.T) {
 	}
 	t.Logf("%.0f pages", blocks)
 }
+
+// A run whose head another relay's claim holds is not claimed from a later
+// row: two daemons that both committed events of one run (both hold it as
+// their own), the first claims its head and two rows; the second's claim,
+// meanwhile, gets nothing of the run, and after the first's Finish it
+// starts at the first row left unpublished.
+func TestLocalClaimSkipsAHeldHead(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	open := func() *postgres.Store {
+		s, err := postgres.Open(t.Context(), url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	ctx := t.Context()
+	x := storetest.NewRun("T", "emulator-5554")
+	if err := a.CreateRun(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CommitStep(ctx, storetest.NodeStep(x, 1, 0, "EnsureDevice")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CommitStep(ctx, storetest.NodeStep(x, 4, 1, "EnsureDevice")); err != nil {
+		t.Fatal(err)
+	}
+	held, err := a.ClaimOutbox(ctx, 8, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	if runs := held.Runs(); len(runs) != 1 || len(runs[0]) != 2 || runs[0][0].Sequence != 1 {
+		t.Fatalf("a's claim: %v, want run %s from sequence 1, 2 rows", runs, x.RunID)
+	}
+	other, err := b.ClaimOutbox(ctx, 8, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Released before a's Finish: a claim that locked a later row of the run
+	// would hold a's marks.
+	other.Release()
+	if runs := other.Runs(); len(runs) != 0 {
+		t.Fatalf("b claimed %d runs from sequence %d while a held the head", len(runs), runs[0][0].Sequence)
+	}
+	if n, err := held.Finish(ctx, map[string]int64{x.RunID: 2}); err != nil || n != 2 {
+		t.Fatalf("a's Finish marked %d (%v), want 2", n, err)
+	}
+	next, err := b.ClaimOutbox(ctx, 8, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release()
+	if runs := next.Runs(); len(runs) != 1 || runs[0][0].Sequence != 3 || runs[0][len(runs[0])-1].Sequence != 6 {
+		t.Fatalf("b's claim after a's Finish: %v, want sequences 3 to 6", runs)
+	}
+}
