@@ -157,11 +157,15 @@ func (c *pgClaim) claimLocal(ctx context.Context, maxRuns, rowsPerRun int) ([][]
 // committed since this statement's snapshot is rechecked on its new
 // version (published: not a head, skipped), so a run is claimed only at
 // its true head. The rows are read in the same snapshot: only the head's
-// holder marks a run's rows.
-const localClaimSQL = `WITH heads AS MATERIALIZED (
-		SELECT e.run_id FROM unnest($1::text[]) AS h(run_id)
-		CROSS JOIN LATERAL (SELECT x.sequence FROM run_events x WHERE x.run_id = h.run_id AND x.published_at IS NULL ORDER BY x.sequence LIMIT 1) hd
-		JOIN run_events e ON e.run_id = h.run_id AND e.sequence = hd.sequence AND e.published_at IS NULL
+// holder marks a run's rows. The heads are found in their own CTE: joined
+// with the rows to lock in one, the planner probed the head once per
+// unpublished row of the runs (its estimates: one row per run).
+const localClaimSQL = `WITH found AS MATERIALIZED (
+		SELECT h.run_id, hd.sequence FROM unnest($1::text[]) AS h(run_id)
+		CROSS JOIN LATERAL (SELECT x.sequence FROM run_events x WHERE x.run_id = h.run_id AND x.published_at IS NULL ORDER BY x.sequence LIMIT 1) hd),
+	heads AS MATERIALIZED (
+		SELECT e.run_id FROM found f
+		JOIN run_events e ON e.run_id = f.run_id AND e.sequence = f.sequence AND e.published_at IS NULL
 		ORDER BY e.id
 		LIMIT $2
 		FOR UPDATE OF e SKIP LOCKED)
