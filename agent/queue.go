@@ -59,7 +59,8 @@ type QueueNotifier interface {
 // device name in its normal form (QueueName), a new run's device name or a
 // released lease's device key. FilterQueueWakes(f) makes QueueChanged
 // signal only the names f accepts, and every signal that names nothing (a
-// LISTEN reconnect); nil: every signal. f runs on the store's listener
+// LISTEN reconnect), which f is shown as "" (its answer ignored); nil:
+// every signal. f runs on the store's listener
 // goroutine and must not block. A daemon passes the names of the devices
 // it reaches, so that a new run or a freed device wakes the daemons that
 // can act on it, not the whole fleet (Postgres: migration 00013).

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/screengraph/screengraph-agent/adb/parse"
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/device/android"
@@ -697,13 +696,10 @@ func watchSample(ctx context.Context, p Ports, w *appWatch, sessionID string, s 
 
 // NetworkStatus classifies the socket tables for uid (see WaitIdle).
 func NetworkStatus(tables string, uid int) NetworkInFlightStatus {
-	if uid < 0 || !strings.Contains(tables, "local_address") {
+	if known, busy := android.SocketsInFlight(tables, uid); !known {
 		return NetworkUnknown
-	}
-	for _, r := range parse.ParseProcNetTCP(tables) {
-		if r.UID == uid && (r.TxQueue > 0 || r.RxQueue > 0) {
-			return NetworkActive
-		}
+	} else if busy {
+		return NetworkActive
 	}
 	return NetworkNone
 }

@@ -168,7 +168,10 @@ func (s *Service) deviceNames(c Candidate) []string {
 // tenant's backlog is served in submission order, but never ahead of
 // another tenant's first run. A run whose devices are all busy keeps its
 // place.
-func (s *Service) schedule(ctx context.Context) error {
+//
+// only, when not nil, limits the queue's read to the devices with one of
+// those names (agent.QueueName): a round woken by named signals alone.
+func (s *Service) schedule(ctx context.Context, only map[string]bool) error {
 	listed := time.Now()
 	q, _ := s.store.Store.(agent.RunQueue)
 	runs, err := s.roundRuns(ctx, q, nil, true)
@@ -189,7 +192,7 @@ func (s *Service) schedule(ctx context.Context) error {
 			return fmt.Errorf("reachable devices: %w", err)
 		}
 	}
-	r := &round{s: s, ctx: ctx, cands: cands, listed: listed, busy: s.activeDevices()}
+	r := &round{s: s, ctx: ctx, cands: cands, listed: listed, busy: s.activeDevices(), only: only}
 	if q != nil {
 		queued, err := r.readQueue(q)
 		if err != nil {
@@ -214,6 +217,9 @@ type round struct {
 	cands  []Candidate
 	listed time.Time
 	busy   map[string]bool // by lease serial
+	// only: the device names (agent.QueueName) whose devices' queue this
+	// round reads; nil: every device's.
+	only map[string]bool
 }
 
 // choice is a run that may take a device this round.
@@ -284,13 +290,28 @@ func (r *round) readQueue(q agent.RunQueue) ([]agent.Run, error) {
 	for _, c := range r.cands {
 		names := r.s.deviceNames(c)
 		all = append(all, names...)
-		if !r.busy[c.Serial] {
+		if !r.busy[c.Serial] && r.named(names) {
 			free = append(free, names...)
 		}
 	}
 	r.s.seeDevices(r.ctx, q, all)
 	r.s.setWakeNames(all)
 	return r.s.roundRuns(r.ctx, q, free, false)
+}
+
+// named reports whether the round reads the queue of a device with these
+// names: every device's, or one a wake-up named (a new run for any of its
+// names, its lease released).
+func (r *round) named(names []string) bool {
+	if r.only == nil {
+		return true
+	}
+	for _, n := range names {
+		if r.only[agent.QueueName(n)] {
+			return true
+		}
+	}
+	return false
 }
 
 // setWakeNames records the device names this daemon reaches (as of this
@@ -311,10 +332,25 @@ func (s *Service) setWakeNames(names []string) {
 // daemon's scheduler when it names a device this daemon reaches, or
 // before its first listing. A device that came since is found at the next
 // tick.
+//
+// It records what woke the daemon for the next round (takeWoken): the
+// name, or every name for a signal that names nothing ("") or one before
+// the first listing.
 func (s *Service) wakesFor(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.wakeNames == nil || s.wakeNames[name]
+	switch {
+	case name == "" || s.wakeNames == nil:
+		s.wokenAll = true
+		return true
+	case s.wakeNames[name]:
+		if s.woken == nil {
+			s.woken = map[string]bool{}
+		}
+		s.woken[name] = true
+		return true
+	}
+	return false
 }
 
 // pick is the first device of c that is free here and not quarantined,

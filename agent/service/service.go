@@ -244,8 +244,15 @@ type Service struct {
 	// wakeNames: the device names (agent.QueueName) this daemon reached at
 	// its last listing; nil before it (wakesFor).
 	wakeNames map[string]bool
-	health    map[string]*deviceHealth // by serial
-	stopping  bool
+	// namedWakes: the store's queue signals pass wakesFor (loop), so a
+	// round woken by them alone reads the queue for the names they named:
+	// woken, since the last round; wokenAll: a signal since then named
+	// nothing (the tick, Wake, a LISTEN reconnect): read every name.
+	namedWakes bool
+	woken      map[string]bool
+	wokenAll   bool
+	health     map[string]*deviceHealth // by serial
+	stopping   bool
 	// draining: StopTaking was called (no new runs); streams ends the
 	// event streams (Follow) then.
 	draining   bool
@@ -418,8 +425,47 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Wake asks the scheduler to look for work now.
+// Wake asks the scheduler to look for work now, on every device.
 func (s *Service) Wake() {
+	s.mu.Lock()
+	s.wokenAll = true
+	s.mu.Unlock()
+	s.signal()
+}
+
+// wakeNamed asks the scheduler to look for work on the devices named name
+// now, when this daemon reaches one (wakesFor): the store's queue signal
+// of the same change wakes the daemons that reach it. orAll: a name this
+// daemon does not reach wakes it for every device instead.
+func (s *Service) wakeNamed(name string, orAll bool) {
+	s.mu.Lock()
+	named := s.namedWakes
+	s.mu.Unlock()
+	switch {
+	case !named:
+		s.Wake()
+	case s.wakesFor(agent.QueueName(name)):
+		s.signal()
+	case orAll:
+		s.Wake()
+	}
+}
+
+// takeWoken returns the device names (agent.QueueName) the wake-ups since
+// the last round named, and resets them; nil: read every name (a signal
+// named nothing, or the store's signals are not filtered).
+func (s *Service) takeWoken() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	only := s.woken
+	if !s.namedWakes || s.wokenAll || only == nil {
+		only = nil
+	}
+	s.woken, s.wokenAll = map[string]bool{}, false
+	return only
+}
+
+func (s *Service) signal() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -437,11 +483,14 @@ func (s *Service) loop() {
 	if f, ok := s.store.Store.(agent.QueueWakeFilter); ok && s.cfg.Reachable != nil && !s.cfg.StartUnmatched {
 		// Only a daemon that knows its devices can tell which signals are
 		// its own (a run on a name as given may start anywhere).
+		s.mu.Lock()
+		s.namedWakes = true
+		s.mu.Unlock()
 		f.FilterQueueWakes(s.wakesFor)
 		defer f.FilterQueueWakes(nil)
 	}
-	for {
-		if err := s.schedule(s.runCtx); err != nil && s.runCtx.Err() == nil {
+	for only := map[string]bool(nil); ; only = s.takeWoken() {
+		if err := s.schedule(s.runCtx, only); err != nil && s.runCtx.Err() == nil {
 			s.logf("scheduler: %v", err)
 		}
 		select {
@@ -450,6 +499,11 @@ func (s *Service) loop() {
 		case <-s.wake:
 		case <-changed:
 		case <-t.C:
+			// The tick reads every name: what a wake-up could not name (a
+			// device listed since, a missed signal) waits at most a tick.
+			s.mu.Lock()
+			s.wokenAll = true
+			s.mu.Unlock()
 		}
 	}
 }
@@ -535,7 +589,12 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 		s.recordHealth(lease.Serial, deviceFailures[failure])
 	}
 	s.endRun(a.run.RunID, err != nil && !shutdown)
-	s.Wake()
+	if lease != nil && err == nil {
+		// The device is free: its names' queued runs may start.
+		s.wakeNamed(a.device, true)
+	} else {
+		s.Wake()
+	}
 }
 
 // keepLease renews lease every heartbeat until ctx ends, publishing each
@@ -675,7 +734,9 @@ func (s *Service) Submit(ctx context.Context, sc agent.Scope, body []byte) (agen
 	if run, err = s.store.GetRun(ctx, agent.Admin(), run.RunID); err != nil {
 		return agent.Run{}, err
 	}
-	s.Wake()
+	// Its name's daemons wake for it (the store's queue signal); this one
+	// at once when it is one of them.
+	s.wakeNamed(run.Serial, false)
 	return run, nil
 }
 

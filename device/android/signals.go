@@ -118,3 +118,19 @@ func (s *Signals) readParts(parts []string, pkg, stderr string) {
 	}
 	s.Tables = parts[1]
 }
+
+// SocketsInFlight reads /proc/net/tcp{,6} tables (parse.ParseProcNetTCP)
+// for uid's sockets: known is false when uid is unknown (< 0) or the
+// tables were not read (no header); busy when one of uid's sockets has
+// bytes queued either way.
+func SocketsInFlight(tables string, uid int) (known, busy bool) {
+	if uid < 0 || !strings.Contains(tables, "local_address") {
+		return false, false
+	}
+	for _, r := range parse.ParseProcNetTCP(tables) {
+		if r.UID == uid && (r.TxQueue > 0 || r.RxQueue > 0) {
+			return true, true
+		}
+	}
+	return true, false
+}

@@ -15,6 +15,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -62,16 +63,35 @@ func Start(parent string) (*Server, error) {
 		// The postgres user must reach dir through parent.
 		os.Chmod(filepath.Dir(dir), 0o755)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	s.Port = l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	if out, err := s.cmd("initdb", "-D", s.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
 	}
-	return s, s.StartServer()
+	// A free port can be taken between the probe and the server's bind
+	// (by another test's cluster or an outgoing connection's ephemeral
+	// port: tests run in parallel packages), so a bind failure picks
+	// another port. Restart keeps the port: clients reconnect to it.
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s.Port = port
+		err = s.StartServer()
+		if err == nil || attempt == 5 || !strings.Contains(err.Error(), "Address already in use") {
+			return s, err
+		}
+	}
+}
+
+// freePort is a loopback TCP port free when asked (a variable so a test can
+// hand out a taken one first).
+var freePort = func() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) data() string { return filepath.Join(s.Dir, "data") }

@@ -112,6 +112,49 @@ func TestQueueWakesOnlyForAcceptedNames(t *testing.T) {
 	}
 }
 
+// A signal that names nothing (an empty payload) is shown to the filter as
+// "" and wakes the queue whatever the filter answers: a daemon that reads
+// only the names its wake-ups named learns from it to read every name.
+func TestQueueFilterSeesSignalsNamingNothing(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	s, err := postgres.Open(t.Context(), url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	select {
+	case <-s.QueueChanged():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up when the listener began")
+	}
+	asked := make(chan string, 4)
+	s.FilterQueueWakes(func(name string) bool {
+		asked <- name
+		return false
+	})
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), `SELECT pg_notify($1, '')`, postgres.QueueChannel); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case name := <-asked:
+		if name != "" {
+			t.Errorf("the filter was asked about %q, want \"\"", name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the filter was not asked about a signal naming nothing")
+	}
+	select {
+	case <-s.QueueChanged():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a signal naming nothing did not wake the queue")
+	}
+}
+
 // A relay claims the runs its own store committed at once and another
 // daemon's only in a sweep (at most every postgres.SweepEvery after an
 // empty one): every relay of the fleet no longer races for every run's

@@ -158,7 +158,7 @@ func (s *Store) listen(ctx context.Context) {
 				return err
 			}
 			s.wake()
-			s.wakeQueue()
+			s.queueNotified("") // signals may have been missed: names nothing
 			backoff = 100 * time.Millisecond
 			for {
 				n, err := conn.Conn().WaitForNotification(ctx)

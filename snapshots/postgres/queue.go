@@ -24,7 +24,9 @@ func (s *Store) QueueChanged() <-chan struct{} { return s.queue }
 
 // FilterQueueWakes implements agent.QueueWakeFilter: the queue
 // channel's NOTIFY payload (migration 00013: a device name's normal form)
-// wakes QueueChanged only when f accepts it; an empty payload always does.
+// wakes QueueChanged only when f accepts it; an empty payload, and the
+// wake-up after each LISTEN (re)connect, are shown to f as "" and always
+// wake.
 func (s *Store) FilterQueueWakes(f func(name string) bool) {
 	if f == nil {
 		s.queueFilter.Store(nil)
@@ -35,7 +37,9 @@ func (s *Store) FilterQueueWakes(f func(name string) bool) {
 
 // queueNotified handles a NOTIFY on QueueChannel with payload.
 func (s *Store) queueNotified(payload string) {
-	if f := s.queueFilter.Load(); f != nil && payload != "" && !(*f)(payload) {
+	// f sees every signal, "" too: a daemon that reads only the names its
+	// wake-ups named must know when one named nothing (read them all).
+	if f := s.queueFilter.Load(); f != nil && !(*f)(payload) && payload != "" {
 		return
 	}
 	s.wakeQueue()
