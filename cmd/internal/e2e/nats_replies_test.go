@@ -21,6 +21,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/screengraph/screengraph-agent/agent"
+	"github.com/screengraph/screengraph-agent/appium"
 	"github.com/screengraph/screengraph-agent/device"
 	"github.com/screengraph/screengraph-agent/emulator/sim/simtest"
 	"github.com/screengraph/screengraph-agent/snapshots"
@@ -60,7 +61,12 @@ func TestServeControlRepliesOnNATSConfigServer(t *testing.T) {
 	url := startConfiguredNATS(t, dir, string(out))
 	d := &daemon{t: t, bin: bin, srv: srv, dataDir: data, httpPort: simtest.FreePort(t), natsPort: simtest.FreePort(t),
 		extra: []string{"--nats-url", strings.Replace(url, "nats://", "nats://"+natsbus.DaemonNATSUser+":daemon-secret@", 1)}}
-	t.Cleanup(func() { d.stop() })
+	t.Cleanup(func() {
+		d.stop()
+		// The daemon's local Appium is detached to outlive it (later
+		// daemons reuse it); the test stops it, as startDaemonEnv does.
+		appium.StopLocal(d.dataDir)
+	})
 	d.start()
 	checkControlReplies(t, d, url, toks)
 }
