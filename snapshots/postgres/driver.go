@@ -112,12 +112,19 @@ func (p pgTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, st
 		b.Queue(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 			e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.Checksum, e.Envelope, stepOrdinal)
 	}
+	// The run's last sequence, so run_publish_pending names it (00015).
+	b.Queue(sqlCommitted, evs[0].RunID, evs[len(evs)-1].Sequence)
 	b.Queue(`SELECT pg_notify($1, $2)`, OutboxChannel, evs[0].RunID)
 	// This process's relay claims the run's heads (localOutbox), woken by
 	// InTx after the commit; recorded before it, so that wake finds it.
 	p.s.outbox.committed(evs[0].RunID)
 	return p.tx.SendBatch(ctx, b).Close()
 }
+
+// sqlCommitted records run $1's last sequence $2 in run_publish (the
+// run's first commit makes its row).
+const sqlCommitted = `INSERT INTO run_publish (run_id, committed_seq) VALUES ($1, $2)
+	ON CONFLICT (run_id) DO UPDATE SET committed_seq = excluded.committed_seq`
 
 // InsertSnapshot implements storekit.StepTx.
 func (p pgTx) InsertSnapshot(ctx context.Context, runID string, sn agent.Snapshot, created time.Time) error {

@@ -4,21 +4,23 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
 	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
 
-// The local claim finds each run's head with one probe of
-// run_events_unpublished, not by testing every unpublished row of its runs
-// for an earlier one (the NOT EXISTS of the sweep's head query): here 4 runs
-// with 3,000 unpublished events each, claimed 2 runs of 16 rows at a time;
-// the statement (heads, locks and rows) reads about 35 pages, planned with
-// statistics or without. With the head query it replaced (every unpublished
-// row of the runs, each probed for an earlier one) in its place: 9,070
-// pages; at 8 runs in BenchmarkRelayVsRawJetStream that was 4,800 rows per
-// claim. With the heads found and locked in one CTE, the plan made without
-// statistics probed the head once per unpublished row.
+// The claim reads only its runs' rows from their positions (migration
+// 00015): here 4 runs with 3,000 events each, of which the first 1,000 are
+// published by the run's position, claimed 2 runs of 16 rows at a time;
+// the two statements (the runs locked, their rows read) read a few dozen
+// pages, planned with statistics or without (without, the rows were read
+// by a bitmap scan of every event above the position and sorted: 105
+// pages, until the read was bounded to the next rows' sequences), and the
+// rows start above the position. (Before 00015 the claim found each run's head in the partial
+// index of unpublished events: 36 pages, and 9,070 with the head query
+// before that.)
 func TestLocalClaimReadsOnlyItsHeads(t *testing.T) {
 	s := testenv.Postgres(t)
 	ctx := t.Context()
@@ -32,36 +34,79 @@ func TestLocalClaimReadsOnlyItsHeads(t *testing.T) {
 			SELECT $1, n, $1 || '-' || n, 'k', 'ts', 'c', '\x7b7d'::bytea FROM generate_series(1, 3000) n`, r.RunID); err != nil {
 			t.Fatal(err)
 		}
+		// What the step commits would have recorded, and a relay's marks.
+		if _, err := s.Pool().Exec(ctx, `INSERT INTO run_publish (run_id, committed_seq, published_seq) VALUES ($1, 3000, 1000)`, r.RunID); err != nil {
+			t.Fatal(err)
+		}
 		ids = append(ids, r.RunID)
 	}
-	// Planned as a new store's table is (no statistics: one row per run
-	// estimated), then with them.
 	for _, analyze := range []bool{false, true} {
 		if analyze {
-			if _, err := s.Pool().Exec(ctx, `ANALYZE run_events`); err != nil {
+			if _, err := s.Pool().Exec(ctx, `ANALYZE run_events; ANALYZE run_publish`); err != nil {
 				t.Fatal(err)
 			}
 		}
-		var raw []byte
-		if err := s.Pool().QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+postgres.LocalClaimSQL, ids, 2, 16).Scan(&raw); err != nil {
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-		var plan []struct {
-			Plan map[string]any `json:"Plan"`
+		var locked []string
+		lockPlan := explain(t, tx, postgres.SQLLockPending, ids, nil, 2)
+		if rows := lockPlan["Actual Rows"].(float64); rows != 2 {
+			t.Errorf("analyzed %v: %v runs locked, want 2", analyze, rows)
 		}
-		if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
-			t.Fatalf("plan %s: %v", raw, err)
+		rows, err := tx.Query(ctx, postgres.SQLLockPending, ids, nil, 2)
+		if err != nil {
+			t.Fatal(err)
 		}
-		top := plan[0].Plan
-		if rows := top["Actual Rows"].(float64); rows != 32 {
-			t.Errorf("analyzed %v: the claim read %.0f rows, want 2 runs of 16", analyze, rows)
+		for rows.Next() {
+			var id string
+			var pos, seq int64
+			if err := rows.Scan(&id, &pos, &seq); err != nil {
+				t.Fatal(err)
+			}
+			locked = append(locked, id)
 		}
-		blocks := top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64)
-		if blocks > 200 {
-			t.Errorf("analyzed %v: the local claim read %.0f pages for 2 heads and 32 rows of 4 runs with 3,000 unpublished events each, want a few dozen:\n%s", analyze, blocks, raw)
+		rows.Close()
+		readPlan := explain(t, tx, postgres.SQLReadClaimed, locked, 16)
+		if n := readPlan["Actual Rows"].(float64); n != 32 {
+			t.Errorf("analyzed %v: the claim read %.0f rows, want 2 runs of 16", analyze, n)
 		}
-		t.Logf("analyzed %v: %.0f pages", analyze, blocks)
+		var first int64
+		if err := tx.QueryRow(ctx, `SELECT min(sequence) FROM (`+postgres.SQLReadClaimed+`) c`, locked, 16).Scan(&first); err != nil || first != 1001 {
+			t.Errorf("analyzed %v: the claim's first row %d (%v), want 1001 (above the position)", analyze, first, err)
+		}
+		tx.Rollback(ctx)
+		blocks := pages(lockPlan) + pages(readPlan)
+		if blocks > 60 {
+			t.Errorf("analyzed %v: the claim read %.0f pages for 2 runs' 32 rows of 4 runs with 3,000 events each, want a few dozen", analyze, blocks)
+		}
+		t.Logf("analyzed %v: %.0f pages (lock %.0f, rows %.0f)", analyze, blocks, pages(lockPlan), pages(readPlan))
 	}
+}
+
+// explain runs EXPLAIN (ANALYZE, BUFFERS) of q in tx and returns its top
+// plan node.
+func explain(t *testing.T, tx pgx.Tx, q string, args ...any) map[string]any {
+	t.Helper()
+	var raw []byte
+	if err := tx.QueryRow(t.Context(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+q, args...).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("plan %s: %v", raw, err)
+	}
+	return plan[0].Plan
+}
+
+// pages is a plan node's shared buffers hit or read.
+func pages(plan map[string]any) float64 {
+	hit, _ := plan["Shared Hit Blocks"].(float64)
+	read, _ := plan["Shared Read Blocks"].(float64)
+	return hit + read
 }
 
 // A run whose head another relay's claim holds is not claimed from a later
