@@ -2,10 +2,12 @@ package postgres_test
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
 	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
@@ -164,5 +166,166 @@ func TestLocalClaimSkipsAHeldHead(t *testing.T) {
 	defer next.Release()
 	if runs := next.Runs(); len(runs) != 1 || runs[0][0].Sequence != 3 || runs[0][len(runs[0])-1].Sequence != 6 {
 		t.Fatalf("b's claim after a's Finish: %v, want sequences 3 to 6", runs)
+	}
+}
+
+// A claim's marks leave the event rows as they are (migration 00015): the
+// runs' positions move, no event row gets a new version. Before, each mark
+// wrote one per event (not a HOT update: published_at was in the partial
+// indexes' predicates), envelope and unique-key entries included:
+// BenchmarkRelayVsRawJetStream's relay rounds wrote 890-980 WAL bytes per
+// event, 0.2-0.5 now.
+func TestClaimMarksLeaveEventRows(t *testing.T) {
+	s := testenv.Postgres(t)
+	ctx := t.Context()
+	var runs []string
+	for range 2 {
+		r := storetest.NewRun("T", "emulator-5554")
+		if err := s.CreateRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		for step := range 20 {
+			if err := s.CommitStep(ctx, storetest.NodeStep(r, int64(1+3*step), step, "EnsureDevice")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runs = append(runs, r.RunID)
+	}
+	versions := func() map[string]string {
+		rows, err := s.Pool().Query(ctx, `SELECT event_id, ctid::text || '/' || xmin::text FROM run_events`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var id, v string
+			if err := rows.Scan(&id, &v); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = v
+		}
+		return out
+	}
+	before := versions()
+	c, err := s.ClaimOutbox(ctx, 8, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := map[string]int64{}
+	for _, run := range c.Runs() {
+		up[run[0].RunID] = run[len(run)-1].Sequence
+	}
+	if n, err := c.Finish(ctx, up); err != nil || n != 120 {
+		t.Fatalf("Finish marked %d (%v), want 120", n, err)
+	}
+	after := versions()
+	changed := 0
+	for id, v := range before {
+		if after[id] != v {
+			changed++
+		}
+	}
+	if changed > 0 || len(after) != 120 {
+		t.Errorf("%d of %d event rows got a new version from the marks, want none", changed, len(after))
+	}
+	if rows, err := s.Unpublished(ctx, 10); err != nil || len(rows) != 0 {
+		t.Errorf("after the marks: %d rows unpublished (%v), want none", len(rows), err)
+	}
+}
+
+// commitSteps creates a run and commits steps node steps (3 events each).
+func commitSteps(t *testing.T, s *postgres.Store, steps int) agent.Run {
+	t.Helper()
+	r := storetest.NewRun("T", "emulator-5554")
+	if err := s.CreateRun(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	for step := range steps {
+		if err := s.CommitStep(t.Context(), storetest.NodeStep(r, int64(1+3*step), step, "EnsureDevice")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// unpublishedSeqs is s's waiting sequences of run.
+func unpublishedSeqs(t *testing.T, s *postgres.Store, run string) []int64 {
+	t.Helper()
+	rows, err := s.Unpublished(t.Context(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int64
+	for _, o := range rows {
+		if o.RunID == run {
+			out = append(out, o.Sequence)
+		}
+	}
+	return out
+}
+
+// A Requeue while another relay's claim holds the run wins over that
+// claim's Finish: the requeued events wait again, and the claim's rows
+// with them (published twice, deduplicated by the stream), rather than
+// the Finish moving the run's position over the requeued ones.
+func TestRequeueDuringAClaimWins(t *testing.T) {
+	s := testenv.Postgres(t)
+	ctx := t.Context()
+	r := commitSteps(t, s, 2)
+	if n, err := s.MarkPublishedUpTo(ctx, r.RunID, 3); err != nil || n != 3 {
+		t.Fatalf("MarkPublishedUpTo(3) = %d, %v", n, err)
+	}
+	c, err := s.ClaimOutbox(ctx, 8, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs := c.Runs(); len(runs) != 1 || runs[0][0].Sequence != 4 {
+		t.Fatalf("claim: %v, want the run from sequence 4", runs)
+	}
+	if n, err := s.Requeue(ctx, r.RunID, 2); err != nil || n != 2 {
+		t.Fatalf("Requeue(from 2) = %d, %v; want 2", n, err)
+	}
+	if n, err := c.Finish(ctx, map[string]int64{r.RunID: 6}); err != nil || n != 0 {
+		t.Errorf("Finish after the Requeue marked %d (%v), want 0", n, err)
+	}
+	if got := unpublishedSeqs(t, s, r.RunID); !slices.Equal(got, []int64{2, 3, 4, 5, 6}) {
+		t.Errorf("waiting: %v, want 2 to 6", got)
+	}
+}
+
+// A run whose events were all marked one by one, out of order (so its
+// position stayed behind), is claimed with nothing to publish once, and
+// its position is moved over them: the pending index stops naming it.
+func TestClaimMovesPositionOverSingleMarks(t *testing.T) {
+	s := testenv.Postgres(t)
+	ctx := t.Context()
+	r := commitSteps(t, s, 1)
+	for _, seq := range []int64{3, 2, 1} {
+		if err := s.MarkPublished(ctx, r.RunID, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := unpublishedSeqs(t, s, r.RunID); len(got) != 0 {
+		t.Fatalf("waiting after the single marks: %v", got)
+	}
+	c, err := s.ClaimOutbox(ctx, 8, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs := c.Runs(); len(runs) != 0 {
+		t.Errorf("claimed %v, want nothing", runs)
+	}
+	c.Release()
+	var pos int64
+	var pending bool
+	if err := s.Pool().QueryRow(ctx, `SELECT published_seq, committed_seq > published_seq FROM run_publish WHERE run_id = $1`, r.RunID).Scan(&pos, &pending); err != nil || pos != 3 || pending {
+		t.Errorf("position %d, pending %v (%v); want 3, not pending", pos, pending, err)
+	}
+	if err := s.CommitStep(ctx, storetest.NodeStep(r, 4, 1, "EnsureDevice")); err != nil {
+		t.Fatal(err)
+	}
+	if got := unpublishedSeqs(t, s, r.RunID); !slices.Equal(got, []int64{4, 5, 6}) {
+		t.Errorf("waiting after a new step: %v, want 4 to 6", got)
 	}
 }
