@@ -16,19 +16,20 @@ import (
 	"github.com/screengraph/screengraph-agent/snapshots/internal/storekit"
 )
 
-// ClaimOutbox implements OutboxClaimer: in one transaction it locks the head
-// row (the lowest unpublished sequence) of up to maxRuns runs, oldest rows
-// first, with FOR UPDATE SKIP LOCKED, then reads up to rowsPerRun unpublished
-// rows of each of those runs from the head on. A run whose head another
-// relay holds is skipped, and a later row of a run is never a head while an
-// earlier one is unpublished, so two relays never publish one run at once.
-// The transaction stays open until Finish (or Release): the caller publishes
-// meanwhile. An empty claim (no run free) is returned already finished.
+// ClaimOutbox implements OutboxClaimer: in one transaction it holds up to
+// maxRuns runs with events to publish (run_publish_pending), least recently
+// marked first, each by a transaction-level advisory lock tried without
+// waiting (pgPublishLockClass), then reads up to rowsPerRun unpublished
+// rows of each of those runs from its published position on (migration
+// 00015). A run another relay holds is skipped, so two relays never
+// publish one run at once, and a run is always read from its position.
+// The transaction stays open until Finish (or Release): the caller
+// publishes meanwhile; Finish moves the runs' positions. An empty claim
+// (no run free) is returned already finished.
 //
-// Which heads: those of the runs this process committed events of
-// (localOutbox), through the (run_id, sequence) index; and, at most every
-// SweepEvery, those of any run, oldest first (the sweep: the rows no live
-// relay takes). With neither, the claim asks Postgres nothing.
+// Which runs: those this process committed events of (localOutbox); and,
+// at most every SweepEvery, any run (the sweep: the rows no live relay
+// takes). With neither, the claim asks Postgres nothing.
 func (s *Store) ClaimOutbox(ctx context.Context, maxRuns, rowsPerRun int) (snapshots.OutboxClaim, error) {
 	if maxRuns <= 0 {
 		maxRuns = 1
