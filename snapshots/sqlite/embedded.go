@@ -258,16 +258,23 @@ func (s *Store) writer() (*sql.DB, error) {
 // Statements of the writer's hot transactions, prepared once at open (see
 // stmtCache).
 const (
-	sqlStepRun        = `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?), 0) FROM runs WHERE run_id = ?`
-	sqlFenceLease     = `SELECT ` + storekit.LeaseCols + ` FROM device_leases WHERE serial = ? AND fencing_token = ?`
-	sqlStepStatus     = `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`
-	sqlInsertEvent    = `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
-	sqlInsertSnapshot = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
-	sqlMarkUpTo       = `UPDATE run_events SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
-	sqlInsertRun      = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// The run's tenant, status, last sequence and latest snapshot's step
+	// ordinal (storekit.StepRun), each of the last two one probe of
+	// run_events_run_sequence_key from its end.
+	sqlStepRun = `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?1), 0),
+		max(COALESCE((SELECT step_ordinal FROM run_events WHERE run_id = ?1 AND node_name IS NOT NULL ORDER BY sequence DESC LIMIT 1), -1),
+			COALESCE((SELECT MAX(step_ordinal) FROM agent_state_snapshot WHERE run_id = ?1), -1))
+		FROM runs WHERE run_id = ?1`
+	sqlFenceLease          = `SELECT ` + storekit.LeaseCols + ` FROM device_leases WHERE serial = ? AND fencing_token = ?`
+	sqlStepStatus          = `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`
+	sqlInsertEvent         = `INSERT INTO run_events (run_id, sequence, event_id, step_ordinal, envelope) VALUES (?, ?, ?, ?, ?)`
+	sqlInsertEventSnapshot = `INSERT INTO run_events (run_id, sequence, event_id, step_ordinal, envelope, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertSnapshot      = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
+	sqlMarkUpTo            = `UPDATE run_events SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
+	sqlInsertRun           = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
-var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertSnapshot, sqlInsertArtifact, sqlMarkUpTo,
+var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertEventSnapshot, sqlInsertSnapshot, sqlInsertArtifact, sqlMarkUpTo,
 	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRunElsewhere, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease,
 	sqlSavepoint, sqlRollbackTo, sqlRelease}
 
@@ -410,7 +417,7 @@ func (s *Store) Events(ctx context.Context, sc agent.Scope, runID string, after 
 // has no such snapshot).
 func (s *Store) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
 	var one int
-	err := s.queryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal).Scan(&one)
+	err := s.queryRow(ctx, `SELECT 1`+storekit.SnapshotFrom("?", "?")+` WHERE sn.step_ordinal = ?`, runID, runID, stepOrdinal).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("run %s step %d: %w", runID, stepOrdinal, agent.ErrNotFound)
 	}
@@ -440,27 +447,25 @@ func scanSnapshot(row storekit.RowScanner, runID string, what string) (agent.Sna
 	return sn, err
 }
 
-const snapshotColumns = `run_id, step_ordinal, node_name, resume_token, state, created_at`
-
 // Snapshot returns step N's snapshot or an error wrapping agent.ErrNotFound
 // (also for a run sc does not see).
 func (s *Store) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
-	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.SQLitePH, 3)
+	cond, args, err := storekit.ScopeCond(sc, "sn.run_id", storekit.SQLitePH, 4)
 	if err != nil {
 		return agent.Snapshot{}, err
 	}
-	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`+cond,
-		append([]any{runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+storekit.SnapshotColumns+storekit.SnapshotFrom("?", "?")+` WHERE sn.step_ordinal = ?`+cond,
+		append([]any{runID, runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
 }
 
 // LatestSnapshot returns the snapshot with the highest step ordinal.
 func (s *Store) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
-	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.SQLitePH, 2)
+	cond, args, err := storekit.ScopeCond(sc, "sn.run_id", storekit.SQLitePH, 3)
 	if err != nil {
 		return agent.Snapshot{}, err
 	}
-	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ?`+cond+` ORDER BY step_ordinal DESC LIMIT 1`,
-		append([]any{runID}, args...)...), runID, "latest")
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+storekit.SnapshotColumns+storekit.SnapshotFrom("?", "?")+` WHERE true`+cond+` ORDER BY sn.step_ordinal DESC LIMIT 1`,
+		append([]any{runID, runID}, args...)...), runID, "latest")
 }
 
 // RequestControl records a control request (kind: one of the incoming

@@ -46,13 +46,17 @@ func (s *Store) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (age
 		for i, id := range ids {
 			args[i] = id
 		}
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM run_events WHERE run_id IN `+in+` AND node_name IS NOT NULL`, args...).Scan(&res.Snapshots); err != nil {
+			return agent.PruneResult{}, fmt.Errorf("prune: count snapshots: %w", err)
+		}
 		counts := storekit.PruneCounts(&res)
 		for _, table := range storekit.PruneTables {
 			r, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id IN `+in, args...)
 			if err != nil {
 				return agent.PruneResult{}, fmt.Errorf("prune: %s: %w", table, err)
 			}
-			*counts[table], _ = r.RowsAffected()
+			n, _ := r.RowsAffected()
+			*counts[table] += n
 		}
 		res.Outbox = res.Events
 		r, err := tx.ExecContext(ctx, `DELETE FROM device_leases WHERE released_at IS NOT NULL AND run_id IN `+in, args...)
