@@ -13,16 +13,25 @@
 --     anyway. agent_state_snapshot keeps only the snapshots of steps
 --     committed without events (the store allows it; the engine never does).
 -- and three columns each event row repeated from its envelope (kind, ts,
--- checksum: the envelope is the event's one copy, and no query read them).
+-- checksum: the envelope is the event's one copy, and no query read them),
+-- and the partial index of unpublished events (run_events_unpublished), a
+-- B-tree every event insert wrote: the embedded relay's position is stored
+-- instead, as agent_kv 'relay.embedded.cursor' (decimal text), a run_events
+-- id at or below which every event is published (or parked). It is moved
+-- up in the relay's mark transaction, down by Requeue, and to the table's
+-- highest id at most by retention (a new event's rowid is the highest + 1,
+-- so it is always above the cursor). The reads of unpublished events read
+-- the rowid range above it (snapshots/sqlite). Parked events stay marked
+-- on their rows, as before.
 --
 -- The indexes left, each with the queries it serves:
 --   run_events_run_sequence_key UNIQUE (run_id, sequence): the sequence's
 --     uniqueness (ErrSequenceTaken), LockRun's last sequence and latest
 --     snapshot (read backwards), Events, StepEvents, Snapshot,
---     LatestSnapshot, MarkPublished, Requeue, retention's deletes;
---   run_events_unpublished (run_id, sequence) WHERE published_at IS NULL:
---     Unpublished, the relay's marks, the embedded cursor's first read,
---     OutboxCounts, retention's "held" test (00012);
+--     LatestSnapshot, MarkPublished, Park, Requeue, retention's deletes and
+--     its "held" test;
+--   the table's rowid above the relay cursor: Unpublished, UnpublishedAfter,
+--     the relay's marks, OutboxCounts, the cursor's advance;
 --   run_events_parked (parked_at) WHERE parked_at IS NOT NULL: ParkedEvents
 --     and OutboxCounts (00012);
 --   agent_state_snapshot's key (run_id, step_ordinal): the snapshots of
@@ -68,10 +77,15 @@ DROP TABLE run_events;
 ALTER TABLE run_events_v14 RENAME TO run_events;
 DELETE FROM agent_state_snapshot WHERE (run_id, step_ordinal) IN
     (SELECT run_id, step_ordinal FROM run_events WHERE node_name IS NOT NULL);
-CREATE INDEX run_events_unpublished ON run_events (run_id, sequence) WHERE published_at IS NULL;
 CREATE INDEX run_events_parked ON run_events (parked_at) WHERE parked_at IS NOT NULL;
+-- The cursor: below the first unpublished event, or at the last event.
+INSERT INTO agent_kv (key, value, updated_at) VALUES ('relay.embedded.cursor',
+    CAST(coalesce((SELECT min(id) - 1 FROM run_events WHERE published_at IS NULL), (SELECT max(id) FROM run_events), 0) AS TEXT),
+    strftime('%Y-%m-%dT%H:%M:%f', 'now') || '000Z')
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
 
 -- +goose Down
+DELETE FROM agent_kv WHERE key = 'relay.embedded.cursor';
 INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at)
     SELECT run_id, step_ordinal, node_name, resume_token, state, created_at FROM run_events WHERE node_name IS NOT NULL;
 CREATE TABLE run_events_v12 (

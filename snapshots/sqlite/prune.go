@@ -15,7 +15,7 @@ import (
 // (with) an unpublished event or an active lease.
 const (
 	sqlPruneEligible = `FROM runs r WHERE r.status IN ('FINISHED', 'FAILED', 'CANCELED') AND r.updated_at < ?`
-	sqlPruneBlocked  = `(EXISTS (SELECT 1 FROM run_events o INDEXED BY run_events_unpublished WHERE o.run_id = r.run_id AND o.published_at IS NULL)
+	sqlPruneBlocked  = `(EXISTS (SELECT 1 FROM run_events o WHERE o.run_id = r.run_id AND o.published_at IS NULL AND o.id > ` + sqlCursor + `)
 		OR EXISTS (SELECT 1 FROM device_leases l WHERE l.run_id = r.run_id AND l.released_at IS NULL))`
 )
 
@@ -68,6 +68,9 @@ func (s *Store) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (age
 			return agent.PruneResult{}, fmt.Errorf("prune: runs: %w", err)
 		}
 		res.Runs, _ = r.RowsAffected()
+		if _, err := tx.ExecContext(ctx, sqlCursorClamp, storekit.FmtTime(s.clock.Now())); err != nil {
+			return agent.PruneResult{}, fmt.Errorf("prune: relay cursor: %w", err)
+		}
 	}
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) `+sqlPruneEligible+` AND `+sqlPruneBlocked, at).Scan(&res.Held); err != nil {
 		return agent.PruneResult{}, fmt.Errorf("prune: count held runs: %w", err)
