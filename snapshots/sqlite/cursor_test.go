@@ -105,3 +105,43 @@ func TestRelayCursorMarksRequeueRetention(t *testing.T) {
 		t.Errorf("unpublished after retention and a new step = %v, want the new run's 1..3", got)
 	}
 }
+
+// A node step's commit (3 events and a snapshot) writes the pages of the
+// B-trees a query reads and no others (migration 00014): the event rows,
+// run_events_run_sequence_key, and the database header when the file grows,
+// about 4 WAL frames (each two pwrite64s, BenchmarkCommitStep); with the
+// event_id key, the unpublished index and agent_state_snapshot it was 8.3.
+func TestStepCommitWALFrames(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, t.TempDir()+"/agent.db", Options{CheckpointInCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
+	if err := s.CreateRun(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	// No checkpoint from here on, and the WAL emptied: its frame count is
+	// then the frames the commits wrote.
+	for _, q := range []string{`PRAGMA wal_autocheckpoint = 0`, `PRAGMA wal_checkpoint(TRUNCATE)`} {
+		if _, err := s.w.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const steps = 300
+	for step := range steps {
+		if err := s.CommitStep(ctx, storetest.NodeStep(r, int64(1+3*step), step, "EnsureDevice")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var busy, frames, done int
+	if err := s.w.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &done); err != nil {
+		t.Fatal(err)
+	}
+	perCommit := float64(frames) / steps
+	t.Logf("%d WAL frames for %d step commits: %.2f per commit", frames, steps, perCommit)
+	if perCommit > 4.5 {
+		t.Errorf("%.2f WAL frames per step commit, want at most 4.5 (two pwrite64s each: <= 9 of issue 26's 10)", perCommit)
+	}
+}
