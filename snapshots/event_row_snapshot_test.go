@@ -255,3 +255,81 @@ func TestEventRowSnapshotMigrationPostgres(t *testing.T) {
 		t.Errorf("run_events' indexes: %v, want %v", names, want)
 	}
 }
+
+// checkDown14 takes the database at path (url) one migration down, from 14
+// to 13, after three node steps were committed on 14, and checks schema
+// 13's rows are whole: the three snapshots back in agent_state_snapshot,
+// kind, ts and checksum back from each envelope; then up again.
+func checkDown14(t *testing.T, db *sql.DB, d migrations.Dialect, s oldStore) {
+	t.Helper()
+	ctx := t.Context()
+	r := storetest.NewRun("01HZX0TENANT1234567890", "emulator-5554")
+	if err := s.CreateRun(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	var events []agent.Event
+	for step := range 3 {
+		st := storetest.NodeStep(r, int64(1+3*step), step, "EnsureDevice")
+		if err := s.CommitStep(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, st.Events...)
+	}
+	s.Close()
+	p, err := migrations.NewProvider(db, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p.Down(ctx); err != nil || res.Source.Version != 14 {
+		t.Fatalf("Down = %v, %v; want 14 undone", res, err)
+	}
+	var snaps int
+	if err := db.QueryRow(`SELECT count(*) FROM agent_state_snapshot`).Scan(&snaps); err != nil || snaps != 3 {
+		t.Errorf("agent_state_snapshot after Down: %d rows, %v; want 3", snaps, err)
+	}
+	for _, e := range events {
+		var kind, ts, sum string
+		if err := db.QueryRow(`SELECT kind, ts, checksum FROM run_events WHERE event_id = '`+e.EventID+`'`).Scan(&kind, &ts, &sum); err != nil ||
+			kind != e.Kind || ts != e.TS || sum != e.Checksum {
+			t.Errorf("event %d after Down: %s %s %s, %v; want %s %s %s", e.Sequence, kind, ts, sum, err, e.Kind, e.TS, e.Checksum)
+		}
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("Up again: %v", err)
+	}
+}
+
+// Migration 00014's Down gives schema 13 its rows back, on both stores.
+func TestEventRowSnapshotMigrationDownSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.db")
+	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	checkDown14(t, db, migrations.SQLite, s)
+	var idx int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'run_events_unpublished'`).Scan(&idx); err != nil || idx != 0 {
+		t.Errorf("run_events_unpublished after Down and Up: %d, %v; want none", idx, err)
+	}
+}
+
+func TestEventRowSnapshotMigrationDownPostgres(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	checkDown14(t, db, migrations.Postgres, s)
+}
