@@ -2,7 +2,7 @@
 -- run's events up to run_publish.published_seq are published, so the
 -- claim's Finish writes one run_publish row per run per window where it
 -- wrote a new version of every event row it published (envelope included,
--- and entries in both unique keys: published_at was in the two partial
+-- and entries in its unique keys: published_at was in the two partial
 -- indexes' predicates, so no mark could be a HOT update; 10 buffer hits
 -- per event). An event is unpublished when its sequence is above its
 -- run's published_seq AND its own published_at is NULL: published_at
