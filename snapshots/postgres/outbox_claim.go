@@ -103,17 +103,23 @@ const pgPublishLockClass = 0x73677062
 // to $3 of the runs with events to publish (run_publish_pending), least
 // recently marked first: the runs $1 (this process's) when $1 is not
 // null, else any run but $2 (the sweep). It returns each run locked with
-// its published_seq and committed_seq as read. The lock is tried on the rows in order and
-// the LIMIT stops the scan: a volatile qual is not pushed into the ordered
-// subquery. The positions are read by the next statement, whose snapshot
-// is taken after the locks: a relay that marked and committed before them
-// is seen.
-var sqlLockPending = `SELECT run_id, published_seq, committed_seq FROM (
+// its published_seq and committed_seq as read. The candidates are read in
+// order into a materialized CTE first, and the lock is tried on them in
+// that order until $3 are held: in a subquery the planner moved the lock
+// below its sort and locked every candidate (8 held for 4 claimed), so a
+// relay's second claim worker found its runs all held by the first. Up
+// to $3 + 64 candidates: a sweep does not read every pending run of the
+// fleet; runs held by others are marked and go to the back meanwhile.
+// The positions are read by the next statement, whose snapshot is taken
+// after the locks: a relay that marked and committed before them is seen.
+var sqlLockPending = `WITH c AS MATERIALIZED (
 		SELECT p.run_id, p.published_seq, p.committed_seq FROM run_publish p
 		WHERE p.committed_seq > p.published_seq
 		  AND ($1::text[] IS NULL OR p.run_id = ANY($1::text[]))
 		  AND p.run_id <> ALL(coalesce($2::text[], '{}'))
-		ORDER BY p.marked_at, p.run_id) c
+		ORDER BY p.marked_at, p.run_id
+		LIMIT $3 + 64)
+	SELECT run_id, published_seq, committed_seq FROM c
 	WHERE pg_try_advisory_xact_lock(` + strconv.Itoa(pgPublishLockClass) + `, hashtext(c.run_id))
 	LIMIT $3`
 

@@ -329,3 +329,32 @@ func TestClaimMovesPositionOverSingleMarks(t *testing.T) {
 		t.Errorf("waiting after a new step: %v, want 4 to 6", got)
 	}
 }
+
+// A claim holds only the runs it claims: two claims open at once (a
+// relay's two claim workers) of 8 runs, 4 each, get 4 runs each, all
+// different. When the lock was tried in a subquery the planner sorted
+// after it, so the first claim held all 8 runs and the second got none.
+func TestClaimLocksOnlyTheRunsItClaims(t *testing.T) {
+	s := testenv.Postgres(t)
+	ctx := t.Context()
+	for range 8 {
+		commitSteps(t, s, 1)
+	}
+	seen := map[string]bool{}
+	for i := range 2 {
+		c, err := s.ClaimOutbox(ctx, 4, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		for _, run := range c.Runs() {
+			if seen[run[0].RunID] {
+				t.Errorf("claim %d: run %s claimed twice", i, run[0].RunID)
+			}
+			seen[run[0].RunID] = true
+		}
+		if len(c.Runs()) != 4 {
+			t.Errorf("claim %d of two open at once: %d runs, want 4", i, len(c.Runs()))
+		}
+	}
+}
