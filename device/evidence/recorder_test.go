@@ -263,3 +263,52 @@ func TestRecorderWarmStart(t *testing.T) {
 	cd.take()
 	run("01RUNE", true)
 }
+
+// TestRecorderPauseDiscardsAheadStart: a segment started ahead
+// (RecordRequest.Ahead) for a node a pause then kept from running is
+// killed and its file removed, so the run's video starts at the node. A
+// confirmed ahead start (the node's own NodeStarting followed) is kept by
+// a pause as any segment is.
+func TestRecorderPauseDiscardsAheadStart(t *testing.T) {
+	dev, err := android.New(simtest.Profile(t, "default"), android.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &evidence.Recorder{DeviceFor: func(string) device.Device { return simDevice{dev} }, FirstNode: "LaunchOrAttach",
+		Settings: func(agent.RetryPolicy) (evidence.VideoSettings, bool) {
+			return evidence.VideoSettings{ShortSide: 360, BitRate: 1000000, Segment: 180 * time.Second, MaxLength: time.Minute, MaxBytes: 1 << 20}, true
+		}}
+	out, _ := json.Marshal(map[string]any{"deviceRuntimeContext": map[string]any{"deviceId": "emulator-5554"}})
+	req := agent.RecordRequest{Run: agent.Run{RunID: "01AHEAD"}, Node: "LaunchOrAttach", Outputs: map[string]json.RawMessage{"EnsureDevice": out}}
+	ctx := context.Background()
+	ahead := req
+	ahead.Ahead = true
+	rec.NodeStarting(ctx, ahead)
+	waitRecordings(t, dev, 1)
+	rec.Pause(ctx, "01AHEAD") // the boundary paused the run before LaunchOrAttach
+	if n := dev.Recordings(); n != 0 {
+		t.Fatalf("%d recordings running after the pause", n)
+	}
+	if r, _ := (simDevice{dev}).Shell(ctx, "ls /data/local/tmp"); strings.Contains(r.Stdout, "screengraph-video") {
+		t.Fatalf("the discarded segment's file is left: %s", r.Stdout)
+	}
+	rec.NodeStarting(ctx, ahead) // resumed: ahead, then the node's own call
+	rec.NodeStarting(ctx, req)
+	waitRecordings(t, dev, 1)
+	rec.Pause(ctx, "01AHEAD") // a pause after the node ran keeps its part
+	if r, _ := (simDevice{dev}).Shell(ctx, "ls /data/local/tmp"); strings.Count(r.Stdout, "screengraph-video-01AHEAD-") != 1 {
+		t.Fatalf("after a pause of a confirmed segment, want its file kept: %s", r.Stdout)
+	}
+	rec.NodeStarting(ctx, req)
+	waitRecordings(t, dev, 1)
+	data, notes, err := rec.Video(ctx, "01AHEAD")
+	if err != nil || len(data) == 0 {
+		t.Fatalf("Video: %d bytes, %v %v", len(data), notes, err)
+	}
+	if r, _ := (simDevice{dev}).Shell(ctx, "ls /data/local/tmp"); strings.Contains(r.Stdout, "screengraph-video") {
+		t.Errorf("files left: %s", r.Stdout)
+	}
+	if len(notes) != 0 {
+		t.Errorf("notes %v", notes)
+	}
+}
