@@ -136,12 +136,8 @@ func (e *Engine) Run(ctx context.Context, runID string, g *Graph) (RunStatus, er
 	}
 	if e.Recorder != nil && !r.run.Status.Terminal() {
 		// Whatever ends this pass (the run's end, a cancel, a daemon stop),
-		// no recording outlives it on the device: not one started ahead
-		// either (startAhead).
-		defer func() {
-			r.awaitRecorder()
-			e.Recorder.Drop(context.WithoutCancel(ctx), runID)
-		}()
+		// no recording outlives it on the device.
+		defer e.Recorder.Drop(context.WithoutCancel(ctx), runID)
 	}
 	return r.loop(ctx)
 }
@@ -283,9 +279,6 @@ type runner struct {
 	// evidence window (nil without a Handover or a lease).
 	handed bool
 	window *EvidenceWindow
-	// ahead is the Recorder.NodeStarting started for the next node while
-	// the step before it commits (startAhead): closed when it returned.
-	ahead chan struct{}
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -694,52 +687,11 @@ func (r *runner) readState(ctx context.Context) (ctrl []Control, done bool, err 
 	return ctrl, r.run.Status.Terminal(), nil
 }
 
-// pauseRecording stops the run's recording (Engine.Recorder), if any,
-// one started ahead for the next node included.
+// pauseRecording stops the run's recording (Engine.Recorder), if any.
 func (r *runner) pauseRecording(ctx context.Context) {
 	if r.e.Recorder != nil {
-		r.awaitRecorder()
 		r.e.Recorder.Pause(ctx, r.run.RunID)
 	}
-}
-
-// startAhead tells the Recorder (RecordRequest.Ahead) that node is next
-// as soon as the node before it succeeded, so that the recording's start
-// (a round trip to the device: LaunchOrAttach waits for screenrecord's
-// stream to be accepted) overlaps that step's commit and the boundary's
-// reads instead of following them. The boundary may still pause or cancel
-// the run: Pause then discards what it started.
-func (r *runner) startAhead(ctx context.Context, node string) {
-	if r.e.Recorder == nil || node == End {
-		return
-	}
-	req := RecordRequest{Run: r.run, Node: node, Policy: r.pol, Outputs: cloneRaw(r.st.Outputs), Window: r.window, Ahead: true}
-	done := make(chan struct{})
-	r.ahead = done
-	go func() {
-		defer close(done)
-		r.e.Recorder.NodeStarting(ctx, req)
-	}()
-}
-
-// awaitRecorder waits for startAhead's NodeStarting, if one is running:
-// no other Recorder call of the run overtakes it.
-func (r *runner) awaitRecorder() {
-	if r.ahead != nil {
-		<-r.ahead
-		r.ahead = nil
-	}
-}
-
-// recordNode tells the Recorder that node a is about to run, once one
-// started ahead for it has returned.
-func (r *runner) recordNode(ctx context.Context, a stepAttempt) {
-	if r.e.Recorder == nil {
-		return
-	}
-	r.awaitRecorder()
-	r.e.Recorder.NodeStarting(ctx, RecordRequest{Run: r.run, Node: a.name, Policy: r.pol,
-		Outputs: cloneRaw(r.st.Outputs), Window: r.window})
 }
 
 // settle commits a pause or resume (pauseTransition); again when its CAS
@@ -864,7 +816,10 @@ func (r *runner) waitUntil(ctx context.Context, ts string) error {
 // runStep runs one attempt of r.st.Next and commits it.
 func (r *runner) runStep(ctx context.Context) error {
 	a := r.newAttempt()
-	r.recordNode(ctx, a)
+	if r.e.Recorder != nil {
+		r.e.Recorder.NodeStarting(ctx, RecordRequest{Run: r.run, Node: a.name, Policy: r.pol,
+			Outputs: cloneRaw(r.st.Outputs), Window: r.window})
+	}
 	in := NodeInput{
 		Run: r.run, NodeName: a.name, StepOrdinal: a.step, Attempt: a.attempt,
 		IterationOrdinalNumber: r.st.IterationOrdinalNumber, PolicyVersion: r.st.PolicyVersion,
@@ -919,7 +874,6 @@ func (r *runner) runStep(ctx context.Context) error {
 	fin.Output = out
 	if fe == nil {
 		r.st.Outputs[a.name] = out
-		r.startAhead(ctx, res.Next)
 	} else if f := r.st.Failure; f != nil && f.Node == a.name && f.StepOrdinal == a.step {
 		f.Output = out
 	}

@@ -16,15 +16,11 @@ type Recorder interface {
 	// NodeStarting is called before each node attempt the engine runs
 	// (after the run's handover, before the node's agent.node.started): the
 	// recorder starts recording, or goes on after a pause, when the policy
-	// asks for video and the run has reached its first recorded node. It
-	// is also called ahead (RecordRequest.Ahead) for the next node as soon
-	// as the node before it succeeded, while that step commits; the call
-	// before the node runs follows unless a pause or a cancel comes first.
+	// asks for video and the run has reached its first recorded node.
 	NodeStarting(ctx context.Context, req RecordRequest)
 	// Pause stops the run's recording on the device and keeps what it
-	// recorded, except a part started ahead for a node that has not run
-	// since, which it discards: a paused run records nothing, and
-	// NodeStarting after the resume records the next part.
+	// recorded: a paused run records nothing, and NodeStarting after the
+	// resume records the next part.
 	Pause(ctx context.Context, runID string)
 	// Drop stops the run's recording on the device and forgets it (called
 	// when Engine.Run returns, whatever the reason; after the capture took
@@ -44,8 +40,4 @@ type RecordRequest struct {
 	// Window is the run's evidence window (EvidenceRequest.Window): a dirty
 	// device is not recorded.
 	Window *EvidenceWindow
-	// Ahead: Node has not been reached yet; the node before it succeeded
-	// and its step is committing. A part the recorder starts for it is
-	// the run's only once a NodeStarting without Ahead confirms it.
-	Ahead bool
 }

@@ -109,10 +109,6 @@ type segment struct {
 	cancel   func()        // closes the adb shell (SIGHUP: screenrecord finishes the file)
 	accepted chan struct{} // closed when the device accepted the shell's stream
 	done     chan struct{} // closed when the shell command returned
-	// ahead: started for a node not reached yet (RecordRequest.Ahead) and
-	// not confirmed since; discard: Pause threw it away (both guarded by
-	// Recorder.mu).
-	ahead, discard bool
 }
 
 func (r *Recorder) logf(runID, format string, args ...any) {
@@ -138,9 +134,6 @@ func (r *Recorder) NodeStarting(ctx context.Context, req agent.RecordRequest) {
 	r.mu.Lock()
 	rr := r.runs[runID]
 	if rr != nil && (rr.cur != nil || rr.recorded >= rr.set.MaxLength) {
-		if rr.cur != nil && !req.Ahead {
-			rr.cur.ahead = false // the node it was started for runs now
-		}
 		r.mu.Unlock()
 		return
 	}
@@ -153,9 +146,6 @@ func (r *Recorder) NodeStarting(ctx context.Context, req agent.RecordRequest) {
 	r.mu.Lock()
 	r.startLocked(runID, rr)
 	seg := rr.cur
-	if seg != nil {
-		seg.ahead = req.Ahead
-	}
 	r.mu.Unlock()
 	if seg != nil {
 		// The node waits for the device to have started the recording's
@@ -300,9 +290,6 @@ func (r *Recorder) startLocked(runID string, rr *recRun) {
 		if rr.cur == seg {
 			rr.cur = nil
 		}
-		if seg.discard {
-			return
-		}
 		if (err != nil || res.ExitCode != 0) && !seg.stopping {
 			msg := strings.TrimSpace(res.Stderr + " " + res.Stdout)
 			if err != nil {
@@ -361,41 +348,13 @@ func (r *Recorder) take(runID string) *recRun {
 }
 
 // Pause implements agent.Recorder: the running segment ends, what was
-// recorded is kept for the run's video; a segment started ahead for a node
-// that has not run is discarded (discard).
+// recorded is kept for the run's video.
 func (r *Recorder) Pause(ctx context.Context, runID string) {
 	r.mu.Lock()
 	rr := r.runs[runID]
-	var seg *segment
-	if rr != nil && rr.cur != nil && rr.cur.ahead {
-		seg = rr.cur
-		seg.stopping, seg.discard = true, true
-	}
 	r.mu.Unlock()
-	switch {
-	case seg != nil:
-		r.discard(ctx, rr, seg)
-	case rr != nil:
+	if rr != nil {
 		r.stop(ctx, rr)
-	}
-}
-
-// discard ends a segment started ahead (NodeStarting with
-// RecordRequest.Ahead) for a node a pause or cancel kept from running: the
-// run records nothing before that node, as if it had not been started.
-// One shell kills it and removes its file, as Drop does for a whole run.
-func (r *Recorder) discard(ctx context.Context, rr *recRun, seg *segment) {
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	name := strings.TrimPrefix(seg.path, recordPrefix)
-	res, err := rr.dev.Shell(sctx, "pkill -KILL -f "+ourRecordings(name)+"; rm -f "+seg.path)
-	if err != nil || res.ExitCode != 0 {
-		r.forget(rr.serial)
-		seg.cancel()
-	}
-	select {
-	case <-seg.done:
-	case <-sctx.Done():
 	}
 }
 
