@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +42,9 @@ func BenchmarkWarmChain(b *testing.B) {
 	defer func() { h.Engine.Evidence = evidence }()
 	took := map[string]*time.Duration{}
 	timeNodes(b, h, took)
+	commits := &countingCommits{Store: h.Engine.Store}
+	h.Engine.Store = commits
+	defer func() { h.Engine.Store = commits.Store }()
 	for _, bc := range []struct {
 		name     string
 		c        runCmd
@@ -53,6 +58,7 @@ func BenchmarkWarmChain(b *testing.B) {
 				h.Engine.Recorder = nil
 			}
 			timedRec.took, timedEv.took = 0, 0
+			commits.n.Store(0)
 			for _, d := range took {
 				*d = 0
 			}
@@ -60,6 +66,7 @@ func BenchmarkWarmChain(b *testing.B) {
 			env.emu.Opened()
 			var runs []string
 			var last []string
+			cpu0 := processCPU(b)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				id, status, _, err := submit(ctx, h, bc.c)
@@ -80,6 +87,9 @@ func BenchmarkWarmChain(b *testing.B) {
 			msPerOp := float64(b.Elapsed().Microseconds()) / 1000 / float64(b.N)
 			b.ReportMetric(msPerOp, "ms/op")
 			b.StopTimer()
+			// This process's CPU: the daemon's code and the simulated
+			// device (Appium and the adb server are processes of their own).
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/1000/float64(b.N), "process-cpu-ms/chain")
 			reportNodeMillis(b, h, runs)
 			// Issue 26 part 2: everything but WaitIdle (EnsureDevice,
 			// ProvisionApp, LaunchOrAttach, the commits, the evidence) on a
@@ -95,6 +105,7 @@ func BenchmarkWarmChain(b *testing.B) {
 			b.ReportMetric(float64(timedRec.took.Microseconds())/1000/float64(b.N), "recorder-start-ms")
 			b.ReportMetric(float64(timedEv.took.Microseconds())/1000/float64(b.N), "evidence-ms")
 			reportStreams(b, last)
+			b.ReportMetric(float64(commits.n.Load())/float64(b.N), "commits/chain")
 		})
 	}
 }
@@ -109,6 +120,26 @@ func (t *timedRecorder) NodeStarting(ctx context.Context, req agent.RecordReques
 	start := time.Now()
 	t.Recorder.NodeStarting(ctx, req)
 	t.took += time.Since(start)
+}
+
+// countingCommits counts the engine's CommitStep calls.
+type countingCommits struct {
+	agent.Store
+	n atomic.Int64
+}
+
+func (c *countingCommits) CommitStep(ctx context.Context, st agent.Step) error {
+	c.n.Add(1)
+	return c.Store.CommitStep(ctx, st)
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // timedNode sums a node's Run time (µs resolution: the events'
