@@ -210,12 +210,30 @@ func ensureDevice(ctx context.Context, in EnsureDeviceInput, p Ports, memory Ses
 		return nil, err
 	}
 	warm := cmp.Or(in.Warm, &Warm{}) // none kept: this run proves for itself
-	if err := ensureBooted(ctx, dev, p, deadline, bound, &warm.Boot); err != nil {
+	sess := sessionSetup{p: p, memory: memory, policy: policy, serial: dev.Serial(), warm: warm}
+	sess.probeAhead(ctx)
+	defer sess.ahead.Discard()
+	if rechecked, err := ensureBooted(ctx, dev, p, deadline, bound, &warm.Boot); err != nil {
 		return nil, err
+	} else if !rechecked { // the device changed: its session is probed after the boot check
+		sess.ahead.Discard()
+		sess.ahead = nil
 	}
 	adbPort := cmp.Or(in.DeviceConfiguration.ADBServerPort, p.ADBServerPort, DefaultADBServerPort)
-	sess := sessionSetup{p: p, memory: memory, policy: policy, serial: dev.Serial(), warm: warm}
 	return sess.ensure(ctx, adbPort, in.DeviceConfiguration.PlatformVersion)
+}
+
+// probeAhead starts the remembered session's probe when the device has a
+// boot proof to recheck and the policy may reuse it: the recheck (adbd) and
+// the probe (Appium) overlap. Nothing starts when memory cannot be read
+// (ensure reports that).
+func (s *sessionSetup) probeAhead(ctx context.Context) {
+	if s.policy == CreateNew || !s.warm.Boot.Holds(s.serial) {
+		return
+	}
+	if id, err := s.memory.Get(ctx, s.serial); err == nil && id != "" {
+		s.ahead = s.warm.Sessions.StartReusable(ctx, s.p.Driver, s.serial, id)
+	}
 }
 
 // deviceName is the name of the device to drive: the leased serial when
@@ -261,20 +279,21 @@ func deviceName(ctx context.Context, in EnsureDeviceInput, p Ports, policy Drive
 // a device in adb state "device" or "recovery", and recovery runs no
 // activity/package/window services), so the adb state is asked (one more
 // connection through the adb server) only when it is not; then the boot is
-// waited for. A Ready answer is recorded in proofs.
-func ensureBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, proofs *android.BootProofs) error {
+// waited for. A Ready answer is recorded in proofs. rechecked: the proof
+// held (the device did not change since).
+func ensureBooted(ctx context.Context, dev device.Device, p Ports, deadline time.Time, bound time.Duration, proofs *android.BootProofs) (rechecked bool, _ error) {
 	if ok, why := proofs.Recheck(ctx, dev); ok {
-		return nil
+		return true, nil
 	} else if why != "" {
 		p.Logf("%s changed since it was found boot-ready (%s): checking it fully", dev.Serial(), why)
 	}
 	st, err := android.BootStatus(ctx, dev)
 	if err == nil && st.Ready {
 		proofs.Proven(dev.Serial(), st.TransportID)
-		return nil
+		return false, nil
 	}
 	if err := waitOnline(ctx, dev, p, min(bound, OfflineGrace)); err != nil {
-		return err
+		return false, err
 	}
 	var first *android.Boot
 	if err == nil {
@@ -284,7 +303,7 @@ func ensureBooted(ctx context.Context, dev device.Device, p Ports, deadline time
 	if err == nil {
 		proofs.Proven(dev.Serial(), ready.TransportID)
 	}
-	return err
+	return false, err
 }
 
 // sessionSetup finds or creates the Appium session of one serial under a
@@ -295,6 +314,7 @@ type sessionSetup struct {
 	policy DriverReusePolicy
 	serial string
 	warm   *Warm
+	ahead  *android.ReuseProbe // probeAhead's, nil when none
 }
 
 func (s sessionSetup) memoryErr(err error) error {
@@ -305,6 +325,9 @@ func (s sessionSetup) memoryErr(err error) error {
 // probes live, else creates one (REUSE_ONLY fails instead).
 func (s sessionSetup) ensure(ctx context.Context, adbPort int, platformVersion string) (*DeviceRuntimeContext, error) {
 	remembered, err := s.memory.Get(ctx, s.serial)
+	if s.ahead != nil {
+		remembered, err = s.ahead.ID, nil // read a moment ago by probeAhead
+	}
 	if err != nil {
 		return nil, s.memoryErr(err)
 	}
@@ -334,7 +357,7 @@ func (s sessionSetup) ensure(ctx context.Context, adbPort int, platformVersion s
 // reuse returns the remembered session's context when it probes live; nil
 // (forgotten) when not, an error when REUSE_ONLY then has nothing to use.
 func (s sessionSetup) reuse(ctx context.Context, remembered string) (*DeviceRuntimeContext, error) {
-	drc, why, err := tryReuse(ctx, s.p, s.serial, remembered, s.warm)
+	drc, why, err := tryReuse(ctx, s.p, s.serial, remembered, s.warm, s.ahead)
 	if err != nil {
 		return nil, err
 	}
@@ -392,8 +415,12 @@ func (s sessionSetup) create(ctx context.Context, adbPort int, platformVersion s
 // the Appium server cannot be asked.
 // A session whose capabilities warm knows is probed in one call
 // (device.AliveProber) when the driver can.
-func tryReuse(ctx context.Context, p Ports, serial, id string, warm *Warm) (*DeviceRuntimeContext, string, error) {
-	health, caps, why, err := warm.Sessions.Reusable(ctx, p.Driver, serial, id)
+// A probe started ahead (probeAhead) for id is waited for instead.
+func tryReuse(ctx context.Context, p Ports, serial, id string, warm *Warm, ahead *android.ReuseProbe) (*DeviceRuntimeContext, string, error) {
+	health, caps, why, err := ahead.Wait()
+	if ahead == nil || ahead.ID != id {
+		health, caps, why, err = warm.Sessions.Reusable(ctx, p.Driver, serial, id)
+	}
 	if err != nil || why != "" {
 		return nil, why, err
 	}

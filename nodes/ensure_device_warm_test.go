@@ -189,3 +189,91 @@ func TestEnsureDeviceWarmSessionProbe(t *testing.T) {
 		t.Errorf("the new session's first reuse did not read its capabilities")
 	}
 }
+
+// meeting lets two calls on different ports each wait, up to a bound, for
+// the other to have started: met says whether both were in flight at once.
+type meeting struct {
+	bound           context.Context
+	shell, probe    chan struct{}
+	shellIn, probe1 sync.Once
+	mu              sync.Mutex
+	met             []bool
+}
+
+func (m *meeting) arrive(mine *sync.Once, me, other chan struct{}) {
+	mine.Do(func() { close(me) })
+	select {
+	case <-other:
+		m.mu.Lock()
+		m.met = append(m.met, true)
+		m.mu.Unlock()
+	case <-m.bound.Done():
+		m.mu.Lock()
+		m.met = append(m.met, false)
+		m.mu.Unlock()
+	}
+}
+
+type meetDevice struct {
+	device.Device
+	m *meeting
+}
+
+func (d meetDevice) Shell(ctx context.Context, cmd string) (device.ShellResult, error) {
+	if d.m != nil && cmd == "getprop sys.boot_completed" {
+		d.m.arrive(&d.m.shellIn, d.m.shell, d.m.probe)
+	}
+	return d.Device.Shell(ctx, cmd)
+}
+
+type meetDriver struct {
+	*fakeDriver
+	m **meeting
+}
+
+func (d meetDriver) Probe(ctx context.Context, id string) (device.Health, map[string]any, error) {
+	if m := *d.m; m != nil {
+		m.arrive(&m.probe1, m.probe, m.shell)
+	}
+	return d.fakeDriver.Probe(ctx, id)
+}
+
+// TestEnsureDeviceWarmProbeOverlaps: on a warm device (a boot proof on its
+// transport, a session remembered) the boot recheck's round trip to adbd
+// and the session's probe to Appium are in flight at once, not one after
+// the other; the output is the same as a sequential run's.
+func TestEnsureDeviceWarmProbeOverlaps(t *testing.T) {
+	srv := simtest.StartADBServer(t)
+	em, _ := simtest.Launch(t, srv, simtest.Profile(t, "default"))
+	srv.WaitState(t, em.Serial(), "device", 10*time.Second)
+	var m *meeting
+	drv := meetDriver{fakeDriver: &fakeDriver{}, m: &m}
+	dev := meetDevice{Device: adbdevice.NewADBDevice(adb.New(srv.Addr()), em.Serial())}
+	mem, warm := &MemorySessions{}, &Warm{}
+	run := func(p Ports) EnsureDeviceOutput {
+		t.Helper()
+		in := ensureIn("")
+		in.DeviceConfiguration.DeviceName = em.Serial()
+		in.Warm = warm
+		out, err := EnsureDevice(context.Background(), in, p, mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	run(Ports{Device: dev, Driver: drv}) // cold: boot probe, new session
+	before := run(Ports{Device: dev, Driver: drv})
+	bound, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m = &meeting{bound: bound, shell: make(chan struct{}), probe: make(chan struct{})}
+	dev.m = m
+	after := run(Ports{Device: dev, Driver: drv})
+	if !slices.Equal(m.met, []bool{true, true}) {
+		t.Fatalf("boot recheck and session probe met %v: want both in flight at once", m.met)
+	}
+	a, _ := json.Marshal(before)
+	b, _ := json.Marshal(after)
+	if string(a) != string(b) {
+		t.Errorf("outputs differ:\n%s\n%s", a, b)
+	}
+}

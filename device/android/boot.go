@@ -75,6 +75,17 @@ func (b *BootProofs) Proven(serial string, id int64) {
 	b.m[serial] = id
 }
 
+// Holds reports whether a proof is recorded for serial (Recheck will ask
+// one small shell rather than nothing).
+func (b *BootProofs) Holds(serial string) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.m[serial] != 0
+}
+
 // Recheck reports whether dev is still Ready by the proof recorded for it:
 // one shell `getprop sys.boot_completed` that answers "1" on the recorded
 // transport. Otherwise the proof is dropped and why says what changed ("" when

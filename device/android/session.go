@@ -141,3 +141,52 @@ func (s *SessionCaps) Reusable(ctx context.Context, drv device.Driver, serial, i
 	s.Keep(id, caps)
 	return health, caps, "", nil
 }
+
+// ReuseProbe is a Reusable call started ahead (SessionCaps.StartReusable):
+// a warm device's boot recheck (BootProofs.Recheck, a round trip to adbd)
+// and its remembered session's probe (a round trip to Appium) do not depend
+// on each other, so they overlap. A nil *ReuseProbe was not started.
+type ReuseProbe struct {
+	ID     string // the session id probed
+	cancel context.CancelFunc
+	done   chan struct{}
+	health device.Health
+	caps   map[string]any
+	why    string
+	err    error
+}
+
+// StartReusable runs s.Reusable(ctx, drv, serial, id) in its own goroutine
+// under a context of its own derived from ctx. Collect its answer with Wait,
+// or drop it with Discard; one of them must be called.
+func (s *SessionCaps) StartReusable(ctx context.Context, drv device.Driver, serial, id string) *ReuseProbe {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &ReuseProbe{ID: id, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.health, p.caps, p.why, p.err = s.Reusable(ctx, drv, serial, id)
+	}()
+	return p
+}
+
+// Wait returns the probe's Reusable answer once it has one (zero values
+// on nil).
+func (p *ReuseProbe) Wait() (health device.Health, caps map[string]any, why string, err error) {
+	if p == nil {
+		return "", nil, "", nil
+	}
+	<-p.done
+	p.cancel()
+	return p.health, p.caps, p.why, p.err
+}
+
+// Discard cancels the probe and waits for it to end, its answer unused
+// (the device changed under it: the session is probed again after the full
+// boot check). Safe on nil and after Wait.
+func (p *ReuseProbe) Discard() {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	<-p.done
+}
