@@ -35,7 +35,11 @@ func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d
 // for a policy switch), never before, and that commit's event names it
 // (AppliedControl): a daemon stop or crash in between leaves it pending, so
 // the resumed run honors it again. A terminal commit also requires that no
-// other request is pending (Step.NoOtherControl), so none is stranded.
+// other request is pending (Step.NoOtherControl), so none is stranded. The
+// step that ends the run (its node finished the graph, or failed and is not
+// retried) commits the terminal transition with it when the run is RUNNING
+// and nothing is pending; else it commits alone and the boundary after it
+// honors what is pending first.
 //
 // Retries are state-based (node-catalog.md): a failed attempt classified
 // retryable at the adapter boundary (Error.Retryable) whose errorId the
