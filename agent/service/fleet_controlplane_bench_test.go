@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,10 +59,6 @@ const (
 	// leases are the renewal figure alone).
 	cpTargetRunEvery = 60 * time.Second
 )
-
-// cpClockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
-// every Linux architecture Go supports; sysconf(_SC_CLK_TCK) needs cgo).
-const cpClockTicks = 100
 
 // BenchmarkFleetControlPlane measures, in one run, two phases on 1,000
 // virtual devices and 20 daemons:
@@ -475,10 +470,11 @@ type cpPoint struct {
 func cpSample(b *testing.B, ctx context.Context, admin *pgx.Conn, pg *pgtest.Server, m *cpMeter, published int64) cpPoint {
 	b.Helper()
 	p := cpPoint{at: time.Now(), renewals: m.renewals.Load(), commits: m.commits.Load(), published: published}
-	var err error
-	if p.cpu, err = postgresCPU(pg); err != nil {
+	cpu, err := pg.CPU()
+	if err != nil {
 		b.Fatal(err)
 	}
+	p.cpu = cpu.Seconds()
 	if err := admin.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,
 		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')`).Scan(&p.wal, &p.conns); err != nil {
 		b.Fatal(err)
@@ -487,56 +483,6 @@ func cpSample(b *testing.B, ctx context.Context, admin *pgx.Conn, pg *pgtest.Ser
 		m.maxConns.Store(p.conns)
 	}
 	return p
-}
-
-// postgresCPU sums the CPU-seconds (user + system) of pg's postmaster (with
-// its exited children's) and of its live children (backends, background
-// workers), from /proc/<pid>/stat (proc(5): fields 14-17).
-func postgresCPU(pg *pgtest.Server) (float64, error) {
-	raw, err := os.ReadFile(filepath.Join(pg.Dir, "data", "postmaster.pid"))
-	if err != nil {
-		return 0, err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
-	if err != nil {
-		return 0, fmt.Errorf("postmaster.pid: %w", err)
-	}
-	stat := func(p int) (ppid int, ticks [4]int64, err error) {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			return 0, ticks, err
-		}
-		// The command sits in parentheses and may hold spaces: split after it.
-		s := string(raw)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
-		ppid, _ = strconv.Atoi(f[1])
-		for i := range 4 {
-			ticks[i], _ = strconv.ParseInt(f[11+i], 10, 64)
-		}
-		return ppid, ticks, nil
-	}
-	_, t, err := stat(pid)
-	if err != nil {
-		return 0, err
-	}
-	total := t[0] + t[1] + t[2] + t[3]
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil || p == pid {
-			continue
-		}
-		ppid, t, err := stat(p)
-		if err != nil || ppid != pid {
-			continue // gone meanwhile, or not ours
-		}
-		total += t[0] + t[1]
-	}
-	return float64(total) / cpClockTicks, nil
 }
 
 func cpPercentile(ds []time.Duration, p int) time.Duration {
