@@ -232,6 +232,7 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	time.Sleep(window / 2)
 	i1 := cpSample(b, ctx, admin, pg, m, published())
 	cpTopStatements(b, ctx, admin, "idle")
+	cpCPUByKind("idle", i0, i1)
 
 	// Phase 1, hold: every device leased, its run waiting in WaitIdle.
 	cpWaiting.Store(0)
@@ -244,6 +245,7 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	time.Sleep(window)
 	h1 := cpSample(b, ctx, admin, pg, m, published())
 	cpTopStatements(b, ctx, admin, "hold")
+	cpCPUByKind("hold", h0, h1)
 	holding.Store(false)
 	close(hold)
 	waitFor("the held runs to finish", 3*time.Minute, func() bool { return m.finished.Load() == int64(len(devices)) })
@@ -283,6 +285,7 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	s1 := cpSample(b, ctx, admin, pg, m, published())
 	b.StopTimer()
 	cpTopStatements(b, ctx, admin, "stream")
+	cpCPUByKind("stream", s0, s1)
 	for _, id := range ids[:min(len(ids), 20)] {
 		if r, err := stores[0].GetRun(ctx, agent.Admin(), id); err != nil || r.Status != agent.RunFinished {
 			b.Fatalf("run %s: %s %v, want FINISHED", id, r.Status, err)
@@ -462,7 +465,9 @@ func (s *cpStore) CommitStep(ctx context.Context, st agent.Step) error {
 type cpPoint struct {
 	at                           time.Time
 	cpu                          float64 // CPU-seconds of the postmaster and its children
-	wal                          int64   // bytes since 0/0
+	kinds                        map[string]time.Duration
+	listen                       time.Duration // the LISTEN connections' backends
+	wal                          int64         // bytes since 0/0
 	conns                        int64
 	renewals, commits, published int64
 }
@@ -470,11 +475,13 @@ type cpPoint struct {
 func cpSample(b *testing.B, ctx context.Context, admin *pgx.Conn, pg *pgtest.Server, m *cpMeter, published int64) cpPoint {
 	b.Helper()
 	p := cpPoint{at: time.Now(), renewals: m.renewals.Load(), commits: m.commits.Load(), published: published}
-	cpu, err := pg.CPU()
-	if err != nil {
+	var err error
+	if p.kinds, err = pg.CPUByKind(); err != nil {
 		b.Fatal(err)
 	}
-	p.cpu = cpu.Seconds()
+	for _, d := range p.kinds {
+		p.cpu += d.Seconds()
+	}
 	if err := admin.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,
 		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')`).Scan(&p.wal, &p.conns); err != nil {
 		b.Fatal(err)
@@ -482,7 +489,44 @@ func cpSample(b *testing.B, ctx context.Context, admin *pgx.Conn, pg *pgtest.Ser
 	if p.conns > m.maxConns.Load() {
 		m.maxConns.Store(p.conns)
 	}
+	// The backends of the daemons' LISTEN connections (their last
+	// statement is the LISTEN): what delivering the NOTIFYs costs, since
+	// Postgres signals every listening backend of the database at each
+	// NOTIFY, whatever its channel and payload.
+	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, pid := range pids {
+		if d, err := pgtest.ProcessCPU(pid); err == nil {
+			p.listen += d
+		}
+	}
 	return p
+}
+
+// cpCPUByKind prints the Postgres CPU from p to q by process kind (client
+// backends, autovacuum, walwriter, ...), in ms per second of the phase: what
+// the connections' statements cost against the server's own work.
+func cpCPUByKind(phase string, p, q cpPoint) {
+	sec := q.at.Sub(p.at).Seconds()
+	kinds := make([]string, 0, len(q.kinds))
+	for k := range q.kinds {
+		kinds = append(kinds, k)
+	}
+	slices.SortFunc(kinds, func(a, b string) int { return int(q.kinds[b] - p.kinds[b] - (q.kinds[a] - p.kinds[a])) })
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s phase, Postgres CPU by process kind (%.1f s, %.0f CPU-ms/s in all, %.1f of it the LISTEN connections'):", phase, sec, (q.cpu-p.cpu)*1000/sec, float64((q.listen-p.listen).Milliseconds())/sec)
+	for _, k := range kinds {
+		if d := q.kinds[k] - p.kinds[k]; d > 0 {
+			fmt.Fprintf(&sb, " %s %.1f;", k, float64(d.Milliseconds())/sec)
+		}
+	}
+	fmt.Println(sb.String())
 }
 
 func cpPercentile(ds []time.Duration, p int) time.Duration {
@@ -511,18 +555,36 @@ func cpResetStatements(b *testing.B, ctx context.Context, admin *pgx.Conn) {
 }
 
 // cpTopStatements logs the statements that took most of the server's
-// execution time since the last reset.
+// execution time since the last reset (SCREENGRAPH_FLEETBENCH_TOP of them,
+// default 12), after the count of all statements: a statement's round trip
+// (parse, bind, the protocol, its transaction's commit) costs the server
+// CPU that its execution time does not show, so the count matters as much.
 func cpTopStatements(b *testing.B, ctx context.Context, admin *pgx.Conn, phase string) {
 	b.Helper()
+	top := 12
+	if v := os.Getenv("SCREENGRAPH_FLEETBENCH_TOP"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("SCREENGRAPH_FLEETBENCH_TOP=%q: want a positive count", v)
+		}
+		top = n
+	}
+	var (
+		calls int64
+		total float64
+	)
+	if err := admin.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time), 0) FROM pg_stat_statements`).Scan(&calls, &total); err != nil {
+		b.Fatal(err)
+	}
 	rows, err := admin.Query(ctx, `SELECT calls, total_exec_time, (shared_blks_hit + shared_blks_read) / greatest(calls, 1),
 		left(regexp_replace(query, '\s+', ' ', 'g'), 110)
-		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12`)
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT $1`, top)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rows.Close()
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s phase, the statements that took most of Postgres's execution time (pages: shared buffers hit or read per call):", phase)
+	fmt.Fprintf(&sb, "%s phase: %d statements, %.0f ms of execution; those that took most of it (pages: shared buffers hit or read per call):", phase, calls, total)
 	for rows.Next() {
 		var (
 			calls, pages int64

@@ -41,8 +41,9 @@ func TestStartPicksAnotherPortWhenTaken(t *testing.T) {
 }
 
 // TestClusterCPUCountsABackendsWork: a query that burns CPU in a backend
-// shows in the cluster's CPU, read by the data directory Postgres reports;
-// a directory with no running server is an error, not a zero.
+// shows in the cluster's CPU, read by the data directory Postgres reports,
+// and in its client backends' share; a directory with no running server is
+// an error, not a zero.
 func TestClusterCPUCountsABackendsWork(t *testing.T) {
 	s, err := Start("")
 	if err != nil {
@@ -63,6 +64,10 @@ func TestClusterCPUCountsABackendsWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	kinds0, err := ClusterCPUByKind(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// About a second of one core's work, in the backend.
 	if _, err := conn.Exec(ctx, `SELECT count(*) FROM generate_series(1, 20000000)`); err != nil {
 		t.Fatal(err)
@@ -73,6 +78,13 @@ func TestClusterCPUCountsABackendsWork(t *testing.T) {
 	}
 	if after-before < 100*time.Millisecond {
 		t.Fatalf("cluster CPU %v -> %v across a query of 20M rows", before, after)
+	}
+	kinds1, err := ClusterCPUByKind(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := kinds1["client backend"] - kinds0["client backend"]; d < 100*time.Millisecond {
+		t.Fatalf("client backends' CPU grew %v across the query (kinds before %v, after %v)", d, kinds0, kinds1)
 	}
 	if _, err := ClusterCPU(t.TempDir()); err == nil {
 		t.Fatal("ClusterCPU of a directory with no postmaster.pid gave no error")
