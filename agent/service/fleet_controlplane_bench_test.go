@@ -434,6 +434,19 @@ func (s *cpStore) RenewLease(ctx context.Context, serial string, token int64, tt
 	return l, err
 }
 
+// RenewLeases counts each lease of a daemon's batch the store renewed.
+func (s *cpStore) RenewLeases(ctx context.Context, fences []agent.Fence, ttl time.Duration) ([]agent.Lease, []error, error) {
+	renewed, lost, err := s.Store.RenewLeases(ctx, fences, ttl)
+	if err == nil {
+		for _, e := range lost {
+			if e == nil {
+				s.m.renewals.Add(1)
+			}
+		}
+	}
+	return renewed, lost, err
+}
+
 func (s *cpStore) AcquireLease(ctx context.Context, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
 	start := time.Now()
 	l, err := s.Store.AcquireLease(ctx, device, holder, runID, ttl)

@@ -264,6 +264,10 @@ type Service struct {
 	loopDone   chan struct{}
 	// screens are the live screen's capture loops (screen.go).
 	screens *screens
+	// renewer renews the runs' leases in one statement per heartbeat when
+	// the store can (agent.LeaseBatchRenewer); nil: each run's heartbeat
+	// renews its own.
+	renewer *renewer
 }
 
 type activeRun struct {
@@ -296,6 +300,9 @@ func New(cfg Config) (*Service, error) {
 	// previous holder before the next holder's run touches the device.
 	s.screens = &screens{s: s, loops: map[string]*screenLoop{}, perTenant: map[string]int{}}
 	s.cfg.Leases = watchedLeases{Leases: cfg.Leases, changed: s.screens.leaseChanged}
+	if b, ok := cfg.Leases.(agent.LeaseBatchRenewer); ok {
+		s.renewer = newRenewer(batchWatched{b, s.screens.leaseChanged}, s.cfg.LeaseTTL, s.cfg.Heartbeat, s.logf)
+	}
 	if s.cfg.Runner == nil && cfg.NewRunner != nil {
 		s.cfg.Runner = cfg.NewRunner(s.store)
 	}
@@ -383,6 +390,9 @@ func (s *Service) Start(ctx context.Context) error {
 	s.runCtx, s.stopRuns = context.WithCancel(context.Background())
 	s.loopDone = make(chan struct{})
 	s.mu.Unlock()
+	if s.renewer != nil {
+		s.wg.Go(func() { s.renewer.run(s.runCtx) })
+	}
 	go s.loop()
 	return nil
 }
@@ -597,22 +607,29 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	}
 }
 
-// keepLease renews lease every heartbeat until ctx ends, publishing each
-// renewal in a.lease; when it cannot, it closes lost and stops the run. It
-// closes done when it returns.
+// keepLease renews lease every heartbeat until ctx ends (with the other
+// runs' leases, through the renewer, when the store renews in batches),
+// publishing each renewal in a.lease; when it cannot, it closes lost and
+// stops the run. It closes done when it returns.
 func (s *Service) keepLease(ctx context.Context, a *activeRun, lease agent.Lease, lost, done chan struct{}) {
 	defer close(done)
-	heartbeat(ctx, s.cfg.Leases, lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat,
-		func(l agent.Lease) {
-			s.mu.Lock()
-			a.lease = &l
-			s.mu.Unlock()
-		},
-		func(err error) {
-			s.logf("run %s: %v; stopping the run here", a.run.RunID, err)
-			close(lost)
-			a.stop()
-		})
+	renewed := func(l agent.Lease) {
+		s.mu.Lock()
+		a.lease = &l
+		s.mu.Unlock()
+	}
+	failed := func(err error) {
+		s.logf("run %s: %v; stopping the run here", a.run.RunID, err)
+		close(lost)
+		a.stop()
+	}
+	if s.renewer == nil {
+		heartbeat(ctx, s.cfg.Leases, lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat, renewed, failed)
+		return
+	}
+	results := s.renewer.add(lease)
+	defer s.renewer.remove(lease.FencingToken)
+	keep(ctx, lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat, nil, nil, results, renewed, failed)
 }
 
 // releaseReason is why a run's lease ends after the engine returned status
