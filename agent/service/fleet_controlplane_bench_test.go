@@ -82,6 +82,14 @@ const (
 // plus cutime+cstime of the exited ones), so it counts every backend and
 // background worker. Each phase lasts SCREENGRAPH_FLEETBENCH_SECONDS
 // (default 12: a lease renews every 10 s) whatever b.N.
+//
+// NOTIFY's cost grows with the hosts, not the devices: Postgres signals
+// every LISTEN connection of the database (one per daemon) at each NOTIFY,
+// whatever its channel. The benchmark measures the listeners' backends'
+// CPU per run and extrapolates it to one listener per host at 32,000
+// devices beside the linear figure; SCREENGRAPH_FLEETBENCH_LISTENERS=N
+// (up to 100) adds N idle LISTEN connections, as N more daemons' would be,
+// to measure it at more listeners.
 func BenchmarkFleetControlPlane(b *testing.B) {
 	window := 12 * time.Second
 	if v := os.Getenv("SCREENGRAPH_FLEETBENCH_SECONDS"); v != "" {
@@ -90,6 +98,14 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 			b.Fatalf("SCREENGRAPH_FLEETBENCH_SECONDS=%q: want a positive number of seconds", v)
 		}
 		window = time.Duration(n) * time.Second
+	}
+	extraListeners := 0
+	if v := os.Getenv("SCREENGRAPH_FLEETBENCH_LISTENERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 100 {
+			b.Fatalf("SCREENGRAPH_FLEETBENCH_LISTENERS=%q: want a count of extra LISTEN connections from 0 to 100", v)
+		}
+		extraListeners = n
 	}
 	ctx := context.Background()
 	pg, err := pgtest.Start("")
@@ -123,6 +139,29 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	}
 	b.Cleanup(func() { admin.Close(context.Background()) })
 
+	// More daemons' LISTEN connections (each `serve` of a fleet holds
+	// one): Postgres signals every listener of the database at each
+	// NOTIFY, so they cost the server without doing anything else.
+	for range extraListeners {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+postgres.OutboxChannel+"; LISTEN "+postgres.QueueChannel); err != nil {
+			b.Fatal(err)
+		}
+		lctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if _, err := conn.WaitForNotification(lctx); err != nil {
+					return
+				}
+			}
+		}()
+		b.Cleanup(func() { stop(); <-done; conn.Close(context.Background()) })
+	}
 	m := &cpMeter{acquired: map[string]time.Time{}}
 	hold := make(chan struct{})
 	var holding atomic.Bool
@@ -347,6 +386,22 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	share := (cores + runRate*cpuPerKRuns/1000) / cpTargetCores
 	b.ReportMetric(100*share, "pg-cpu%-16c-32k-run/60s")
 	b.ReportMetric(100*cpTargetCPU, "target=pg-cpu%-16c-32k-run/60s")
+	// The LISTEN connections' part of a run grows with the fleet's hosts,
+	// not its devices: each NOTIFY signals every listener. The same figure
+	// with that part at one listener per host (1,000 at 32,000 devices),
+	// from this run's cost per run per listener.
+	listeners := float64(cpDaemons + extraListeners)
+	notifyPerRun := (s1.listen - s0.listen).Seconds() / runs
+	perListener := notifyPerRun / listeners
+	hosts := float64(cpTargetDevices / 32)
+	fanout := runRate * perListener * hosts
+	shareFanout := (cores + runRate*(cpuPerKRuns/1000-notifyPerRun) + fanout) / cpTargetCores
+	b.ReportMetric(1e6*perListener, "pg-notify-cpu-us/run/listener")
+	b.ReportMetric(fanout, "pg-cores-32k-notify-1000-listeners")
+	b.ReportMetric(100*shareFanout, "pg-cpu%-16c-32k-run/60s-1000-listeners")
+	b.ReportMetric(100*cpTargetCPU, "target=pg-cpu%-16c-32k-run/60s-1000-listeners")
+	b.Logf("NOTIFY delivery: %.2f CPU-ms per run in the %.0f LISTEN connections' backends (%.1f µs per run per listener); at 32,000 devices, one listener per host (%.0f): %.1f cores, the control plane %.0f%% of %d cores (target below %.0f%%)",
+		1000*notifyPerRun, listeners, 1e6*perListener, hosts, fanout, 100*shareFanout, cpTargetCores, 100*cpTargetCPU)
 	b.Logf("renewals: %.0f/s at 1,000 devices (TTL %v); %.3f Postgres CPU-s per 1,000 renewals -> 32,000 devices at TTL %v: %.0f renewals/s, %.2f cores = %.1f%% of %d cores (target: all of the control plane below %.0f%%)",
 		renewals/holdSec, cpTTL, cpuPerKRenewals, cpDefaultTTL, renewPerSec, cores, 100*cores/cpTargetCores, cpTargetCores, 100*cpTargetCPU)
 	b.Logf("target: 32,000 devices below %.0f%% of a %d-core Postgres (%.1f cores): renewals take %.2f, the rest fits %.0f runs/s at %.1f CPU-ms each (a run per device every %.0f s or longer)",

@@ -247,10 +247,17 @@ type Service struct {
 	// namedWakes: the store's queue signals pass wakesFor (loop), so a
 	// round woken by them alone reads the queue for the names they named:
 	// woken, since the last round; wokenAll: a signal since then named
-	// nothing (the tick, Wake, a LISTEN reconnect): read every name.
+	// nothing (Wake, a LISTEN reconnect): read every name. ticked: the tick
+	// came since the last round (tickReadsAll decides whether it reads
+	// every name).
 	namedWakes bool
 	woken      map[string]bool
 	wokenAll   bool
+	ticked     bool
+	// tickOldest: the oldest PENDING run of the fleet at the last tick's
+	// round; allReadAt: when a round last read every free device's queue.
+	tickOldest string
+	allReadAt  time.Time
 	health     map[string]*deviceHealth // by serial
 	stopping   bool
 	// draining: StopTaking was called (no new runs); streams ends the
@@ -462,17 +469,21 @@ func (s *Service) wakeNamed(name string, orAll bool) {
 }
 
 // takeWoken returns the device names (agent.QueueName) the wake-ups since
-// the last round named, and resets them; nil: read every name (a signal
-// named nothing, or the store's signals are not filtered).
-func (s *Service) takeWoken() map[string]bool {
+// the last round named, and whether the tick came since, and resets them;
+// nil: read every name (a signal named nothing, or the store's signals are
+// not filtered).
+func (s *Service) takeWoken() (only map[string]bool, tick bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	only := s.woken
-	if !s.namedWakes || s.wokenAll || only == nil {
+	only, tick = s.woken, s.ticked
+	if !s.namedWakes || s.wokenAll || (only == nil && !tick) {
 		only = nil
 	}
-	s.woken, s.wokenAll = map[string]bool{}, false
-	return only
+	if only == nil && tick {
+		only = map[string]bool{} // the tick alone: tickReadsAll decides
+	}
+	s.woken, s.wokenAll, s.ticked = map[string]bool{}, false, false
+	return only, tick
 }
 
 func (s *Service) signal() {
@@ -499,8 +510,9 @@ func (s *Service) loop() {
 		f.FilterQueueWakes(s.wakesFor)
 		defer f.FilterQueueWakes(nil)
 	}
-	for only := map[string]bool(nil); ; only = s.takeWoken() {
-		if err := s.schedule(s.runCtx, only); err != nil && s.runCtx.Err() == nil {
+	only, tick := map[string]bool(nil), false
+	for {
+		if err := s.schedule(s.runCtx, only, tick); err != nil && s.runCtx.Err() == nil {
 			s.logf("scheduler: %v", err)
 		}
 		select {
@@ -509,12 +521,13 @@ func (s *Service) loop() {
 		case <-s.wake:
 		case <-changed:
 		case <-t.C:
-			// The tick reads every name: what a wake-up could not name (a
-			// device listed since, a missed signal) waits at most a tick.
+			// The tick is the fallback for what a wake-up could not name (a
+			// device listed since, a missed signal): tickReadsAll.
 			s.mu.Lock()
-			s.wokenAll = true
+			s.ticked = true
 			s.mu.Unlock()
 		}
+		only, tick = s.takeWoken()
 	}
 }
 
