@@ -469,18 +469,16 @@ func (s *Service) wakeNamed(name string, orAll bool) {
 }
 
 // takeWoken returns the device names (agent.QueueName) the wake-ups since
-// the last round named, and whether the tick came since, and resets them;
-// nil: read every name (a signal named nothing, or the store's signals are
-// not filtered).
+// the last round named (empty after the tick alone), and whether the tick
+// came since, and resets them; nil: read every name (a signal named
+// nothing, the first round's, or the store's signals are not filtered).
 func (s *Service) takeWoken() (only map[string]bool, tick bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	only, tick = s.woken, s.ticked
-	if !s.namedWakes || s.wokenAll || (only == nil && !tick) {
-		only = nil
-	}
-	if only == nil && tick {
-		only = map[string]bool{} // the tick alone: tickReadsAll decides
+	if !s.namedWakes || s.wokenAll || only == nil {
+		// Every name, whatever the tick says.
+		only, tick = nil, false
 	}
 	s.woken, s.wokenAll, s.ticked = map[string]bool{}, false, false
 	return only, tick

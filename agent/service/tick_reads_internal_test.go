@@ -86,6 +86,7 @@ func TestTickReadsEveryNameOnlyForARunLeftBehind(t *testing.T) {
 	}
 	all := 2 * len(cands) // each device's serial and host-a/serial
 	round("the first round", "r1", nil, false, all)
+	s.takeWoken() // as the loop does after each round
 	s.ticked = true
 	only, tick := s.takeWoken()
 	if only == nil || len(only) != 0 || !tick {
@@ -99,10 +100,19 @@ func TestTickReadsEveryNameOnlyForARunLeftBehind(t *testing.T) {
 	s.allReadAt = time.Now().Add(-time.Hour) // no round read every name for a heartbeat
 	round("a tick a heartbeat after the last full read", "r6", map[string]bool{}, true, all)
 	round("a tick right after it", "r7", map[string]bool{}, true, 0)
-	s.wokenAll = true
+	s.wokenAll, s.ticked = true, true
 	only, tick = s.takeWoken()
 	if only != nil || tick {
-		t.Fatalf("takeWoken after Wake: %v %v, want every name", only, tick)
+		t.Fatalf("takeWoken after Wake and a tick: %v %v, want every name", only, tick)
 	}
-	round("Wake", "r8", only, tick, all)
+	round("Wake and a tick", "r8", only, tick, all)
+	s.ticked = true
+	if only, tick = s.takeWoken(); only == nil || !tick {
+		t.Fatalf("takeWoken after a tick alone: %v %v", only, tick)
+	}
+	s.namedWakes = false // a store whose signals name nothing
+	s.ticked = true
+	if only, tick = s.takeWoken(); only != nil || tick {
+		t.Fatalf("takeWoken after a tick without named wake-ups: %v %v, want every name", only, tick)
+	}
 }
