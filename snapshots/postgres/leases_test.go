@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
+	"github.com/screengraph/screengraph-agent/snapshots/pgtest"
 	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
@@ -331,5 +333,73 @@ func TestPostgresRenewLeasesReportsEachLost(t *testing.T) {
 	}
 	if r, l, err := s.RenewLeases(ctx, nil, ttl); err != nil || len(r)+len(l) != 0 {
 		t.Errorf("RenewLeases of no fence: %v %v %v", r, l, err)
+	}
+}
+
+// BenchmarkLeaseRenewals: one host's 32 leases renewed at a heartbeat one
+// statement each (RenewLease, what a daemon did before it renewed in
+// batches) and all in one statement (RenewLeases), side by side on real
+// Postgres: the server's CPU per lease renewed (every process of the test
+// cluster, pgtest.ClusterCPU, over the sub-benchmark) and the statements
+// per host per heartbeat.
+func BenchmarkLeaseRenewals(b *testing.B) {
+	const leases = 32
+	for _, batch := range []bool{false, true} {
+		name := "one-by-one"
+		if batch {
+			name = "batch"
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			s, err := postgres.Open(ctx, testenv.PostgresURL(b), postgres.Options{NoListen: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var fences []agent.Fence
+			for i := range leases {
+				serial := fmt.Sprintf("emulator-%d", 5554+2*i)
+				l, err := s.AcquireLease(ctx, "host/"+serial, "serve:a", storetest.NewRun("T", serial).RunID, time.Hour)
+				if err != nil {
+					b.Fatal(err)
+				}
+				fences = append(fences, agent.Fence{Serial: l.Serial, Token: l.FencingToken})
+			}
+			var dir string
+			if err := s.Pool().QueryRow(ctx, `SHOW data_directory`).Scan(&dir); err != nil {
+				b.Fatal(err)
+			}
+			cpu0, err := pgtest.ClusterCPU(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			beats := 0
+			for b.Loop() {
+				beats++
+				if batch {
+					_, lost, err := s.RenewLeases(ctx, fences, time.Hour)
+					if err != nil || errors.Join(lost...) != nil {
+						b.Fatal(err, errors.Join(lost...))
+					}
+					continue
+				}
+				for _, f := range fences {
+					if _, err := s.RenewLease(ctx, f.Serial, f.Token, time.Hour); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			cpu1, err := pgtest.ClusterCPU(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			statements := leases
+			if batch {
+				statements = 1
+			}
+			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(beats*leases), "server-cpu-us/renewal")
+			b.ReportMetric(float64(statements), "statements/host-beat")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(beats*leases), "wall-us/renewal")
+		})
 	}
 }
