@@ -132,9 +132,13 @@ func (p pgTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, sn
 }
 
 // sqlCommitted records run $1's last sequence $2 in run_publish (the
-// run's first commit makes its row).
-const sqlCommitted = `INSERT INTO run_publish (run_id, committed_seq) VALUES ($1, $2)
-	ON CONFLICT (run_id) DO UPDATE SET committed_seq = excluded.committed_seq`
+// run's first commit makes its row). An UPDATE, not INSERT ... ON CONFLICT
+// DO UPDATE, which locks the row first (a 54-byte WAL record per commit);
+// committed_seq is in no index, so the update is HOT (00015). The run's
+// row, locked FOR UPDATE by LockRun, serializes its commits, so no other
+// commit inserts the row between the UPDATE and the INSERT.
+const sqlCommitted = `WITH u AS (UPDATE run_publish SET committed_seq = $2 WHERE run_id = $1 RETURNING 1)
+	INSERT INTO run_publish (run_id, committed_seq) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM u)`
 
 // A step's event rows; the last carries the step's snapshot (00014).
 const (

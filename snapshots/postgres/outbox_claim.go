@@ -114,7 +114,7 @@ const pgPublishLockClass = 0x73677062
 // after the locks: a relay that marked and committed before them is seen.
 var sqlLockPending = `WITH c AS MATERIALIZED (
 		SELECT p.run_id, p.published_seq, p.committed_seq FROM run_publish p
-		WHERE p.committed_seq > p.published_seq
+		WHERE p.pending
 		  AND ($1::text[] IS NULL OR p.run_id = ANY($1::text[]))
 		  AND p.run_id <> ALL(coalesce($2::text[], '{}'))
 		ORDER BY p.marked_at, p.run_id
@@ -213,7 +213,7 @@ func (c *pgClaim) claimLocal(ctx context.Context, maxRuns int) ([][]agent.Outbox
 	rest := slices.DeleteFunc(only, func(id string) bool {
 		return slices.ContainsFunc(runs, func(run []agent.OutboxRow) bool { return run[0].RunID == id })
 	})
-	pending, err := pgStrings(c.tx.Query(ctx, `SELECT run_id FROM run_publish WHERE run_id = ANY($1::text[]) AND committed_seq > published_seq`, rest))
+	pending, err := pgStrings(c.tx.Query(ctx, `SELECT run_id FROM run_publish WHERE run_id = ANY($1::text[]) AND pending`, rest))
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: outbox runs pending: %w", err)
 	}

@@ -38,7 +38,7 @@ func (d pgDriver) ParkedRows(ctx context.Context, limit int) ([]agent.ParkedEven
 func (s *Store) OutboxCounts(ctx context.Context) (unpublished, parked int64, err error) {
 	err = s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_publish p
 			JOIN run_events e ON e.run_id = p.run_id AND e.sequence > p.published_seq AND e.published_at IS NULL
-			WHERE p.committed_seq > p.published_seq),
+			WHERE p.pending),
 		(SELECT count(*) FROM run_events WHERE parked_at IS NOT NULL)`).Scan(&unpublished, &parked)
 	return unpublished, parked, err
 }

@@ -455,7 +455,7 @@ func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, 
 	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT `+storekit.OutboxCols+` FROM run_publish p
 		JOIN runs r ON r.run_id = p.run_id
 		CROSS JOIN LATERAL (SELECT * FROM run_events x WHERE x.run_id = p.run_id AND x.sequence > p.published_seq AND x.published_at IS NULL ORDER BY x.sequence LIMIT $1) e
-		WHERE p.committed_seq > p.published_seq
+		WHERE p.pending
 		ORDER BY e.run_id, e.sequence LIMIT $1`, limit))
 }
 

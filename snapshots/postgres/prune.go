@@ -121,6 +121,6 @@ func pgStrings(rows pgx.Rows, err error) ([]string, error) {
 const (
 	pgPruneEligible = `FROM runs r WHERE r.status IN ('FINISHED', 'FAILED', 'CANCELED') AND r.updated_at < $1`
 	pgPruneBlocked  = `(EXISTS (SELECT 1 FROM run_publish p JOIN run_events o ON o.run_id = p.run_id AND o.sequence > p.published_seq AND o.published_at IS NULL
-			WHERE p.run_id = r.run_id AND p.committed_seq > p.published_seq)
+			WHERE p.run_id = r.run_id AND p.pending)
 		OR EXISTS (SELECT 1 FROM device_leases l WHERE l.run_id = r.run_id AND l.released_at IS NULL))`
 )
