@@ -318,6 +318,14 @@ func (s *Store) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter)
 // pg_stat_user_indexes). An ordered LIMIT has no such plan to fall into.
 const sqlLastSequence = `SELECT COALESCE((SELECT sequence FROM run_events WHERE run_id = $1 ORDER BY sequence DESC LIMIT 1), 0)`
 
+// sqlStepLast is LockRun's read of the run's last sequence and its latest
+// snapshot's step ordinal (-1: none; storekit.StepRun), each from the end
+// of a key, as sqlLastSequence: the snapshot on the run's last event row
+// carrying one (migration 00014) or agent_state_snapshot's highest.
+const sqlStepLast = `SELECT COALESCE((SELECT sequence FROM run_events WHERE run_id = $1 ORDER BY sequence DESC LIMIT 1), 0),
+	greatest(COALESCE((SELECT step_ordinal FROM run_events WHERE run_id = $1 AND node_name IS NOT NULL ORDER BY sequence DESC LIMIT 1), -1),
+		COALESCE((SELECT step_ordinal FROM agent_state_snapshot WHERE run_id = $1 ORDER BY step_ordinal DESC LIMIT 1), -1))`
+
 // LastSequence: see sqlite.Store.LastSequence.
 func (s *Store) LastSequence(ctx context.Context, runID string) (int64, error) {
 	var last int64
@@ -338,7 +346,7 @@ func (s *Store) Events(ctx context.Context, sc agent.Scope, runID string, after 
 // StepEvents: see sqlite.Store.StepEvents.
 func (s *Store) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
 	var one int
-	err := s.pool.QueryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`, runID, stepOrdinal).Scan(&one)
+	err := s.pool.QueryRow(ctx, `SELECT 1`+storekit.SnapshotFrom("$1", "$1")+` WHERE sn.step_ordinal = $2`, runID, stepOrdinal).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("run %s step %d: %w", runID, stepOrdinal, agent.ErrNotFound)
 	}
@@ -348,7 +356,7 @@ func (s *Store) StepEvents(ctx context.Context, runID string, stepOrdinal int) (
 	return collect(storekit.ScanEvent)(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND step_ordinal = $2 ORDER BY sequence`, runID, stepOrdinal))
 }
 
-const pgSnapshotColumns = `run_id, step_ordinal, node_name, resume_token, state::text, created_at`
+const pgSnapshotColumns = `sn.run_id, sn.step_ordinal, sn.node_name, sn.resume_token, sn.state::text, sn.created_at`
 
 func pgScanSnapshot(row pgx.Row, runID, what string) (agent.Snapshot, error) {
 	var (
@@ -368,21 +376,21 @@ func pgScanSnapshot(row pgx.Row, runID, what string) (agent.Snapshot, error) {
 
 // Snapshot: see sqlite.Store.Snapshot.
 func (s *Store) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
-	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.PgPH, 3)
+	cond, args, err := storekit.ScopeCond(sc, "sn.run_id", storekit.PgPH, 3)
 	if err != nil {
 		return agent.Snapshot{}, err
 	}
-	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`+cond,
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+storekit.SnapshotFrom("$1", "$1")+` WHERE sn.step_ordinal = $2`+cond,
 		append([]any{runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
 }
 
 // LatestSnapshot: see sqlite.Store.LatestSnapshot.
 func (s *Store) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
-	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.PgPH, 2)
+	cond, args, err := storekit.ScopeCond(sc, "sn.run_id", storekit.PgPH, 2)
 	if err != nil {
 		return agent.Snapshot{}, err
 	}
-	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1`+cond+` ORDER BY step_ordinal DESC LIMIT 1`,
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+storekit.SnapshotFrom("$1", "$1")+` WHERE true`+cond+` ORDER BY sn.step_ordinal DESC LIMIT 1`,
 		append([]any{runID}, args...)...), runID, "latest")
 }
 

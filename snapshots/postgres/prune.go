@@ -61,8 +61,9 @@ func (s *Store) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (age
 // them in res; errPruneRace when one of their events is unpublished.
 func pgPruneDelete(ctx context.Context, tx pgx.Tx, ids []string, res *agent.PruneResult) error {
 	var unpublished int64
-	if err := tx.QueryRow(ctx, `WITH d AS (DELETE FROM run_events WHERE run_id = ANY($1) RETURNING published_at)
-		SELECT count(*), count(*) FILTER (WHERE published_at IS NULL) FROM d`, ids).Scan(&res.Events, &unpublished); err != nil {
+	if err := tx.QueryRow(ctx, `WITH d AS (DELETE FROM run_events WHERE run_id = ANY($1) RETURNING published_at, node_name)
+		SELECT count(*), count(*) FILTER (WHERE published_at IS NULL), count(*) FILTER (WHERE node_name IS NOT NULL) FROM d`,
+		ids).Scan(&res.Events, &unpublished, &res.Snapshots); err != nil {
 		return fmt.Errorf("prune: run_events: %w", err)
 	}
 	if unpublished > 0 {
@@ -78,7 +79,7 @@ func pgPruneDelete(ctx context.Context, tx pgx.Tx, ids []string, res *agent.Prun
 		if err != nil {
 			return fmt.Errorf("prune: %s: %w", table, err)
 		}
-		*counts[table] = tag.RowsAffected()
+		*counts[table] += tag.RowsAffected()
 	}
 	tag, err := tx.Exec(ctx, `DELETE FROM device_leases WHERE released_at IS NOT NULL AND run_id = ANY($1)`, ids)
 	if err != nil {
