@@ -122,12 +122,19 @@ func (p pgTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, sn
 	} else {
 		b.Queue(sqlInsertEventSnapshot, e.RunID, e.Sequence, e.EventID, step, e.Envelope, sn.NodeName, sn.ResumeToken, jsonArg(sn.State), sn.Created)
 	}
+	// The run's last sequence, so run_publish_pending names it (00015).
+	b.Queue(sqlCommitted, evs[0].RunID, evs[len(evs)-1].Sequence)
 	b.Queue(`SELECT pg_notify($1, $2)`, OutboxChannel, evs[0].RunID)
 	// This process's relay claims the run's heads (localOutbox), woken by
 	// InTx after the commit; recorded before it, so that wake finds it.
 	p.s.outbox.committed(evs[0].RunID)
 	return p.tx.SendBatch(ctx, b).Close()
 }
+
+// sqlCommitted records run $1's last sequence $2 in run_publish (the
+// run's first commit makes its row).
+const sqlCommitted = `INSERT INTO run_publish (run_id, committed_seq) VALUES ($1, $2)
+	ON CONFLICT (run_id) DO UPDATE SET committed_seq = excluded.committed_seq`
 
 // A step's event rows; the last carries the step's snapshot (00014).
 const (
