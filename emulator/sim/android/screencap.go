@@ -110,6 +110,70 @@ func (c *hashCanvas) text(r image.Rectangle, s string, idx uint8, scale int) {
 	c.h.WriteString(s)
 }
 
+// drawOp is one drawing call a listCanvas kept: a fill of r with palette
+// index idx, or a text line (text) of s at scale.
+type drawOp struct {
+	r     image.Rectangle
+	idx   uint8
+	text  bool
+	s     string
+	scale int
+}
+
+// listCanvas keeps the drawing calls, to draw them later (drawing.image).
+type listCanvas struct{ ops []drawOp }
+
+func (c *listCanvas) fill(r image.Rectangle, idx uint8) {
+	c.ops = append(c.ops, drawOp{r: r, idx: idx})
+}
+
+func (c *listCanvas) text(r image.Rectangle, s string, idx uint8, scale int) {
+	c.ops = append(c.ops, drawOp{r: r, idx: idx, text: true, s: s, scale: scale})
+}
+
+// drawing is a screen as its drawing calls on a w x h display, and their
+// hash (hashCanvas): kilobytes where its pixels are megabytes.
+type drawing struct {
+	w, h int
+	ops  []drawOp
+	sum  uint64
+}
+
+// image draws the screen's pixels.
+func (dr drawing) image() *image.Paletted {
+	img := image.NewPaletted(image.Rect(0, 0, dr.w, dr.h), screenPalette)
+	cv := pixelCanvas{img}
+	for _, op := range dr.ops {
+		if op.text {
+			cv.text(op.r, op.s, op.idx, op.scale)
+		} else {
+			cv.fill(op.r, op.idx)
+		}
+	}
+	return img
+}
+
+// screenDrawing is the screen now: its drawing hash, and its drawing calls
+// too unless the hash is last (the screen has not changed since a drawing
+// of that hash; then only sum is set, and changed is false).
+func (d *Device) screenDrawing(last uint64) (dr drawing, changed bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.advanceLocked()
+	now := d.now()
+	w, h, _ := d.displaySizeLocked()
+	hc := newHashCanvas(w, h)
+	d.drawScreenLocked(hc, now)
+	dr = drawing{w: w, h: h, sum: hc.h.Sum64()}
+	if dr.sum == last {
+		return drawing{sum: last}, false
+	}
+	lc := &listCanvas{}
+	d.drawScreenLocked(lc, now)
+	dr.ops = lc.ops
+	return dr, true
+}
+
 // drawScreenLocked draws the screen on cv: the status bar shows now's
 // time. Callers hold d.mu and have advanced the faults (advanceLocked).
 func (d *Device) drawScreenLocked(cv screenCanvas, now time.Time) {

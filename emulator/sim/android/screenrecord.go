@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"image"
+	"image/png"
 	"io"
 	"io/fs"
 	"os"
@@ -29,18 +31,19 @@ import (
 // option prints its message and exits 2, a size the encoder cannot take
 // exits 1 ("ERROR: unable to configure video encoder").
 //
-// The simulator has no MediaCodec. While it records it keeps the rendered
-// screen (ScreenshotPNG's cached PNG) each time it changed, with the time
-// it changed, as SurfaceFlinger hands a device's encoder a frame only when
-// the display changes. The MP4 is encoded when the file is first read (a
-// pull, sync STAT, ls, cat: fs.go's settle), by Debian's ffmpeg (libx264,
-// baseline profile as MediaCodec's default AVC encoder, one thread, each
-// frame at its time), which scales the display into the requested size
-// keeping its aspect ratio (screenrecord letterboxes too: "Content area is
-// WxH at offset x=.. y=.."); the last frame is held to the end, so the
-// file's duration is the recording's time. A device encodes in hardware as
-// it records, at no cost to the host; a file removed unread costs the
-// simulator no encoding either.
+// The simulator has no MediaCodec. While it records it keeps the screen
+// each time it changed (its drawing calls: screencap.go's drawing), with
+// the time it changed, as SurfaceFlinger hands a device's encoder a frame
+// only when the display changes. The MP4 is made by Debian's ffmpeg
+// (libx264, baseline profile as MediaCodec's default AVC encoder, one
+// thread, each frame at its time), which scales the display into the
+// requested size keeping its aspect ratio (screenrecord letterboxes too:
+// "Content area is WxH at offset x=.. y=.."); the last frame is held to the
+// end, so the file's duration is the recording's time. A device encodes in
+// hardware as it records, at no cost to the host; the simulator encodes
+// once the recording has ended (in the background, a read of the file
+// waiting for it), and a killed recording only if its file is read (fs.go's
+// lazyContent), so a file removed unread costs the host no encoding.
 
 func init() {
 	registerCommand("screenrecord", cmdScreenrecord)
@@ -272,12 +275,10 @@ func cmdScreenrecord(c *Ctx) int {
 	d := c.Device
 	// The recording's clock starts with the process.
 	start := time.Now()
-	first, dw, dh, err := d.screenFrame()
-	if err != nil {
-		fmt.Fprintf(c.Stderr, "ERROR: unable to capture the display: %v\n", err)
-		return 1
-	}
+	first, _ := d.screenDrawing(0)
+	dw, dh := first.w, first.h
 	enc := srEncode{bitRate: o.bitRate, w: o.w, h: o.h}
+	var err error
 	if enc.w == 0 {
 		enc.w, enc.h = dw, dh
 	}
@@ -318,7 +319,7 @@ func cmdScreenrecord(c *Ctx) int {
 
 	rec.kept.add(first, 0)
 	limit := time.Duration(o.timeLimit) * time.Second
-	sig, err := recordFrames(c, rec, start, limit, o.verbose)
+	sig := recordFrames(c, rec, first.sum, start, limit, o.verbose)
 	enc.frames, enc.end = rec.kept.kept(), min(time.Since(start), limit)
 	enc.killed = sig == sigKILL || sig == sigTERM
 	// The file's content is what an encoder fed these frames writes. A
@@ -335,10 +336,6 @@ func cmdScreenrecord(c *Ctx) int {
 		return 128 + sigKILL
 	}
 	go lc.get()
-	if err != nil {
-		fmt.Fprintf(c.Stderr, "ERROR: encoder failed: %v\n", err)
-		return 1
-	}
 	if o.verbose {
 		io.WriteString(c.Stdout, "Stopping encoder and muxer\n")
 		fmt.Fprintf(c.Stdout, "Encoder stopping; recorded %d frames in %d seconds\n", enc.frameCount(), int64(time.Since(start).Seconds()))
@@ -347,11 +344,13 @@ func cmdScreenrecord(c *Ctx) int {
 }
 
 // recordFrames keeps the screen's frames (rec.kept) until the time limit, a
-// signal or the shell's end (SIGHUP), returning the signal that ended it (0
-// for the time limit and SIGHUP) and an error from capturing the screen.
-// Like SurfaceFlinger feeding a device's encoder, a frame is kept only when
-// the screen changed; the screen is compared RecordFPS times a second.
-func recordFrames(c *Ctx, rec *recording, start time.Time, limit time.Duration, verbose bool) (int, error) {
+// signal or the shell's end (SIGHUP), and returns the signal that ended it
+// (0 for the time limit and SIGHUP). Like SurfaceFlinger feeding a device's
+// encoder, a frame is kept only when the screen changed: the screen is
+// compared RecordFPS times a second by its drawing's hash (a few
+// microseconds), and a changed one kept as its drawing calls (kilobytes),
+// drawn and encoded only if the file is made (srEncode).
+func recordFrames(c *Ctx, rec *recording, last uint64, start time.Time, limit time.Duration, verbose bool) int {
 	tick := time.NewTicker(time.Second / RecordFPS)
 	defer tick.Stop()
 	timeUp := time.NewTimer(limit - time.Since(start))
@@ -359,37 +358,23 @@ func recordFrames(c *Ctx, rec *recording, start time.Time, limit time.Duration, 
 	for {
 		select {
 		case now := <-tick.C:
-			png, _, _, err := c.Device.screenFrame()
-			if err != nil {
-				return 0, err
+			if dr, changed := c.Device.screenDrawing(last); changed {
+				rec.kept.add(dr, min(now.Sub(start), limit))
+				last = dr.sum
 			}
-			rec.kept.add(png, min(now.Sub(start), limit))
 		case <-timeUp.C:
 			if verbose {
 				io.WriteString(c.Stdout, "Time limit reached\n")
 			}
-			return 0, nil
+			return 0
 		case s := <-rec.sig:
 			// SIGINT and SIGHUP are caught and finish the file; SIGTERM
 			// and SIGKILL end the process where it is.
-			return s, nil
+			return s
 		case <-c.Context.Done():
-			return 0, nil // SIGHUP: the adb shell went away
+			return 0 // SIGHUP: the adb shell went away
 		}
 	}
-}
-
-// screenFrame is the screen's PNG (ScreenshotPNG's shared bytes) and the
-// display's size in pixels.
-func (d *Device) screenFrame() ([]byte, int, int, error) {
-	png, err := d.ScreenshotPNG()
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	d.mu.Lock()
-	w, h, _ := d.displaySizeLocked()
-	d.mu.Unlock()
-	return png, w, h, nil
 }
 
 // createRecording creates the empty output file as the shell user and
@@ -407,38 +392,29 @@ func (d *Device) createRecording(p string) (*fsNode, error) {
 	return n, nil
 }
 
-// srMaxHeldBytes bounds the PNG bytes one recording keeps (64 MiB: over
-// 1,500 changed frames of the default 1080x2400 display). A changed frame
-// past it is dropped and the one before held, as a device's encoder that
-// cannot keep up drops frames.
-const srMaxHeldBytes = 64 << 20
-
-// srFrame is a frame a recording kept: the screen's PNG and when it was
-// first shown, from the recording's start.
+// srFrame is a frame a recording kept: the screen's drawing and when it
+// was first shown, from the recording's start.
 type srFrame struct {
-	png []byte
-	at  time.Duration
+	screen drawing
+	at     time.Duration
 }
 
 // frameLog is the frames of one recording, in time order, each different
-// from the one before.
+// from the one before. A recording compares the screen at most RecordFPS
+// times a second for at most srMaxTimeLimit seconds, so it keeps at most
+// 900 frames, each a drawing of kilobytes.
 type frameLog struct {
 	mu     sync.Mutex
 	frames []srFrame
-	held   int
 }
 
-func (f *frameLog) add(png []byte, at time.Duration) {
+func (f *frameLog) add(dr drawing, at time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if n := len(f.frames); n > 0 && bytes.Equal(f.frames[n-1].png, png) {
+	if n := len(f.frames); n > 0 && f.frames[n-1].screen.sum == dr.sum {
 		return
 	}
-	if f.held+len(png) > srMaxHeldBytes {
-		return
-	}
-	f.frames = append(f.frames, srFrame{png: png, at: at})
-	f.held += len(png)
+	f.frames = append(f.frames, srFrame{screen: dr, at: at})
 }
 
 // kept is the frames so far.
@@ -510,7 +486,7 @@ func (e srEncode) encode(ctx context.Context) ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	for i, f := range e.frames {
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d.png", i)), f.png, 0o600); err != nil {
+		if err := writePNG(filepath.Join(dir, fmt.Sprintf("f%05d.png", i)), f.screen.image()); err != nil {
 			return nil, err
 		}
 	}
@@ -533,6 +509,17 @@ func (e srEncode) encode(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("%v: %s", err, strings.TrimSpace(ffErr.String()))
 	}
 	return os.ReadFile(out)
+}
+
+// writePNG writes img to the file name as PNG (fastest compression: ffmpeg
+// reads it once).
+func writePNG(name string, img image.Image) error {
+	var buf bytes.Buffer
+	enc := png.Encoder{CompressionLevel: png.BestSpeed}
+	if err := enc.Encode(&buf, img); err != nil {
+		return err
+	}
+	return os.WriteFile(name, buf.Bytes(), 0o600)
 }
 
 // beforeBox is b (an ISO BMFF file, ISO/IEC 14496-12: boxes of a 32-bit

@@ -194,6 +194,7 @@ func keptFrames(d *Device) int {
 // where the screen changed, at the time it changed (to the screen's
 // comparison step, 1/RecordFPS s), not a frame every 1/RecordFPS s; its
 // duration is still the recording's time (the last frame held to the end).
+// While it runs it draws no pixels (it keeps the screen's drawing calls).
 func TestScreenrecordFrameWhenTheScreenChanges(t *testing.T) {
 	d, _ := newAMDevice(t, 34)
 	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
@@ -210,6 +211,14 @@ func TestScreenrecordFrameWhenTheScreenChanges(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	seen := time.Since(before).Seconds()
+	// The recording compared and kept the screens as their drawings: no
+	// pixels drawn, no PNG encoded while it ran.
+	d.png.mu.Lock()
+	drawn := d.png.scratch != nil || len(d.png.screens) > 0
+	d.png.mu.Unlock()
+	if drawn {
+		t.Error("the recording drew the screen's pixels while it ran")
+	}
 	if _, e, code := amSh(t, d, "pkill -INT screenrecord"); code != 0 {
 		t.Fatalf("pkill: %d %q", code, e)
 	}
