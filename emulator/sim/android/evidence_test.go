@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -353,6 +354,83 @@ func TestScreenshotPNGKeepsRecentScreens(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestScreenshotPNGEightBitIndices: the screen's PNG has 8-bit palette
+// indices (IHDR bit depth 8, colour type 3), which image/png writes a row
+// at a time; with the 9-colour palette itself it wrote 4-bit ones, a pixel
+// at a time.
+func TestScreenshotPNGEightBitIndices(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	b, err := d.ScreenshotPNG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Signature (8), IHDR length and type (8), width, height (8), then bit
+	// depth and colour type.
+	if len(b) < 26 || string(b[12:16]) != "IHDR" || b[24] != 8 || b[25] != 3 {
+		t.Fatalf("PNG header %x: want IHDR bit depth 8, colour type 3 (palette)", b[:min(len(b), 26)])
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := d.Screenshot()
+	for y := 0; y < want.Rect.Dy(); y += 5 {
+		for x := 0; x < want.Rect.Dx(); x += 5 {
+			r1, g1, b1, _ := img.At(x, y).RGBA()
+			r2, g2, b2, _ := want.At(x, y).RGBA()
+			if r1 != r2 || g1 != g2 || b1 != b2 {
+				t.Fatalf("the PNG differs from the screen at %d,%d", x, y)
+			}
+		}
+	}
+}
+
+// BenchmarkScreenshotPNGEncode encodes the default profile's 1080x2400
+// app screen as PNG both ways, side by side: with the 9-colour palette
+// itself (4-bit indices) and as encodeScreenPNG does (8-bit indices), and
+// reports the PNG's size.
+func BenchmarkScreenshotPNGEncode(b *testing.B) {
+	d, err := New(amProfile(34), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	amShB(d, "am start -n "+amPkg+"/.HomeActivity")
+	img := d.Screenshot()
+	for _, tc := range []struct {
+		name string
+		enc  func() ([]byte, error)
+	}{
+		{"4-bit", func() ([]byte, error) {
+			var buf bytes.Buffer
+			err := (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&buf, img)
+			return buf.Bytes(), err
+		}},
+		{"8-bit", func() ([]byte, error) { return encodeScreenPNG(img) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var n int
+			before := processCPU()
+			for range b.N {
+				out, err := tc.enc()
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(out)
+			}
+			b.ReportMetric(float64((processCPU()-before).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(n), "png-bytes")
+		})
+	}
+}
+
+// processCPU is this process's user+system CPU time (getrusage).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func TestAppCrashFirstSilentThenKeepsStopping(t *testing.T) {

@@ -1,12 +1,10 @@
 package android
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"image"
-	"image/png"
 	"io"
 	"io/fs"
 	"os"
@@ -511,15 +509,13 @@ func (e srEncode) encode(ctx context.Context) ([]byte, error) {
 	return os.ReadFile(out)
 }
 
-// writePNG writes img to the file name as PNG (fastest compression: ffmpeg
-// reads it once).
-func writePNG(name string, img image.Image) error {
-	var buf bytes.Buffer
-	enc := png.Encoder{CompressionLevel: png.BestSpeed}
-	if err := enc.Encode(&buf, img); err != nil {
+// writePNG writes a drawn screen to the file name as PNG.
+func writePNG(name string, img *image.Paletted) error {
+	b, err := encodeScreenPNG(img)
+	if err != nil {
 		return err
 	}
-	return os.WriteFile(name, buf.Bytes(), 0o600)
+	return os.WriteFile(name, b, 0o600)
 }
 
 // beforeBox is b (an ISO BMFF file, ISO/IEC 14496-12: boxes of a 32-bit
