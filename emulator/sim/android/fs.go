@@ -349,6 +349,14 @@ func pathErr(op, p string, err error) error {
 // fs.ErrPermission (a parent the shell user cannot search).
 func (d *Device) Stat(p string) (FileInfo, error) {
 	d.settle(canon(p))
+	return d.lstat(p)
+}
+
+// lstat is Stat without making a lazy file's content first: its Size is 0
+// until then. For what needs a file's kind or existence only (the shell's
+// rm, cd, redirections), so that removing a recording unread costs no
+// encoding.
+func (d *Device) lstat(p string) (FileInfo, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n, err := d.fs.lookup(canon(p), true)
@@ -407,8 +415,14 @@ func (d *Device) writeFileAs(p string, data []byte, mode uint32, mtime time.Time
 // ReadDir lists a directory sorted by name, without "." and "..". Errors:
 // fs.ErrNotExist, fs.ErrPermission (no read permission, e.g. /data), errNotDir.
 func (d *Device) ReadDir(p string) ([]FileInfo, error) {
+	d.settleDir(canon(p))
+	return d.readDir(p)
+}
+
+// readDir is ReadDir without making lazy files' content first (their Size
+// is 0 until then): for the names only (the shell's globs).
+func (d *Device) readDir(p string) ([]FileInfo, error) {
 	cp := canon(p)
-	d.settleDir(cp)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n, err := d.fs.lookup(cp, true)

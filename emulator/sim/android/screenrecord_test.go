@@ -308,9 +308,11 @@ func TestScreenrecordEncodesOnceFinished(t *testing.T) {
 	}
 }
 
-// TestScreenrecordKilledAndRemovedNeverEncodes: a recording SIGKILLed and
-// its file removed in one shell, as the daemon drops a passed run's, runs
-// no encoder at all.
+// TestScreenrecordKilledAndRemovedNeverEncodes: recordings SIGKILLed and
+// their files removed, as the daemon drops a passed run's (`pkill -KILL -f
+// …; rm -f …-<run>-*`: a glob, which lists the directory, and rm, which
+// stats each file), run no encoder at all: in one shell, and with the
+// recordings already ended when the rm runs.
 func TestScreenrecordKilledAndRemovedNeverEncodes(t *testing.T) {
 	d, _ := newAMDevice(t, 34)
 	deadline := time.Now().Add(30 * time.Second)
@@ -321,16 +323,28 @@ func TestScreenrecordKilledAndRemovedNeverEncodes(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	before := childCPU()
-	f := "/data/local/tmp/drop.mp4"
-	done := startRecording(t, context.Background(), d, f)
-	if _, e, code := amSh(t, d, "pkill -KILL -f '^screenrecord .* "+f+"'; rm -f "+f); code != 0 {
+	const dir = "/data/local/tmp/"
+	done := startRecording(t, context.Background(), d, dir+"drop-1-000.mp4")
+	if _, e, code := amSh(t, d, "pkill -KILL -f '^screenrecord .* "+dir+"drop-1-'; rm -f "+dir+"drop-1-*"); code != 0 {
 		t.Fatalf("pkill; rm: %d %q", code, e)
 	}
 	if code := <-done; code != 137 {
 		t.Fatalf("screenrecord after SIGKILL: exit %d, want 137", code)
 	}
-	if _, err := d.Stat(f); err == nil {
-		t.Fatal("the removed recording is still there")
+	for _, f := range []string{"drop-2-000.mp4", "drop-2-001.mp4"} {
+		done := startRecording(t, context.Background(), d, dir+f)
+		if _, e, code := amSh(t, d, "pkill -KILL -f '^screenrecord .* "+dir+f+"'"); code != 0 {
+			t.Fatalf("pkill: %d %q", code, e)
+		}
+		if code := <-done; code != 137 {
+			t.Fatalf("screenrecord after SIGKILL: exit %d, want 137", code)
+		}
+	}
+	if _, e, code := amSh(t, d, "rm -f "+dir+"drop-2-*; rm "+dir+"nothing-here 2>/dev/null; cd "+dir); code != 0 {
+		t.Fatalf("rm: %d %q", code, e)
+	}
+	if left, _, _ := amSh(t, d, "ls "+dir); strings.Contains(left, "drop-") {
+		t.Fatalf("recordings left: %q", left)
 	}
 	if n, cpu := ffmpegChildren(t), childCPU()-before; n != 0 || cpu != 0 {
 		t.Fatalf("%d ffmpeg running, %v of children's CPU: want no encoder", n, cpu)
