@@ -35,7 +35,11 @@ func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d
 // for a policy switch), never before, and that commit's event names it
 // (AppliedControl): a daemon stop or crash in between leaves it pending, so
 // the resumed run honors it again. A terminal commit also requires that no
-// other request is pending (Step.NoOtherControl), so none is stranded.
+// other request is pending (Step.NoOtherControl), so none is stranded. The
+// step that ends the run (its node finished the graph, or failed and is not
+// retried) commits the terminal transition with it when the run is RUNNING
+// and nothing is pending; else it commits alone and the boundary after it
+// honors what is pending first.
 //
 // Retries are state-based (node-catalog.md): a failed attempt classified
 // retryable at the adapter boundary (Error.Retryable) whose errorId the
@@ -350,11 +354,9 @@ func (r *runner) loop(ctx context.Context) (RunStatus, error) {
 		if err != nil || done {
 			return r.run.Status, err
 		}
-		switch {
-		case r.st.Failure != nil:
-			err = r.finish(ctx, KindRunFailed, RunFailed)
-		case r.st.Next == End:
-			err = r.finish(ctx, KindRunFinished, RunFinished)
+		switch kind, to, end := r.ending(); {
+		case end:
+			err = r.finish(ctx, kind, to)
 		default:
 			if !r.handed {
 				// Before the first step this pass drives on the device, just
@@ -616,22 +618,62 @@ func (r *runner) nextForReport() string {
 	return r.st.Next
 }
 
-// finish commits agent.run.finished / agent.run.failed with RUNNING -> to.
-// On a CAS conflict (a cancel or pause request moved the status) it returns
-// nil and the loop's next boundary decides.
-func (r *runner) finish(ctx context.Context, kind string, to RunStatus) error {
-	ctrl := r.takeable(true)
+// ending reports whether the run's state ends it: failed (a failure not
+// retried) or finished (the next node is End), with the event and status.
+func (r *runner) ending() (kind string, to RunStatus, end bool) {
+	switch {
+	case r.st.Failure != nil:
+		return KindRunFailed, RunFailed, true
+	case r.st.Next == End:
+		return KindRunFinished, RunFinished, true
+	}
+	return "", "", false
+}
+
+// endEvent is agent.run.finished / agent.run.failed (kind, status to) at
+// sequence seq, naming the requests ctrl its commit takes.
+func (r *runner) endEvent(seq int64, kind string, to RunStatus, ctrl []Control) (Event, error) {
 	p := RunEndedPayload{PayloadBase: r.base(), Status: to, CompletedNodes: r.completedNames(), PolicyVersion: r.st.PolicyVersion, AppliedControl: applied(ctrl)}
 	if f := r.st.Failure; f != nil {
 		id := f.ErrorID
 		p.FailedNode, p.ErrorID, p.Summary = f.Node, &id, f.Summary
 	}
-	ev, err := r.event(r.seq+1, kind, p)
+	return r.event(seq, kind, p)
+}
+
+// finish commits agent.run.finished / agent.run.failed with RUNNING -> to.
+// On a CAS conflict (a cancel or pause request moved the status) it returns
+// nil and the loop's next boundary decides.
+func (r *runner) finish(ctx context.Context, kind string, to RunStatus) error {
+	ctrl := r.takeable(true)
+	ev, err := r.endEvent(r.seq+1, kind, to, ctrl)
 	if err != nil {
 		return err
 	}
 	_, err = r.commit(ctx, []Event{ev}, nil, []RunStatus{RunRunning}, to, ctrl)
 	return err
+}
+
+// commitEnding commits a step that ends the run (ending) together with
+// the run's end, in one transaction: the step's events, its snapshot, the
+// end event after them and RUNNING -> to. The store refuses it, writing
+// nothing, when a control request is pending or the status moved (a
+// pause, a cancel): then it reports false and the step commits alone, so
+// the boundary after it honours them, as without the merge. One commit,
+// and one boundary's reads, fewer per run.
+func (r *runner) commitEnding(ctx context.Context, a stepAttempt, events []Event, snap *Snapshot, arts []Artifact) (bool, error) {
+	kind, to, end := r.ending()
+	if !end || r.run.Status != RunRunning {
+		return false, nil
+	}
+	// The step takes every held request (a.ctrl); none is left for the
+	// end event to name, as finish after the step's commit would find.
+	fin, err := r.endEvent(r.seq+int64(len(events))+1, kind, to, nil)
+	if err != nil {
+		return false, err
+	}
+	all := append(events[:len(events):len(events)], fin)
+	return r.commit(ctx, all, snap, []RunStatus{RunRunning}, to, a.ctrl, arts...)
 }
 
 // boundary honors control between steps. It reports done when the run
@@ -997,6 +1039,12 @@ func (r *runner) commitStep(ctx context.Context, a stepAttempt, events []Event, 
 		return fmt.Errorf("run %s: state: %w", r.run.RunID, err)
 	}
 	snap := &Snapshot{RunID: r.run.RunID, StepOrdinal: a.step, NodeName: a.name, ResumeToken: a.token, State: stateJSON, CreatedAt: now}
+	if ok, err := r.commitEnding(ctx, a, events, snap, arts); err != nil || ok {
+		if ok {
+			r.step = a.step
+		}
+		return err
+	}
 	if _, err := r.commit(ctx, events, snap, nil, "", a.ctrl, arts...); err != nil {
 		return err
 	}

@@ -110,6 +110,21 @@ type Leases interface {
 	LeasePage(ctx context.Context, sc Scope, q LeaseQuery) ([]Lease, error)
 }
 
+// LeaseBatchRenewer is an optional port of a Leases shared by a fleet (the
+// Postgres store): a daemon renews all its leases in one statement each
+// heartbeat, one round trip per host instead of one per device (issue 26
+// part 4: 32,000 leases renewed every TTL/3 were 3,200 statements a second).
+type LeaseBatchRenewer interface {
+	// RenewLeases extends each lease of fences (its Serial and fencing
+	// Token), as RenewLease does, by ttl from the store's now, in one
+	// statement. For each i, either renewed[i] is fences[i]'s renewed lease
+	// and lost[i] nil, or lost[i] wraps ErrLeaseLost: that lease is no
+	// longer active and unexpired (released, expired, taken over), which
+	// leaves the others renewed. err: the call failed as a whole (the store
+	// unreachable, ctx done, ttl <= 0); nothing is known of any lease then.
+	RenewLeases(ctx context.Context, fences []Fence, ttl time.Duration) (renewed []Lease, lost []error, err error)
+}
+
 // MaxLeasePage bounds LeaseQuery.Limit.
 const MaxLeasePage = 1000
 

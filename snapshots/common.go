@@ -11,7 +11,9 @@ var (
 	// ErrRunExists: CreateRun with a run id already stored.
 	ErrRunExists = errors.New("run already exists")
 	// ErrSnapshotTaken: CommitStep with a snapshot for a step ordinal the run
-	// already has; nothing of the step is written.
+	// already has, or below its latest snapshot's (a run's snapshots are
+	// committed in step order: migration 00014); nothing of the step is
+	// written.
 	ErrSnapshotTaken = errors.New("step already has a snapshot")
 	// ErrSequenceGap: the step's first sequence is not the run's last + 1, or
 	// its sequences are not contiguous; nothing is written.

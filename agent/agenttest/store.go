@@ -189,8 +189,12 @@ func (s *Store) checkStep(st agent.Step) (agent.Run, error) {
 		}
 	}
 	if st.Snapshot != nil {
-		if _, dup := s.snapshots[st.RunID][st.Snapshot.StepOrdinal]; dup {
-			return r, fmt.Errorf("run %s snapshot step %d exists", st.RunID, st.Snapshot.StepOrdinal)
+		// As the stores: a run's snapshots are committed in step order, so
+		// an ordinal at or below the latest's is taken (snapshots.ErrSnapshotTaken).
+		for k := range s.snapshots[st.RunID] {
+			if st.Snapshot.StepOrdinal <= k {
+				return r, fmt.Errorf("run %s snapshot step %d: step %d exists", st.RunID, st.Snapshot.StepOrdinal, k)
+			}
 		}
 	}
 	return r, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,10 +60,6 @@ const (
 	cpTargetRunEvery = 60 * time.Second
 )
 
-// cpClockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
-// every Linux architecture Go supports; sysconf(_SC_CLK_TCK) needs cgo).
-const cpClockTicks = 100
-
 // BenchmarkFleetControlPlane measures, in one run, two phases on 1,000
 // virtual devices and 20 daemons:
 //
@@ -87,6 +82,14 @@ const cpClockTicks = 100
 // plus cutime+cstime of the exited ones), so it counts every backend and
 // background worker. Each phase lasts SCREENGRAPH_FLEETBENCH_SECONDS
 // (default 12: a lease renews every 10 s) whatever b.N.
+//
+// NOTIFY's cost grows with the hosts, not the devices: Postgres signals
+// every LISTEN connection of the database (one per daemon) at each NOTIFY,
+// whatever its channel. The benchmark measures the listeners' backends'
+// CPU per run and extrapolates it to one listener per host at 32,000
+// devices beside the linear figure; SCREENGRAPH_FLEETBENCH_LISTENERS=N
+// (up to 100) adds N idle LISTEN connections, as N more daemons' would be,
+// to measure it at more listeners.
 func BenchmarkFleetControlPlane(b *testing.B) {
 	window := 12 * time.Second
 	if v := os.Getenv("SCREENGRAPH_FLEETBENCH_SECONDS"); v != "" {
@@ -95,6 +98,14 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 			b.Fatalf("SCREENGRAPH_FLEETBENCH_SECONDS=%q: want a positive number of seconds", v)
 		}
 		window = time.Duration(n) * time.Second
+	}
+	extraListeners := 0
+	if v := os.Getenv("SCREENGRAPH_FLEETBENCH_LISTENERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 100 {
+			b.Fatalf("SCREENGRAPH_FLEETBENCH_LISTENERS=%q: want a count of extra LISTEN connections from 0 to 100", v)
+		}
+		extraListeners = n
 	}
 	ctx := context.Background()
 	pg, err := pgtest.Start("")
@@ -128,6 +139,29 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	}
 	b.Cleanup(func() { admin.Close(context.Background()) })
 
+	// More daemons' LISTEN connections (each `serve` of a fleet holds
+	// one): Postgres signals every listener of the database at each
+	// NOTIFY, so they cost the server without doing anything else.
+	for range extraListeners {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+postgres.OutboxChannel+"; LISTEN "+postgres.QueueChannel); err != nil {
+			b.Fatal(err)
+		}
+		lctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if _, err := conn.WaitForNotification(lctx); err != nil {
+					return
+				}
+			}
+		}()
+		b.Cleanup(func() { stop(); <-done; conn.Close(context.Background()) })
+	}
 	m := &cpMeter{acquired: map[string]time.Time{}}
 	hold := make(chan struct{})
 	var holding atomic.Bool
@@ -237,6 +271,7 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	time.Sleep(window / 2)
 	i1 := cpSample(b, ctx, admin, pg, m, published())
 	cpTopStatements(b, ctx, admin, "idle")
+	cpCPUByKind("idle", i0, i1)
 
 	// Phase 1, hold: every device leased, its run waiting in WaitIdle.
 	cpWaiting.Store(0)
@@ -249,6 +284,7 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	time.Sleep(window)
 	h1 := cpSample(b, ctx, admin, pg, m, published())
 	cpTopStatements(b, ctx, admin, "hold")
+	cpCPUByKind("hold", h0, h1)
 	holding.Store(false)
 	close(hold)
 	waitFor("the held runs to finish", 3*time.Minute, func() bool { return m.finished.Load() == int64(len(devices)) })
@@ -288,6 +324,7 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	s1 := cpSample(b, ctx, admin, pg, m, published())
 	b.StopTimer()
 	cpTopStatements(b, ctx, admin, "stream")
+	cpCPUByKind("stream", s0, s1)
 	for _, id := range ids[:min(len(ids), 20)] {
 		if r, err := stores[0].GetRun(ctx, agent.Admin(), id); err != nil || r.Status != agent.RunFinished {
 			b.Fatalf("run %s: %s %v, want FINISHED", id, r.Status, err)
@@ -349,6 +386,22 @@ func BenchmarkFleetControlPlane(b *testing.B) {
 	share := (cores + runRate*cpuPerKRuns/1000) / cpTargetCores
 	b.ReportMetric(100*share, "pg-cpu%-16c-32k-run/60s")
 	b.ReportMetric(100*cpTargetCPU, "target=pg-cpu%-16c-32k-run/60s")
+	// The LISTEN connections' part of a run grows with the fleet's hosts,
+	// not its devices: each NOTIFY signals every listener. The same figure
+	// with that part at one listener per host (1,000 at 32,000 devices),
+	// from this run's cost per run per listener.
+	listeners := float64(cpDaemons + extraListeners)
+	notifyPerRun := (s1.listen - s0.listen).Seconds() / runs
+	perListener := notifyPerRun / listeners
+	hosts := float64(cpTargetDevices / 32)
+	fanout := runRate * perListener * hosts
+	shareFanout := (cores + runRate*(cpuPerKRuns/1000-notifyPerRun) + fanout) / cpTargetCores
+	b.ReportMetric(1e6*perListener, "pg-notify-cpu-us/run/listener")
+	b.ReportMetric(fanout, "pg-cores-32k-notify-1000-listeners")
+	b.ReportMetric(100*shareFanout, "pg-cpu%-16c-32k-run/60s-1000-listeners")
+	b.ReportMetric(100*cpTargetCPU, "target=pg-cpu%-16c-32k-run/60s-1000-listeners")
+	b.Logf("NOTIFY delivery: %.2f CPU-ms per run in the %.0f LISTEN connections' backends (%.1f µs per run per listener); at 32,000 devices, one listener per host (%.0f): %.1f cores, the control plane %.0f%% of %d cores (target below %.0f%%)",
+		1000*notifyPerRun, listeners, 1e6*perListener, hosts, fanout, 100*shareFanout, cpTargetCores, 100*cpTargetCPU)
 	b.Logf("renewals: %.0f/s at 1,000 devices (TTL %v); %.3f Postgres CPU-s per 1,000 renewals -> 32,000 devices at TTL %v: %.0f renewals/s, %.2f cores = %.1f%% of %d cores (target: all of the control plane below %.0f%%)",
 		renewals/holdSec, cpTTL, cpuPerKRenewals, cpDefaultTTL, renewPerSec, cores, 100*cores/cpTargetCores, cpTargetCores, 100*cpTargetCPU)
 	b.Logf("target: 32,000 devices below %.0f%% of a %d-core Postgres (%.1f cores): renewals take %.2f, the rest fits %.0f runs/s at %.1f CPU-ms each (a run per device every %.0f s or longer)",
@@ -436,6 +489,19 @@ func (s *cpStore) RenewLease(ctx context.Context, serial string, token int64, tt
 	return l, err
 }
 
+// RenewLeases counts each lease of a daemon's batch the store renewed.
+func (s *cpStore) RenewLeases(ctx context.Context, fences []agent.Fence, ttl time.Duration) ([]agent.Lease, []error, error) {
+	renewed, lost, err := s.Store.RenewLeases(ctx, fences, ttl)
+	if err == nil {
+		for _, e := range lost {
+			if e == nil {
+				s.m.renewals.Add(1)
+			}
+		}
+	}
+	return renewed, lost, err
+}
+
 func (s *cpStore) AcquireLease(ctx context.Context, device, holder, runID string, ttl time.Duration) (agent.Lease, error) {
 	start := time.Now()
 	l, err := s.Store.AcquireLease(ctx, device, holder, runID, ttl)
@@ -467,7 +533,9 @@ func (s *cpStore) CommitStep(ctx context.Context, st agent.Step) error {
 type cpPoint struct {
 	at                           time.Time
 	cpu                          float64 // CPU-seconds of the postmaster and its children
-	wal                          int64   // bytes since 0/0
+	kinds                        map[string]time.Duration
+	listen                       time.Duration // the LISTEN connections' backends
+	wal                          int64         // bytes since 0/0
 	conns                        int64
 	renewals, commits, published int64
 }
@@ -476,8 +544,11 @@ func cpSample(b *testing.B, ctx context.Context, admin *pgx.Conn, pg *pgtest.Ser
 	b.Helper()
 	p := cpPoint{at: time.Now(), renewals: m.renewals.Load(), commits: m.commits.Load(), published: published}
 	var err error
-	if p.cpu, err = postgresCPU(pg); err != nil {
+	if p.kinds, err = pg.CPUByKind(); err != nil {
 		b.Fatal(err)
+	}
+	for _, d := range p.kinds {
+		p.cpu += d.Seconds()
 	}
 	if err := admin.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,
 		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')`).Scan(&p.wal, &p.conns); err != nil {
@@ -486,57 +557,44 @@ func cpSample(b *testing.B, ctx context.Context, admin *pgx.Conn, pg *pgtest.Ser
 	if p.conns > m.maxConns.Load() {
 		m.maxConns.Store(p.conns)
 	}
+	// The backends of the daemons' LISTEN connections (their last
+	// statement is the LISTEN): what delivering the NOTIFYs costs, since
+	// Postgres signals every listening backend of the database at each
+	// NOTIFY, whatever its channel and payload.
+	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, pid := range pids {
+		if d, err := pgtest.ProcessCPU(pid); err == nil {
+			p.listen += d
+		}
+	}
 	return p
 }
 
-// postgresCPU sums the CPU-seconds (user + system) of pg's postmaster (with
-// its exited children's) and of its live children (backends, background
-// workers), from /proc/<pid>/stat (proc(5): fields 14-17).
-func postgresCPU(pg *pgtest.Server) (float64, error) {
-	raw, err := os.ReadFile(filepath.Join(pg.Dir, "data", "postmaster.pid"))
-	if err != nil {
-		return 0, err
+// cpCPUByKind prints the Postgres CPU from p to q by process kind (client
+// backends, autovacuum, walwriter, ...), in ms per second of the phase: what
+// the connections' statements cost against the server's own work.
+func cpCPUByKind(phase string, p, q cpPoint) {
+	sec := q.at.Sub(p.at).Seconds()
+	kinds := make([]string, 0, len(q.kinds))
+	for k := range q.kinds {
+		kinds = append(kinds, k)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
-	if err != nil {
-		return 0, fmt.Errorf("postmaster.pid: %w", err)
-	}
-	stat := func(p int) (ppid int, ticks [4]int64, err error) {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			return 0, ticks, err
+	slices.SortFunc(kinds, func(a, b string) int { return int(q.kinds[b] - p.kinds[b] - (q.kinds[a] - p.kinds[a])) })
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s phase, Postgres CPU by process kind (%.1f s, %.0f CPU-ms/s in all, %.1f of it the LISTEN connections'):", phase, sec, (q.cpu-p.cpu)*1000/sec, float64((q.listen-p.listen).Milliseconds())/sec)
+	for _, k := range kinds {
+		if d := q.kinds[k] - p.kinds[k]; d > 0 {
+			fmt.Fprintf(&sb, " %s %.1f;", k, float64(d.Milliseconds())/sec)
 		}
-		// The command sits in parentheses and may hold spaces: split after it.
-		s := string(raw)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
-		ppid, _ = strconv.Atoi(f[1])
-		for i := range 4 {
-			ticks[i], _ = strconv.ParseInt(f[11+i], 10, 64)
-		}
-		return ppid, ticks, nil
 	}
-	_, t, err := stat(pid)
-	if err != nil {
-		return 0, err
-	}
-	total := t[0] + t[1] + t[2] + t[3]
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil || p == pid {
-			continue
-		}
-		ppid, t, err := stat(p)
-		if err != nil || ppid != pid {
-			continue // gone meanwhile, or not ours
-		}
-		total += t[0] + t[1]
-	}
-	return float64(total) / cpClockTicks, nil
+	fmt.Println(sb.String())
 }
 
 func cpPercentile(ds []time.Duration, p int) time.Duration {
@@ -565,18 +623,36 @@ func cpResetStatements(b *testing.B, ctx context.Context, admin *pgx.Conn) {
 }
 
 // cpTopStatements logs the statements that took most of the server's
-// execution time since the last reset.
+// execution time since the last reset (SCREENGRAPH_FLEETBENCH_TOP of them,
+// default 12), after the count of all statements: a statement's round trip
+// (parse, bind, the protocol, its transaction's commit) costs the server
+// CPU that its execution time does not show, so the count matters as much.
 func cpTopStatements(b *testing.B, ctx context.Context, admin *pgx.Conn, phase string) {
 	b.Helper()
+	top := 12
+	if v := os.Getenv("SCREENGRAPH_FLEETBENCH_TOP"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("SCREENGRAPH_FLEETBENCH_TOP=%q: want a positive count", v)
+		}
+		top = n
+	}
+	var (
+		calls int64
+		total float64
+	)
+	if err := admin.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time), 0) FROM pg_stat_statements`).Scan(&calls, &total); err != nil {
+		b.Fatal(err)
+	}
 	rows, err := admin.Query(ctx, `SELECT calls, total_exec_time, (shared_blks_hit + shared_blks_read) / greatest(calls, 1),
 		left(regexp_replace(query, '\s+', ' ', 'g'), 110)
-		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12`)
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT $1`, top)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rows.Close()
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s phase, the statements that took most of Postgres's execution time (pages: shared buffers hit or read per call):", phase)
+	fmt.Fprintf(&sb, "%s phase: %d statements, %.0f ms of execution; those that took most of it (pages: shared buffers hit or read per call):", phase, calls, total)
 	for rows.Next() {
 		var (
 			calls, pages int64

@@ -83,34 +83,57 @@ func renewTimeout(ttl, every time.Duration) time.Duration {
 // then it calls lost (unless ctx ended) and returns. since is this process's
 // time just before the acquisition that returned lease was sent.
 //
-// Each renewal runs with a deadline (renewTimeout). Apart from the
-// renewals, a local timer ends the lease every/2 before ttl has passed
-// since the last successful renewal (or the acquisition) was sent: the store
-// computed that lease's expiry from its own clock when it received the
-// request, which was after the send, so this timer fires before the expiry
-// whatever the store answers (a hung store, a renewal stuck in the
-// network) and whatever the two clocks say: it measures only elapsed time on
-// this process's monotonic clock, never compares the store's timestamps with
-// the local wall clock. A failed renewal other than ErrLeaseLost (the store
-// unreachable, the deadline passed) is retried at the next beat.
-// renewed sees each renewed lease; lost gets the cause, wrapping
-// agent.ErrLeaseLost. Both may be nil.
+// Each renewal runs with a deadline (renewTimeout); what happens between
+// the renewals is keep's.
 func heartbeat(ctx context.Context, l agent.Leases, lease agent.Lease, since time.Time, ttl, every time.Duration, renewed func(agent.Lease), lost func(error)) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	// Buffered: a renewal still stuck in the store when heartbeat returns
+	// finishes into it and its goroutine ends.
+	results := make(chan renewal, 1)
+	timeout := renewTimeout(ttl, every)
+	renew := func(sent time.Time) {
+		go func() {
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			nl, err := l.RenewLease(rctx, lease.Serial, lease.FencingToken, ttl)
+			cancel()
+			results <- renewal{nl, err, sent}
+		}()
+	}
+	keep(ctx, lease, since, ttl, every, tick.C, renew, results, renewed, lost)
+}
+
+// renewal is the store's answer to one renewal of a lease, and when this
+// process sent it.
+type renewal struct {
+	lease agent.Lease
+	err   error
+	sent  time.Time
+}
+
+// keep is the local side of a lease's heartbeat, until ctx ends or the
+// lease is lost; then it calls lost (unless ctx ended) and returns. At each
+// tick it calls renew (unless the last renewal is still stuck), whose
+// answer comes on results; a nil tick and renew leave the renewals to
+// someone else (the daemon's batch renewer), whose answers come on results
+// all the same.
+//
+// Apart from the renewals, a local timer ends the lease every/2 before ttl
+// has passed since the last successful renewal (or the acquisition) was
+// sent: the store computed that lease's expiry from its own clock when it
+// received the request, which was after the send, so this timer fires
+// before the expiry whatever the store answers (a hung store, a renewal
+// stuck in the network) and whatever the two clocks say: it measures only
+// elapsed time on this process's monotonic clock, never compares the
+// store's timestamps with the local wall clock. A failed renewal other than
+// ErrLeaseLost (the store unreachable, the deadline passed) is retried at
+// the next beat. renewed sees each renewed lease; lost gets the cause,
+// wrapping agent.ErrLeaseLost. Both may be nil.
+func keep(ctx context.Context, lease agent.Lease, since time.Time, ttl, every time.Duration, tick <-chan time.Time, renew func(sent time.Time), results <-chan renewal, renewed func(agent.Lease), lost func(error)) {
 	margin := every / 2
 	expiry := time.NewTimer(time.Until(since.Add(ttl - margin)))
 	defer expiry.Stop()
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	type result struct {
-		lease agent.Lease
-		err   error
-		sent  time.Time
-	}
-	// Buffered: a renewal still stuck in the store when heartbeat returns
-	// finishes into it and its goroutine ends.
-	results := make(chan result, 1)
 	pending := false
-	timeout := renewTimeout(ttl, every)
 	fail := func(err error) {
 		if ctx.Err() == nil && lost != nil {
 			lost(err)
@@ -123,17 +146,12 @@ func heartbeat(ctx context.Context, l agent.Leases, lease agent.Lease, since tim
 		case <-expiry.C:
 			fail(fmt.Errorf("device %s lease %d: no renewal succeeded before its expiry (ttl %v): %w", lease.Serial, lease.FencingToken, ttl, agent.ErrLeaseLost))
 			return
-		case <-tick.C:
+		case <-tick:
 			if pending {
 				continue // the last renewal is still stuck past its deadline
 			}
 			pending = true
-			go func(sent time.Time) {
-				rctx, cancel := context.WithTimeout(ctx, timeout)
-				nl, err := l.RenewLease(rctx, lease.Serial, lease.FencingToken, ttl)
-				cancel()
-				results <- result{nl, err, sent}
-			}(time.Now())
+			renew(time.Now())
 		case r := <-results:
 			pending = false
 			switch {

@@ -170,13 +170,17 @@ func (s *Service) deviceNames(c Candidate) []string {
 // place.
 //
 // only, when not nil, limits the queue's read to the devices with one of
-// those names (agent.QueueName): a round woken by named signals alone.
-func (s *Service) schedule(ctx context.Context, only map[string]bool) error {
+// those names (agent.QueueName): a round woken by named signals alone, or
+// by the tick (tick), which reads every device's when tickReadsAll says so.
+func (s *Service) schedule(ctx context.Context, only map[string]bool, tick bool) error {
 	listed := time.Now()
 	q, _ := s.store.Store.(agent.RunQueue)
 	runs, err := s.roundRuns(ctx, q, nil, true)
 	if err != nil {
 		return err
+	}
+	if tick && only != nil && s.tickReadsAll(runs, listed) {
+		only = nil
 	}
 	s.forgetStale(listed)
 	if !s.anyToStart(runs, listed) {
@@ -283,9 +287,42 @@ func (s *Service) inflight(runs []agent.Run, noQueue bool) map[string]int {
 	return inflight
 }
 
+// tickReadsAll decides whether a tick's round (of a daemon whose wake-ups
+// name their devices) reads the queue for every free device, from the
+// oldest PENDING run of the fleet this round read (runs, oldest first):
+// only when that run was already the oldest at the last tick's round, so
+// it waited a whole tick and its own wake-up did not start it (a device
+// listed since, a missed signal, a device freed by an expired lease), or
+// when no round read every name for a heartbeat. A run younger than a tick
+// is its wake-up's: a steady stream of short runs, where some run of the
+// fleet is nearly always PENDING, no longer makes every daemon read every
+// name every tick (issue 26 part 4: a read per daemon per second, growing
+// with the fleet). Compared by run id, not by the store's clock against
+// this host's. A run left behind waits two ticks instead of one.
+func (s *Service) tickReadsAll(runs []agent.Run, now time.Time) bool {
+	oldest := ""
+	for _, r := range runs {
+		if r.Status == agent.RunPending {
+			oldest = r.RunID
+			break
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := oldest != "" && (oldest == s.tickOldest || now.Sub(s.allReadAt) >= s.cfg.Heartbeat)
+	s.tickOldest = oldest
+	return all
+}
+
 // readQueue records the round's device names in the sightings and reads
-// the queue for the free ones.
+// the queue for the free ones (every free device's, unless only names
+// some).
 func (r *round) readQueue(q agent.RunQueue) ([]agent.Run, error) {
+	if r.only == nil {
+		r.s.mu.Lock()
+		r.s.allReadAt = r.listed
+		r.s.mu.Unlock()
+	}
 	var all, free []string
 	for _, c := range r.cands {
 		names := r.s.deviceNames(c)

@@ -247,10 +247,17 @@ type Service struct {
 	// namedWakes: the store's queue signals pass wakesFor (loop), so a
 	// round woken by them alone reads the queue for the names they named:
 	// woken, since the last round; wokenAll: a signal since then named
-	// nothing (the tick, Wake, a LISTEN reconnect): read every name.
+	// nothing (Wake, a LISTEN reconnect): read every name. ticked: the tick
+	// came since the last round (tickReadsAll decides whether it reads
+	// every name).
 	namedWakes bool
 	woken      map[string]bool
 	wokenAll   bool
+	ticked     bool
+	// tickOldest: the oldest PENDING run of the fleet at the last tick's
+	// round; allReadAt: when a round last read every free device's queue.
+	tickOldest string
+	allReadAt  time.Time
 	health     map[string]*deviceHealth // by serial
 	stopping   bool
 	// draining: StopTaking was called (no new runs); streams ends the
@@ -264,6 +271,10 @@ type Service struct {
 	loopDone   chan struct{}
 	// screens are the live screen's capture loops (screen.go).
 	screens *screens
+	// renewer renews the runs' leases in one statement per heartbeat when
+	// the store can (agent.LeaseBatchRenewer); nil: each run's heartbeat
+	// renews its own.
+	renewer *renewer
 }
 
 type activeRun struct {
@@ -296,6 +307,9 @@ func New(cfg Config) (*Service, error) {
 	// previous holder before the next holder's run touches the device.
 	s.screens = &screens{s: s, loops: map[string]*screenLoop{}, perTenant: map[string]int{}}
 	s.cfg.Leases = watchedLeases{Leases: cfg.Leases, changed: s.screens.leaseChanged}
+	if b, ok := cfg.Leases.(agent.LeaseBatchRenewer); ok {
+		s.renewer = newRenewer(batchWatched{b, s.screens.leaseChanged}, s.cfg.LeaseTTL, s.cfg.Heartbeat, s.logf)
+	}
 	if s.cfg.Runner == nil && cfg.NewRunner != nil {
 		s.cfg.Runner = cfg.NewRunner(s.store)
 	}
@@ -383,6 +397,9 @@ func (s *Service) Start(ctx context.Context) error {
 	s.runCtx, s.stopRuns = context.WithCancel(context.Background())
 	s.loopDone = make(chan struct{})
 	s.mu.Unlock()
+	if s.renewer != nil {
+		s.wg.Go(func() { s.renewer.run(s.runCtx) })
+	}
 	go s.loop()
 	return nil
 }
@@ -452,17 +469,19 @@ func (s *Service) wakeNamed(name string, orAll bool) {
 }
 
 // takeWoken returns the device names (agent.QueueName) the wake-ups since
-// the last round named, and resets them; nil: read every name (a signal
-// named nothing, or the store's signals are not filtered).
-func (s *Service) takeWoken() map[string]bool {
+// the last round named (empty after the tick alone), and whether the tick
+// came since, and resets them; nil: read every name (a signal named
+// nothing, the first round's, or the store's signals are not filtered).
+func (s *Service) takeWoken() (only map[string]bool, tick bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	only := s.woken
+	only, tick = s.woken, s.ticked
 	if !s.namedWakes || s.wokenAll || only == nil {
-		only = nil
+		// Every name, whatever the tick says.
+		only, tick = nil, false
 	}
-	s.woken, s.wokenAll = map[string]bool{}, false
-	return only
+	s.woken, s.wokenAll, s.ticked = map[string]bool{}, false, false
+	return only, tick
 }
 
 func (s *Service) signal() {
@@ -489,8 +508,9 @@ func (s *Service) loop() {
 		f.FilterQueueWakes(s.wakesFor)
 		defer f.FilterQueueWakes(nil)
 	}
-	for only := map[string]bool(nil); ; only = s.takeWoken() {
-		if err := s.schedule(s.runCtx, only); err != nil && s.runCtx.Err() == nil {
+	only, tick := map[string]bool(nil), false
+	for {
+		if err := s.schedule(s.runCtx, only, tick); err != nil && s.runCtx.Err() == nil {
 			s.logf("scheduler: %v", err)
 		}
 		select {
@@ -499,12 +519,13 @@ func (s *Service) loop() {
 		case <-s.wake:
 		case <-changed:
 		case <-t.C:
-			// The tick reads every name: what a wake-up could not name (a
-			// device listed since, a missed signal) waits at most a tick.
+			// The tick is the fallback for what a wake-up could not name (a
+			// device listed since, a missed signal): tickReadsAll.
 			s.mu.Lock()
-			s.wokenAll = true
+			s.ticked = true
 			s.mu.Unlock()
 		}
+		only, tick = s.takeWoken()
 	}
 }
 
@@ -597,22 +618,29 @@ func (s *Service) execute(ctx context.Context, a *activeRun) {
 	}
 }
 
-// keepLease renews lease every heartbeat until ctx ends, publishing each
-// renewal in a.lease; when it cannot, it closes lost and stops the run. It
-// closes done when it returns.
+// keepLease renews lease every heartbeat until ctx ends (with the other
+// runs' leases, through the renewer, when the store renews in batches),
+// publishing each renewal in a.lease; when it cannot, it closes lost and
+// stops the run. It closes done when it returns.
 func (s *Service) keepLease(ctx context.Context, a *activeRun, lease agent.Lease, lost, done chan struct{}) {
 	defer close(done)
-	heartbeat(ctx, s.cfg.Leases, lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat,
-		func(l agent.Lease) {
-			s.mu.Lock()
-			a.lease = &l
-			s.mu.Unlock()
-		},
-		func(err error) {
-			s.logf("run %s: %v; stopping the run here", a.run.RunID, err)
-			close(lost)
-			a.stop()
-		})
+	renewed := func(l agent.Lease) {
+		s.mu.Lock()
+		a.lease = &l
+		s.mu.Unlock()
+	}
+	failed := func(err error) {
+		s.logf("run %s: %v; stopping the run here", a.run.RunID, err)
+		close(lost)
+		a.stop()
+	}
+	if s.renewer == nil {
+		heartbeat(ctx, s.cfg.Leases, lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat, renewed, failed)
+		return
+	}
+	results := s.renewer.add(lease)
+	defer s.renewer.remove(lease.FencingToken)
+	keep(ctx, lease, a.since, s.cfg.LeaseTTL, s.cfg.Heartbeat, nil, nil, results, renewed, failed)
 }
 
 // releaseReason is why a run's lease ends after the engine returned status

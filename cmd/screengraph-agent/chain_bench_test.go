@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +40,11 @@ func BenchmarkWarmChain(b *testing.B) {
 	timedEv := &timedEvidence{Evidence: evidence}
 	h.Engine.Evidence = timedEv
 	defer func() { h.Engine.Evidence = evidence }()
+	took := map[string]*time.Duration{}
+	timeNodes(b, h, took)
+	commits := &countingCommits{Store: h.Engine.Store}
+	h.Engine.Store = commits
+	defer func() { h.Engine.Store = commits.Store }()
 	for _, bc := range []struct {
 		name     string
 		c        runCmd
@@ -51,10 +58,15 @@ func BenchmarkWarmChain(b *testing.B) {
 				h.Engine.Recorder = nil
 			}
 			timedRec.took, timedEv.took = 0, 0
+			commits.n.Store(0)
+			for _, d := range took {
+				*d = 0
+			}
 			defer func() { h.Engine.Recorder = recorder }()
 			env.emu.Opened()
 			var runs []string
 			var last []string
+			cpu0 := processCPU(b)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				id, status, _, err := submit(ctx, h, bc.c)
@@ -72,19 +84,28 @@ func BenchmarkWarmChain(b *testing.B) {
 					b.StartTimer()
 				}
 			}
-			msPerOp := float64(b.Elapsed().Milliseconds()) / float64(b.N)
+			msPerOp := float64(b.Elapsed().Microseconds()) / 1000 / float64(b.N)
 			b.ReportMetric(msPerOp, "ms/op")
 			b.StopTimer()
-			means := reportNodeMillis(b, h, runs)
+			// This process's CPU: the daemon's code and the simulated
+			// device (Appium and the adb server are processes of their own).
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/1000/float64(b.N), "process-cpu-ms/chain")
+			reportNodeMillis(b, h, runs)
 			// Issue 26 part 2: everything but WaitIdle (EnsureDevice,
 			// ProvisionApp, LaunchOrAttach, the commits, the evidence) on a
-			// warm device, beside its target.
-			b.ReportMetric(msPerOp-means[nodes.NodeWaitIdle], "outside-wait-ms")
+			// warm device, beside its target; the nodes timed to the µs.
+			exact := map[string]float64{}
+			for n, d := range took {
+				exact[n] = float64(d.Microseconds()) / 1000 / float64(b.N)
+				b.ReportMetric(exact[n], n+"-exact-ms")
+			}
+			b.ReportMetric(msPerOp-exact[nodes.NodeWaitIdle], "outside-wait-ms")
 			b.ReportMetric(warmOutsideWaitTarget, "outside-wait-target-ms")
-			reportSpans(b, h, runs, means, msPerOp)
+			reportSpans(b, h, runs, exact, msPerOp)
 			b.ReportMetric(float64(timedRec.took.Microseconds())/1000/float64(b.N), "recorder-start-ms")
 			b.ReportMetric(float64(timedEv.took.Microseconds())/1000/float64(b.N), "evidence-ms")
 			reportStreams(b, last)
+			b.ReportMetric(float64(commits.n.Load())/float64(b.N), "commits/chain")
 		})
 	}
 }
@@ -99,6 +120,57 @@ func (t *timedRecorder) NodeStarting(ctx context.Context, req agent.RecordReques
 	start := time.Now()
 	t.Recorder.NodeStarting(ctx, req)
 	t.took += time.Since(start)
+}
+
+// countingCommits counts the engine's CommitStep calls.
+type countingCommits struct {
+	agent.Store
+	n atomic.Int64
+}
+
+func (c *countingCommits) CommitStep(ctx context.Context, st agent.Step) error {
+	c.n.Add(1)
+	return c.Store.CommitStep(ctx, st)
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// timedNode sums a node's Run time (µs resolution: the events'
+// durationMillis are whole milliseconds, so their mean over a few runs
+// is up to 1 ms short per node).
+type timedNode struct {
+	agent.Node
+	took *time.Duration
+}
+
+func (n timedNode) Run(ctx context.Context, in agent.NodeInput) agent.NodeResult {
+	start := time.Now()
+	defer func() { *n.took += time.Since(start) }()
+	return n.Node.Run(ctx, in)
+}
+
+// timeNodes replaces h.Graph with one whose nodes are timed into took.
+func timeNodes(b *testing.B, h *agentd.Host, took map[string]*time.Duration) {
+	g := h.Graph
+	var ns []agent.Node
+	for _, name := range g.NodeNames() {
+		n, _ := g.Node(name)
+		took[name] = new(time.Duration)
+		ns = append(ns, timedNode{Node: n, took: took[name]})
+	}
+	timed, err := agent.NewGraph(g.Name, g.Start, ns...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.Graph = timed
+	b.Cleanup(func() { h.Graph = g })
 }
 
 // timedEvidence sums the time Capture takes (with the recorder's Drop when

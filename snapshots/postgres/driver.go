@@ -22,7 +22,6 @@ import (
 // pgConflicts: the unique constraint each storekit.Conflict is.
 var pgConflicts = map[string]storekit.Conflict{
 	"run_events_run_sequence_key":  storekit.ConflictSequence,
-	"run_events_event_id_key":      storekit.ConflictEventID,
 	"agent_state_snapshot_pkey":    storekit.ConflictSnapshot,
 	"artifacts_pkey":               storekit.ConflictArtifact,
 	"device_leases_active_key":     storekit.ConflictLeaseDevice,
@@ -62,7 +61,7 @@ func (p pgTx) LockRun(ctx context.Context, runID string) (storekit.StepRun, bool
 		return r, false, err
 	}
 	r.Status, r.Now = agent.RunStatus(status), storekit.StoreTime(r.Now)
-	err = p.tx.QueryRow(ctx, sqlLastSequence, runID).Scan(&r.Last)
+	err = p.tx.QueryRow(ctx, sqlStepLast, runID).Scan(&r.Last, &r.LastSnapshot)
 	return r, true, err
 }
 
@@ -105,13 +104,26 @@ func (p pgTx) UpdatePolicyVersion(ctx context.Context, runID string, version int
 }
 
 // InsertEvents implements storekit.StepTx: the event rows (each its own
-// outbox entry, unpublished: migration 00012) and a NOTIFY on OutboxChannel (delivered at commit) in one batch, one round trip.
-func (p pgTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, stepOrdinal *int) error {
-	b := &pgx.Batch{}
-	for _, e := range evs {
-		b.Queue(`INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.Checksum, e.Envelope, stepOrdinal)
+// outbox entry, unpublished: migration 00012), the last carrying the step's
+// snapshot (00014), and a NOTIFY on OutboxChannel (delivered at commit) in
+// one batch, one round trip.
+func (p pgTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, sn *storekit.StepSnapshot) error {
+	var step *int
+	if sn != nil {
+		step = &sn.StepOrdinal
 	}
+	b := &pgx.Batch{}
+	last := len(evs) - 1
+	for _, e := range evs[:last] {
+		b.Queue(sqlInsertEvent, e.RunID, e.Sequence, e.EventID, step, e.Envelope)
+	}
+	if e := evs[last]; sn == nil {
+		b.Queue(sqlInsertEvent, e.RunID, e.Sequence, e.EventID, step, e.Envelope)
+	} else {
+		b.Queue(sqlInsertEventSnapshot, e.RunID, e.Sequence, e.EventID, step, e.Envelope, sn.NodeName, sn.ResumeToken, jsonArg(sn.State), sn.Created)
+	}
+	// The run's last sequence, so run_publish_pending names it (00015).
+	b.Queue(sqlCommitted, evs[0].RunID, evs[len(evs)-1].Sequence)
 	b.Queue(`SELECT pg_notify($1, $2)`, OutboxChannel, evs[0].RunID)
 	// This process's relay claims the run's heads (localOutbox), woken by
 	// InTx after the commit; recorded before it, so that wake finds it.
@@ -119,7 +131,20 @@ func (p pgTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, st
 	return p.tx.SendBatch(ctx, b).Close()
 }
 
-// InsertSnapshot implements storekit.StepTx.
+// sqlCommitted records run $1's last sequence $2 in run_publish (the
+// run's first commit makes its row).
+const sqlCommitted = `INSERT INTO run_publish (run_id, committed_seq) VALUES ($1, $2)
+	ON CONFLICT (run_id) DO UPDATE SET committed_seq = excluded.committed_seq`
+
+// A step's event rows; the last carries the step's snapshot (00014).
+const (
+	sqlInsertEvent         = `INSERT INTO run_events (run_id, sequence, event_id, step_ordinal, envelope) VALUES ($1, $2, $3, $4, $5)`
+	sqlInsertEventSnapshot = `INSERT INTO run_events (run_id, sequence, event_id, step_ordinal, envelope, node_name, resume_token, state, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9)`
+)
+
+// InsertSnapshot implements storekit.StepTx: the snapshot of a step
+// without events.
 func (p pgTx) InsertSnapshot(ctx context.Context, runID string, sn agent.Snapshot, created time.Time) error {
 	_, err := p.tx.Exec(ctx, `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6)`,
 		runID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, jsonArg(sn.State), created)

@@ -3,5 +3,9 @@ package postgres
 // FleetSweepDue exposes the fleet's sweep turn to the tests.
 var FleetSweepDue = (*Store).fleetSweepDue
 
-// LocalClaimSQL exposes the local claim's statement to the plan tests.
-const LocalClaimSQL = localClaimSQL
+// The claim's statements, for the plan tests: the runs locked, then their
+// rows read.
+var (
+	SQLLockPending = sqlLockPending
+	SQLReadClaimed = sqlReadClaimed
+)

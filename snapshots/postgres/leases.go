@@ -74,6 +74,50 @@ func (d pgDriver) RenewActive(ctx context.Context, serial string, token int64, t
 		d.s.leaseClockArg(), ttl.Microseconds(), serial, token))
 }
 
+var _ agent.LeaseBatchRenewer = (*Store)(nil)
+
+// RenewLeases implements agent.LeaseBatchRenewer: one UPDATE … FROM unnest
+// of the fences' serials and tokens, RETURNING the rows it renewed; a fence
+// with no row returned was lost. Each row is checked as RenewActive checks
+// its one: its serial and fencing token, still active, unexpired by the
+// lease clock. The fences go in token order, the order the join visits and
+// locks the rows in, as another daemon's batch would.
+var _ agent.LeaseBatchRenewer = (*Store)(nil)
+
+func (s *Store) RenewLeases(ctx context.Context, fences []agent.Fence, ttl time.Duration) ([]agent.Lease, []error, error) {
+	if err := storekit.CheckRenew("", 0, ttl); err != nil {
+		return nil, nil, err
+	}
+	if len(fences) == 0 {
+		return nil, nil, nil
+	}
+	sorted := slices.SortedFunc(slices.Values(fences), func(a, b agent.Fence) int { return cmp.Compare(a.Token, b.Token) })
+	serials, tokens := make([]string, len(sorted)), make([]int64, len(sorted))
+	for i, f := range sorted {
+		serials[i], tokens[i] = f.Serial, f.Token
+	}
+	rows, err := collect(pgScanLease)(s.pool.Query(ctx, `UPDATE device_leases SET renewed_at = t.now, expires_at = t.now + $2::bigint * interval '1 microsecond'
+		FROM (SELECT `+pgNow(1)+` AS now) t, unnest($3::text[], $4::bigint[]) AS f(fence_serial, fence_token)
+		WHERE fencing_token = f.fence_token AND serial = f.fence_serial AND released_at IS NULL AND expires_at > t.now
+		RETURNING `+storekit.LeaseCols, s.leaseClockArg(), ttl.Microseconds(), serials, tokens))
+	if err != nil {
+		return nil, nil, fmt.Errorf("renew %d leases: %w", len(fences), err)
+	}
+	byToken := make(map[int64]agent.Lease, len(rows))
+	for _, l := range rows {
+		byToken[l.FencingToken] = l
+	}
+	renewed, lost := make([]agent.Lease, len(fences)), make([]error, len(fences))
+	for i, f := range fences {
+		if l, ok := byToken[f.Token]; ok && l.Serial == f.Serial {
+			renewed[i] = l
+		} else {
+			lost[i] = storekit.LeaseLost(f.Serial, f.Token)
+		}
+	}
+	return renewed, lost, nil
+}
+
 // ReleaseActive implements storekit.Driver (Core.ReleaseLease).
 func (d pgDriver) ReleaseActive(ctx context.Context, serial string, token int64, reason agent.LeaseReleaseReason) (int64, error) {
 	tag, err := d.s.pool.Exec(ctx, `UPDATE device_leases SET released_at = `+pgNow(1)+`, release_reason = $2 WHERE serial = $3 AND fencing_token = $4 AND released_at IS NULL`,

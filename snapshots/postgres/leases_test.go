@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/screengraph/screengraph-agent/agent"
 	"github.com/screengraph/screengraph-agent/snapshots/internal/testenv"
+	"github.com/screengraph/screengraph-agent/snapshots/pgtest"
 	"github.com/screengraph/screengraph-agent/snapshots/postgres"
 	"github.com/screengraph/screengraph-agent/snapshots/storetest"
 )
@@ -262,4 +264,142 @@ func TestPostgresQueue(t *testing.T) {
 	storetest.RunQueue(t, func(t *testing.T, clock agent.Clock) storetest.QueueStore {
 		return newPostgresClock(t, testenv.PostgresURL(t), clock)
 	})
+}
+
+// RenewLeases renews a daemon's leases in one statement and reports each
+// lease lost on its own: a released one, an expired one, one taken over
+// after its TTL (its old token), a token that never was; the live ones are
+// renewed by the lease clock and keep their tokens, and the takeover's new
+// lease is untouched by a batch naming the old token.
+func TestPostgresRenewLeasesReportsEachLost(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	clock := storetest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	s := newPostgresClock(t, url, clock)
+	ctx := t.Context()
+	const ttl = 30 * time.Second
+	acquire := func(serial string, d time.Duration) agent.Lease {
+		t.Helper()
+		l, err := s.AcquireLease(ctx, "host/"+serial, "serve:a", storetest.NewRun("T", serial).RunID, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	live1, released, expiring, live2 := acquire("emulator-5554", ttl), acquire("emulator-5556", ttl), acquire("emulator-5558", 10*time.Second), acquire("emulator-5560", ttl)
+	if err := s.ReleaseLease(ctx, released.Serial, released.FencingToken, agent.LeaseFinished); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(20 * time.Second) // expiring expired 10 s ago; its grace too
+	taker, err := s.AcquireLease(ctx, "host/emulator-5558", "serve:b", storetest.NewRun("T", "emulator-5558").RunID, ttl)
+	if err != nil {
+		t.Fatalf("takeover after the TTL: %v", err)
+	}
+	fences := []agent.Fence{
+		{Serial: live2.Serial, Token: live2.FencingToken},
+		{Serial: released.Serial, Token: released.FencingToken},
+		{Serial: expiring.Serial, Token: expiring.FencingToken},
+		{Serial: "emulator-5562", Token: taker.FencingToken + 100},
+		{Serial: live1.Serial, Token: live1.FencingToken},
+		{Serial: "emulator-5554", Token: live2.FencingToken}, // another lease's token under this serial
+	}
+	renewed, lost, err := s.RenewLeases(ctx, fences, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now()
+	for i, f := range fences {
+		wantLost := i != 0 && i != 4
+		switch {
+		case wantLost && !errors.Is(lost[i], agent.ErrLeaseLost):
+			t.Errorf("fence %d %+v: %v, want ErrLeaseLost", i, f, lost[i])
+		case !wantLost && lost[i] != nil:
+			t.Errorf("fence %d %+v: %v, want renewed", i, f, lost[i])
+		case !wantLost && (renewed[i].FencingToken != f.Token || renewed[i].Serial != f.Serial || !renewed[i].RenewedAt.Equal(now) || !renewed[i].ExpiresAt.Equal(now.Add(ttl))):
+			t.Errorf("fence %d %+v renewed as %+v at %v", i, f, renewed[i], now)
+		}
+	}
+	h, err := s.LeaseHistory(ctx, agent.Admin(), "host/emulator-5558")
+	if err != nil || len(h) != 2 || !h[1].RenewedAt.Equal(taker.RenewedAt) || h[1].FencingToken != taker.FencingToken {
+		t.Errorf("the takeover's lease after a batch naming the old token: %+v %v", h, err)
+	}
+	// Each row renewed is the store's: a later acquisition by another
+	// holder is refused until the renewed expiry.
+	clock.Advance(ttl - time.Second)
+	if _, err := s.AcquireLease(ctx, "host/emulator-5554", "serve:b", storetest.NewRun("T", "emulator-5554").RunID, ttl); !errors.Is(err, agent.ErrLeaseHeld) {
+		t.Errorf("acquisition before the renewed expiry: %v, want ErrLeaseHeld", err)
+	}
+	if _, _, err := s.RenewLeases(ctx, fences, 0); err == nil {
+		t.Error("RenewLeases with ttl 0: no error")
+	}
+	if r, l, err := s.RenewLeases(ctx, nil, ttl); err != nil || len(r)+len(l) != 0 {
+		t.Errorf("RenewLeases of no fence: %v %v %v", r, l, err)
+	}
+}
+
+// BenchmarkLeaseRenewals: one host's 32 leases renewed at a heartbeat one
+// statement each (RenewLease, what a daemon did before it renewed in
+// batches) and all in one statement (RenewLeases), side by side on real
+// Postgres: the server's CPU per lease renewed (every process of the test
+// cluster, pgtest.ClusterCPU, over the sub-benchmark) and the statements
+// per host per heartbeat.
+func BenchmarkLeaseRenewals(b *testing.B) {
+	const leases = 32
+	for _, batch := range []bool{false, true} {
+		name := "one-by-one"
+		if batch {
+			name = "batch"
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			s, err := postgres.Open(ctx, testenv.PostgresURL(b), postgres.Options{NoListen: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var fences []agent.Fence
+			for i := range leases {
+				serial := fmt.Sprintf("emulator-%d", 5554+2*i)
+				l, err := s.AcquireLease(ctx, "host/"+serial, "serve:a", storetest.NewRun("T", serial).RunID, time.Hour)
+				if err != nil {
+					b.Fatal(err)
+				}
+				fences = append(fences, agent.Fence{Serial: l.Serial, Token: l.FencingToken})
+			}
+			var dir string
+			if err := s.Pool().QueryRow(ctx, `SHOW data_directory`).Scan(&dir); err != nil {
+				b.Fatal(err)
+			}
+			cpu0, err := pgtest.ClusterCPU(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			beats := 0
+			for b.Loop() {
+				beats++
+				if batch {
+					_, lost, err := s.RenewLeases(ctx, fences, time.Hour)
+					if err != nil || errors.Join(lost...) != nil {
+						b.Fatal(err, errors.Join(lost...))
+					}
+					continue
+				}
+				for _, f := range fences {
+					if _, err := s.RenewLease(ctx, f.Serial, f.Token, time.Hour); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			cpu1, err := pgtest.ClusterCPU(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			statements := leases
+			if batch {
+				statements = 1
+			}
+			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(beats*leases), "server-cpu-us/renewal")
+			b.ReportMetric(float64(statements), "statements/host-beat")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(beats*leases), "wall-us/renewal")
+		})
+	}
 }

@@ -15,7 +15,9 @@ func (d pgDriver) ParkRow(ctx context.Context, runID string, sequence int64, rea
 	return err
 }
 
-const sqlParkPostgres = `UPDATE run_events SET published_at = $1, parked_at = $1, parked_reason = $2 WHERE run_id = $3 AND sequence = $4 AND published_at IS NULL`
+// sqlParkPostgres parks an unpublished event (above its run's position,
+// published_at not set): published_at and parked_at on the event row.
+var sqlParkPostgres = `UPDATE run_events SET published_at = $1, parked_at = $1, parked_reason = $2 WHERE run_id = $3 AND sequence = $4 AND published_at IS NULL AND sequence > ` + sqlPosition("$3")
 
 // ParkedRows implements storekit.Driver (Core.ParkedEvents).
 func (d pgDriver) ParkedRows(ctx context.Context, limit int) ([]agent.ParkedEvent, error) {
@@ -34,7 +36,9 @@ func (d pgDriver) ParkedRows(ctx context.Context, limit int) ([]agent.ParkedEven
 
 // OutboxCounts implements OutboxCounter.
 func (s *Store) OutboxCounts(ctx context.Context) (unpublished, parked int64, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_events WHERE published_at IS NULL),
+	err = s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_publish p
+			JOIN run_events e ON e.run_id = p.run_id AND e.sequence > p.published_seq AND e.published_at IS NULL
+			WHERE p.committed_seq > p.published_seq),
 		(SELECT count(*) FROM run_events WHERE parked_at IS NOT NULL)`).Scan(&unpublished, &parked)
 	return unpublished, parked, err
 }

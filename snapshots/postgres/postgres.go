@@ -318,6 +318,14 @@ func (s *Store) ListRuns(ctx context.Context, sc agent.Scope, f agent.RunFilter)
 // pg_stat_user_indexes). An ordered LIMIT has no such plan to fall into.
 const sqlLastSequence = `SELECT COALESCE((SELECT sequence FROM run_events WHERE run_id = $1 ORDER BY sequence DESC LIMIT 1), 0)`
 
+// sqlStepLast is LockRun's read of the run's last sequence and its latest
+// snapshot's step ordinal (-1: none; storekit.StepRun), each from the end
+// of a key, as sqlLastSequence: the snapshot on the run's last event row
+// carrying one (migration 00014) or agent_state_snapshot's highest.
+const sqlStepLast = `SELECT COALESCE((SELECT sequence FROM run_events WHERE run_id = $1 ORDER BY sequence DESC LIMIT 1), 0),
+	greatest(COALESCE((SELECT step_ordinal FROM run_events WHERE run_id = $1 AND node_name IS NOT NULL ORDER BY sequence DESC LIMIT 1), -1),
+		COALESCE((SELECT step_ordinal FROM agent_state_snapshot WHERE run_id = $1 ORDER BY step_ordinal DESC LIMIT 1), -1))`
+
 // LastSequence: see sqlite.Store.LastSequence.
 func (s *Store) LastSequence(ctx context.Context, runID string) (int64, error) {
 	var last int64
@@ -338,7 +346,7 @@ func (s *Store) Events(ctx context.Context, sc agent.Scope, runID string, after 
 // StepEvents: see sqlite.Store.StepEvents.
 func (s *Store) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
 	var one int
-	err := s.pool.QueryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`, runID, stepOrdinal).Scan(&one)
+	err := s.pool.QueryRow(ctx, `SELECT 1`+storekit.SnapshotFrom("$1", "$1")+` WHERE sn.step_ordinal = $2`, runID, stepOrdinal).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("run %s step %d: %w", runID, stepOrdinal, agent.ErrNotFound)
 	}
@@ -348,7 +356,7 @@ func (s *Store) StepEvents(ctx context.Context, runID string, stepOrdinal int) (
 	return collect(storekit.ScanEvent)(s.pool.Query(ctx, `SELECT envelope FROM run_events WHERE run_id = $1 AND step_ordinal = $2 ORDER BY sequence`, runID, stepOrdinal))
 }
 
-const pgSnapshotColumns = `run_id, step_ordinal, node_name, resume_token, state::text, created_at`
+const pgSnapshotColumns = `sn.run_id, sn.step_ordinal, sn.node_name, sn.resume_token, sn.state::text, sn.created_at`
 
 func pgScanSnapshot(row pgx.Row, runID, what string) (agent.Snapshot, error) {
 	var (
@@ -368,21 +376,21 @@ func pgScanSnapshot(row pgx.Row, runID, what string) (agent.Snapshot, error) {
 
 // Snapshot: see sqlite.Store.Snapshot.
 func (s *Store) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
-	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.PgPH, 3)
+	cond, args, err := storekit.ScopeCond(sc, "sn.run_id", storekit.PgPH, 3)
 	if err != nil {
 		return agent.Snapshot{}, err
 	}
-	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1 AND step_ordinal = $2`+cond,
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+storekit.SnapshotFrom("$1", "$1")+` WHERE sn.step_ordinal = $2`+cond,
 		append([]any{runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
 }
 
 // LatestSnapshot: see sqlite.Store.LatestSnapshot.
 func (s *Store) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
-	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.PgPH, 2)
+	cond, args, err := storekit.ScopeCond(sc, "sn.run_id", storekit.PgPH, 2)
 	if err != nil {
 		return agent.Snapshot{}, err
 	}
-	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+` FROM agent_state_snapshot WHERE run_id = $1`+cond+` ORDER BY step_ordinal DESC LIMIT 1`,
+	return pgScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+pgSnapshotColumns+storekit.SnapshotFrom("$1", "$1")+` WHERE true`+cond+` ORDER BY sn.step_ordinal DESC LIMIT 1`,
 		append([]any{runID}, args...)...), runID, "latest")
 }
 
@@ -437,17 +445,30 @@ func (s *Store) PendingControl(ctx context.Context, runID string) ([]agent.Contr
 	})(s.pool.Query(ctx, `SELECT id, kind, policy_version, requested_at FROM run_control WHERE run_id = $1 AND taken_at IS NULL ORDER BY id`, runID))
 }
 
-// Unpublished: see sqlite.Store.Unpublished.
+// Unpublished: see sqlite.Store.Unpublished. The runs with events to
+// publish are run_publish_pending's; each run's rows are read from its
+// position through the (run_id, sequence) key.
 func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT `+storekit.OutboxCols+storekit.OutboxFrom+` WHERE e.published_at IS NULL ORDER BY e.run_id, e.sequence LIMIT $1`, limit))
+	return collect(storekit.ScanOutboxRow)(s.pool.Query(ctx, `SELECT `+storekit.OutboxCols+` FROM run_publish p
+		JOIN runs r ON r.run_id = p.run_id
+		CROSS JOIN LATERAL (SELECT * FROM run_events x WHERE x.run_id = p.run_id AND x.sequence > p.published_seq AND x.published_at IS NULL ORDER BY x.sequence LIMIT $1) e
+		WHERE p.committed_seq > p.published_seq
+		ORDER BY e.run_id, e.sequence LIMIT $1`, limit))
 }
 
-// MarkPublished: see sqlite.Store.MarkPublished.
+// sqlPosition is the published position of run $N (0: none yet), for an
+// event's own test "above its run's position".
+func sqlPosition(n string) string {
+	return `coalesce((SELECT pp.published_seq FROM run_publish pp WHERE pp.run_id = ` + n + `), 0)`
+}
+
+// MarkPublished: see sqlite.Store.MarkPublished. One event, maybe out of
+// its run's order: its own published_at, not the run's position.
 func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE run_events SET published_at = $1 WHERE run_id = $2 AND sequence = $3 AND published_at IS NULL`,
+	tag, err := s.pool.Exec(ctx, `UPDATE run_events SET published_at = $1 WHERE run_id = $2 AND sequence = $3 AND published_at IS NULL AND sequence > `+sqlPosition("$2"),
 		storekit.StoreTime(s.clock.Now()), runID, sequence)
 	if err != nil {
 		return err
@@ -463,34 +484,55 @@ func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64)
 	return err
 }
 
-// sqlMarkUpTo marks a run's unpublished events up to a sequence published
-// (MarkPublishedUpTo, the claim's Finish).
-const sqlMarkUpTo = `UPDATE run_events SET published_at = $1 WHERE run_id = $2 AND sequence <= $3 AND published_at IS NULL`
-
-// MarkPublishedUpTo implements UpToMarker.
+// MarkPublishedUpTo implements UpToMarker: the run's position moved
+// (sqlMarkUpToMany).
 func (s *Store) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
-	tag, err := s.pool.Exec(ctx, sqlMarkUpTo, storekit.StoreTime(s.clock.Now()), runID, upTo)
-	if err != nil {
-		return 0, err
-	}
-	return int(tag.RowsAffected()), nil
+	var n int
+	err := s.pool.QueryRow(ctx, sqlMarkUpToMany, storekit.StoreTime(s.clock.Now()), []string{runID}, []int64{upTo}, []int64{-1}).Scan(&n)
+	return n, err
 }
 
-// Requeue: see sqlite.Store.Requeue.
+// Requeue: see sqlite.Store.Requeue. In one transaction, the events from
+// fromSequence on that were published (at or below the run's position, or
+// marked one by one) are counted, their published_at cleared and the
+// position moved below them. Not under the run's publishing lock: the
+// relay requeues a run of its own open claim (checkTails) and leaves it
+// out of that claim's marks; another relay's claim of the run finds the
+// position moved back at its Finish and leaves it (sqlMarkUpToMany).
 func (s *Store) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE run_events SET published_at = NULL WHERE run_id = $1 AND sequence >= $2 AND published_at IS NOT NULL`,
-		runID, fromSequence)
+	n, err := s.requeue(ctx, runID, fromSequence)
+	if err != nil || n == 0 {
+		return n, err
+	}
+	s.outbox.committed(runID)
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, OutboxChannel, runID); err != nil {
+		return n, err
+	}
+	s.wake()
+	return n, nil
+}
+
+func (s *Store) requeue(ctx context.Context, runID string, from int64) (int, error) {
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if tag.RowsAffected() > 0 {
-		s.outbox.committed(runID)
-		if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, OutboxChannel, runID); err != nil {
-			return int(tag.RowsAffected()), err
-		}
-		s.wake()
+	defer tx.Rollback(context.Background())
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM run_events WHERE run_id = $1 AND sequence >= $2
+		AND (published_at IS NOT NULL OR sequence <= `+sqlPosition("$1")+`)`, runID, from).Scan(&n); err != nil {
+		return 0, err
 	}
-	return int(tag.RowsAffected()), nil
+	if n == 0 {
+		return 0, nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE run_events SET published_at = NULL WHERE run_id = $1 AND sequence >= $2 AND published_at IS NOT NULL`, runID, from); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE run_publish SET published_seq = $2 - 1 WHERE run_id = $1 AND published_seq >= $2`, runID, from); err != nil {
+		return 0, err
+	}
+	return n, tx.Commit(ctx)
 }
 
 // KV implements storekit.Driver (Core.GetKV).

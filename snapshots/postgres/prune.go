@@ -61,8 +61,9 @@ func (s *Store) PruneRuns(ctx context.Context, cutoff time.Time, limit int) (age
 // them in res; errPruneRace when one of their events is unpublished.
 func pgPruneDelete(ctx context.Context, tx pgx.Tx, ids []string, res *agent.PruneResult) error {
 	var unpublished int64
-	if err := tx.QueryRow(ctx, `WITH d AS (DELETE FROM run_events WHERE run_id = ANY($1) RETURNING published_at)
-		SELECT count(*), count(*) FILTER (WHERE published_at IS NULL) FROM d`, ids).Scan(&res.Events, &unpublished); err != nil {
+	if err := tx.QueryRow(ctx, `WITH d AS (DELETE FROM run_events WHERE run_id = ANY($1) RETURNING run_id, sequence, published_at, node_name)
+		SELECT count(*), count(*) FILTER (WHERE published_at IS NULL AND sequence > `+sqlPosition("d.run_id")+`), count(*) FILTER (WHERE node_name IS NOT NULL) FROM d`,
+		ids).Scan(&res.Events, &unpublished, &res.Snapshots); err != nil {
 		return fmt.Errorf("prune: run_events: %w", err)
 	}
 	if unpublished > 0 {
@@ -78,7 +79,7 @@ func pgPruneDelete(ctx context.Context, tx pgx.Tx, ids []string, res *agent.Prun
 		if err != nil {
 			return fmt.Errorf("prune: %s: %w", table, err)
 		}
-		*counts[table] = tag.RowsAffected()
+		*counts[table] += tag.RowsAffected()
 	}
 	tag, err := tx.Exec(ctx, `DELETE FROM device_leases WHERE released_at IS NOT NULL AND run_id = ANY($1)`, ids)
 	if err != nil {
@@ -119,6 +120,7 @@ func pgStrings(rows pgx.Rows, err error) ([]string, error) {
 // Postgres dialect of sqlPruneEligible and sqlPruneBlocked.
 const (
 	pgPruneEligible = `FROM runs r WHERE r.status IN ('FINISHED', 'FAILED', 'CANCELED') AND r.updated_at < $1`
-	pgPruneBlocked  = `(EXISTS (SELECT 1 FROM run_events o WHERE o.run_id = r.run_id AND o.published_at IS NULL)
+	pgPruneBlocked  = `(EXISTS (SELECT 1 FROM run_publish p JOIN run_events o ON o.run_id = p.run_id AND o.sequence > p.published_seq AND o.published_at IS NULL
+			WHERE p.run_id = r.run_id AND p.committed_seq > p.published_seq)
 		OR EXISTS (SELECT 1 FROM device_leases l WHERE l.run_id = r.run_id AND l.released_at IS NULL))`
 )

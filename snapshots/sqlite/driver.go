@@ -27,7 +27,6 @@ var sqliteConflicts = []struct {
 	c      storekit.Conflict
 }{
 	{"run_events.sequence", storekit.ConflictSequence},
-	{"run_events.event_id", storekit.ConflictEventID},
 	{"agent_state_snapshot", storekit.ConflictSnapshot},
 	{"artifacts.artifact_id", storekit.ConflictArtifact},
 	{"device_leases.device", storekit.ConflictLeaseDevice},
@@ -71,7 +70,7 @@ func (w writeTx) LockRun(ctx context.Context, runID string) (storekit.StepRun, b
 		return r, false, err
 	}
 	var status string
-	err = q.QueryRowContext(ctx, runID, runID).Scan(&r.Tenant, &status, &r.Last)
+	err = q.QueryRowContext(ctx, runID).Scan(&r.Tenant, &status, &r.Last, &r.LastSnapshot)
 	r.Status = agent.RunStatus(status)
 	return r, err == nil, noRows(err)
 }
@@ -116,31 +115,44 @@ func (w writeTx) UpdatePolicyVersion(ctx context.Context, runID string, version 
 
 // InsertEvents implements storekit.StepTx: an event row each (the envelope,
 // the event's one copy, unpublished: its own outbox entry, migration 00012),
-// through the writer's prepared statement.
-func (w writeTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, stepOrdinal *int) error {
+// the last carrying the step's snapshot (00014), through the writer's
+// prepared statements.
+func (w writeTx) InsertEvents(ctx context.Context, evs []storekit.PreparedEvent, sn *storekit.StepSnapshot) error {
 	var step any
-	if stepOrdinal != nil {
-		step = *stepOrdinal
+	if sn != nil {
+		step = sn.StepOrdinal
 	}
 	insEv, err := w.stmt(ctx, sqlInsertEvent)
 	if err != nil {
 		return err
 	}
-	for _, e := range evs {
-		if _, err := insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, e.Kind, e.TS, e.Checksum, string(e.Envelope), step); err != nil {
+	last := len(evs) - 1
+	for _, e := range evs[:last] {
+		if _, err := insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, step, string(e.Envelope)); err != nil {
 			return err
 		}
 	}
-	return nil
+	e := evs[last]
+	if sn == nil {
+		_, err = insEv.ExecContext(ctx, e.RunID, e.Sequence, e.EventID, step, string(e.Envelope))
+		return err
+	}
+	return w.exec(ctx, sqlInsertEventSnapshot, e.RunID, e.Sequence, e.EventID, step, string(e.Envelope),
+		sn.NodeName, sn.ResumeToken, snapshotState(sn.State), storekit.FmtTime(sn.Created))
+}
+
+// snapshotState is a snapshot's state as its column holds it: JSON text,
+// NULL for none.
+func snapshotState(state []byte) any {
+	if state == nil {
+		return nil
+	}
+	return string(state)
 }
 
 // InsertSnapshot implements storekit.StepTx.
 func (w writeTx) InsertSnapshot(ctx context.Context, runID string, sn agent.Snapshot, created time.Time) error {
-	var state any
-	if sn.State != nil {
-		state = string(sn.State)
-	}
-	return w.exec(ctx, sqlInsertSnapshot, runID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, state, storekit.FmtTime(created))
+	return w.exec(ctx, sqlInsertSnapshot, runID, sn.StepOrdinal, sn.NodeName, sn.ResumeToken, snapshotState(sn.State), storekit.FmtTime(created))
 }
 
 // InsertArtifact implements storekit.StepTx.

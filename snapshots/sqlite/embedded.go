@@ -258,16 +258,22 @@ func (s *Store) writer() (*sql.DB, error) {
 // Statements of the writer's hot transactions, prepared once at open (see
 // stmtCache).
 const (
-	sqlStepRun        = `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?), 0) FROM runs WHERE run_id = ?`
-	sqlFenceLease     = `SELECT ` + storekit.LeaseCols + ` FROM device_leases WHERE serial = ? AND fencing_token = ?`
-	sqlStepStatus     = `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`
-	sqlInsertEvent    = `INSERT INTO run_events (run_id, sequence, event_id, kind, ts, checksum, envelope, step_ordinal) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
-	sqlInsertSnapshot = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
-	sqlMarkUpTo       = `UPDATE run_events SET published_at = ? WHERE run_id = ? AND sequence <= ? AND published_at IS NULL`
-	sqlInsertRun      = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// The run's tenant, status, last sequence and latest snapshot's step
+	// ordinal (storekit.StepRun), each of the last two one probe of
+	// run_events_run_sequence_key from its end.
+	sqlStepRun = `SELECT tenant_id, status, COALESCE((SELECT MAX(sequence) FROM run_events WHERE run_id = ?1), 0),
+		max(COALESCE((SELECT step_ordinal FROM run_events WHERE run_id = ?1 AND node_name IS NOT NULL ORDER BY sequence DESC LIMIT 1), -1),
+			COALESCE((SELECT MAX(step_ordinal) FROM agent_state_snapshot WHERE run_id = ?1), -1))
+		FROM runs WHERE run_id = ?1`
+	sqlFenceLease          = `SELECT ` + storekit.LeaseCols + ` FROM device_leases WHERE serial = ? AND fencing_token = ?`
+	sqlStepStatus          = `UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?`
+	sqlInsertEvent         = `INSERT INTO run_events (run_id, sequence, event_id, step_ordinal, envelope) VALUES (?, ?, ?, ?, ?)`
+	sqlInsertEventSnapshot = `INSERT INTO run_events (run_id, sequence, event_id, step_ordinal, envelope, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertSnapshot      = `INSERT INTO agent_state_snapshot (run_id, step_ordinal, node_name, resume_token, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`
+	sqlInsertRun           = `INSERT INTO runs (run_id, tenant_id, project_id, status, serial, graph, input, policy_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
-var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertSnapshot, sqlInsertArtifact, sqlMarkUpTo,
+var writerTxStatements = []string{sqlStepRun, sqlFenceLease, sqlStepStatus, sqlInsertEvent, sqlInsertEventSnapshot, sqlInsertSnapshot, sqlInsertArtifact, sqlMarkUpTo, sqlCursorAdvance,
 	sqlInsertRun, sqlLeaseCurrent, sqlLeaseRunElsewhere, sqlLeaseRenewOwn, sqlLeaseEnd, sqlLeaseInsert, sqlLeaseRenew, sqlLeaseRelease,
 	sqlSavepoint, sqlRollbackTo, sqlRelease}
 
@@ -410,7 +416,7 @@ func (s *Store) Events(ctx context.Context, sc agent.Scope, runID string, after 
 // has no such snapshot).
 func (s *Store) StepEvents(ctx context.Context, runID string, stepOrdinal int) ([]agent.Event, error) {
 	var one int
-	err := s.queryRow(ctx, `SELECT 1 FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`, runID, stepOrdinal).Scan(&one)
+	err := s.queryRow(ctx, `SELECT 1`+storekit.SnapshotFrom("?", "?")+` WHERE sn.step_ordinal = ?`, runID, runID, stepOrdinal).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("run %s step %d: %w", runID, stepOrdinal, agent.ErrNotFound)
 	}
@@ -440,27 +446,25 @@ func scanSnapshot(row storekit.RowScanner, runID string, what string) (agent.Sna
 	return sn, err
 }
 
-const snapshotColumns = `run_id, step_ordinal, node_name, resume_token, state, created_at`
-
 // Snapshot returns step N's snapshot or an error wrapping agent.ErrNotFound
 // (also for a run sc does not see).
 func (s *Store) Snapshot(ctx context.Context, sc agent.Scope, runID string, stepOrdinal int) (agent.Snapshot, error) {
-	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.SQLitePH, 3)
+	cond, args, err := storekit.ScopeCond(sc, "sn.run_id", storekit.SQLitePH, 4)
 	if err != nil {
 		return agent.Snapshot{}, err
 	}
-	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ? AND step_ordinal = ?`+cond,
-		append([]any{runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+storekit.SnapshotColumns+storekit.SnapshotFrom("?", "?")+` WHERE sn.step_ordinal = ?`+cond,
+		append([]any{runID, runID, stepOrdinal}, args...)...), runID, fmt.Sprintf("step %d", stepOrdinal))
 }
 
 // LatestSnapshot returns the snapshot with the highest step ordinal.
 func (s *Store) LatestSnapshot(ctx context.Context, sc agent.Scope, runID string) (agent.Snapshot, error) {
-	cond, args, err := storekit.ScopeCond(sc, "agent_state_snapshot.run_id", storekit.SQLitePH, 2)
+	cond, args, err := storekit.ScopeCond(sc, "sn.run_id", storekit.SQLitePH, 3)
 	if err != nil {
 		return agent.Snapshot{}, err
 	}
-	return scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotColumns+` FROM agent_state_snapshot WHERE run_id = ?`+cond+` ORDER BY step_ordinal DESC LIMIT 1`,
-		append([]any{runID}, args...)...), runID, "latest")
+	return scanSnapshot(s.queryRow(ctx, `SELECT `+storekit.SnapshotColumns+storekit.SnapshotFrom("?", "?")+` WHERE true`+cond+` ORDER BY sn.step_ordinal DESC LIMIT 1`,
+		append([]any{runID, runID}, args...)...), runID, "latest")
 }
 
 // RequestControl records a control request (kind: one of the incoming
@@ -529,12 +533,16 @@ func (s *Store) PendingControl(ctx context.Context, runID string) ([]agent.Contr
 }
 
 // Unpublished returns up to limit (default 100) unpublished events as
-// outbox rows, ordered by run id, then sequence.
+// outbox rows, ordered by run id, then sequence: the first limit in commit
+// order, the rowid range above the stored relay cursor (cursor.go), so that
+// a read costs its rows, not the backlog's (a run's events are committed in
+// sequence order, so each run's rows are its first unpublished ones).
 func (s *Store) Unpublished(ctx context.Context, limit int) ([]agent.OutboxRow, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	q, err := s.rs.get(ctx, `SELECT `+storekit.OutboxCols+storekit.OutboxFrom+` WHERE e.published_at IS NULL ORDER BY e.run_id, e.sequence LIMIT ?`)
+	q, err := s.rs.get(ctx, `SELECT `+storekit.OutboxCols+` FROM (SELECT * FROM run_events WHERE id > `+sqlCursor+` AND published_at IS NULL ORDER BY id LIMIT ?) e
+		JOIN runs r ON r.run_id = e.run_id ORDER BY e.run_id, e.sequence`)
 	if err != nil {
 		return nil, err
 	}
@@ -547,17 +555,14 @@ func (s *Store) UnpublishedAfter(ctx context.Context, after int64, limit int) ([
 		limit = 100
 	}
 	// The cursor is run_events.id, its rowid (commit order: one writer, a new
-	// rowid is above every row's). From the start, the partial index of
-	// unpublished events (published ones are kept until retention, so the
-	// rowid range would be the whole table); after a point, the rowid range
-	// (only events committed since). A rowid below the cursor is possible
-	// only after retention deleted the newest events; such an event is read
-	// at the session's next sweep from the start (relay/stream.go).
-	q := `SELECT e.id, ` + storekit.OutboxCols + storekit.OutboxFrom + ` WHERE e.published_at IS NULL AND e.id > ? ORDER BY e.id LIMIT ?`
-	if after <= 0 {
-		q = `SELECT e.id, ` + storekit.OutboxCols + ` FROM run_events e INDEXED BY run_events_unpublished JOIN runs r ON r.run_id = e.run_id
-			WHERE e.published_at IS NULL AND e.id > ? ORDER BY e.id LIMIT ?`
-	}
+	// rowid is above every row's). The rowid range above both the caller's
+	// cursor and the stored one (cursor.go): from the start, the events the
+	// relay has not marked past; after a point, only those committed since.
+	// A rowid below the caller's cursor is possible only after retention
+	// deleted the newest events; such an event is read at the session's next
+	// sweep from the start (relay/stream.go), which starts at the stored
+	// cursor, never above it (retention keeps it at or below the highest id).
+	q := `SELECT e.id, ` + storekit.OutboxCols + storekit.OutboxFrom + ` WHERE e.id > max(?, ` + sqlCursor + `) AND e.published_at IS NULL ORDER BY e.id LIMIT ?`
 	rows, err := s.query(ctx, q, after, limit)
 	if err != nil {
 		return nil, after, err
@@ -602,24 +607,14 @@ func (s *Store) MarkPublished(ctx context.Context, runID string, sequence int64)
 	return err
 }
 
-// MarkPublishedUpTo implements UpToMarker.
+// MarkPublishedUpTo implements UpToMarker: MarkPublishedUpToMany of one
+// run.
 func (s *Store) MarkPublishedUpTo(ctx context.Context, runID string, upTo int64) (int, error) {
-	if _, err := s.writer(); err != nil {
-		return 0, err
-	}
-	q, err := s.ws.get(ctx, sqlMarkUpTo)
-	if err != nil {
-		return 0, err
-	}
-	res, err := q.ExecContext(ctx, storekit.FmtTime(s.clock.Now()), runID, upTo)
-	if err != nil {
-		return 0, err
-	}
-	n, _ := res.RowsAffected()
-	return int(n), nil
+	return s.MarkPublishedUpToMany(ctx, map[string]int64{runID: upTo})
 }
 
-// MarkPublishedUpToMany implements MultiUpToMarker.
+// MarkPublishedUpToMany implements MultiUpToMarker: the marks and the
+// stored relay cursor's advance (cursor.go) in one transaction.
 func (s *Store) MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64) (int, error) {
 	if _, err := s.writer(); err != nil {
 		return 0, err
@@ -640,7 +635,10 @@ func (s *Store) MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64
 			n, _ := res.RowsAffected()
 			total += int(n)
 		}
-		return nil
+		if total == 0 {
+			return nil
+		}
+		return s.advanceCursor(ctx, tx)
 	})
 	if err != nil {
 		return 0, err
@@ -649,18 +647,28 @@ func (s *Store) MarkPublishedUpToMany(ctx context.Context, upTo map[string]int64
 }
 
 // Requeue implements Requeuer: it clears published_at of the run's
-// published events with sequence >= fromSequence and wakes the relay.
+// published events with sequence >= fromSequence, moves the stored relay
+// cursor below them (cursor.go) and wakes the relay.
 func (s *Store) Requeue(ctx context.Context, runID string, fromSequence int64) (int, error) {
-	w, err := s.writer()
+	if _, err := s.writer(); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.group.do(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE run_events SET published_at = NULL WHERE run_id = ? AND sequence >= ? AND published_at IS NOT NULL`,
+			runID, fromSequence)
+		if err != nil {
+			return err
+		}
+		if n, _ = res.RowsAffected(); n == 0 {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, sqlCursorRequeue, storekit.FmtTime(s.clock.Now()), runID, fromSequence)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	res, err := w.ExecContext(ctx, `UPDATE run_events SET published_at = NULL WHERE run_id = ? AND sequence >= ? AND published_at IS NOT NULL`,
-		runID, fromSequence)
-	if err != nil {
-		return 0, err
-	}
-	n, _ := res.RowsAffected()
 	if n > 0 {
 		select {
 		case s.commits <- struct{}{}:

@@ -40,7 +40,7 @@ func (d driver) ParkedRows(ctx context.Context, limit int) ([]agent.ParkedEvent,
 
 // OutboxCounts implements OutboxCounter.
 func (s *Store) OutboxCounts(ctx context.Context) (unpublished, parked int64, err error) {
-	err = s.queryRow(ctx, `SELECT (SELECT count(*) FROM run_events INDEXED BY run_events_unpublished WHERE published_at IS NULL),
+	err = s.queryRow(ctx, `SELECT (SELECT count(*) FROM run_events WHERE id > `+sqlCursor+` AND published_at IS NULL),
 		(SELECT count(*) FROM run_events INDEXED BY run_events_parked WHERE parked_at IS NOT NULL)`).Scan(&unpublished, &parked)
 	return unpublished, parked, err
 }

@@ -89,6 +89,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"CommitStepDuplicateSequenceWritesNothing", testDuplicateSequence},
 		{"CommitStepGapAndInvalid", testGapAndInvalid},
 		{"CommitStepDuplicateSnapshotWritesNothing", testDuplicateSnapshot},
+		{"CommitStepSnapshotBelowLatestWritesNothing", testSnapshotBelowLatest},
 		{"UniqueRunSequenceConcurrent", testUniqueSequenceConcurrent},
 		{"OutboxUniqueWhileUnpublished", testOutbox},
 		{"ConcurrentTerminalCAS", testConcurrentTerminalCAS},
@@ -448,6 +449,26 @@ func testDuplicateSnapshot(t *testing.T, s agent.Store) {
 	if err != nil || sn.ResumeToken != first.Snapshot.ResumeToken {
 		t.Errorf("step 0 snapshot = %+v, %v; want the first one", sn, err)
 	}
+}
+
+// testSnapshotBelowLatest: a run's snapshots are committed in step order
+// (snapshots.ErrSnapshotTaken, migration 00014): a step ordinal below the
+// latest snapshot's is refused, though no snapshot has it, and nothing of
+// the step is written.
+func testSnapshotBelowLatest(t *testing.T, s agent.Store) {
+	r := mustCreate(t, s, NewRun("T", "emulator-5554"))
+	mustCommit(t, s, NodeStep(r, 1, 0, "EnsureDevice"))
+	mustCommit(t, s, NodeStep(r, 4, 2, "LaunchOrAttach"))
+	if err := s.CommitStep(ctx(t), NodeStep(r, 7, 1, "ProvisionApp")); err == nil {
+		t.Fatal("CommitStep(step 1 after step 2) = nil, want an error")
+	}
+	if _, events, _, _ := state(t, s, r.RunID); len(events) != 6 {
+		t.Errorf("after a snapshot below the latest: %d events, want 6", len(events))
+	}
+	if _, err := s.Snapshot(ctx(t), agent.Admin(), r.RunID, 1); !errors.Is(err, agent.ErrNotFound) {
+		t.Errorf("Snapshot(1) = %v, want ErrNotFound", err)
+	}
+	mustCommit(t, s, NodeStep(r, 7, 3, "WaitIdle"))
 }
 
 func testUniqueSequenceConcurrent(t *testing.T, s agent.Store) {

@@ -23,7 +23,6 @@ type Conflict int
 const (
 	NoConflict          Conflict = iota
 	ConflictSequence             // run_events (run_id, sequence)
-	ConflictEventID              // run_events event_id
 	ConflictSnapshot             // agent_state_snapshot (run_id, step_ordinal)
 	ConflictArtifact             // artifacts primary key
 	ConflictLeaseDevice          // one active lease per device
@@ -32,19 +31,33 @@ const (
 
 // StepRun is what a step commit reads of its run, with the run locked
 // against the run's other commits and control requests: the tenant, the
-// status, the last event sequence (0: none) and the time the commit stamps
-// (updated_at, taken_at, a snapshot's or artifact's default created_at).
+// status, the last event sequence (0: none), the step ordinal of its latest
+// snapshot (-1: none) and the time the commit stamps (updated_at, taken_at,
+// a snapshot's or artifact's default created_at).
 type StepRun struct {
-	Tenant string
-	Status agent.RunStatus
-	Last   int64
-	Now    time.Time
+	Tenant       string
+	Status       agent.RunStatus
+	Last         int64
+	LastSnapshot int
+	Now          time.Time
+}
+
+// StepSnapshot is a step's snapshot as InsertEvents writes it on the step's
+// last event row (migration 00014), created at Created.
+type StepSnapshot struct {
+	agent.Snapshot
+	Created time.Time
 }
 
 // StepTx is a dialect's queries of one step commit, inside the transaction
 // the dialect opened. Times are UTC, microseconds (StoreTime).
 type StepTx interface {
-	// LockRun reads the run (StepRun); found false when there is none.
+	// LockRun reads the run (StepRun); found false when there is none. Its
+	// LastSnapshot is the step ordinal of the snapshot on the run's last
+	// event row carrying one, or of agent_state_snapshot's highest, whichever
+	// is higher: snapshots are committed in ascending step order (CommitStep
+	// refuses any other), so that is the run's highest without reading its
+	// every row.
 	LockRun(ctx context.Context, runID string) (r StepRun, found bool, err error)
 	// FenceLease reads the lease (serial, token), locked so that a takeover
 	// waits for the commit, and the lease clock's now; found false when
@@ -60,9 +73,12 @@ type StepTx interface {
 	// UpdatePolicyVersion sets the run's policy version.
 	UpdatePolicyVersion(ctx context.Context, runID string, version int) error
 	// InsertEvents writes the events (run_events, each its own outbox entry,
-	// unpublished) in sequence order; stepOrdinal nil: no snapshot in the step.
-	InsertEvents(ctx context.Context, evs []PreparedEvent, stepOrdinal *int) error
-	// InsertSnapshot writes sn of runID, created at created.
+	// unpublished) in sequence order, each with the step's ordinal, and the
+	// step's snapshot on the last one (migration 00014); sn nil: no snapshot
+	// in the step.
+	InsertEvents(ctx context.Context, evs []PreparedEvent, sn *StepSnapshot) error
+	// InsertSnapshot writes sn of runID, created at created, into
+	// agent_state_snapshot: the snapshot of a step without events.
 	InsertSnapshot(ctx context.Context, runID string, sn agent.Snapshot, created time.Time) error
 	// InsertArtifact writes a of runID and tenant, created at created.
 	InsertArtifact(ctx context.Context, runID, tenant string, a agent.Artifact, created time.Time) error
@@ -95,16 +111,15 @@ func CommitStep(ctx context.Context, tx StepTx, st agent.Step, evs []PreparedEve
 	if err := updateRun(ctx, tx, st, run); err != nil {
 		return err
 	}
+	sn, err := stepSnapshot(st, run)
+	if err != nil {
+		return err
+	}
 	if len(evs) > 0 {
-		var step *int
-		if st.Snapshot != nil {
-			step = &st.Snapshot.StepOrdinal
-		}
-		if err := tx.InsertEvents(ctx, evs, step); err != nil {
+		if err := tx.InsertEvents(ctx, evs, sn); err != nil {
 			return eventConflict(tx.Conflict(err), st.RunID, evs, err)
 		}
-	}
-	if err := insertSnapshot(ctx, tx, st, run.Now); err != nil {
+	} else if err := insertSnapshot(ctx, tx, st.RunID, sn); err != nil {
 		return err
 	}
 	for _, a := range st.Artifacts {
@@ -147,32 +162,47 @@ func updateRun(ctx context.Context, tx StepTx, st agent.Step, run StepRun) error
 	return nil
 }
 
-// insertSnapshot writes the step's snapshot (none: nothing), created at
-// its CreatedAt or now.
-func insertSnapshot(ctx context.Context, tx StepTx, st agent.Step, now time.Time) error {
+// stepSnapshot is the step's snapshot (nil: none), created at its
+// CreatedAt or now. Its step ordinal must be above the run's latest
+// snapshot's (ErrSnapshotTaken otherwise): a run's snapshots are stored on
+// their steps' event rows, with no key of their own (migration 00014), and
+// committed in step order is how one is known to be unique from the run's
+// latest alone. The engine numbers its steps upwards (runner.step + 1).
+func stepSnapshot(st agent.Step, run StepRun) (*StepSnapshot, error) {
 	sn := st.Snapshot
 	if sn == nil {
-		return nil
+		return nil, nil
 	}
-	created := now
+	if sn.StepOrdinal <= run.LastSnapshot {
+		return nil, fmt.Errorf("run %s step %d (latest snapshot: step %d): %w", st.RunID, sn.StepOrdinal, run.LastSnapshot, snapshots.ErrSnapshotTaken)
+	}
+	created := run.Now
 	if !sn.CreatedAt.IsZero() {
 		created = StoreTime(sn.CreatedAt)
 	}
-	err := tx.InsertSnapshot(ctx, st.RunID, *sn, created)
+	return &StepSnapshot{Snapshot: *sn, Created: created}, nil
+}
+
+// insertSnapshot writes the snapshot of a step without events (none:
+// nothing) into agent_state_snapshot.
+func insertSnapshot(ctx context.Context, tx StepTx, runID string, sn *StepSnapshot) error {
+	if sn == nil {
+		return nil
+	}
+	err := tx.InsertSnapshot(ctx, runID, sn.Snapshot, sn.Created)
 	if tx.Conflict(err) == ConflictSnapshot {
-		return fmt.Errorf("run %s step %d: %w", st.RunID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
+		return fmt.Errorf("run %s step %d: %w", runID, sn.StepOrdinal, snapshots.ErrSnapshotTaken)
 	}
 	return err
 }
 
 // eventConflict is InsertEvents' error err as the step commit returns it.
+// The only unique key an event insert can violate is (run_id, sequence):
+// event_id has none since migration 00014.
 func eventConflict(c Conflict, runID string, evs []PreparedEvent, err error) error {
 	span := fmt.Sprintf("run %s sequences %d-%d", runID, evs[0].Sequence, evs[len(evs)-1].Sequence)
-	switch c {
-	case ConflictSequence:
+	if c == ConflictSequence {
 		return fmt.Errorf("%s: %v: %w", span, err, agent.ErrSequenceTaken)
-	case ConflictEventID:
-		return fmt.Errorf("%w: %s: event id already recorded: %v", snapshots.ErrInvalid, span, err)
 	}
 	return err
 }

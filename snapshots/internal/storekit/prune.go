@@ -12,7 +12,10 @@ const PruneHeldNames = 100
 // PruneTables are the tables holding a run's rows, children first (every
 // one references runs(run_id)); device_leases is handled apart (only ended
 // leases go). An event is its own outbox entry (migration 00012): the
-// events deleted are PruneResult's Events and Outbox both.
+// events deleted are PruneResult's Events and Outbox both. A step's
+// snapshot is on its last event row (00014): PruneResult's Snapshots counts
+// the deleted event rows holding one and
+// agent_state_snapshot's rows (steps without events).
 var PruneTables = []string{"run_events", "agent_state_snapshot", "run_control", "artifacts"}
 
 // PruneCounts points at the PruneResult field counting each of

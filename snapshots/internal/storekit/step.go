@@ -327,3 +327,19 @@ func OldestFirst(runs []agent.Run) []agent.Run {
 	})
 	return slices.CompactFunc(runs, func(a, b agent.Run) bool { return a.RunID == b.RunID })
 }
+
+// SnapshotColumns are the columns a dialect's scan of a snapshot reads from
+// SnapshotFrom (the Postgres store reads state as text).
+const SnapshotColumns = `sn.run_id, sn.step_ordinal, sn.node_name, sn.resume_token, sn.state, sn.created_at`
+
+// SnapshotFrom is the FROM clause of one run's snapshots, as sn: those on
+// their steps' last event rows (migration 00014; node_name is set on those
+// rows only) and those of steps committed without events
+// (agent_state_snapshot). p1 and p2 are placeholders, each bound to the run
+// id. The first half reads the run's rows through
+// run_events_run_sequence_key: Snapshot, LatestSnapshot and StepEvents read
+// a run's every event row (tens in a run), never on a step commit's path.
+func SnapshotFrom(p1, p2 string) string {
+	return ` FROM (SELECT run_id, step_ordinal, node_name, resume_token, state, created_at FROM run_events WHERE run_id = ` + p1 + ` AND node_name IS NOT NULL
+		UNION ALL SELECT run_id, step_ordinal, node_name, resume_token, state, created_at FROM agent_state_snapshot WHERE run_id = ` + p2 + `) sn`
+}
