@@ -326,6 +326,22 @@ func procCPU(pid int) float64 {
 	return (u + st) / 100 // USER_HZ
 }
 
+// procChildCPU is the user+system CPU of pid's waited-for children
+// (cutime+cstime), in seconds: for this process, the simulators' ffmpeg
+// encoders.
+func procChildCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return math.NaN()
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// cutime f[13], cstime f[14].
+	u, _ := strconv.ParseFloat(f[13], 64)
+	st, _ := strconv.ParseFloat(f[14], 64)
+	return (u + st) / 100 // USER_HZ
+}
+
 // adbServerPid is the pid of the adb server listening on port (Debian's adb
 // forks it off as "adb -L tcp:PORT fork-server server"), 0 if not found.
 func adbServerPid(port int) int {
@@ -505,7 +521,7 @@ func BenchmarkDaemon32(b *testing.B) {
 	single, conc := newSample(), newSample()
 	var concWall time.Duration
 	failedConc := 0
-	var cpuDaemon, cpuAppium, cpuTest, cpuADB float64
+	var cpuDaemon, cpuAppium, cpuTest, cpuADB, cpuEnc float64
 	adbPid := adbServerPid(srv.Port)
 	var lastConc []string // the last concurrent round's runs
 	var concIDs [][]string
@@ -545,7 +561,7 @@ func BenchmarkDaemon32(b *testing.B) {
 			single.add(b, clock, id, at)
 		}
 		// (b) concurrent: one chain per device, submitted at once.
-		cd, ca, ct, cadb := procCPU(pid), procCPU(apid), procCPU(os.Getpid()), procCPU(adbPid)
+		cd, ca, ct, cadb, cenc := procCPU(pid), procCPU(apid), procCPU(os.Getpid()), procCPU(adbPid), procChildCPU(os.Getpid())
 		t0 = time.Now()
 		ids, ats := submitAll(serials)
 		clock.wait(b, d, ids, 5*time.Minute)
@@ -554,6 +570,7 @@ func BenchmarkDaemon32(b *testing.B) {
 		cpuDaemon += procCPU(pid) - cd
 		cpuAppium += procCPU(apid) - ca
 		cpuTest += procCPU(os.Getpid()) - ct
+		cpuEnc += procChildCPU(os.Getpid()) - cenc
 		lastConc = ids
 		concIDs = append(concIDs, ids)
 		for i, id := range ids {
@@ -611,6 +628,7 @@ func BenchmarkDaemon32(b *testing.B) {
 	b.ReportMetric(cpuAppium/rounds, "appium-cpu-s-per-wave")
 	b.ReportMetric(cpuDaemon/cpuAppium, "x-cpu-daemon-appium")
 	b.ReportMetric(cpuChain, "daemon-cpu-ms-per-chain")
+	b.ReportMetric(cpuEnc/rounds, "sim-encoder-cpu-s-per-wave")
 
 	var tab strings.Builder
 	fmt.Fprintf(&tab, "\n%-34s %12s %12s %8s\n", "metric", "single", fmt.Sprintf("%d at once", n), "target")
@@ -647,8 +665,8 @@ func BenchmarkDaemon32(b *testing.B) {
 	}
 	fmt.Fprintf(&tab, "runs: single %d %v, concurrent %d %v; events on NATS: single %d, concurrent %d\n",
 		len(single.took), single.statuses, len(conc.took), conc.statuses, len(single.commitNATS), len(conc.commitNATS))
-	fmt.Fprintf(&tab, "concurrent rounds wall %v total; CPU s in them: daemon %.2f, Appium %.2f, adb server %.2f, test process (sims) %.2f\n",
-		concWall.Round(time.Millisecond), cpuDaemon, cpuAppium, cpuADB, cpuTest)
+	fmt.Fprintf(&tab, "concurrent rounds wall %v total; CPU s in them: daemon %.2f, Appium %.2f, adb server %.2f, test process (sims) %.2f, the sims' video encoders (ffmpeg) %.2f\n",
+		concWall.Round(time.Millisecond), cpuDaemon, cpuAppium, cpuADB, cpuTest, cpuEnc)
 	fmt.Fprintf(&tab, "Appium alone: probe + %d page sources %v apart per chain (WaitIdle samples in the last concurrent round: %s)\n",
 		appiumAloneSamples, appiumAloneGap, al.samples)
 	fmt.Fprintf(&tab, "  chains single %d, concurrent %d, failed %d; concurrent wall %v total; CPU s in it: Appium %.2f, test process %.2f\n",

@@ -8,7 +8,9 @@ import (
 	"image"
 	"image/png"
 	"regexp"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -275,6 +277,160 @@ func TestScreencapPNGFollowsTheScreen(t *testing.T) {
 	if img := d.Screenshot(); !samePixels(decoded(off), img) {
 		t.Fatal("the PNG after the change is not the screen")
 	}
+}
+
+// TestScreenshotPNGDrawsIntoOneImage: comparing an unchanged screen (a
+// recording does it 5 times a second) draws into the image kept for it,
+// not into a new 2.6 MB one each time (1080x2400, one byte a pixel).
+func TestScreenshotPNGDrawsIntoOneImage(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	first, err := d.ScreenshotPNG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range calls {
+		if b, err := d.ScreenshotPNG(); err != nil || !bytes.Equal(b, first) {
+			t.Fatalf("the same screen gave another PNG (%v)", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / calls; per > 64<<10 {
+		t.Fatalf("%d bytes allocated per comparison of an unchanged 1080x2400 screen, want under 64 KiB", per)
+	}
+}
+
+// TestScreenshotPNGKeepsRecentScreens: a screen shown a moment ago (the
+// app's, after the launcher's) is recognised by its drawing: neither drawn
+// nor encoded again, its kept PNG returned; and that PNG is the screen.
+func TestScreenshotPNGKeepsRecentScreens(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	shot := func() []byte {
+		t.Helper()
+		b, err := d.ScreenshotPNG()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	app := shot()
+	amSh(t, d, "input keyevent KEYCODE_HOME")
+	if home := shot(); bytes.Equal(home, app) {
+		t.Fatal("the launcher gave the app's PNG")
+	}
+	// Poison the image a new screen is drawn into: a screen recognised is
+	// not drawn, so it stays poisoned.
+	d.png.mu.Lock()
+	for i := range d.png.scratch.Pix {
+		d.png.scratch.Pix[i] = 0xff
+	}
+	d.png.mu.Unlock()
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	again := shot()
+	if &again[0] != &app[0] {
+		t.Error("the app's screen was encoded again")
+	}
+	d.png.mu.Lock()
+	drawn := d.png.scratch.Pix[0] != 0xff
+	d.png.mu.Unlock()
+	if drawn {
+		t.Error("the app's screen was drawn again")
+	}
+	img, err := png.Decode(bytes.NewReader(again))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := d.Screenshot()
+	for y := 0; y < want.Rect.Dy(); y += 7 {
+		for x := 0; x < want.Rect.Dx(); x += 7 {
+			r1, g1, b1, _ := img.At(x, y).RGBA()
+			r2, g2, b2, _ := want.At(x, y).RGBA()
+			if r1 != r2 || g1 != g2 || b1 != b2 {
+				t.Fatalf("the kept PNG differs from the screen at %d,%d", x, y)
+			}
+		}
+	}
+}
+
+// TestScreenshotPNGEightBitIndices: the screen's PNG has 8-bit palette
+// indices (IHDR bit depth 8, colour type 3), which image/png writes a row
+// at a time; with the 9-colour palette itself it wrote 4-bit ones, a pixel
+// at a time.
+func TestScreenshotPNGEightBitIndices(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	b, err := d.ScreenshotPNG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Signature (8), IHDR length and type (8), width, height (8), then bit
+	// depth and colour type.
+	if len(b) < 26 || string(b[12:16]) != "IHDR" || b[24] != 8 || b[25] != 3 {
+		t.Fatalf("PNG header %x: want IHDR bit depth 8, colour type 3 (palette)", b[:min(len(b), 26)])
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := d.Screenshot()
+	for y := 0; y < want.Rect.Dy(); y += 5 {
+		for x := 0; x < want.Rect.Dx(); x += 5 {
+			r1, g1, b1, _ := img.At(x, y).RGBA()
+			r2, g2, b2, _ := want.At(x, y).RGBA()
+			if r1 != r2 || g1 != g2 || b1 != b2 {
+				t.Fatalf("the PNG differs from the screen at %d,%d", x, y)
+			}
+		}
+	}
+}
+
+// BenchmarkScreenshotPNGEncode encodes the default profile's 1080x2400
+// app screen as PNG both ways, side by side: with the 9-colour palette
+// itself (4-bit indices) and as encodeScreenPNG does (8-bit indices), and
+// reports the PNG's size.
+func BenchmarkScreenshotPNGEncode(b *testing.B) {
+	d, err := New(amProfile(34), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	amShB(d, "am start -n "+amPkg+"/.HomeActivity")
+	img := d.Screenshot()
+	for _, tc := range []struct {
+		name string
+		enc  func() ([]byte, error)
+	}{
+		{"4-bit", func() ([]byte, error) {
+			var buf bytes.Buffer
+			err := (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&buf, img)
+			return buf.Bytes(), err
+		}},
+		{"8-bit", func() ([]byte, error) { return encodeScreenPNG(img) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var n int
+			before := processCPU()
+			for range b.N {
+				out, err := tc.enc()
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(out)
+			}
+			b.ReportMetric(float64((processCPU()-before).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(n), "png-bytes")
+		})
+	}
+}
+
+// processCPU is this process's user+system CPU time (getrusage).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func TestAppCrashFirstSilentThenKeepsStopping(t *testing.T) {

@@ -1,12 +1,14 @@
 package android
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -54,9 +56,45 @@ type fsNode struct {
 	perm  uint32 // permission bits only
 	data  []byte
 	gen   func() []byte // content computed on read (generated /proc files)
+	lazy  *lazyContent  // content made once, read through settle
 	mtime time.Time
 	own   owner
 }
+
+// lazyContent is a regular file's content that costs something to make:
+// a finished screenrecord's MP4, which a device's hardware encoder writes
+// while it records and the simulator encodes on the host's CPU
+// (screenrecord.go). It is made once, by whichever comes first of its
+// maker's own start (get in a goroutine) and the file's first read or
+// size (settle). Removing or replacing the file abandons it: a making in
+// progress is stopped (its context cancelled), one not started never runs.
+type lazyContent struct {
+	once   sync.Once
+	make   func(context.Context) []byte
+	data   []byte
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newLazyContent(mk func(context.Context) []byte) *lazyContent {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &lazyContent{make: mk, ctx: ctx, cancel: cancel}
+}
+
+// get makes the content, or waits for the making in progress, and returns it.
+func (l *lazyContent) get() []byte {
+	l.once.Do(func() {
+		if l.ctx.Err() == nil {
+			l.data = l.make(l.ctx)
+		}
+		l.make = nil
+		l.cancel()
+	})
+	return l.data
+}
+
+// abandon stops the making: the file is gone.
+func (l *lazyContent) abandon() { l.cancel() }
 
 // memFS is the device's filesystem: a map of canonical absolute paths. It is
 // guarded by Device.mu; its methods expect the lock held.
@@ -256,9 +294,12 @@ func (m *memFS) writeFile(p string, data []byte, perm uint32, t time.Time, o own
 		m.used += delta
 	}
 	if exists {
+		if old.lazy != nil {
+			old.lazy.abandon()
+		}
 		old.data = append([]byte(nil), data...)
 		old.mtime = t
-		old.gen = nil
+		old.gen, old.lazy = nil, nil
 		return nil
 	}
 	m.nodes[p] = &fsNode{perm: perm & 0o7777, data: append([]byte(nil), data...), mtime: t, own: o}
@@ -271,6 +312,9 @@ func (m *memFS) removeAll(p string) {
 		if k == p || strings.HasPrefix(k, p+"/") {
 			if !n.dir && onDataPartition(k) {
 				m.used -= int64(len(n.data))
+			}
+			if n.lazy != nil {
+				n.lazy.abandon()
 			}
 			delete(m.nodes, k)
 		}
@@ -304,6 +348,15 @@ func pathErr(op, p string, err error) error {
 // Stat describes p (following the /sdcard symlink). Errors: fs.ErrNotExist,
 // fs.ErrPermission (a parent the shell user cannot search).
 func (d *Device) Stat(p string) (FileInfo, error) {
+	d.settle(canon(p))
+	return d.lstat(p)
+}
+
+// lstat is Stat without making a lazy file's content first: its Size is 0
+// until then. For what needs a file's kind or existence only (the shell's
+// rm, cd, redirections), so that removing a recording unread costs no
+// encoding.
+func (d *Device) lstat(p string) (FileInfo, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n, err := d.fs.lookup(canon(p), true)
@@ -317,6 +370,7 @@ func (d *Device) Stat(p string) (FileInfo, error) {
 // generator runs without d.mu held). Errors: fs.ErrNotExist, fs.ErrPermission,
 // errIsDir.
 func (d *Device) ReadFile(p string) ([]byte, error) {
+	d.settle(canon(p))
 	d.mu.Lock()
 	n, err := d.fs.lookup(canon(p), true)
 	if err == nil && n.dir {
@@ -361,9 +415,16 @@ func (d *Device) writeFileAs(p string, data []byte, mode uint32, mtime time.Time
 // ReadDir lists a directory sorted by name, without "." and "..". Errors:
 // fs.ErrNotExist, fs.ErrPermission (no read permission, e.g. /data), errNotDir.
 func (d *Device) ReadDir(p string) ([]FileInfo, error) {
+	d.settleDir(canon(p))
+	return d.readDir(p)
+}
+
+// readDir is ReadDir without making lazy files' content first (their Size
+// is 0 until then): for the names only (the shell's globs).
+func (d *Device) readDir(p string) ([]FileInfo, error) {
+	cp := canon(p)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	cp := canon(p)
 	n, err := d.fs.lookup(cp, true)
 	if err == nil && !n.dir {
 		err = errNotDir
@@ -379,6 +440,68 @@ func (d *Device) ReadDir(p string) ([]FileInfo, error) {
 		out = append(out, d.fs.info(name, d.fs.nodes[path.Join(cp, name)]))
 	}
 	return out, nil
+}
+
+// settle makes the content of the lazy file at cp (canonical), if it is
+// one, without d.mu held (an encoding takes a while), and stores it in the
+// file unless the file was replaced meanwhile. The bytes count against
+// /data's free space as a device's writes did while it recorded: what does
+// not fit is cut off (the muxer's write failed with ENOSPC there).
+func (d *Device) settle(cp string) {
+	d.mu.Lock()
+	n := d.fs.nodes[cp]
+	var lc *lazyContent
+	if n != nil {
+		lc = n.lazy
+	}
+	d.mu.Unlock()
+	if lc == nil {
+		return
+	}
+	b := lc.get()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n.lazy != lc {
+		return // replaced, or settled by another reader
+	}
+	n.lazy = nil
+	if d.fs.nodes[cp] == n && onDataPartition(cp) {
+		room := max(d.freeStorageLocked()-d.fs.used, 0)
+		if int64(len(b)) > room {
+			b = b[:room]
+		}
+		d.fs.used += int64(len(b))
+	}
+	n.data = b
+}
+
+// settleDir settles the lazy files directly in the directory cp, whose
+// sizes a listing shows.
+func (d *Device) settleDir(cp string) {
+	d.mu.Lock()
+	var lazy []string
+	for _, name := range d.fs.children(cp) {
+		if n := d.fs.nodes[path.Join(cp, name)]; n != nil && n.lazy != nil {
+			lazy = append(lazy, path.Join(cp, name))
+		}
+	}
+	d.mu.Unlock()
+	for _, p := range lazy {
+		d.settle(p)
+	}
+}
+
+// setLazyLocked gives the empty file node n the content mk makes (see
+// lazyContent), modified at t, and returns it. Callers hold d.mu. n need
+// not be linked any more (a file removed while written): then the content
+// is abandoned at once, and mk never runs.
+func (d *Device) setLazyLocked(cp string, n *fsNode, mk func(context.Context) []byte, t time.Time) *lazyContent {
+	lc := newLazyContent(mk)
+	n.gen, n.lazy, n.mtime = nil, lc, t
+	if d.fs.nodes[cp] != n {
+		lc.abandon()
+	}
+	return lc
 }
 
 // Remove deletes a file or an empty directory. Errors: fs.ErrNotExist,

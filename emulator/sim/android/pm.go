@@ -800,6 +800,7 @@ func pmInstallAbandon(c *Ctx, args []string) int {
 // readAsSystem reads a file with the package manager's rights (system_server
 // reads any path the shell can name).
 func (d *Device) readAsSystem(p string) ([]byte, error) {
+	d.settle(canon(p))
 	d.mu.Lock()
 	n, err := d.fs.lookup(canon(p), false)
 	if err == nil && n.dir {

@@ -10,6 +10,7 @@ import (
 	"image/png"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/basicfont"
@@ -54,11 +55,133 @@ func (d *Device) Screenshot() *image.Paletted {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.advanceLocked()
-	w, h, dpi := d.displaySizeLocked()
+	w, h, _ := d.displaySizeLocked()
 	img := image.NewPaletted(image.Rect(0, 0, w, h), screenPalette)
+	d.drawScreenLocked(pixelCanvas{img}, d.now())
+	return img
+}
+
+// screenCanvas is what the screen is drawn on: its pixels (pixelCanvas), or
+// a hash of the drawing (hashCanvas), which names the pixels it would draw
+// at a small part of the cost of drawing them.
+type screenCanvas interface {
+	// fill paints r (clipped to the screen) with palette index idx.
+	fill(r image.Rectangle, idx uint8)
+	// text draws one line of s in r (see drawText).
+	text(r image.Rectangle, s string, idx uint8, scale int)
+}
+
+// pixelCanvas draws into an image of the display's size, which starts as
+// pxBackground (index 0).
+type pixelCanvas struct{ img *image.Paletted }
+
+func (c pixelCanvas) fill(r image.Rectangle, idx uint8) { fillRect(c.img, r, idx) }
+func (c pixelCanvas) text(r image.Rectangle, s string, idx uint8, scale int) {
+	drawText(c.img, r, s, idx, scale)
+}
+
+// hashCanvas hashes each drawing call with its arguments: the same calls
+// on the same size draw the same pixels.
+type hashCanvas struct {
+	h   maphash.Hash
+	buf [8]byte
+}
+
+func newHashCanvas(w, h int) *hashCanvas {
+	c := &hashCanvas{}
+	c.h.SetSeed(pngSeed)
+	c.ints(w, h)
+	return c
+}
+
+func (c *hashCanvas) ints(vs ...int) {
+	for _, v := range vs {
+		binary.LittleEndian.PutUint64(c.buf[:], uint64(v))
+		c.h.Write(c.buf[:])
+	}
+}
+
+func (c *hashCanvas) fill(r image.Rectangle, idx uint8) {
+	c.ints(-1, r.Min.X, r.Min.Y, r.Max.X, r.Max.Y, int(idx))
+}
+
+func (c *hashCanvas) text(r image.Rectangle, s string, idx uint8, scale int) {
+	c.ints(-2, r.Min.X, r.Min.Y, r.Max.X, r.Max.Y, int(idx), scale, len(s))
+	c.h.WriteString(s)
+}
+
+// drawOp is one drawing call a listCanvas kept: a fill of r with palette
+// index idx, or a text line (text) of s at scale.
+type drawOp struct {
+	r     image.Rectangle
+	idx   uint8
+	text  bool
+	s     string
+	scale int
+}
+
+// listCanvas keeps the drawing calls, to draw them later (drawing.image).
+type listCanvas struct{ ops []drawOp }
+
+func (c *listCanvas) fill(r image.Rectangle, idx uint8) {
+	c.ops = append(c.ops, drawOp{r: r, idx: idx})
+}
+
+func (c *listCanvas) text(r image.Rectangle, s string, idx uint8, scale int) {
+	c.ops = append(c.ops, drawOp{r: r, idx: idx, text: true, s: s, scale: scale})
+}
+
+// drawing is a screen as its drawing calls on a w x h display, and their
+// hash (hashCanvas): kilobytes where its pixels are megabytes.
+type drawing struct {
+	w, h int
+	ops  []drawOp
+	sum  uint64
+}
+
+// image draws the screen's pixels.
+func (dr drawing) image() *image.Paletted {
+	img := image.NewPaletted(image.Rect(0, 0, dr.w, dr.h), screenPalette)
+	cv := pixelCanvas{img}
+	for _, op := range dr.ops {
+		if op.text {
+			cv.text(op.r, op.s, op.idx, op.scale)
+		} else {
+			cv.fill(op.r, op.idx)
+		}
+	}
+	return img
+}
+
+// screenDrawing is the screen now: its drawing hash, and its drawing calls
+// too unless the hash is last (the screen has not changed since a drawing
+// of that hash; then only sum is set, and changed is false).
+func (d *Device) screenDrawing(last uint64) (dr drawing, changed bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.advanceLocked()
+	now := d.now()
+	w, h, _ := d.displaySizeLocked()
+	hc := newHashCanvas(w, h)
+	d.drawScreenLocked(hc, now)
+	dr = drawing{w: w, h: h, sum: hc.h.Sum64()}
+	if dr.sum == last {
+		return drawing{sum: last}, false
+	}
+	lc := &listCanvas{}
+	d.drawScreenLocked(lc, now)
+	dr.ops = lc.ops
+	return dr, true
+}
+
+// drawScreenLocked draws the screen on cv: the status bar shows now's
+// time. Callers hold d.mu and have advanced the faults (advanceLocked).
+func (d *Device) drawScreenLocked(cv screenCanvas, now time.Time) {
+	w, h, dpi := d.displaySizeLocked()
+	screen := image.Rect(0, 0, w, h)
 	if !d.am.awake {
-		fillRect(img, img.Rect, pxNavBar)
-		return img
+		cv.fill(screen, pxNavBar)
+		return
 	}
 	scale := dpi / 160
 	if scale < 1 {
@@ -69,55 +192,130 @@ func (d *Device) Screenshot() *image.Paletted {
 	if root == nil && rec.pkg == homePackage {
 		root = d.homeScreenLocked()
 	}
-	drawElement(img, root, scale)
+	drawElement(cv, screen, root, scale)
 	g := d.geom()
-	fillRect(img, image.Rect(0, 0, w, g.status), pxStatusBar)
-	drawText(img, image.Rect(g.status/2, 0, w, g.status), d.now().UTC().Format("15:04"), pxBarText, scale)
-	fillRect(img, image.Rect(0, g.appH, w, h), pxNavBar)
+	cv.fill(image.Rect(0, 0, w, g.status), pxStatusBar)
+	cv.text(image.Rect(g.status/2, 0, w, g.status), now.UTC().Format("15:04"), pxBarText, scale)
+	cv.fill(image.Rect(0, g.appH, w, h), pxNavBar)
 	if d.am.keyguard {
-		fillRect(img, image.Rect(0, g.status, w, g.appH), pxStatusBar)
-		drawText(img, image.Rect(w/3, h/3, w, h/3+20*scale), "Swipe up to unlock", pxBarText, scale)
+		cv.fill(image.Rect(0, g.status, w, g.appH), pxStatusBar)
+		cv.text(image.Rect(w/3, h/3, w, h/3+20*scale), "Swipe up to unlock", pxBarText, scale)
 	}
 	if dl := d.topDialogLocked(); dl != nil && !d.am.keyguard {
-		fillRect(img, image.Rect(0, g.status, w, g.appH), pxScrim)
+		cv.fill(image.Rect(0, g.status, w, g.appH), pxScrim)
 		droot := d.dialogRootLocked(dl)
-		fillRect(img, boundsRect(droot).Intersect(img.Rect), pxCard)
-		drawElement(img, droot, scale)
+		cv.fill(boundsRect(droot).Intersect(screen), pxCard)
+		drawElement(cv, screen, droot, scale)
 	}
-	return img
 }
 
 // ScreenshotPNG is Screenshot encoded as PNG (what `screencap -p` writes).
 // The returned bytes are shared: callers must not modify them.
 //
-// The encoding of the last screen is kept: a settled screen is captured
-// again and again (evidence after every WaitIdle, Appium's /screenshot), and
-// encoding a 1080x2400 frame was 28% of the simulator's CPU in
-// BenchmarkDaemon32, on the same two cores as the daemon it measures. The
-// frame is recognised by its size and a maphash of its pixels (0.3 ms, not
-// the ~5 ms of an encoding).
+// The encodings of the last screens are kept: a settled screen is captured
+// again and again (evidence after every WaitIdle, Appium's /screenshot, a
+// recording comparing the screen 5 times a second), and encoding a
+// 1080x2400 frame was 28% of the simulator's CPU in BenchmarkDaemon32, on
+// the same two cores as the daemon it measures. A screen is recognised by
+// a hash of its drawing (hashCanvas: the element tree's boxes and texts,
+// microseconds), so a screen shown before is neither drawn nor encoded
+// again; one not among the kept is drawn into one image kept for that (a
+// 1080x2400 frame is 2.6 MB), then encoded.
 func (d *Device) ScreenshotPNG() ([]byte, error) {
-	img := d.Screenshot()
-	key := pngKey{w: img.Rect.Dx(), h: img.Rect.Dy(), sum: maphash.Bytes(pngSeed, img.Pix)}
 	d.png.mu.Lock()
 	defer d.png.mu.Unlock()
-	if d.png.data != nil && d.png.key == key {
-		return d.png.data, nil
+	d.mu.Lock()
+	d.advanceLocked()
+	now := d.now()
+	w, h, _ := d.displaySizeLocked()
+	hc := newHashCanvas(w, h)
+	d.drawScreenLocked(hc, now)
+	key := pngKey{w: w, h: h, sum: hc.h.Sum64()}
+	if data := d.png.lookup(key); data != nil {
+		d.mu.Unlock()
+		return data, nil
 	}
-	var buf bytes.Buffer
-	enc := png.Encoder{CompressionLevel: png.BestSpeed}
-	if err := enc.Encode(&buf, img); err != nil {
+	img := d.png.scratch
+	if img == nil || img.Rect.Dx() != w || img.Rect.Dy() != h {
+		img = image.NewPaletted(image.Rect(0, 0, w, h), screenPalette)
+		d.png.scratch = img
+	} else {
+		clear(img.Pix) // pxBackground, as a new image starts
+	}
+	d.drawScreenLocked(pixelCanvas{img}, now)
+	d.mu.Unlock()
+	b, err := encodeScreenPNG(img)
+	if err != nil {
 		return nil, fmt.Errorf("screencap: encode png: %w", err)
 	}
-	d.png.key, d.png.data = key, buf.Bytes()
-	return d.png.data, nil
+	d.png.store(key, b)
+	return b, nil
 }
 
-// pngCache is the PNG of the last screen ScreenshotPNG encoded.
+// pngPalette is screenPalette padded to 17 colours for encoding: Go's
+// image/png writes a palette of up to 16 colours with 4-bit indices, a
+// pixel at a time through ColorIndexAt, and one of 17 or more with 8-bit
+// indices, a row at a time (one copy). A 1080x2400 screen then encodes in
+// a fraction of the time (BenchmarkScreenshotPNGEncode), into a PNG a few
+// kilobytes larger; the pixels are the same.
+var pngPalette = func() color.Palette {
+	p := append(color.Palette(nil), screenPalette...)
+	for len(p) < 17 {
+		p = append(p, screenPalette[pxBackground])
+	}
+	return p
+}()
+
+// encodeScreenPNG encodes a drawn screen (palette screenPalette) as PNG,
+// with 8-bit indices (pngPalette), at the fastest compression.
+func encodeScreenPNG(img *image.Paletted) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := png.Encoder{CompressionLevel: png.BestSpeed}
+	wide := &image.Paletted{Pix: img.Pix, Stride: img.Stride, Rect: img.Rect, Palette: pngPalette}
+	if err := enc.Encode(&buf, wide); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// pngCacheScreens is how many screens' PNGs a device keeps: a run goes
+// from the launcher to its app and back, a dialog comes and goes.
+const pngCacheScreens = 4
+
+// pngCache is the PNGs of the last screens ScreenshotPNG encoded, the most
+// recent first, and the image it draws a new screen into. Lock order: mu,
+// then Device.mu.
 type pngCache struct {
-	mu   sync.Mutex
+	mu      sync.Mutex
+	screens []cachedPNG
+	scratch *image.Paletted
+}
+
+type cachedPNG struct {
 	key  pngKey
 	data []byte
+}
+
+// lookup is key's PNG, moved to the front; nil when not kept.
+func (c *pngCache) lookup(key pngKey) []byte {
+	for i, s := range c.screens {
+		if s.key == key {
+			copy(c.screens[1:i+1], c.screens[:i])
+			c.screens[0] = s
+			return s.data
+		}
+	}
+	return nil
+}
+
+// store keeps key's PNG first, dropping the least recently used past
+// pngCacheScreens.
+func (c *pngCache) store(key pngKey, data []byte) {
+	if len(c.screens) < pngCacheScreens {
+		c.screens = append(c.screens, cachedPNG{})
+	}
+	copy(c.screens[1:], c.screens[:len(c.screens)-1])
+	c.screens[0] = cachedPNG{key: key, data: data}
 }
 
 type pngKey struct {
@@ -177,29 +375,29 @@ func fillRect(img *image.Paletted, r image.Rectangle, idx uint8) {
 	}
 }
 
-func drawElement(img *image.Paletted, e *Element, scale int) {
+func drawElement(cv screenCanvas, screen image.Rectangle, e *Element, scale int) {
 	if e == nil {
 		return
 	}
-	r := boundsRect(e).Intersect(img.Rect)
+	r := boundsRect(e).Intersect(screen)
 	if !r.Empty() {
 		if e.Clickable {
-			fillRect(img, r, pxClickable)
+			cv.fill(r, pxClickable)
 		}
-		fillRect(img, image.Rect(r.Min.X, r.Min.Y, r.Max.X, r.Min.Y+1), pxOutline)
-		fillRect(img, image.Rect(r.Min.X, r.Max.Y-1, r.Max.X, r.Max.Y), pxOutline)
-		fillRect(img, image.Rect(r.Min.X, r.Min.Y, r.Min.X+1, r.Max.Y), pxOutline)
-		fillRect(img, image.Rect(r.Max.X-1, r.Min.Y, r.Max.X, r.Max.Y), pxOutline)
+		cv.fill(image.Rect(r.Min.X, r.Min.Y, r.Max.X, r.Min.Y+1), pxOutline)
+		cv.fill(image.Rect(r.Min.X, r.Max.Y-1, r.Max.X, r.Max.Y), pxOutline)
+		cv.fill(image.Rect(r.Min.X, r.Min.Y, r.Min.X+1, r.Max.Y), pxOutline)
+		cv.fill(image.Rect(r.Max.X-1, r.Min.Y, r.Max.X, r.Max.Y), pxOutline)
 		text := e.Text
 		if text == "" {
 			text = e.ContentDesc
 		}
 		if text != "" {
-			drawText(img, r.Inset(4*scale), text, pxText, scale)
+			cv.text(r.Inset(4*scale), text, pxText, scale)
 		}
 	}
 	for _, c := range e.Children {
-		drawElement(img, c, scale)
+		drawElement(cv, screen, c, scale)
 	}
 }
 

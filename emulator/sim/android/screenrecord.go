@@ -1,18 +1,21 @@
 package android
 
 import (
-	"errors"
+	"context"
+	"encoding/binary"
 	"fmt"
+	"image"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -26,13 +29,19 @@ import (
 // option prints its message and exits 2, a size the encoder cannot take
 // exits 1 ("ERROR: unable to configure video encoder").
 //
-// The simulator has no MediaCodec: frames are the rendered screen
-// (ScreenshotPNG, cached while it does not change) piped at a constant
-// rate to Debian's ffmpeg (libx264, baseline profile as MediaCodec's
-// default AVC encoder, one thread), which scales the display into the
+// The simulator has no MediaCodec. While it records it keeps the screen
+// each time it changed (its drawing calls: screencap.go's drawing), with
+// the time it changed, as SurfaceFlinger hands a device's encoder a frame
+// only when the display changes. The MP4 is made by Debian's ffmpeg
+// (libx264, baseline profile as MediaCodec's default AVC encoder, one
+// thread, each frame at its time), which scales the display into the
 // requested size keeping its aspect ratio (screenrecord letterboxes too:
-// "Content area is WxH at offset x=.. y=.."). Missing frames are repeated
-// by the wall clock, so the file's duration is the recording's time.
+// "Content area is WxH at offset x=.. y=.."); the last frame is held to the
+// end, so the file's duration is the recording's time. A device encodes in
+// hardware as it records, at no cost to the host; the simulator encodes
+// once the recording has ended (in the background, a read of the file
+// waiting for it), and a killed recording only if its file is read (fs.go's
+// lazyContent), so a file removed unread costs the host no encoding.
 
 func init() {
 	registerCommand("screenrecord", cmdScreenrecord)
@@ -40,9 +49,10 @@ func init() {
 	registerCommand("pkill", cmdPkill)
 }
 
-// RecordFPS is the simulator's recording frame rate (frames/s). A device
-// records at the display's refresh rate when the screen changes; the
-// simulated screen changes at most a few times a second.
+// RecordFPS is how often a recording compares the screen (times a second),
+// so the finest step of a recording's frame times. A device's encoder gets
+// a frame when the screen changes, at most at the display's refresh rate;
+// the simulated screen changes at most a few times a second.
 const RecordFPS = 5
 
 const (
@@ -67,6 +77,7 @@ type recording struct {
 	pid  int
 	sig  chan int // buffered: the first signal wins
 	args string
+	kept frameLog // the frames kept so far
 }
 
 // recordings is the device's table of running screenrecord processes
@@ -260,75 +271,41 @@ func cmdScreenrecord(c *Ctx) int {
 		return code
 	}
 	d := c.Device
-	// The recording's clock starts with the process, as the encoder's
-	// startup is part of a device's recording too: frames due while ffmpeg
-	// starts are written when it reads them.
+	// The recording's clock starts with the process.
 	start := time.Now()
-	first := d.Screenshot()
-	dw, dh := first.Rect.Dx(), first.Rect.Dy()
-	w, h := o.w, o.h
-	if w == 0 {
-		w, h = dw, dh
+	first, _ := d.screenDrawing(0)
+	dw, dh := first.w, first.h
+	enc := srEncode{bitRate: o.bitRate, w: o.w, h: o.h}
+	var err error
+	if enc.w == 0 {
+		enc.w, enc.h = dw, dh
 	}
-	ffmpeg, err := exec.LookPath("ffmpeg")
-	if err != nil || w%2 != 0 || h%2 != 0 {
+	enc.ffmpeg, err = exec.LookPath("ffmpeg")
+	if err != nil || enc.w%2 != 0 || enc.h%2 != 0 {
 		// An odd size is what the AVC encoder refuses on devices; the
 		// simulator's encoder is Debian's ffmpeg (tools/setup.sh installs it).
 		io.WriteString(c.Stderr, "ERROR: unable to configure video encoder\n")
 		return 1
 	}
 	// Content area: the display scaled to fit the video, centred.
-	cw, ch := w, dh*w/dw
-	if ch > h {
-		cw, ch = dw*h/dh, h
+	enc.cw, enc.ch = enc.w, dh*enc.w/dw
+	if enc.ch > enc.h {
+		enc.cw, enc.ch = dw*enc.h/dh, enc.h
 	}
-	cw, ch = cw&^1, ch&^1
+	enc.cw, enc.ch = enc.cw&^1, enc.ch&^1
 	if o.verbose {
 		fmt.Fprintf(c.Stdout, "Main display is %dx%d @60.00fps (orientation=ROTATION_0)\n", dw, dh)
-		fmt.Fprintf(c.Stdout, "Configuring recorder for %dx%d video/avc at %.2fMbps\n", w, h, float64(o.bitRate)/1e6)
-		fmt.Fprintf(c.Stdout, "Content area is %dx%d at offset x=%d y=%d\n", cw, ch, (w-cw)/2, (h-ch)/2)
-	}
-	dir, err := os.MkdirTemp("", "sim-screenrecord-")
-	if err != nil {
-		io.WriteString(c.Stderr, "ERROR: unable to create muxer\n")
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	out := filepath.Join(dir, "out.mp4")
-	vf := fmt.Sprintf("scale=%d:%d,pad=%d:%d:(ow-iw)/2:(oh-ih)/2,format=yuv420p", cw, ch, w, h)
-	// exec.Command, not CommandContext: the shell's end (SIGHUP) finishes
-	// the file cleanly, and only SIGKILL aborts ffmpeg.
-	cmd := exec.Command(ffmpeg, "-hide_banner", "-loglevel", "error",
-		"-f", "image2pipe", "-c:v", "png", "-framerate", strconv.Itoa(RecordFPS), "-i", "pipe:0",
-		"-vf", vf, "-c:v", "libx264", "-preset", "ultrafast", "-profile:v", "baseline",
-		"-b:v", strconv.Itoa(o.bitRate), "-maxrate", strconv.Itoa(o.bitRate), "-bufsize", strconv.Itoa(2*o.bitRate),
-		"-g", strconv.Itoa(2*RecordFPS), "-threads", "1", "-r", strconv.Itoa(RecordFPS),
-		"-f", "mp4", "-y", out)
-	var ffErr strings.Builder
-	cmd.Stderr = &limitedWriter{w: &ffErr, n: 4096}
-	stdin, err := cmd.StdinPipe()
-	if err == nil {
-		err = cmd.Start()
-	}
-	if err != nil {
-		io.WriteString(c.Stderr, "ERROR: unable to create video encoder\n")
-		return 1
+		fmt.Fprintf(c.Stdout, "Configuring recorder for %dx%d video/avc at %.2fMbps\n", enc.w, enc.h, float64(o.bitRate)/1e6)
+		fmt.Fprintf(c.Stdout, "Content area is %dx%d at offset x=%d y=%d\n", enc.cw, enc.ch, (enc.w-enc.cw)/2, (enc.h-enc.ch)/2)
 	}
 	// MediaMuxer opens (creates) the file at the start and writes into it
 	// until the end: a file removed meanwhile takes the rest with its
-	// unlinked inode, and the path stays gone (finish, below).
-	if err := d.writeFileAs(c.path(o.file), nil, 0o660, d.now(), ownerShell); err != nil {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		stdin.Close()
-		_ = cmd.Wait()
+	// unlinked inode, and the path stays gone.
+	fileName := canon(c.path(o.file))
+	file, err := d.createRecording(fileName)
+	if err != nil {
 		fmt.Fprintf(c.Stderr, "Unable to open '%s': %s\n", o.file, errnoText(err))
 		return 1
-	}
-	finish := func(b []byte) error {
-		if _, err := d.Stat(c.path(o.file)); err != nil {
-			return nil // removed while recording
-		}
-		return d.writeFileAs(c.path(o.file), b, 0o660, d.now(), ownerShell)
 	}
 	d.mu.Lock()
 	pid := d.am.nextPID
@@ -338,86 +315,228 @@ func cmdScreenrecord(c *Ctx) int {
 	d.rec.add(rec)
 	defer d.rec.remove(pid)
 
-	frames := 0
+	rec.kept.add(first, 0)
 	limit := time.Duration(o.timeLimit) * time.Second
-	feed := func(now time.Time) error {
-		el := now.Sub(start)
-		if el > limit {
-			el = limit
-		}
-		due := int(el.Seconds()*RecordFPS) + 1
-		if frames >= due {
-			return nil
-		}
-		png, err := d.ScreenshotPNG()
-		if err != nil {
-			return err
-		}
-		for ; frames < due; frames++ {
-			if _, err := stdin.Write(png); err != nil {
-				return err
-			}
-		}
-		return nil
+	sig := recordFrames(c, rec, first.sum, start, limit, o.verbose)
+	enc.frames, enc.end = rec.kept.kept(), min(time.Since(start), limit)
+	enc.killed = sig == sigKILL || sig == sigTERM
+	// The file's content is what an encoder fed these frames writes. A
+	// finished file is encoded now, in the background (the process ends, as
+	// screenrecord does once its muxer is done; a read waits for the
+	// encoding), unless it is removed first. A killed recording's is made
+	// only if it is read: the file a passed run's recording leaves is
+	// killed and removed unread, and costs no encoding, as a device's
+	// hardware encoder costs its host nothing.
+	d.mu.Lock()
+	lc := d.setLazyLocked(fileName, file, func(ctx context.Context) []byte { return enc.mp4(ctx, d) }, d.now())
+	d.mu.Unlock()
+	if enc.killed {
+		return 128 + sigKILL
 	}
+	go lc.get()
+	if o.verbose {
+		io.WriteString(c.Stdout, "Stopping encoder and muxer\n")
+		fmt.Fprintf(c.Stdout, "Encoder stopping; recorded %d frames in %d seconds\n", enc.frameCount(), int64(time.Since(start).Seconds()))
+	}
+	return 0
+}
+
+// recordFrames keeps the screen's frames (rec.kept) until the time limit, a
+// signal or the shell's end (SIGHUP), and returns the signal that ended it
+// (0 for the time limit and SIGHUP). Like SurfaceFlinger feeding a device's
+// encoder, a frame is kept only when the screen changed: the screen is
+// compared RecordFPS times a second by its drawing's hash (a few
+// microseconds), and a changed one kept as its drawing calls (kilobytes),
+// drawn and encoded only if the file is made (srEncode).
+func recordFrames(c *Ctx, rec *recording, last uint64, start time.Time, limit time.Duration, verbose bool) int {
 	tick := time.NewTicker(time.Second / RecordFPS)
 	defer tick.Stop()
-	timeUp := time.NewTimer(limit)
+	timeUp := time.NewTimer(limit - time.Since(start))
 	defer timeUp.Stop()
-	killed := false
-	var feedErr error
-loop:
-	for feedErr == nil {
+	for {
 		select {
 		case now := <-tick.C:
-			feedErr = feed(now)
+			if dr, changed := c.Device.screenDrawing(last); changed {
+				rec.kept.add(dr, min(now.Sub(start), limit))
+				last = dr.sum
+			}
 		case <-timeUp.C:
-			if o.verbose {
+			if verbose {
 				io.WriteString(c.Stdout, "Time limit reached\n")
 			}
-			break loop
+			return 0
 		case s := <-rec.sig:
 			// SIGINT and SIGHUP are caught and finish the file; SIGTERM
 			// and SIGKILL end the process where it is.
-			killed = s == sigKILL || s == sigTERM
-			break loop
+			return s
 		case <-c.Context.Done():
-			break loop // SIGHUP: the adb shell went away
+			return 0 // SIGHUP: the adb shell went away
 		}
 	}
-	if killed {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		stdin.Close()
-		_ = cmd.Wait()
-		if b, err := os.ReadFile(out); err == nil {
-			_ = finish(b)
+}
+
+// createRecording creates the empty output file as the shell user and
+// returns its node, which the recording's end gives its content.
+func (d *Device) createRecording(p string) (*fsNode, error) {
+	if err := d.writeFileAs(p, nil, 0o660, d.now(), ownerShell); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.fs.nodes[canon(p)]
+	if n == nil {
+		return nil, fs.ErrNotExist
+	}
+	return n, nil
+}
+
+// srFrame is a frame a recording kept: the screen's drawing and when it
+// was first shown, from the recording's start.
+type srFrame struct {
+	screen drawing
+	at     time.Duration
+}
+
+// frameLog is the frames of one recording, in time order, each different
+// from the one before. A recording compares the screen at most RecordFPS
+// times a second for at most srMaxTimeLimit seconds, so it keeps at most
+// 900 frames, each a drawing of kilobytes.
+type frameLog struct {
+	mu     sync.Mutex
+	frames []srFrame
+}
+
+func (f *frameLog) add(dr drawing, at time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := len(f.frames); n > 0 && f.frames[n-1].screen.sum == dr.sum {
+		return
+	}
+	f.frames = append(f.frames, srFrame{screen: dr, at: at})
+}
+
+// kept is the frames so far.
+func (f *frameLog) kept() []srFrame {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clip(f.frames)
+}
+
+// srEncode is a finished recording to encode: its frames, its length, the
+// video's size (w x h) and the content area (cw x ch) the display is
+// scaled into, the bit rate (bits/s), and whether it was killed.
+type srEncode struct {
+	ffmpeg       string
+	w, h, cw, ch int
+	bitRate      int
+	frames       []srFrame
+	end          time.Duration
+	killed       bool
+}
+
+// frameCount is the number of frames the file holds: each kept frame and a
+// last one at the end, so the video lasts the recording's time.
+func (e srEncode) frameCount() int { return len(e.frames) + 1 }
+
+// concatList is the ffconcat script showing each kept frame (fNNNNN.png)
+// until the next one, in milliseconds (each image at framerate 1000, so
+// ffmpeg keeps the times to the millisecond rather than its default 25
+// frames/s), then the last frame again for 1 ms at the end.
+func (e srEncode) concatList() string {
+	var b strings.Builder
+	b.WriteString("ffconcat version 1.0\n")
+	endMs := max(e.end.Milliseconds(), e.frames[len(e.frames)-1].at.Milliseconds()+2)
+	for i, f := range e.frames {
+		next := endMs - 1
+		if i+1 < len(e.frames) {
+			next = e.frames[i+1].at.Milliseconds()
 		}
-		return 128 + sigKILL
+		fmt.Fprintf(&b, "file f%05d.png\noption framerate 1000\nduration %.3f\n", i, float64(max(next-f.at.Milliseconds(), 1))/1000)
 	}
-	if feedErr == nil {
-		feedErr = feed(time.Now())
-	}
-	if o.verbose {
-		io.WriteString(c.Stdout, "Stopping encoder and muxer\n")
-	}
-	stdin.Close()
-	werr := cmd.Wait()
-	if werr != nil || (feedErr != nil && !errors.Is(feedErr, os.ErrClosed)) {
-		fmt.Fprintf(c.Stderr, "ERROR: encoder failed: %v %v %s\n", werr, feedErr, strings.TrimSpace(ffErr.String()))
-		return 1
-	}
-	b, err := os.ReadFile(out)
-	if err == nil {
-		err = finish(b)
-	}
+	fmt.Fprintf(&b, "file f%05d.png\noption framerate 1000\nduration 0.001\n", len(e.frames)-1)
+	return b.String()
+}
+
+// mp4 encodes the recording, unless ctx ends first, with Debian's ffmpeg (libx264, baseline as
+// MediaCodec's default AVC encoder, one thread, variable frame rate: a
+// frame where the screen changed, as screenrecord writes them), moov at the
+// end as MPEG4Writer writes it. A killed recording's file ends before its
+// index (moov), as a SIGKILLed muxer leaves it: no player reads it. An
+// encoder that fails leaves an empty file and a line in the device's log.
+func (e srEncode) mp4(ctx context.Context, d *Device) []byte {
+	b, err := e.encode(ctx)
 	if err != nil {
-		fmt.Fprintf(c.Stderr, "Unable to open '%s': %s\n", o.file, errnoText(err))
-		return 1
+		if ctx.Err() == nil { // not the file removed meanwhile
+			d.log(bufMain, 0, 0, 'E', "screenrecord", "encoder failed: "+err.Error())
+		}
+		return nil
 	}
-	if o.verbose {
-		fmt.Fprintf(c.Stdout, "Encoder stopping; recorded %d frames in %d seconds\n", frames, int64(time.Since(start).Seconds()))
+	if e.killed {
+		b = beforeBox(b, "moov")
 	}
-	return 0
+	return b
+}
+
+func (e srEncode) encode(ctx context.Context) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "sim-screenrecord-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	for i, f := range e.frames {
+		if err := writePNG(filepath.Join(dir, fmt.Sprintf("f%05d.png", i)), f.screen.image()); err != nil {
+			return nil, err
+		}
+	}
+	list := filepath.Join(dir, "frames.ffconcat")
+	if err := os.WriteFile(list, []byte(e.concatList()), 0o600); err != nil {
+		return nil, err
+	}
+	out := filepath.Join(dir, "out.mp4")
+	vf := fmt.Sprintf("scale=%d:%d,pad=%d:%d:(ow-iw)/2:(oh-ih)/2,format=yuv420p", e.cw, e.ch, e.w, e.h)
+	cmd := exec.CommandContext(ctx, e.ffmpeg, "-hide_banner", "-loglevel", "error",
+		"-f", "concat", "-safe", "0", "-i", list,
+		"-vf", vf, "-fps_mode", "vfr", "-enc_time_base", "1/1000",
+		"-c:v", "libx264", "-preset", "ultrafast", "-profile:v", "baseline",
+		"-b:v", strconv.Itoa(e.bitRate), "-maxrate", strconv.Itoa(e.bitRate), "-bufsize", strconv.Itoa(2*e.bitRate),
+		"-g", strconv.Itoa(2*RecordFPS), "-threads", "1",
+		"-f", "mp4", "-y", out)
+	var ffErr strings.Builder
+	cmd.Stderr = &limitedWriter{w: &ffErr, n: 4096}
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%v: %s", err, strings.TrimSpace(ffErr.String()))
+	}
+	return os.ReadFile(out)
+}
+
+// writePNG writes a drawn screen to the file name as PNG.
+func writePNG(name string, img *image.Paletted) error {
+	b, err := encodeScreenPNG(img)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(name, b, 0o600)
+}
+
+// beforeBox is b (an ISO BMFF file, ISO/IEC 14496-12: boxes of a 32-bit
+// big-endian size, with 1 meaning a 64-bit size after the type, and a
+// four-character type) cut before its first top-level box of type typ; b
+// whole when it has none.
+func beforeBox(b []byte, typ string) []byte {
+	for off := 0; off+8 <= len(b); {
+		size := int(binary.BigEndian.Uint32(b[off:]))
+		if string(b[off+4:off+8]) == typ {
+			return b[:off]
+		}
+		if size == 1 && off+16 <= len(b) {
+			size = int(binary.BigEndian.Uint64(b[off+8:]))
+		}
+		if size < 8 {
+			break // 0: to the end of the file
+		}
+		off += size
+	}
+	return b
 }
 
 // limitedWriter keeps the first n bytes written to it.

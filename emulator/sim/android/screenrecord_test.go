@@ -92,7 +92,9 @@ func TestScreenrecordOptions(t *testing.T) {
 
 // TestScreenrecordTimeLimit records until --time-limit: an H.264 MP4 of the
 // requested size whose duration is the time limit, the verbose lines of
-// screenrecord.cpp, exit 0, and no process left.
+// screenrecord.cpp, exit 0, and no process left. The screen stays still, so
+// the file holds the first frame and the last (held to the end), as a
+// device's encoder gets frames only when the display changes.
 func TestScreenrecordTimeLimit(t *testing.T) {
 	d, _ := newAMDevice(t, 34)
 	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
@@ -100,7 +102,7 @@ func TestScreenrecordTimeLimit(t *testing.T) {
 	if code != 0 || e != "" {
 		t.Fatalf("screenrecord: exit %d %q %q", code, out, e)
 	}
-	for _, want := range []string{"Configuring recorder for 360x640 video/avc at 4.00Mbps\n", "Time limit reached\n", "Encoder stopping; recorded 11 frames in "} {
+	for _, want := range []string{"Configuring recorder for 360x640 video/avc at 4.00Mbps\n", "Time limit reached\n", "Encoder stopping; recorded 2 frames in "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("verbose output %q lacks %q", out, want)
 		}
@@ -108,7 +110,7 @@ func TestScreenrecordTimeLimit(t *testing.T) {
 	// The seconds are the recording's wall time, as screenrecord.cpp prints
 	// them: the 2 s limit, or more when the encoder lagged on a loaded
 	// machine (CI saw 4), never less.
-	m := regexp.MustCompile(`recorded 11 frames in (\d+) seconds\n`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`recorded 2 frames in (\d+) seconds\n`).FindStringSubmatch(out)
 	if m == nil {
 		t.Errorf("verbose output %q: no stop line", out)
 	} else if secs, _ := strconv.Atoi(m[1]); secs < 2 {
@@ -122,7 +124,7 @@ func TestScreenrecordTimeLimit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ffprobe: %v", err)
 	}
-	if p.Codec != "h264" || p.W != 360 || p.H != 640 || p.Seconds < 1.8 || p.Seconds > 2.3 || p.Frames < 10 {
+	if p.Codec != "h264" || p.W != 360 || p.H != 640 || p.Seconds < 1.8 || p.Seconds > 2.3 || p.Frames != 2 {
 		t.Fatalf("probe %+v, want h264 360x640 of about 2 s", p)
 	}
 	if n := d.Recordings(); n != 0 {
@@ -151,6 +153,201 @@ func startRecording(t *testing.T, ctx context.Context, d *Device, file string) <
 			t.Fatal("screenrecord never listed by ps")
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// packetTimes is the presentation time (s) of each video packet of data,
+// in file order.
+func packetTimes(t *testing.T, data []byte) []float64 {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "v.mp4")
+	if err := os.WriteFile(f, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=pts_time", "-of", "csv=p=0", f).Output()
+	if err != nil {
+		t.Fatalf("ffprobe packets: %v", err)
+	}
+	var ts []float64
+	for _, l := range strings.Fields(string(out)) {
+		v, err := strconv.ParseFloat(strings.TrimSuffix(l, ","), 64)
+		if err != nil {
+			t.Fatalf("ffprobe packet line %q: %v", l, err)
+		}
+		ts = append(ts, v)
+	}
+	return ts
+}
+
+// keptFrames is how many frames the device's one running recording kept
+// so far (-1 when none runs).
+func keptFrames(d *Device) int {
+	d.rec.mu.Lock()
+	defer d.rec.mu.Unlock()
+	for _, r := range d.rec.run {
+		return len(r.kept.kept())
+	}
+	return -1
+}
+
+// TestScreenrecordFrameWhenTheScreenChanges: a recording holds a frame
+// where the screen changed, at the time it changed (to the screen's
+// comparison step, 1/RecordFPS s), not a frame every 1/RecordFPS s; its
+// duration is still the recording's time (the last frame held to the end).
+// While it runs it draws no pixels (it keeps the screen's drawing calls).
+func TestScreenrecordFrameWhenTheScreenChanges(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	amSh(t, d, "am start -n "+amPkg+"/.HomeActivity")
+	before := time.Now()
+	done := startRecording(t, context.Background(), d, "/sdcard/change.mp4")
+	if _, e, code := amSh(t, d, "input keyevent KEYCODE_HOME"); code != 0 {
+		t.Fatalf("keyevent: %d %q", code, e)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for keptFrames(d) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the changed screen was never kept (%d frames)", keptFrames(d))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	seen := time.Since(before).Seconds()
+	// The recording compared and kept the screens as their drawings: no
+	// pixels drawn, no PNG encoded while it ran.
+	d.png.mu.Lock()
+	drawn := d.png.scratch != nil || len(d.png.screens) > 0
+	d.png.mu.Unlock()
+	if drawn {
+		t.Error("the recording drew the screen's pixels while it ran")
+	}
+	if _, e, code := amSh(t, d, "pkill -INT screenrecord"); code != 0 {
+		t.Fatalf("pkill: %d %q", code, e)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("screenrecord after SIGINT: exit %d", code)
+	}
+	stopped := time.Since(before).Seconds()
+	b, err := d.ReadFile("/sdcard/change.mp4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ffprobe(t, b)
+	if err != nil {
+		t.Fatalf("ffprobe: %v", err)
+	}
+	ts := packetTimes(t, b)
+	// The first screen at 0, the changed one at a comparison after the
+	// keyevent and before the test saw it kept, the last held to the end.
+	if p.Frames != 3 || len(ts) != 3 || ts[0] != 0 || ts[1] < 1.0/RecordFPS-0.01 || ts[1] > seen+0.01 || ts[2] <= ts[1] {
+		t.Fatalf("frames %d at %v s (kept by %.3f s), want 3: 0, the change, the end", p.Frames, ts, seen)
+	}
+	if p.Seconds < ts[1] || p.Seconds > stopped+0.01 {
+		t.Fatalf("duration %.3f s, want from the change (%.3f s) to the stop (at most %.3f s)", p.Seconds, ts[1], stopped)
+	}
+}
+
+// ffmpegChildren is how many ffmpeg processes this process runs now.
+func ffmpegChildren(t *testing.T) int {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, me := 0, strconv.Itoa(os.Getpid())
+	for _, e := range dirs {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || !strings.Contains(s[:i], "(ffmpeg") {
+			continue
+		}
+		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == me {
+			n++
+		}
+	}
+	return n
+}
+
+// TestScreenrecordEncodesOnceFinished: no encoder runs while a recording
+// does (a device's is its own hardware, not the host's); the file's size
+// after the stop (ls -l, sync STAT) is the finished MP4's, whose bytes
+// every read returns alike, encoded once.
+func TestScreenrecordEncodesOnceFinished(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	f := "/data/local/tmp/read.mp4"
+	done := startRecording(t, context.Background(), d, f)
+	if n := ffmpegChildren(t); n != 0 {
+		t.Errorf("%d ffmpeg processes while recording, want none", n)
+	}
+	if _, e, code := amSh(t, d, "pkill -INT screenrecord"); code != 0 {
+		t.Fatalf("pkill: %d %q", code, e)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("screenrecord: exit %d", code)
+	}
+	ls, e, code := amSh(t, d, "ls -l "+f)
+	if code != 0 {
+		t.Fatalf("ls -l: %d %q", code, e)
+	}
+	fi, err := d.Stat(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := d.ReadFile(f)
+	if fi.Size == 0 || int64(len(b)) != fi.Size || !bytes.Equal(b, again) || !strings.Contains(ls, " "+strconv.FormatInt(fi.Size, 10)+" ") {
+		t.Fatalf("size %d, read %d bytes (again %d), ls -l %q: want one finished file", fi.Size, len(b), len(again), ls)
+	}
+	if p, err := ffprobe(t, b); err != nil || p.Codec != "h264" {
+		t.Fatalf("file: %+v %v", p, err)
+	}
+}
+
+// TestScreenrecordKilledAndRemovedNeverEncodes: recordings SIGKILLed and
+// their files removed, as the daemon drops a passed run's (`pkill -KILL -f
+// …; rm -f …-<run>-*`: a glob, which lists the directory, and rm, which
+// stats each file), run no encoder at all: in one shell, and with the
+// recordings already ended when the rm runs.
+func TestScreenrecordKilledAndRemovedNeverEncodes(t *testing.T) {
+	d, _ := newAMDevice(t, 34)
+	deadline := time.Now().Add(30 * time.Second)
+	for ffmpegChildren(t) > 0 { // an earlier test's encoding
+		if time.Now().After(deadline) {
+			t.Fatal("ffmpeg still running from an earlier test")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := childCPU()
+	const dir = "/data/local/tmp/"
+	done := startRecording(t, context.Background(), d, dir+"drop-1-000.mp4")
+	if _, e, code := amSh(t, d, "pkill -KILL -f '^screenrecord .* "+dir+"drop-1-'; rm -f "+dir+"drop-1-*"); code != 0 {
+		t.Fatalf("pkill; rm: %d %q", code, e)
+	}
+	if code := <-done; code != 137 {
+		t.Fatalf("screenrecord after SIGKILL: exit %d, want 137", code)
+	}
+	for _, f := range []string{"drop-2-000.mp4", "drop-2-001.mp4"} {
+		done := startRecording(t, context.Background(), d, dir+f)
+		if _, e, code := amSh(t, d, "pkill -KILL -f '^screenrecord .* "+dir+f+"'"); code != 0 {
+			t.Fatalf("pkill: %d %q", code, e)
+		}
+		if code := <-done; code != 137 {
+			t.Fatalf("screenrecord after SIGKILL: exit %d, want 137", code)
+		}
+	}
+	if _, e, code := amSh(t, d, "rm -f "+dir+"drop-2-*; rm "+dir+"nothing-here 2>/dev/null; cd "+dir); code != 0 {
+		t.Fatalf("rm: %d %q", code, e)
+	}
+	if left, _, _ := amSh(t, d, "ls "+dir); strings.Contains(left, "drop-") {
+		t.Fatalf("recordings left: %q", left)
+	}
+	if n, cpu := ffmpegChildren(t), childCPU()-before; n != 0 || cpu != 0 {
+		t.Fatalf("%d ffmpeg running, %v of children's CPU: want no encoder", n, cpu)
 	}
 }
 
@@ -201,9 +398,11 @@ func TestScreenrecordSignals(t *testing.T) {
 
 // BenchmarkScreenrecord records 10 s of the default profile's display
 // (1080x2400) at the daemon's default settings (--size 720x1600
-// --bit-rate 4M), a still screen and one that changes every frame, and
-// reports ffmpeg's CPU per recorded second (the simulator's children, from
-// getrusage) and the file's size per minute.
+// --bit-rate 4M), a still screen and one that changes every 200 ms (each
+// comparison of the screen), reads the file (the encoding: the simulator's
+// ffmpeg children, from getrusage) and reports ffmpeg's CPU per recorded
+// second and the file's size per minute. A recording removed unread costs
+// no encoding.
 func BenchmarkScreenrecord(b *testing.B) {
 	for _, moving := range []bool{false, true} {
 		name := "still"
@@ -245,8 +444,8 @@ func BenchmarkScreenrecord(b *testing.B) {
 				if code != 0 {
 					b.Fatalf("screenrecord: %d %s", code, e)
 				}
-				cpu += childCPU() - before
 				f, _ := d.ReadFile("/sdcard/b.mp4")
+				cpu += childCPU() - before
 				bytes += len(f)
 			}
 			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N)/10, "ffmpeg-cpu-ms/recorded-s")

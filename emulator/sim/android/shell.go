@@ -629,14 +629,14 @@ func (f *redirFile) flush() error {
 // openRedir creates (or truncates) the target at once, as the shell does, so
 // a failing command still leaves an empty file and errors surface before it runs.
 func (sh *shellState) openRedir(p string, appendTo bool) (*redirFile, error) {
-	if fi, err := sh.d.Stat(p); err == nil && fi.Mode&sIFMT == sIFDIR {
+	if fi, err := sh.d.lstat(p); err == nil && fi.Mode&sIFMT == sIFDIR {
 		return nil, &fs.PathError{Op: "create", Path: p, Err: errIsDir}
 	}
 	if !appendTo {
 		if err := sh.d.writeFileAs(p, nil, 0o666, sh.d.now(), ownerShell); err != nil {
 			return nil, err
 		}
-	} else if _, err := sh.d.Stat(p); err != nil {
+	} else if _, err := sh.d.lstat(p); err != nil {
 		if err := sh.d.writeFileAs(p, nil, 0o666, sh.d.now(), ownerShell); err != nil {
 			return nil, err
 		}
@@ -674,7 +674,7 @@ func (sh *shellState) glob(pattern string) []string {
 	if lookDir == "" {
 		lookDir = "."
 	}
-	entries, err := sh.d.ReadDir(sh.abs(lookDir))
+	entries, err := sh.d.readDir(sh.abs(lookDir))
 	if err != nil {
 		return nil
 	}
@@ -712,7 +712,7 @@ func (sh *shellState) exec(ctx context.Context, args []string, stdin io.Reader, 
 			target = args[1]
 		}
 		p := sh.abs(target)
-		fi, err := sh.d.Stat(p)
+		fi, err := sh.d.lstat(p)
 		if err != nil || fi.Mode&sIFMT != sIFDIR {
 			fmt.Fprintf(stderr, "%scd: /%s: No such file or directory\n", shPrefix, strings.TrimPrefix(p, "/"))
 			return 2

@@ -612,7 +612,7 @@ func cmdRm(c *Ctx) int {
 	d := c.Device
 	for _, p := range paths {
 		ap := canon(c.path(p))
-		fi, err := d.Stat(ap)
+		fi, err := d.lstat(ap)
 		if err != nil {
 			if !(force && errors.Is(err, fs.ErrNotExist)) {
 				toyErr(c, "rm", p, err)
