@@ -242,14 +242,6 @@ func (d *Daemon) ready() {
 	log.Info().Str("http", "http://"+d.ln.Addr().String()).Str("nats", agent.RedactString(d.Host.NATSClientURL)).
 		Int("http_max_conns", d.conns.Limits().MaxConns).Int("http_max_conns_per_addr", d.conns.Limits().MaxConnsPerAddr).
 		Str("data_dir", d.cfg.DataDir).Str("holder", d.Service.Holder()).Msg("serving")
-	// Start-up (flags, migrations, the SDKs' and schemas' init) touched
-	// pages of the binary that serving never reads again; they counted in
-	// the RSS for the daemon's life (issue 26 part 3, docs/decisions.md).
-	if kb, err := DropBinaryPages(); err != nil {
-		log.Warn().Err(err).Msg("binary pages not dropped")
-	} else {
-		log.Debug().Int64("kb", kb).Msg("binary pages dropped")
-	}
 	if d.cfg.Ready != nil {
 		d.cfg.Ready()
 	}
