@@ -171,13 +171,7 @@ func snapshotPlaces(t *testing.T, db *sql.DB) (onEvents []int64, inTable []int) 
 // agent_kv), and the partial indexes of unpublished events on Postgres.
 func TestEventRowSnapshotMigrationSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, snapshotTableSchema); err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.SQLite, path, snapshotTableSchema)
 	f := fillSchema13(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z")
 	db.Close()
 	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
@@ -196,17 +190,7 @@ func TestEventRowSnapshotMigrationSQLite(t *testing.T) {
 	if !reflect.DeepEqual(onEvents, []int64{3, 6, 9}) || !reflect.DeepEqual(inTable, []int{2}) {
 		t.Errorf("snapshots on event rows %v and in agent_state_snapshot %v; want [3 6 9] and [2]", onEvents, inTable)
 	}
-	var names []string
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'run_events' ORDER BY name`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var n string
-		rows.Scan(&n)
-		names = append(names, n)
-	}
-	rows.Close()
+	names := queryStrings(t, db, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'run_events' ORDER BY name`)
 	if want := []string{"run_events_parked", "sqlite_autoindex_run_events_1"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("run_events' indexes: %v, want %v (the (run_id, sequence) key and the parked events')", names, want)
 	}
@@ -221,14 +205,8 @@ func TestEventRowSnapshotMigrationSQLite(t *testing.T) {
 
 func TestEventRowSnapshotMigrationPostgres(t *testing.T) {
 	url := testenv.PostgresURL(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.Postgres, url, snapshotTableSchema)
 	defer db.Close()
-	if err := migrations.UpTo(t.Context(), db, migrations.Postgres, snapshotTableSchema); err != nil {
-		t.Fatal(err)
-	}
 	f := fillSchema13(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z")
 	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
 	if err != nil {
@@ -240,17 +218,7 @@ func TestEventRowSnapshotMigrationPostgres(t *testing.T) {
 	if !reflect.DeepEqual(onEvents, []int64{3, 6, 9}) || !reflect.DeepEqual(inTable, []int{2}) {
 		t.Errorf("snapshots on event rows %v and in agent_state_snapshot %v; want [3 6 9] and [2]", onEvents, inTable)
 	}
-	var names []string
-	rows, err := db.Query(`SELECT indexname FROM pg_indexes WHERE tablename = 'run_events' ORDER BY indexname`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var n string
-		rows.Scan(&n)
-		names = append(names, n)
-	}
-	rows.Close()
+	names := queryStrings(t, db, `SELECT indexname FROM pg_indexes WHERE tablename = 'run_events' ORDER BY indexname`)
 	// 00015 drops the two partial indexes of unpublished events (the runs'
 	// published positions, run_publish, find them).
 	if want := []string{"run_events_parked", "run_events_run_sequence_key"}; !reflect.DeepEqual(names, want) {

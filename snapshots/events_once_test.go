@@ -180,13 +180,7 @@ func checkCarriedOver(t *testing.T, s oldStore, r agent.Run, events []agent.Even
 // times) is carried over by migration 00009, on both stores.
 func TestEventsOnceMigrationSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, oldSchema); err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.SQLite, path, oldSchema)
 	r, events, envs := fillOldSchema(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z", oldSchema)
 	db.Close()
 	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
@@ -199,13 +193,7 @@ func TestEventsOnceMigrationSQLite(t *testing.T) {
 
 func TestEventsOnceMigrationPostgres(t *testing.T) {
 	url := testenv.PostgresURL(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.UpTo(t.Context(), db, migrations.Postgres, oldSchema); err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.Postgres, url, oldSchema)
 	r, events, envs := fillOldSchema(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z", oldSchema)
 	db.Close()
 	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
@@ -222,13 +210,7 @@ func TestEventsOnceMigrationPostgres(t *testing.T) {
 // intact.
 func TestKeyedTablesMigrationSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, rowidSchema); err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.SQLite, path, rowidSchema)
 	r, events, envs := fillOldSchema(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z", rowidSchema)
 	db.Close()
 	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
@@ -261,13 +243,7 @@ func TestKeyedTablesMigrationSQLite(t *testing.T) {
 
 func TestKeyedTablesMigrationPostgres(t *testing.T) {
 	url := testenv.PostgresURL(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.UpTo(t.Context(), db, migrations.Postgres, rowidSchema); err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.Postgres, url, rowidSchema)
 	r, events, envs := fillOldSchema(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z", rowidSchema)
 	db.Close()
 	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
@@ -301,13 +277,7 @@ func fillOutboxSchema(t *testing.T, db *sql.DB, ph func(int) string, ts string) 
 // published and parked ones do not, the parked one keeps its reason.
 func TestEventPublishStateMigrationSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, publishStateSchema); err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.SQLite, path, publishStateSchema)
 	r, events, envs := fillOutboxSchema(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z")
 	db.Close()
 	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
@@ -322,17 +292,7 @@ func TestEventPublishStateMigrationSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var names []string
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE (type = 'index' AND tbl_name = 'run_events') OR name = 'run_outbox' ORDER BY name`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var n string
-		rows.Scan(&n)
-		names = append(names, n)
-	}
-	rows.Close()
+	names := queryStrings(t, db, `SELECT name FROM sqlite_master WHERE (type = 'index' AND tbl_name = 'run_events') OR name = 'run_outbox' ORDER BY name`)
 	// sqlite_autoindex_run_events_1 is (run_id, sequence); 00014 dropped
 	// the event_id key (autoindex 2 until then) and run_events_unpublished
 	// (the relay's position is stored instead).
@@ -344,13 +304,7 @@ func TestEventPublishStateMigrationSQLite(t *testing.T) {
 
 func TestEventPublishStateMigrationPostgres(t *testing.T) {
 	url := testenv.PostgresURL(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.UpTo(t.Context(), db, migrations.Postgres, publishStateSchema); err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.Postgres, url, publishStateSchema)
 	r, events, envs := fillOutboxSchema(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z")
 	db.Close()
 	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})

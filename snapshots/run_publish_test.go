@@ -122,13 +122,7 @@ var carriedWaiting = map[string][]int64{"a": {3, 6}, "c": {1, 2}}
 // commit, a single mark out of order and a requeue after it are seen.
 func TestRunPublishPositionMigrationPostgres(t *testing.T) {
 	url := testenv.PostgresURL(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.UpTo(t.Context(), db, migrations.Postgres, positionSchema); err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.Postgres, url, positionSchema)
 	runs, _, envs := fillPublishStates(t, db, func(n int) string { return fmt.Sprintf("$%d", n) }, "2026-11-28T10:00:00Z")
 	db.Close()
 	s, err := postgres.Open(context.Background(), url, postgres.Options{NoListen: true})
@@ -205,13 +199,7 @@ func mapsEqual[V any](a, b map[string]V) bool {
 // waiting.
 func TestRunPublishPositionMigrationSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, positionSchema); err != nil {
-		t.Fatal(err)
-	}
+	db := dbAt(t, migrations.SQLite, path, positionSchema)
 	runs, _, envs := fillPublishStates(t, db, func(int) string { return "?" }, "2026-11-28T10:00:00.000000Z")
 	db.Close()
 	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
