@@ -170,8 +170,14 @@ func TestRelayStreamSharedStreamFallsBack(t *testing.T) {
 		pub = p
 		r := &relay.Relay{Store: s, Publisher: p, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
 		go func() { done <- r.Run(ctx) }()
+		stores, relays = append(stores, s), append(relays, r)
+	}
+	// Both daemons commit at once, once both are up: opening a store
+	// (its migrations) takes longer than one daemon's 160 commits, which
+	// would otherwise be published before the other's relay began.
+	for _, s := range stores {
 		rs, wait := commitWhile(t, s, rng, 4, 40)
-		stores, relays, runs, waits = append(stores, s), append(relays, r), append(runs, rs), append(waits, wait)
+		runs, waits = append(runs, rs), append(waits, wait)
 	}
 	for i := range 2 {
 		waits[i]()
